@@ -1,0 +1,52 @@
+# Template repository tasks. `make demo` and `make test` are the two commands the README promises work on a fresh
+# machine with only Python 3.11 and make.
+.DEFAULT_GOAL := help
+SHELL := bash
+PYTHON ?= python3
+# uv from PATH, else the copy `make uv` installs with pip (python -m uv works for a pip-installed uv).
+UV ?= $(if $(shell command -v uv 2>/dev/null),uv,$(PYTHON) -m uv)
+BUILD ?= build
+DEMO_DIR := $(BUILD)/demo
+PYTEST_ARGS ?=
+
+.PHONY: help uv install test test-matrix lint format relock demo bench clean
+
+help: ## Show this help
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
+
+uv: ## Install uv with pip when it is not on PATH
+	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet "uv>=0.5"
+
+install: uv ## Create .venv with the template's test tools (from uv.lock)
+	$(UV) sync --locked
+
+test: install ## Run the template test suite (bakes, lints, and runs baked projects' own tests)
+	$(UV) run --locked pytest -m "not matrix" $(PYTEST_ARGS)
+
+test-matrix: install ## Bake and check every option combination (slow)
+	$(UV) run --locked pytest -m matrix $(PYTEST_ARGS)
+
+lint: install ## ruff on the template's own Python (the baked project is linted by the tests)
+	$(UV) run --locked ruff check tests scripts benchmarks
+	$(UV) run --locked ruff format --check tests scripts benchmarks
+
+format: install ## Apply ruff fixes and formatting to the template's own Python
+	$(UV) run --locked ruff check --fix tests scripts benchmarks
+	$(UV) run --locked ruff format tests scripts benchmarks
+
+relock: install ## Regenerate the generated project's uv.lock after changing its pyproject.toml
+	$(UV) run --locked python scripts/relock.py
+
+demo: install ## Bake the defaults into build/demo, install, train on digits, log to a local MLflow store
+	rm -rf $(DEMO_DIR)
+	$(UV) run --locked cookiecutter --no-input --output-dir $(DEMO_DIR) .
+	cd $(DEMO_DIR)/*/ && git init -q && git add -A \
+		&& git -c user.name=demo -c user.email=demo@example.invalid commit -q -m "baked from the template" \
+		&& $(MAKE) install UV="$(UV)" && $(MAKE) train UV="$(UV)"
+	@project=$$(cd $(DEMO_DIR)/*/ && pwd); printf '\nDemo project: %s\nOpen the run:  cd %s && make mlflow-ui\n' "$$project" "$$project"
+
+bench: install ## Print bake, install, test-suite and pipeline throughput figures for this machine
+	$(UV) run --locked python benchmarks/run.py
+
+clean: ## Remove build output
+	rm -rf $(BUILD) .pytest_cache

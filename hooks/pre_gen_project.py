@@ -1,0 +1,304 @@
+"""Validate every answer before cookiecutter writes the project; exit 1 with one line per bad answer.
+
+Cookiecutter renders this file with Jinja before running it. The answers arrive as ONE JSON document that is
+rendered with `tojson` twice, i.e. as a Python string literal holding JSON: quotes, backslashes, unicode or
+template syntax typed into a free-text answer are data here and can never become code.
+
+Each rule is a plain function `check_<field>(value) -> problem | None`; `problem` is the "how to fix" text of
+    ERROR: <field> '<value>' is invalid: <how to fix>
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import keyword
+import re
+import sys
+import unicodedata
+from collections.abc import Callable
+
+ANSWERS: dict[str, object] = json.loads({{ cookiecutter | tojson | tojson }})
+
+# Must stay equal to the "license" choices in cookiecutter.json (a template test compares them).
+LICENSES = ("MIT", "Apache-2.0", "BSD-3-Clause", "Proprietary")
+
+# Import names the generated project (or its tooling) already uses; a package with one of these names would
+# shadow it. The standard library is added from sys.stdlib_module_names.
+THIRD_PARTY_IMPORT_NAMES = frozenset(
+    {
+        "boto3", "botocore", "conftest", "google", "h5py", "hatchling", "keras", "matplotlib", "mlflow",
+        "moto", "numpy", "pandas", "pip", "psutil", "pydantic", "pytest", "ruff", "s3transfer", "scipy",
+        "setuptools", "sklearn", "src", "tensorboard", "tensorflow", "test", "tests", "tf_keras", "yaml",
+    }
+)
+SHADOWED_NAMES = THIRD_PARTY_IMPORT_NAMES | frozenset(sys.stdlib_module_names)
+
+SLUG = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
+PACKAGE = re.compile(r"[a-z_][a-z0-9_]*")
+GITHUB_OWNER = re.compile(r"[A-Za-z0-9]+(-[A-Za-z0-9]+)*")
+GITHUB_REPO = re.compile(r"[A-Za-z0-9._-]{1,100}")
+AWS_REGION = re.compile(r"(us|eu|ap|sa|ca|me|af|il|mx|us-gov|cn)-[a-z]+-[0-9]")
+INSTANCE_TYPE = re.compile(r"(?P<family>[a-z][a-z0-9-]*)\.(?P<size>[a-z0-9][a-z0-9-]*)")
+BRANCH_CHARS = re.compile(r"[A-Za-z0-9._/-]+")
+DIGITS = re.compile(r"[0-9]+")
+BUCKET_CHARS = re.compile(r"[a-z0-9.-]+")
+
+GPU_FAMILY_PREFIXES = ("g", "p")
+BUCKET_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+BUCKET_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+# Control characters and Unicode line/paragraph separators: they break a one-line answer (and YAML).
+CONTROL_CATEGORIES = frozenset({"Cc", "Zl", "Zp"})
+
+MAX_RUNTIME_RANGE = (10, 2880)
+
+
+def is_control(char: str) -> bool:
+    return unicodedata.category(char) in CONTROL_CATEGORIES
+
+
+def escaped(char: str) -> str:
+    """`\\n`, `\\t`, `\\x00`, `\\u2028`: how a control character is shown in a message."""
+    return repr(char)[1:-1]
+
+
+def free_text_problem(value: object, *, max_length: int) -> str | None:
+    """Shared rule for free text: a non-blank single line of at most `max_length` characters."""
+    if not isinstance(value, str):
+        return "answer with text"
+    if not value.strip():
+        return "it must not be empty"
+    if bad := sorted({escaped(char) for char in value if is_control(char)}):
+        return f"remove the control character(s) {' '.join(bad)}; use a single line of text"
+    if len(value) > max_length:
+        return f"it has {len(value)} characters; shorten it to at most {max_length}"
+    return None
+
+
+def whole_number(value: object) -> int | None:
+    """An int, or a string of ASCII digits (what the command line gives); None for anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and DIGITS.fullmatch(value):
+        return int(value)
+    return None
+
+
+def check_project_name(value: object) -> str | None:
+    return free_text_problem(value, max_length=200)
+
+
+def check_description(value: object) -> str | None:
+    return free_text_problem(value, max_length=300)
+
+
+def check_author_name(value: object) -> str | None:
+    return free_text_problem(value, max_length=200)
+
+
+def check_mlflow_experiment_name(value: object) -> str | None:
+    return free_text_problem(value, max_length=200)
+
+
+def check_project_slug(value: object) -> str | None:
+    if not isinstance(value, str) or not SLUG.fullmatch(value):
+        return (
+            "use lowercase letters and digits separated by single dashes, starting with a letter "
+            "(e.g. 'ml-project'); it is also the distribution name"
+        )
+    if len(value) > 50:
+        return f"it has {len(value)} characters; shorten it to at most 50"
+    return None
+
+
+def check_package_name(value: object) -> str | None:
+    if not isinstance(value, str) or not PACKAGE.fullmatch(value):
+        return (
+            "use lowercase letters, digits and underscores, not starting with a digit "
+            "(e.g. 'ml_project'); dashes are not allowed in an import name"
+        )
+    if keyword.iskeyword(value):
+        return f"'{value}' is a Python keyword; pick another name (e.g. '{value}_project')"
+    if value in SHADOWED_NAMES:
+        return (
+            f"it would shadow the '{value}' module the project depends on; "
+            f"pick a project-specific name (e.g. '{value}_project')"
+        )
+    return None
+
+
+def check_github_owner(value: object) -> str | None:
+    if not isinstance(value, str) or not GITHUB_OWNER.fullmatch(value) or len(value) > 39:
+        return (
+            "a GitHub user or organisation name has 1-39 letters, digits or single hyphens "
+            "and does not start or end with a hyphen"
+        )
+    return None
+
+
+def check_github_repo(value: object) -> str | None:
+    if not isinstance(value, str) or not GITHUB_REPO.fullmatch(value):
+        return "use 1-100 characters from letters, digits, '.', '_' and '-'"
+    if value in {".", ".."}:
+        return "'.' and '..' are reserved; pick a real name"
+    if value.lower().endswith(".git"):
+        return "drop the '.git' suffix (GitHub removes it)"
+    return None
+
+
+def check_aws_region(value: object) -> str | None:
+    if not isinstance(value, str) or not AWS_REGION.fullmatch(value):
+        return "use an AWS region code such as 'eu-west-1', 'us-east-1' or 'us-gov-west-1'"
+    return None
+
+
+def check_gpu_instance_types(value: object) -> str | None:
+    if not isinstance(value, str) or not value:
+        return "list at least one GPU instance type, e.g. 'g4dn.xlarge,g5.xlarge'"
+    entries = value.split(",")
+    seen: set[str] = set()
+    for position, entry in enumerate(entries, start=1):
+        if not entry:
+            return f"entry {position} is empty; separate instance types with single commas"
+        if entry != entry.strip():
+            return f"entry {position} '{entry}' has spaces; separate instance types with commas only"
+        if not INSTANCE_TYPE.fullmatch(entry):
+            return (
+                f"entry {position} '{entry}' is not an instance type; write family.size in lowercase, "
+                "e.g. 'g4dn.xlarge' or 'p4d.24xlarge'"
+            )
+        if entry in seen:
+            return f"entry {position} '{entry}' is listed twice; remove the duplicate"
+        seen.add(entry)
+    if not any(entry.startswith(GPU_FAMILY_PREFIXES) for entry in entries):
+        return "none of these is a GPU instance type; include a g* or p* family such as 'g4dn.xlarge'"
+    return None
+
+
+def check_use_spot(value: object) -> str | None:
+    # The command line's "yes"/"no"/"true"/"false" are already booleans here (cookiecutter converts them);
+    # a string can only come from a hand-written replay file, and "false" would be truthy in the templates.
+    if not isinstance(value, bool):
+        return "answer true or false (JSON booleans; on the command line yes/no also work)"
+    return None
+
+
+def check_train_branch_prefix(value: object) -> str | None:
+    if not isinstance(value, str) or not value:
+        return "give a branch prefix such as 'train/'"
+    if "$" in value:
+        return "remove '$': the prefix is pasted into the workflow trigger and must not be an expression"
+    if bad := sorted({char for char in value if not BRANCH_CHARS.fullmatch(char)}):
+        shown = " ".join(repr(char) for char in bad)
+        return f"remove {shown}; use only letters, digits, '.', '_', '-' and '/'"
+    if value.startswith(("/", "-")):
+        return "it must not start with '/' or '-' (e.g. 'train/')"
+    if not value.endswith("/"):
+        return f"end it with '/' (e.g. '{value}/') so that branches look like '{value}/my-run'"
+    if ".." in value or "//" in value:
+        return "'..' and '//' are not allowed in git branch names"
+    components = value.rstrip("/").split("/")
+    if any(part.startswith(".") or part.endswith(".lock") for part in components):
+        return "a part between slashes must not start with '.' or end with '.lock' (git branch rules)"
+    return None
+
+
+def check_max_runtime_minutes(value: object) -> str | None:
+    minutes = whole_number(value)
+    low, high = MAX_RUNTIME_RANGE
+    if minutes is None or not low <= minutes <= high:
+        return f"use a whole number of minutes from {low} to {high} (48 hours)"
+    return None
+
+
+def check_idle_timeout_minutes(value: object, max_runtime: object) -> str | None:
+    minutes = whole_number(value)
+    if minutes is None or minutes < 1:
+        return "use a whole number of minutes, at least 1"
+    limit = whole_number(max_runtime)
+    if limit is not None and minutes >= limit:
+        return f"it must be shorter than max_runtime_minutes ({limit}); e.g. 15"
+    return None
+
+
+def check_s3_bucket(value: object) -> str | None:
+    if not isinstance(value, str) or not 3 <= len(value) <= 63:
+        return "an S3 bucket name has 3-63 characters"
+    if not BUCKET_CHARS.fullmatch(value):
+        return "use only lowercase letters, digits, '.' and '-'"
+    if not (value[0].isalnum() and value[-1].isalnum()):
+        return "it must begin and end with a letter or digit"
+    if ".." in value:
+        return "remove '..' (two adjacent dots)"
+    try:
+        ipaddress.IPv4Address(value)
+    except ValueError:
+        pass
+    else:
+        return "it must not look like an IP address"
+    if value.startswith(BUCKET_PREFIXES):
+        return f"it must not start with any of {', '.join(BUCKET_PREFIXES)} (reserved by AWS)"
+    if value.endswith(BUCKET_SUFFIXES):
+        return f"it must not end with any of {', '.join(BUCKET_SUFFIXES)} (reserved by AWS)"
+    return None
+
+
+def check_license(value: object) -> str | None:
+    if value not in LICENSES:
+        return f"choose one of {', '.join(LICENSES)}"
+    return None
+
+
+def validators(answers: dict[str, object]) -> dict[str, Callable[[object], str | None]]:
+    """One rule per question, in the order of cookiecutter.json."""
+    return {
+        "project_name": check_project_name,
+        "description": check_description,
+        "author_name": check_author_name,
+        "github_owner": check_github_owner,
+        "aws_region": check_aws_region,
+        "gpu_instance_types": check_gpu_instance_types,
+        "use_spot": check_use_spot,
+        "train_branch_prefix": check_train_branch_prefix,
+        "max_runtime_minutes": check_max_runtime_minutes,
+        "idle_timeout_minutes": lambda value: check_idle_timeout_minutes(
+            value, answers.get("max_runtime_minutes")
+        ),
+        "mlflow_experiment_name": check_mlflow_experiment_name,
+        "project_slug": check_project_slug,
+        "package_name": check_package_name,
+        "github_repo": check_github_repo,
+        "s3_bucket": check_s3_bucket,
+        "license": check_license,
+    }
+
+
+def shown(value: object) -> str:
+    """The answer as typed, on one line: control characters escaped, non-text values as JSON."""
+    if not isinstance(value, str):
+        return json.dumps(value)
+    return "".join(escaped(char) if is_control(char) else char for char in value)
+
+
+def problems(answers: dict[str, object]) -> list[str]:
+    """Every error line for `answers` (empty when all answers are valid)."""
+    lines = []
+    for field, check in validators(answers).items():
+        value = answers.get(field)
+        if (fix := check(value)) is not None:
+            lines.append(f"ERROR: {field} '{shown(value)}' is invalid: {fix}")
+    return lines
+
+
+def main() -> int:
+    sys.stderr.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+    lines = problems(ANSWERS)
+    for line in lines:
+        print(line, file=sys.stderr)
+    return 1 if lines else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""Command line: `python -m <package> train --config configs/train.yaml`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .config import ConfigError, load_config
+from .errors import DataError, ExportError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=__package__, description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    train = commands.add_parser("train", help="train, evaluate, export and log one MLflow run")
+    train.add_argument("--config", type=Path, default=Path("configs/train.yaml"), help="YAML config file")
+    check = commands.add_parser("check-config", help="validate a config file and print it resolved")
+    check.add_argument("--config", type=Path, default=Path("configs/train.yaml"))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        cfg = load_config(args.config)
+        if args.command == "check-config":
+            print(cfg.model_dump_json(indent=2))
+            return 0
+        # Imported here so `--help` and `check-config` do not pay for importing TensorFlow.
+        from .train import train
+
+        train(cfg, args.config)
+    except (ConfigError, DataError, ExportError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""Typed training configuration, loaded from YAML.
+
+Every model is frozen and rejects unknown keys, so a typo in `configs/train.yaml` fails loudly with the field's
+dotted path instead of being silently ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+PositiveInt = Annotated[int, Field(gt=0)]
+
+
+def _template_answer(key: str) -> str:
+    """Answers given to the template live in a JSON data file, never pasted into Python source."""
+    return json.loads((resources.files(__package__) / "defaults.json").read_text("utf-8"))[key]
+
+
+DEFAULT_EXPERIMENT = _template_answer("experiment_name")
+
+
+class ConfigError(ValueError):
+    """The configuration file is missing, unparsable or has an invalid field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DataConfig(_Strict):
+    # "digits" = scikit-learn's embedded 8x8 digits; a path = image folder (one sub-folder per class);
+    # "s3://bucket/prefix" = the same layout in S3, synced to `cache_dir` first.
+    source: str = "digits"
+    cache_dir: Path = Path("data/cache")
+    image_size: tuple[PositiveInt, PositiveInt] = (8, 8)
+    channels: Literal[1, 3] = 1
+    validation_fraction: float = Field(0.15, gt=0, lt=0.5)
+    test_fraction: float = Field(0.15, gt=0, lt=0.5)
+    sync_workers: int = Field(16, ge=1, le=128)
+
+    @field_validator("source")
+    @classmethod
+    def _source_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must be 'digits', a local folder path or an s3://bucket/prefix URI")
+        if value.startswith("s3://") and not value[5:].split("/", 1)[0]:
+            raise ValueError("s3 URI has no bucket: use s3://bucket/prefix")
+        return value
+
+    @model_validator(mode="after")
+    def _fractions_leave_training_data(self) -> DataConfig:
+        if self.validation_fraction + self.test_fraction >= 0.8:
+            raise ValueError("validation_fraction + test_fraction must stay below 0.8 to leave training data")
+        return self
+
+
+class ModelConfig(_Strict):
+    filters: tuple[PositiveInt, ...] = (32, 64)
+    dense_units: PositiveInt = 64
+    dropout: float = Field(0.2, ge=0, lt=1)
+
+    @field_validator("filters")
+    @classmethod
+    def _at_least_one_conv(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if not value:
+            raise ValueError("needs at least one convolution block, e.g. [32, 64]")
+        return value
+
+
+class TrainingConfig(_Strict):
+    epochs: PositiveInt = 20
+    batch_size: PositiveInt = 64
+    learning_rate: float = Field(1e-3, gt=0, le=1)
+    early_stopping_patience: PositiveInt = 5
+    seed: int = Field(42, ge=0)
+    # Bit-for-bit reproducible runs (enables TF op determinism; slower on GPU).
+    deterministic: bool = True
+    shuffle_buffer: PositiveInt = 2048
+    checkpoint_dir: Path = Path("outputs/checkpoints")
+    # Only take effect when a GPU is visible: on CPU both are slower or unsupported.
+    mixed_precision: bool = True
+    xla: bool = True
+
+
+class ExportConfig(_Strict):
+    output_dir: Path = Path("outputs")
+    tflite: bool = True
+    # Fraction of test samples on which the quantised TFLite model must predict the same class as Keras.
+    tflite_min_agreement: float = Field(0.95, gt=0, le=1)
+
+
+class TrackingConfig(_Strict):
+    experiment_name: str = Field(DEFAULT_EXPERIMENT, min_length=1)
+    run_name: str | None = None
+    log_system_metrics: bool = True
+    system_metrics_interval_seconds: PositiveInt = 10
+    log_model: bool = True
+
+
+class Config(_Strict):
+    data: DataConfig = DataConfig()
+    model: ModelConfig = ModelConfig()
+    training: TrainingConfig = TrainingConfig()
+    export: ExportConfig = ExportConfig()
+    tracking: TrackingConfig = TrackingConfig()
+
+    def flat_params(self) -> dict[str, str]:
+        """The whole resolved config as `section.key -> str`, the shape MLflow params need."""
+        flat: dict[str, str] = {}
+        for section, values in self.model_dump(mode="json").items():
+            for key, value in values.items():
+                flat[f"{section}.{key}"] = str(value)
+        return flat
+
+
+def _format_errors(source: str, error: ValidationError) -> str:
+    lines = [f"{source}: {error.error_count()} invalid field(s)"]
+    for item in error.errors():
+        field = ".".join(str(part) for part in item["loc"]) or "<root>"
+        if item["type"] == "extra_forbidden":
+            lines.append(f"  {field}: unknown key (remove it or fix its spelling)")
+        else:
+            lines.append(f"  {field}: {item['msg']} (got {item.get('input')!r})")
+    return "\n".join(lines)
+
+
+def config_from_dict(raw: dict[str, Any], source: str = "<config>") -> Config:
+    """Validate a mapping; raises ConfigError naming every bad field."""
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as error:
+        raise ConfigError(_format_errors(source, error)) from None
+
+
+def load_config(path: str | Path) -> Config:
+    """Load and validate a YAML config file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found (pass --config configs/train.yaml)") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML: {error}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: top level must be a mapping of sections (data, model, training, ...)")
+    return config_from_dict(raw, str(path))

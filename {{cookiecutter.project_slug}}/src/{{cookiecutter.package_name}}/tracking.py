@@ -1,0 +1,73 @@
+"""Everything MLflow: where runs go, which tags identify them, per-epoch logging and the closing summary."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping
+
+import mlflow
+import tensorflow as tf
+
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+
+
+def tracking_uri() -> str:
+    """MLFLOW_TRACKING_URI when set (CI, GPU runner, shared server), else a local sqlite store."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def run_tags(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Tags that let a reviewer go from an MLflow run back to the exact code and workflow run."""
+    env = os.environ if env is None else env
+    in_actions = env.get("GITHUB_ACTIONS") == "true"
+    commit = env.get("GITHUB_SHA") if in_actions else _git("rev-parse", "HEAD")
+    branch = env.get("GITHUB_REF_NAME") if in_actions else _git("rev-parse", "--abbrev-ref", "HEAD")
+    tags: dict[str, str] = {}
+    if commit:
+        tags["git.commit"] = commit
+        tags["mlflow.source.git.commit"] = commit
+    if branch:
+        tags["git.branch"] = branch
+    if in_actions:
+        run_url = (
+            f"{env.get('GITHUB_SERVER_URL', 'https://github.com')}/{env.get('GITHUB_REPOSITORY', '')}"
+            f"/actions/runs/{env.get('GITHUB_RUN_ID', '')}"
+        )
+        if env.get("GITHUB_RUN_ATTEMPT"):
+            run_url += f"/attempts/{env['GITHUB_RUN_ATTEMPT']}"
+        tags["github.run_url"] = run_url
+        tags["github.workflow"] = env.get("GITHUB_WORKFLOW", "")
+        tags["github.actor"] = env.get("GITHUB_ACTOR", "")
+    return tags
+
+
+class MlflowEpochLogger(tf.keras.callbacks.Callback):
+    """Logs every Keras metric at the end of each epoch, with the epoch as the MLflow step."""
+
+    def on_epoch_end(self, epoch: int, logs: Mapping[str, float] | None = None) -> None:
+        if logs:
+            mlflow.log_metrics({name: float(value) for name, value in logs.items()}, step=epoch)
+
+
+def run_link(uri: str, experiment_id: str, run_id: str) -> str:
+    """How a human opens the run: a URL for a server, the `mlflow ui` command for a local store."""
+    if uri.startswith(("http://", "https://")):
+        return f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+    return f"mlflow ui --backend-store-uri {uri}  (then open http://127.0.0.1:5000/#/experiments/{experiment_id}/runs/{run_id})"
+
+
+def format_summary(uri: str, experiment_id: str, run_id: str, metrics: Mapping[str, float]) -> str:
+    width = max((len(name) for name in metrics), default=0)
+    lines = ["", "=" * 72, f"MLflow run {run_id}", f"  tracking: {uri}"]
+    lines += [f"  {name:<{width}}  {value:.4f}" for name, value in metrics.items()]
+    lines += [f"  open:     {run_link(uri, experiment_id, run_id)}", "=" * 72]
+    return "\n".join(lines)

@@ -1,0 +1,155 @@
+"""The training job: data -> model -> fit -> evaluate -> export, every step recorded in one MLflow run."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import tensorflow as tf
+import yaml
+
+from . import data, evaluate, export, runtime, tracking
+from .config import Config
+from .model import build_model
+from .pipeline import make_dataset
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    run_id: str
+    experiment_id: str
+    tracking_uri: str
+    metrics: dict[str, float]
+    epochs_run: int
+
+
+def _callbacks(cfg: Config) -> list[tf.keras.callbacks.Callback]:
+    return [
+        # Resumes an interrupted fit() from the last finished epoch; deleted once training completes.
+        tf.keras.callbacks.BackupAndRestore(backup_dir=str(cfg.training.checkpoint_dir)),
+        tf.keras.callbacks.EarlyStopping(
+            monitor="val_loss", patience=cfg.training.early_stopping_patience, restore_best_weights=True
+        ),
+        tracking.MlflowEpochLogger(),
+    ]
+
+
+def _fit(cfg: Config, splits: data.Splits, plan: runtime.RuntimePlan, strategy: tf.distribute.Strategy):
+    t = cfg.training
+    train_ds = make_dataset(
+        splits.x_train,
+        splits.y_train,
+        t.batch_size,
+        training=True,
+        seed=t.seed,
+        shuffle_buffer=t.shuffle_buffer,
+    )
+    val_ds = make_dataset(splits.x_val, splits.y_val, t.batch_size, training=False, seed=t.seed)
+    with strategy.scope():
+        model = build_model(splits.input_shape, splits.num_classes, cfg.model)
+        model.compile(
+            optimizer=tf.keras.optimizers.Adam(t.learning_rate),
+            loss="sparse_categorical_crossentropy",
+            metrics=["accuracy"],
+            jit_compile=plan.xla,
+        )
+    history = model.fit(
+        train_ds, validation_data=val_ds, epochs=t.epochs, callbacks=_callbacks(cfg), verbose=1
+    )
+    return model, history.history
+
+
+def _evaluate_and_log(cfg: Config, model: tf.keras.Model, splits: data.Splits, history: dict, out: Path):
+    probabilities = model.predict(
+        make_dataset(splits.x_test, splits.y_test, cfg.training.batch_size, training=False, seed=0), verbose=0
+    )
+    keras_pred = np.argmax(probabilities, axis=-1)
+    result = evaluate.evaluate(splits.y_test, keras_pred, splits.class_names)
+    plots = out / "plots"
+    plots.mkdir(parents=True, exist_ok=True)
+    mlflow.log_artifact(
+        str(evaluate.plot_confusion_matrix(result, splits.class_names, plots / "confusion_matrix.png")),
+        "plots",
+    )
+    mlflow.log_artifact(str(evaluate.plot_learning_curves(history, plots / "learning_curves.png")), "plots")
+    mlflow.log_dict(result.report, "evaluation/classification_report.json")
+    mlflow.log_text(result.report_text, "evaluation/classification_report.txt")
+    mlflow.log_metrics(result.metrics())
+    return result, keras_pred
+
+
+def _export_and_log(
+    cfg: Config, model: tf.keras.Model, splits: data.Splits, keras_pred: np.ndarray, out: Path
+):
+    metrics: dict[str, float] = {}
+    saved_model = export.export_saved_model(model, out / "saved_model")
+    mlflow.log_artifacts(str(saved_model), "exports/saved_model")
+    if cfg.export.tflite:
+        tflite_path = export.export_tflite(saved_model, out / "model.tflite")
+        agreement = export.check_agreement(
+            keras_pred, export.tflite_predict(tflite_path, splits.x_test), cfg.export.tflite_min_agreement
+        )
+        mlflow.log_artifact(str(tflite_path), "exports")
+        metrics = {"tflite_agreement": agreement, "tflite_size_bytes": float(tflite_path.stat().st_size)}
+        mlflow.log_metrics(metrics)
+    if cfg.tracking.log_model:
+        mlflow.tensorflow.log_model(model, name="model", input_example=splits.x_test[:4])
+    return metrics
+
+
+def train(cfg: Config, config_path: Path | None = None) -> TrainResult:
+    """Run the whole job; returns where the MLflow run is and its headline metrics."""
+    plan, strategy = runtime.configure(cfg.training)
+    splits = data.load_splits(cfg.data, cfg.training.seed)
+
+    uri = tracking.tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    experiment = mlflow.set_experiment(cfg.tracking.experiment_name)
+    if cfg.tracking.log_system_metrics:
+        mlflow.set_system_metrics_sampling_interval(cfg.tracking.system_metrics_interval_seconds)
+        mlflow.set_system_metrics_samples_before_logging(1)
+
+    out = Path(cfg.export.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with mlflow.start_run(
+        run_name=cfg.tracking.run_name,
+        tags=tracking.run_tags(),
+        log_system_metrics=cfg.tracking.log_system_metrics,
+    ) as run:
+        mlflow.log_params({**cfg.flat_params(), **plan.describe()})
+        mlflow.log_dict(cfg.model_dump(mode="json"), "config/resolved_config.json")
+        if config_path is not None:
+            mlflow.log_artifact(str(config_path), "config")
+        mlflow.log_params(
+            {
+                "data.train_samples": len(splits.y_train),
+                "data.classes": splits.num_classes,
+                "data.input_shape": "x".join(map(str, splits.input_shape)),
+            }
+        )
+
+        started = time.perf_counter()
+        model, history = _fit(cfg, splits, plan, strategy)
+        mlflow.log_metric("training_seconds", time.perf_counter() - started)
+
+        with tempfile.TemporaryDirectory(dir=out) as scratch:
+            result, keras_pred = _evaluate_and_log(cfg, model, splits, history, Path(scratch))
+            export_metrics = _export_and_log(cfg, model, splits, keras_pred, out)
+
+        epochs_run = len(history.get("loss", []))
+        headline = {
+            **result.metrics(),
+            "best_val_accuracy": float(max(history.get("val_accuracy", [0.0]))),
+            "epochs_run": float(epochs_run),
+            **export_metrics,
+        }
+        mlflow.log_metric("epochs_run", epochs_run)
+    summary = TrainResult(run.info.run_id, experiment.experiment_id, uri, headline, epochs_run)
+    print(tracking.format_summary(uri, summary.experiment_id, summary.run_id, headline))
+    # Keep the resolved config next to the exports so a model on disk explains itself.
+    (out / "resolved_config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    return summary

@@ -1,0 +1,42 @@
+import pytest
+import tensorflow as tf
+
+from {{ cookiecutter.package_name }}.config import ModelConfig, TrainingConfig
+from {{ cookiecutter.package_name }}.model import build_model
+from {{ cookiecutter.package_name }}.runtime import configure, plan_runtime
+
+
+@pytest.mark.parametrize(
+    ("gpus", "allow", "mixed", "xla", "multi"),
+    [
+        (0, True, False, False, False),
+        (1, True, True, True, False),
+        (1, False, False, False, False),
+        (2, True, True, True, True),
+        (4, False, False, False, True),
+    ],
+)
+def test_plan_uses_gpu_features_only_with_a_gpu_and_permission(
+    gpus: int, allow: bool, mixed: bool, xla: bool, multi: bool
+) -> None:
+    plan = plan_runtime(gpus, TrainingConfig(mixed_precision=allow, xla=allow))
+    assert (plan.mixed_precision, plan.xla, plan.multi_gpu) == (mixed, xla, multi)
+    assert plan.describe()["runtime.strategy"] == ("MirroredStrategy" if multi else "default")
+
+
+def test_configure_on_this_cpu_machine_keeps_float32() -> None:
+    tf.keras.mixed_precision.set_global_policy("mixed_float16")
+    plan, strategy = configure(TrainingConfig())
+    assert plan.gpus == len(tf.config.list_physical_devices("GPU"))
+    if plan.gpus == 0:
+        assert tf.keras.mixed_precision.global_policy().name == "float32"
+        assert not isinstance(strategy, tf.distribute.MirroredStrategy)
+
+
+@pytest.mark.parametrize(("shape", "classes"), [((8, 8, 1), 10), ((32, 32, 3), 4), ((2, 2, 1), 2)])
+def test_model_outputs_one_probability_per_class(shape: tuple[int, int, int], classes: int) -> None:
+    model = build_model(shape, classes, ModelConfig())
+    out = model(tf.zeros((3, *shape)))
+    assert out.shape == (3, classes)
+    assert out.dtype == tf.float32
+    assert tf.reduce_all(tf.abs(tf.reduce_sum(out, axis=-1) - 1.0) < 1e-4)

@@ -1,0 +1,53 @@
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from {{ cookiecutter.package_name }}.tracking import format_summary, run_link, run_tags, tracking_uri
+
+
+def test_tags_in_github_actions_link_the_workflow_run() -> None:
+    env = {
+        "GITHUB_ACTIONS": "true",
+        "GITHUB_SHA": "a" * 40,
+        "GITHUB_REF_NAME": "train/demo",
+        "GITHUB_SERVER_URL": "https://github.com",
+        "GITHUB_REPOSITORY": "org/repo",
+        "GITHUB_RUN_ID": "777",
+        "GITHUB_RUN_ATTEMPT": "2",
+    }
+    tags = run_tags(env)
+    assert tags["git.commit"] == "a" * 40
+    assert tags["git.branch"] == "train/demo"
+    assert tags["github.run_url"] == "https://github.com/org/repo/actions/runs/777/attempts/2"
+
+
+def test_tags_outside_actions_come_from_git(in_tmp: Path) -> None:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q", "-b", "feature/x")
+    git("-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "c")
+    tags = run_tags({})
+    assert tags["git.commit"] == git("rev-parse", "HEAD")
+    assert tags["git.branch"] == "feature/x"
+    assert "github.run_url" not in tags
+
+
+def test_no_git_no_tags(in_tmp: Path) -> None:
+    assert run_tags({"GIT_DIR": "/nonexistent"}) == {} or "git.commit" not in run_tags({})
+
+
+def test_tracking_uri_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert tracking_uri() == "sqlite:///mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5999")
+    assert tracking_uri() == "http://127.0.0.1:5999"
+
+
+def test_summary_says_how_to_open_the_run() -> None:
+    assert run_link("http://mlflow:5000/", "3", "abc") == "http://mlflow:5000/#/experiments/3/runs/abc"
+    text = format_summary("sqlite:///mlflow.db", "1", "abc", {"test_accuracy": 0.98765})
+    assert "MLflow run abc" in text
+    assert "test_accuracy  0.9877" in text
+    assert "mlflow ui --backend-store-uri sqlite:///mlflow.db" in text
