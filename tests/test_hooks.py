@@ -76,126 +76,126 @@ def reject(
     return f"{field}-{case_id}", Rejection(field, value, shown, mentions, others, replay)
 
 
-REJECTIONS = dict(
-    [
-        # project_name (the slug is given, otherwise an empty name gives cookiecutter an empty directory name)
-        reject("empty", "project_name", "", project_slug="ok-project"),
-        reject("blank", "project_name", "   ", project_slug="ok-project"),
-        reject("control-char", "project_name", "ML\tProject", shown="ML\\tProject", mentions="\\t"),
-        reject("too-long", "project_name", "n" * 201, mentions="200"),
-        # description
-        reject("empty", "description", ""),
-        reject("newline", "description", "line one\nline two", shown="line one\\nline two", mentions="\\n"),
-        reject("too-long", "description", "d" * 301, mentions="300"),
-        # author_name
-        reject("empty", "author_name", ""),
-        reject("control-char", "author_name", "Ann\x07", shown="Ann\\x07"),
-        # github_owner
-        reject("empty", "github_owner", ""),
-        reject("leading-hyphen", "github_owner", "-org"),
-        reject("trailing-hyphen", "github_owner", "org-"),
-        reject("double-hyphen", "github_owner", "my--org"),
-        reject("underscore", "github_owner", "my_org"),
-        reject("too-long", "github_owner", "o" * 40),
-        # github_repo
-        reject("empty", "github_repo", ""),
-        reject("dot", "github_repo", "."),
-        reject("dotdot", "github_repo", ".."),
-        reject("space", "github_repo", "my repo"),
-        reject("too-long", "github_repo", "r" * 101),
-        reject("git-suffix", "github_repo", "repo.git"),
-        # aws_region
-        reject("no-number", "aws_region", "eu-west"),
-        reject("uppercase", "aws_region", "EU-WEST-1"),
-        reject("unknown-prefix", "aws_region", "mars-east-1"),
-        reject("two-digits", "aws_region", "eu-west-12"),
-        # gpu_instance_types: the message names the bad entry
-        reject("empty", "gpu_instance_types", ""),
-        reject("empty-entry", "gpu_instance_types", "g4dn.xlarge,,g5.xlarge", mentions="entry 2"),
-        reject("trailing-comma", "gpu_instance_types", "g4dn.xlarge,", mentions="entry 2"),
-        reject("space", "gpu_instance_types", "g4dn.xlarge, g5.xlarge", mentions="' g5.xlarge'"),
-        reject("no-size", "gpu_instance_types", "g5.xlarge,g4dn", mentions="'g4dn'"),
-        reject("uppercase", "gpu_instance_types", "G4DN.xlarge", mentions="'G4DN.xlarge'"),
-        reject("digit-family", "gpu_instance_types", "4g.xlarge", mentions="'4g.xlarge'"),
-        reject("duplicate", "gpu_instance_types", "g5.xlarge,g6.xlarge,g5.xlarge", mentions="entry 3 'g5"),
-        reject("no-gpu", "gpu_instance_types", "c5.xlarge,m5.large", mentions="GPU"),
-        # use_spot: only a replay file can deliver a non-boolean (the CLI converts yes/no itself)
-        reject("string", "use_spot", "false", replay=True),
-        reject("number", "use_spot", 0, replay=True),
-        # train_branch_prefix: pasted into `on.push.branches`
-        reject("empty", "train_branch_prefix", ""),
-        reject("no-trailing-slash", "train_branch_prefix", "train", mentions="'train/'"),
-        reject("space", "train_branch_prefix", "my train/"),
-        reject("tilde", "train_branch_prefix", "train~1/"),
-        reject("colon", "train_branch_prefix", "train:x/"),
-        reject("glob", "train_branch_prefix", "train*/"),
-        reject("backslash", "train_branch_prefix", "train\\x/"),
-        reject("dotdot", "train_branch_prefix", "train../"),
-        reject("at-brace", "train_branch_prefix", "train@{1}/"),
-        reject("double-slash", "train_branch_prefix", "train//"),
-        reject("leading-slash", "train_branch_prefix", "/train/"),
-        reject("leading-dash", "train_branch_prefix", "-train/"),
-        reject("dot-component", "train_branch_prefix", "train/.x/"),
-        reject("lock-component", "train_branch_prefix", "train.lock/"),
-        reject("expression", "train_branch_prefix", "train-${{ github.actor }}/", replay=True),
-        reject("dollar", "train_branch_prefix", "train$HOME/"),
-        reject("backtick", "train_branch_prefix", "train`id`/"),
-        reject("single-quote", "train_branch_prefix", "train'x/"),
-        reject("double-quote", "train_branch_prefix", 'train"x/'),
-        # max_runtime_minutes
-        reject("word", "max_runtime_minutes", "three hours"),
-        reject("negative", "max_runtime_minutes", "-5"),
-        reject("decimal", "max_runtime_minutes", "12.5"),
-        reject("below-10", "max_runtime_minutes", "9", idle_timeout_minutes="5"),
-        reject("above-2880", "max_runtime_minutes", "2881"),
-        reject("boolean", "max_runtime_minutes", True, replay=True),
-        # idle_timeout_minutes
-        reject("zero", "idle_timeout_minutes", "0"),
-        reject("word", "idle_timeout_minutes", "soon"),
-        reject("equal-to-max", "idle_timeout_minutes", "180", max_runtime_minutes="180", mentions="180"),
-        reject("above-max", "idle_timeout_minutes", "200", max_runtime_minutes="180"),
-        reject("float", "idle_timeout_minutes", 1.5, replay=True),
-        # mlflow_experiment_name
-        reject("empty", "mlflow_experiment_name", ""),
-        reject("too-long", "mlflow_experiment_name", "e" * 201, mentions="200"),
-        reject("control-char", "mlflow_experiment_name", "exp\x1b[31m", shown="exp\\x1b[31m"),
-        # s3_bucket
-        reject("too-short", "s3_bucket", "ab"),
-        reject("too-long", "s3_bucket", "b" * 64),
-        reject("uppercase", "s3_bucket", "My-Bucket"),
-        reject("underscore", "s3_bucket", "my_bucket"),
-        reject("leading-hyphen", "s3_bucket", "-bucket"),
-        reject("trailing-dot", "s3_bucket", "bucket."),
-        reject("dotdot", "s3_bucket", "my..bucket"),
-        reject("ip-address", "s3_bucket", "192.168.5.4"),
-        reject("xn-prefix", "s3_bucket", "xn--bucket"),
-        reject("sthree-prefix", "s3_bucket", "sthree-bucket"),
-        reject("demo-prefix", "s3_bucket", "amzn-s3-demo-bucket"),
-        reject("s3alias-suffix", "s3_bucket", "bucket-s3alias"),
-        reject("ol-s3-suffix", "s3_bucket", "bucket--ol-s3"),
-        reject("mrap-suffix", "s3_bucket", "bucket.mrap"),
-        reject("x-s3-suffix", "s3_bucket", "bucket--x-s3"),
-        reject("table-s3-suffix", "s3_bucket", "bucket--table-s3"),
-        # project_slug (it is also the distribution name)
-        reject("uppercase", "project_slug", "My-Project"),
-        reject("underscore", "project_slug", "my_project"),
-        reject("space", "project_slug", "my project"),
-        reject("leading-digit", "project_slug", "1project"),
-        reject("double-dash", "project_slug", "my--project"),
-        reject("trailing-dash", "project_slug", "project-"),
-        reject("too-long", "project_slug", "s" * 51, mentions="50"),
-        # package_name
-        reject("dash", "package_name", "my-package"),
-        reject("uppercase", "package_name", "MyPackage"),
-        reject("leading-digit", "package_name", "1package"),
-        reject("keyword", "package_name", "class", mentions="keyword"),
-        reject("stdlib", "package_name", "json", mentions="shadow"),
-        reject("dependency", "package_name", "tensorflow", mentions="shadow"),
-        reject("tests-dir", "package_name", "tests", mentions="shadow"),
-        # license (the CLI refuses unknown choices itself; a replay file does not)
-        reject("unknown", "license", "GPL-3.0", replay=True, mentions="MIT"),
-    ]
-)
+REJECTION_CASES = [
+    # project_name (the slug is given, otherwise an empty name gives cookiecutter an empty directory name)
+    reject("empty", "project_name", "", project_slug="ok-project"),
+    reject("blank", "project_name", "   ", project_slug="ok-project"),
+    reject("control-char", "project_name", "ML\tProject", shown="ML\\tProject", mentions="\\t"),
+    reject("too-long", "project_name", "n" * 201, mentions="200"),
+    # description
+    reject("empty", "description", ""),
+    reject("newline", "description", "line one\nline two", shown="line one\\nline two", mentions="\\n"),
+    reject("too-long", "description", "d" * 301, mentions="300"),
+    # author_name
+    reject("empty", "author_name", ""),
+    reject("control-char", "author_name", "Ann\x07", shown="Ann\\x07"),
+    reject("too-long", "author_name", "a" * 201, mentions="200"),
+    # github_owner
+    reject("empty", "github_owner", ""),
+    reject("leading-hyphen", "github_owner", "-org"),
+    reject("trailing-hyphen", "github_owner", "org-"),
+    reject("double-hyphen", "github_owner", "my--org"),
+    reject("underscore", "github_owner", "my_org"),
+    reject("too-long", "github_owner", "o" * 40),
+    # github_repo
+    reject("empty", "github_repo", ""),
+    reject("dot", "github_repo", "."),
+    reject("dotdot", "github_repo", ".."),
+    reject("space", "github_repo", "my repo"),
+    reject("too-long", "github_repo", "r" * 101),
+    reject("git-suffix", "github_repo", "repo.git"),
+    # aws_region
+    reject("no-number", "aws_region", "eu-west"),
+    reject("uppercase", "aws_region", "EU-WEST-1"),
+    reject("unknown-prefix", "aws_region", "mars-east-1"),
+    reject("two-digits", "aws_region", "eu-west-12"),
+    # gpu_instance_types: the message names the bad entry
+    reject("empty", "gpu_instance_types", ""),
+    reject("empty-entry", "gpu_instance_types", "g4dn.xlarge,,g5.xlarge", mentions="entry 2"),
+    reject("trailing-comma", "gpu_instance_types", "g4dn.xlarge,", mentions="entry 2"),
+    reject("space", "gpu_instance_types", "g4dn.xlarge, g5.xlarge", mentions="' g5.xlarge'"),
+    reject("no-size", "gpu_instance_types", "g5.xlarge,g4dn", mentions="'g4dn'"),
+    reject("uppercase", "gpu_instance_types", "G4DN.xlarge", mentions="'G4DN.xlarge'"),
+    reject("digit-family", "gpu_instance_types", "4g.xlarge", mentions="'4g.xlarge'"),
+    reject("duplicate", "gpu_instance_types", "g5.xlarge,g6.xlarge,g5.xlarge", mentions="entry 3 'g5"),
+    reject("no-gpu", "gpu_instance_types", "c5.xlarge,m5.large", mentions="GPU"),
+    # use_spot: only a replay file can deliver a non-boolean (the CLI converts yes/no itself)
+    reject("string", "use_spot", "false", replay=True),
+    reject("number", "use_spot", 0, replay=True),
+    # train_branch_prefix: pasted into `on.push.branches`
+    reject("empty", "train_branch_prefix", ""),
+    reject("no-trailing-slash", "train_branch_prefix", "train", mentions="'train/'"),
+    reject("space", "train_branch_prefix", "my train/"),
+    reject("tilde", "train_branch_prefix", "train~1/"),
+    reject("colon", "train_branch_prefix", "train:x/"),
+    reject("glob", "train_branch_prefix", "train*/"),
+    reject("backslash", "train_branch_prefix", "train\\x/"),
+    reject("dotdot", "train_branch_prefix", "train../"),
+    reject("at-brace", "train_branch_prefix", "train@{1}/"),
+    reject("double-slash", "train_branch_prefix", "train//"),
+    reject("leading-slash", "train_branch_prefix", "/train/"),
+    reject("leading-dash", "train_branch_prefix", "-train/"),
+    reject("dot-component", "train_branch_prefix", "train/.x/"),
+    reject("lock-component", "train_branch_prefix", "train.lock/"),
+    reject("expression", "train_branch_prefix", "train-${{ github.actor }}/", replay=True),
+    reject("dollar", "train_branch_prefix", "train$HOME/"),
+    reject("backtick", "train_branch_prefix", "train`id`/"),
+    reject("single-quote", "train_branch_prefix", "train'x/"),
+    reject("double-quote", "train_branch_prefix", 'train"x/'),
+    # max_runtime_minutes
+    reject("word", "max_runtime_minutes", "three hours"),
+    reject("negative", "max_runtime_minutes", "-5"),
+    reject("decimal", "max_runtime_minutes", "12.5"),
+    reject("below-10", "max_runtime_minutes", "9", idle_timeout_minutes="5"),
+    reject("above-2880", "max_runtime_minutes", "2881"),
+    reject("boolean", "max_runtime_minutes", True, replay=True),
+    # idle_timeout_minutes
+    reject("zero", "idle_timeout_minutes", "0"),
+    reject("word", "idle_timeout_minutes", "soon"),
+    reject("equal-to-max", "idle_timeout_minutes", "180", max_runtime_minutes="180", mentions="180"),
+    reject("above-max", "idle_timeout_minutes", "200", max_runtime_minutes="180"),
+    reject("float", "idle_timeout_minutes", 1.5, replay=True),
+    # mlflow_experiment_name
+    reject("empty", "mlflow_experiment_name", ""),
+    reject("too-long", "mlflow_experiment_name", "e" * 201, mentions="200"),
+    reject("control-char", "mlflow_experiment_name", "exp\x1b[31m", shown="exp\\x1b[31m"),
+    # s3_bucket
+    reject("too-short", "s3_bucket", "ab"),
+    reject("too-long", "s3_bucket", "b" * 64),
+    reject("uppercase", "s3_bucket", "My-Bucket"),
+    reject("underscore", "s3_bucket", "my_bucket"),
+    reject("leading-hyphen", "s3_bucket", "-bucket"),
+    reject("trailing-dot", "s3_bucket", "bucket."),
+    reject("dotdot", "s3_bucket", "my..bucket"),
+    reject("ip-address", "s3_bucket", "192.168.5.4"),
+    reject("xn-prefix", "s3_bucket", "xn--bucket"),
+    reject("sthree-prefix", "s3_bucket", "sthree-bucket"),
+    reject("demo-prefix", "s3_bucket", "amzn-s3-demo-bucket"),
+    reject("s3alias-suffix", "s3_bucket", "bucket-s3alias"),
+    reject("ol-s3-suffix", "s3_bucket", "bucket--ol-s3"),
+    reject("mrap-suffix", "s3_bucket", "bucket.mrap"),
+    reject("x-s3-suffix", "s3_bucket", "bucket--x-s3"),
+    reject("table-s3-suffix", "s3_bucket", "bucket--table-s3"),
+    # project_slug (it is also the distribution name)
+    reject("uppercase", "project_slug", "My-Project"),
+    reject("underscore", "project_slug", "my_project"),
+    reject("space", "project_slug", "my project"),
+    reject("leading-digit", "project_slug", "1project"),
+    reject("double-dash", "project_slug", "my--project"),
+    reject("trailing-dash", "project_slug", "project-"),
+    reject("too-long", "project_slug", "s" * 51, mentions="50"),
+    # package_name
+    reject("dash", "package_name", "my-package"),
+    reject("uppercase", "package_name", "MyPackage"),
+    reject("leading-digit", "package_name", "1package"),
+    reject("keyword", "package_name", "class", mentions="keyword"),
+    reject("stdlib", "package_name", "json", mentions="shadow"),
+    reject("dependency", "package_name", "tensorflow", mentions="shadow"),
+    reject("tests-dir", "package_name", "tests", mentions="shadow"),
+    # license (the CLI refuses unknown choices itself; a replay file does not)
+    reject("unknown", "license", "GPL-3.0", replay=True, mentions="MIT"),
+]
+REJECTIONS = dict(REJECTION_CASES)
 
 
 def error_lines(stderr: str) -> list[re.Match[str]]:
@@ -243,6 +243,10 @@ def test_rejected(
     assert fix.strip(), "the message must say how to fix the answer"
     assert case.mentions in fix
     assert out_entries(workdir) == [], "a rejected answer must not leave a project directory"
+
+
+def test_rejection_case_ids_are_unique() -> None:
+    assert len(REJECTIONS) == len(REJECTION_CASES)
 
 
 def test_every_bad_field_is_reported_once(tmp_path: Path) -> None:
@@ -389,6 +393,43 @@ def test_injection_values_survive_exactly(injected_project: Path) -> None:
     assert project["authors"] == [{"name": FREE_TEXT["author_name"]}]
     assert {key: recorded[key] for key in FREE_TEXT} == FREE_TEXT
     assert FREE_TEXT["author_name"] in (injected_project / "LICENSE").read_text(encoding="utf-8")
+
+
+def strings_in(data: Any) -> Iterator[str]:
+    if isinstance(data, str):
+        yield data
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            yield from strings_in(key)
+            yield from strings_in(value)
+    elif isinstance(data, list):
+        for item in data:
+            yield from strings_in(item)
+
+
+def test_injection_values_are_whole_wherever_they_land(injected_project: Path) -> None:
+    """Any YAML/TOML/JSON string or Python string constant that holds a free-text answer holds all of it.
+
+    Catches values that were pasted raw: a YAML `#` comment truncating them, escapes being interpreted, etc.
+    """
+    marker = NASTY[:6]  # "Zoë's "
+    landed: dict[str, list[str]] = {}
+    for path in structured_files(injected_project):
+        landed[str(path.relative_to(injected_project))] = list(strings_in(parse_structured(path)))
+    for path, text in text_files(injected_project).items():
+        if path.suffix == ".py":
+            tree = ast.parse(text)
+            constants = [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)]
+            landed[str(path)] = [value for value in constants if isinstance(value, str)]
+
+    partial = {
+        name: value
+        for name, values in landed.items()
+        for value in values
+        if marker in value and NASTY not in value
+    }
+    assert partial == {}
+    assert any(NASTY in value for values in landed.values() for value in values)
 
 
 def imported_top_level_names(init: Path) -> set[str]:

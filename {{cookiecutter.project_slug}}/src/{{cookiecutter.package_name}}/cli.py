@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -27,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "check-config":
             print(cfg.model_dump_json(indent=2))
             return 0
+        # TF's C++ INFO lines drown the Keras progress bars; warnings and errors still show.
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
         # Imported here so `--help` and `check-config` do not pay for importing TensorFlow.
         from .train import train
 
