@@ -51,6 +51,7 @@ BUCKET_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
 CONTROL_CATEGORIES = frozenset({"Cc", "Zl", "Zp"})
 
 MAX_RUNTIME_RANGE = (10, 2880)
+MAX_PACKAGE_LENGTH = 40
 
 
 def is_control(char: str) -> bool:
@@ -119,6 +120,9 @@ def check_package_name(value: object) -> str | None:
             "use lowercase letters, digits and underscores, not starting with a digit "
             "(e.g. 'ml_project'); dashes are not allowed in an import name"
         )
+    if len(value) > MAX_PACKAGE_LENGTH:
+        # Longer import lines would be wrapped differently by ruff format, so the baked code would not lint clean.
+        return f"use at most {MAX_PACKAGE_LENGTH} characters (this one has {len(value)})"
     if keyword.iskeyword(value):
         return f"'{value}' is a Python keyword; pick another name (e.g. '{value}_project')"
     if value in SHADOWED_NAMES:

@@ -188,6 +188,7 @@ REJECTION_CASES = [
     reject("dash", "package_name", "my-package"),
     reject("uppercase", "package_name", "MyPackage"),
     reject("leading-digit", "package_name", "1package"),
+    reject("too-long", "package_name", "a" * 41, mentions="at most 40"),
     reject("keyword", "package_name", "class", mentions="keyword"),
     reject("stdlib", "package_name", "json", mentions="shadow"),
     reject("dependency", "package_name", "tensorflow", mentions="shadow"),
@@ -295,8 +296,8 @@ VALID_EDGE_CASES = [
     pytest.param({"train_branch_prefix": "gpu/train-v1.2/"}, id="nested-branch-prefix"),
     pytest.param({"max_runtime_minutes": "10", "idle_timeout_minutes": "1"}, id="runtime-minimum"),
     pytest.param({"max_runtime_minutes": "2880", "idle_timeout_minutes": "2879"}, id="runtime-maximum"),
-    # 50 + len("-ml-eu-west-1") = 63: the longest slug still gives a valid default bucket in eu-west-1.
-    pytest.param({"project_slug": "s" * 50}, id="slug-50-chars"),
+    # The longest slug; its derived package name (50 characters) would exceed the 40-character limit.
+    pytest.param({"project_slug": "s" * 50, "package_name": "s" * 40}, id="slug-50-chars"),
     pytest.param({"package_name": "_ml_project_2"}, id="package-underscores"),
     pytest.param({"description": "d" * 300, "mlflow_experiment_name": "e" * 200}, id="max-length-text"),
 ]
