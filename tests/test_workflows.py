@@ -5,11 +5,18 @@ Four independent checks, each with a negative control so that none can pass sile
 - zizmor --offline (workflow security: pinning, injection, credentials, permissions, Dependabot),
 - check-jsonschema with the vendored GitHub workflow / action / Dependabot schemas,
 - structural rules on the parsed YAML that no linter enforces (pins from tests/action_pins.json with matching
-  `# vX.Y.Z` comments, `permissions: {}` at the top, timeouts, no self-hosted runner reachable from a PR).
+  `# vX.Y.Z` comments, `permissions: {}` at the top, timeouts, no self-hosted runner reachable from a PR, no
+  `${{` inside `run:`, no dependency cache in a job that holds AWS credentials).
+
+Then the meaning of the GPU workflows (train.yml: start -> train -> stop; reap.yml), an injection test that
+runs every generated `run:` script under bash with attacker-chosen branch names, inputs and outputs (`uv`
+replaced by a recorder), and a check that every `gpu-runner <subcommand> --flag` the workflows use exists.
 """
 
 from __future__ import annotations
 
+import ast
+import itertools
 import json
 import os
 import re
@@ -18,10 +25,11 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 import yaml
+from conftest import write_config
 from cookiecutter.main import cookiecutter
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +44,53 @@ USES_LINE_RE = re.compile(r"""^\s*(?:-\s+)?uses:\s*(['"]?)(?P<ref>[^\s'"#]+)\1\s
 GITHUB_HOSTED_RE = re.compile(r"^(?:ubuntu|windows|macos)-[\w.-]+$")
 PR_EVENTS = ("pull_request", "pull_request_target")
 SETUP_ACTION = "./.github/actions/setup"
+AWS_CREDENTIALS = "aws-actions/configure-aws-credentials"
+# Actions that restore or save a dependency cache: the `with:` key that switches it, and whether it is on when
+# unset (setup-uv's default "auto" caches on GitHub-hosted runners).
+CACHE_ACTIONS = {"astral-sh/setup-uv": ("enable-cache", True), "actions/setup-python": ("cache", False)}
+GPU_IMAGE = "tensorflow/tensorflow:2.15.0-gpu"
+RUNNER_CLI = REPO_ROOT / "{{cookiecutter.project_slug}}" / "runner" / "src" / "gpu_runner" / "cli.py"
+
+# The gpu-runner CLI contract the workflows are written against:
+#   gpu-runner [--settings FILE] <subcommand> [options]   (the global option precedes the subcommand)
+# subcommand -> the options the workflows may pass.
+# The real CLI of the baked project is checked too (test_gpu_runner_cli_*): its --help, and a parse of every
+# command line the workflows produce.
+CLI_GLOBAL_OPTIONS = {"--settings"}
+CLI_CONTRACT = {
+    "launch": {"--instance-type", "--spot"},
+    "wait": {"--region", "--instance-id", "--runner-id"},
+    "teardown": {"--region", "--instance-id", "--runner-id", "--parameter"},
+    "reap": set(),
+}
+# Step outputs `gpu-runner launch` writes to $GITHUB_OUTPUT (all are mapped to outputs of the start job).
+LAUNCH_OUTPUTS = (
+    "runner-id",
+    "runner-name",
+    "label",
+    "parameter",
+    "instance-id",
+    "region",
+    "instance-type",
+    "market",
+    "availability-zone",
+)
+
+# Every inline `# zizmor: ignore[...]` in the generated project, per file, in order. Each must carry a reason,
+# and test_zizmor_ignores_are_needed proves each suppresses a real finding on its own line and nothing else.
+# self-repository: zizmor prefers `uses: $/.github/actions/setup`, which act (the workflow tests) and GitHub
+# Enterprise Server do not understand; `./` is equivalent after actions/checkout.
+EXPECTED_ZIZMOR_IGNORES = {
+    ".github/workflows/ci.yml": ["self-repository"] * 2,
+    ".github/workflows/reap.yml": ["self-repository"],
+    ".github/workflows/train.yml": ["self-repository"] * 3,
+}
+ZIZMOR_IGNORE_RE = re.compile(r"#\s*zizmor:\s*ignore\[(?P<rules>[^\]]*)\](?P<reason>.*)$")
+# Known findings of the pedantic persona in the GPU workflow files (the regular persona reports none):
+# (file, audit, offending line stripped). The GPU image is pinned by tag, not by digest (an open question).
+EXPECTED_PEDANTIC_GPU_FINDINGS = {
+    (".github/workflows/train.yml", "unpinned-images", f'image: "{GPU_IMAGE}"'),
+}
 
 BAD_WORKFLOW = """\
 name: bad
@@ -54,6 +109,23 @@ jobs:
           bogus: "1"
       - run: echo "${{ github.head_ref }}"
       - run: echo $GREETING
+  aws:
+    runs-on: ubuntu-latest
+    timeout-minutes: 5
+    permissions:
+      id-token: write
+    steps:
+      - uses: aws-actions/configure-aws-credentials@e1253824e5c10ff9df46874f81ed3ec929e19cfd # v6.3.0
+        with:
+          aws-region: eu-west-1
+      - uses: ./.github/actions/setup
+      - uses: actions/setup-python@5fda3b95a4ea91299a34e894583c3862153e4b97 # v7.0.0
+        with:
+          cache: pip
+      - uses: actions/cache@55cc8345863c7cc4c66a329aec7e433d2d1c52a9 # v6.1.0
+        with:
+          path: x
+          key: x
 """
 
 BAD_ACTION = """\
@@ -190,9 +262,11 @@ def shellcheck_action(action: Path) -> list[str]:
     return problems
 
 
-def zizmor(files: list[Path], cwd: Path, persona: str = "regular") -> tuple[int, list[dict[str, Any]]]:
+def zizmor(
+    files: list[Path], cwd: Path, persona: str = "regular", *, ignores: bool = True
+) -> tuple[int, list[dict[str, Any]]]:
     """Run zizmor offline on explicit files. `--no-config`: a project config cannot switch audits off; only
-    inline `# zizmor: ignore[...]` comments (visible in review) are honoured."""
+    inline `# zizmor: ignore[...]` comments (visible in review) are honoured, unless `ignores=False`."""
     proc = run(
         [
             tool("zizmor"),
@@ -202,6 +276,7 @@ def zizmor(files: list[Path], cwd: Path, persona: str = "regular") -> tuple[int,
             "--format",
             "json",
             f"--persona={persona}",
+            *([] if ignores else ["--no-ignores"]),
             *map(str, files),
         ],
         cwd,
@@ -220,12 +295,20 @@ def describe_actionlint(errors: list[dict[str, Any]]) -> str:
     )
 
 
+def zizmor_location(finding: dict[str, Any], root: Path | None = None) -> tuple[str, int]:
+    """(path, 1-based line) of a finding's primary location; the path relative to `root` when given."""
+    locations = finding["locations"]
+    loc = next((x for x in locations if x["symbolic"].get("kind") == "Primary"), locations[0])
+    path = loc["symbolic"]["key"].get("Local", {}).get("verbatim_path", "?")
+    if root is not None:
+        path = Path(path).relative_to(root).as_posix()
+    return path, loc["concrete"]["location"]["start_point"]["row"] + 1
+
+
 def describe_zizmor(findings: list[dict[str, Any]]) -> str:
     lines = []
     for f in findings:
-        loc = f["locations"][0]
-        path = loc["symbolic"]["key"].get("Local", {}).get("verbatim_path", "?")
-        row = loc["concrete"]["location"]["start_point"]["row"] + 1
+        path, row = zizmor_location(f)
         lines.append(f"{path}:{row} [{f['ident']}] {f['desc']}")
     return "\n".join(lines)
 
@@ -332,7 +415,219 @@ def workflow_problems(path: Path, pins: dict[tuple[str, str], str]) -> list[str]
             persist = (step.get("with") or {}).get("persist-credentials")
             if persist not in (False, "false"):
                 problems.append(f"{where}: actions/checkout without persist-credentials: false")
+    problems += [
+        f"{where}: `${{{{` inside run: (pass the value through env:)" for where in expressions_in_run(doc)
+    ]
+    problems += cache_problems(doc)
     return problems
+
+
+def step_uses(step: dict[str, Any]) -> str:
+    """`owner/repo` (or the local path) a step uses, without the ref; "" for a `run:` step."""
+    return str(step.get("uses", "")).partition("@")[0]
+
+
+def holds_aws_credentials(job: dict[str, Any]) -> bool:
+    """The job configures AWS credentials, or runs on a non-GitHub-hosted runner (our GPU instances carry an
+    instance profile)."""
+    runs_on = job.get("runs-on")
+    labels = runs_on if isinstance(runs_on, list) else [runs_on]
+    hosted = all(isinstance(x, str) and GITHUB_HOSTED_RE.match(x) for x in labels)
+    return not hosted or any(step_uses(s) == AWS_CREDENTIALS for s in job.get("steps") or [])
+
+
+def cache_problems(doc: dict[str, Any]) -> list[str]:
+    """A job holding AWS credentials must not restore a cache: caches are shared across branches, so a
+    poisoned entry would run with the credentials. The local setup action caches unless told
+    `enable-cache: "false"`."""
+    problems = []
+    for job_id, job in (doc.get("jobs") or {}).items():
+        if "uses" in job or not holds_aws_credentials(job):
+            continue
+        for i, step in enumerate(job.get("steps") or []):
+            where, uses, with_ = f"jobs.{job_id}.steps[{i}]", step_uses(step), step.get("with") or {}
+            if uses == "actions/cache" or uses.startswith("actions/cache/"):
+                problems.append(f"{where}: actions/cache in a job that holds AWS credentials")
+            elif uses == SETUP_ACTION and str(with_.get("enable-cache")).lower() != "false":
+                problems.append(
+                    f'{where}: {SETUP_ACTION} without enable-cache: "false" holds AWS credentials'
+                )
+            elif uses in CACHE_ACTIONS:
+                key, on_by_default = CACHE_ACTIONS[uses]
+                value = str(with_.get(key, "")).lower()
+                if value not in {"", "false"} or (value == "" and on_by_default):
+                    problems.append(f"{where}: {uses} with a cache in a job that holds AWS credentials")
+    return problems
+
+
+def expressions_in_run(doc: dict[str, Any]) -> list[str]:
+    """Steps whose `run:` contains `${{`: GitHub pastes the value into the script before the shell sees it."""
+    return [where for where, step in iter_steps(doc) if "${{" in str(step.get("run", ""))]
+
+
+# ---------------------------------------------------------------- running `run:` scripts
+# A stand-in for uv: records its argv (one JSON list per line) and prints $FAKE_UV_STDOUT. Every generated
+# script reaches the outside world through uv, so the recording is exactly what the real commands receive.
+FAKE_UV = """\
+import json, os, sys
+with open(os.environ["FAKE_UV_LOG"], "a", encoding="utf-8") as log:
+    log.write(json.dumps(sys.argv[1:]) + "\\n")
+sys.stdout.write(os.environ.get("FAKE_UV_STDOUT", ""))
+"""
+EXPRESSION_RE = re.compile(r"\$\{\{\s*(.*?)\s*\}\}", re.DOTALL)
+# Contexts an outsider (or anyone able to push a branch) can shape: branch names, event payloads, dispatch
+# inputs, and outputs computed from them.
+UNTRUSTED_RE = re.compile(
+    r"\b(?:github\.(?:ref|ref_name|head_ref|base_ref|event)\b|inputs\.|needs\.|steps\.)"
+)
+# A branch name git accepts, and a payload that breaks out of quotes, substitutions and command lists.
+ATTACK_REF = "train/$(touch${IFS}pwned)"
+PAYLOAD = "$(touch pwned)`touch pwned`\"; touch pwned; echo \"';touch pwned;'"
+BENIGN_OUTPUTS = {
+    "availability-zone": "eu-west-1b",
+    "runner-id": "4242",
+    "runner-name": "ml-project-777-1",
+    "label": "ml-project-777-1",
+    "parameter": "/gpu-runner/ml-project/777-1",
+    "instance-id": "i-0123456789abcdef0",
+    "region": "eu-west-1",
+    "instance-type": "g5.xlarge",
+    "market": "spot",
+}
+BENIGN_INPUTS = {"config": "configs/train.yaml", "instance-type": "g5.xlarge", "spot": "true"}
+
+
+def context_value(name: str, scenario: str) -> str:
+    """What an expression operand evaluates to in a scenario: `benign` (a dispatch with every input set and
+    every launch output known), `empty` (a push: no inputs; or a launch that failed before any output) or
+    `attack` (every outsider-controlled value is PAYLOAD, the branch is ATTACK_REF)."""
+    if name.startswith(("secrets.", "vars.")):
+        return "configured-value"
+    if name == "github.run_id":
+        return "777"
+    if scenario == "attack" and name in {"github.ref_name", "github.head_ref"}:
+        return ATTACK_REF
+    if scenario == "attack" and name == "github.ref":
+        return f"refs/heads/{ATTACK_REF}"
+    if not UNTRUSTED_RE.match(name):
+        return f"<{name}>"
+    if scenario == "attack":
+        return PAYLOAD
+    if scenario == "empty":
+        return ""
+    key = name.rsplit(".", 1)[-1]
+    return BENIGN_INPUTS[key] if name.startswith("inputs.") else BENIGN_OUTPUTS[key]
+
+
+def evaluate(expression: str, scenario: str) -> str:
+    """The subset of GitHub's expression language the env blocks use: operands joined by `||`."""
+    for operand in (x.strip() for x in expression.split("||")):
+        value = operand[1:-1] if operand[:1] == operand[-1:] == "'" else context_value(operand, scenario)
+        if value:
+            return value
+    return ""
+
+
+def substitute(text: str, scenario: str) -> str:
+    """What GitHub does to a string before a step sees it: every `${{ }}` replaced by its value."""
+    return EXPRESSION_RE.sub(lambda m: evaluate(m[1], scenario), text)
+
+
+def run_bash(
+    script: str, env: dict[str, str], workdir: Path, *, uv_prints: str = ""
+) -> tuple[int, list[list[str]]]:
+    """Run a `run:` script as GitHub does (`bash --noprofile --norc -eo pipefail <file>`) with a recording uv
+    first on PATH; returns the exit code and uv's recorded calls. Only system tools besides the recorder."""
+    bin_dir, repo = workdir / "bin", workdir / "repo"
+    bin_dir.mkdir(parents=True)
+    repo.mkdir()
+    fake = bin_dir / "uv"
+    fake.write_text(f"#!{sys.executable}\n{FAKE_UV}", encoding="utf-8")
+    fake.chmod(0o755)
+    (workdir / "step.sh").write_text(script, encoding="utf-8")
+    log = workdir / "uv.log"
+    full_env = {
+        "PATH": f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin",
+        "HOME": str(workdir),
+        "LANG": "C.UTF-8",
+        "FAKE_UV_LOG": str(log),
+        "FAKE_UV_STDOUT": uv_prints,
+        "GITHUB_OUTPUT": str(workdir / "github_output"),
+        "GITHUB_STEP_SUMMARY": str(workdir / "step_summary"),
+        **env,
+    }
+    proc = subprocess.run(
+        [tool("bash"), "--noprofile", "--norc", "-eo", "pipefail", str(workdir / "step.sh")],
+        cwd=repo,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    calls = (
+        [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()] if log.exists() else []
+    )
+    return proc.returncode, calls
+
+
+def strings(value: Any) -> Iterator[str]:
+    """Every string inside a parsed YAML value (keys included)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from strings(key)
+            yield from strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from strings(item)
+
+
+def run_steps(doc: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(where, job, step) for every `run:` step of a workflow."""
+    for job_id, job in (doc.get("jobs") or {}).items():
+        for i, step in enumerate(job.get("steps") or []):
+            if "run" in step:
+                yield f"jobs.{job_id}.steps[{i}]", job, step
+
+
+def step_env(doc: dict[str, Any], job: dict[str, Any], step: dict[str, Any], scenario: str) -> dict[str, str]:
+    """The environment a step's shell gets: workflow, job and step `env:` after substitution, plus the default
+    variables GitHub sets from the same (possibly hostile) event."""
+    merged = {**(doc.get("env") or {}), **(job.get("env") or {}), **(step.get("env") or {})}
+    env = {key: substitute(str(value), scenario) for key, value in merged.items()}
+    ref_name = ATTACK_REF if scenario == "attack" else "train/demo"
+    return {"GITHUB_REF_NAME": ref_name, "GITHUB_REF": f"refs/heads/{ref_name}", **env}
+
+
+class GpuRunnerCall(NamedTuple):
+    argv: list[str]  # after `gpu-runner`
+    global_options: list[str]
+    subcommand: str
+    options: list[str]
+
+
+def gpu_runner_calls(calls: list[list[str]]) -> list[GpuRunnerCall]:
+    """Every `uv run --no-sync gpu-runner [--opt value]... <subcommand> [--opt value | --opt=value]...` call.
+    (Every option of the contract takes a value.)"""
+    found = []
+    for argv in calls:
+        if argv[:3] != ["run", "--no-sync", "gpu-runner"]:
+            continue
+        rest, global_options, i = argv[3:], [], 0
+        while i < len(rest) and rest[i].startswith("--"):
+            global_options.append(rest[i].split("=", 1)[0])
+            i += 1 if "=" in rest[i] else 2
+        subcommand, options = rest[i], []
+        tail = rest[i + 1 :]
+        j = 0
+        while j < len(tail):
+            assert tail[j].startswith("--"), f"unexpected argument {tail[j]!r} in {argv}"
+            options.append(tail[j].split("=", 1)[0])
+            j += 1 if "=" in tail[j] else 2
+        found.append(GpuRunnerCall(rest, global_options, subcommand, options))
+    return found
 
 
 def make_targets(makefile: Path) -> set[str]:
@@ -344,8 +639,28 @@ def make_targets(makefile: Path) -> set[str]:
 def baked(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The project rendered with default answers, made a git repository: actionlint resolves local actions
     (`./.github/actions/setup`) only inside a repository."""
-    out = tmp_path_factory.mktemp("baked")
-    project = Path(cookiecutter(str(REPO_ROOT), no_input=True, output_dir=str(out)))
+    return bake_project(tmp_path_factory.mktemp("baked"))
+
+
+# Non-default answers that change the GPU workflows.
+CUSTOM_ANSWERS = {"train_branch_prefix": "gpu/", "max_runtime_minutes": 95, "aws_region": "us-east-2"}
+
+
+@pytest.fixture(scope="module")
+def baked_custom(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return bake_project(tmp_path_factory.mktemp("baked-custom"), **CUSTOM_ANSWERS)
+
+
+def bake_project(out: Path, **answers: Any) -> Path:
+    project = Path(
+        cookiecutter(
+            str(REPO_ROOT),
+            no_input=True,
+            output_dir=str(out / "out"),
+            extra_context=answers or None,
+            config_file=str(write_config(out / "cookiecutter")),
+        )
+    )
     if not (project / ".git").exists():
         subprocess.run([tool("git"), "init", "--quiet", str(project)], check=True, env=offline_env())
     return project
@@ -357,6 +672,8 @@ def baked_files(baked: Path) -> dict[str, list[Path]]:
     names = {p.relative_to(baked).as_posix() for group in files.values() for p in group}
     assert {
         ".github/workflows/ci.yml",
+        ".github/workflows/train.yml",
+        ".github/workflows/reap.yml",
         ".github/actions/setup/action.yml",
         ".github/dependabot.yml",
     } <= names
@@ -541,6 +858,10 @@ def test_structure_negative_control(bad_project: Path, pins: dict[tuple[str, str
         "actions/checkout without persist-credentials: false",
         "must carry the version comment `# v10.2.0`",
         "actions/cache@0123456789abcdef0123456789abcdef01234567 is not in tests/action_pins.json",
+        "jobs.build.steps[4]: `${{` inside run:",
+        'jobs.aws.steps[1]: ./.github/actions/setup without enable-cache: "false"',
+        "jobs.aws.steps[2]: actions/setup-python with a cache",
+        "jobs.aws.steps[3]: actions/cache in a job",
     ):
         assert expected in problems, f"structure check missed {expected!r}:\n{problems}"
 
@@ -580,23 +901,48 @@ def test_generated_ci_meaning(baked: Path) -> None:
         assert all("${{" not in s.get("run", "") for s in steps)
 
 
-def test_setup_action_meaning(baked: Path) -> None:
+def test_setup_action_meaning(baked: Path, tmp_path: Path) -> None:
     action = load_yaml(baked / ".github" / "actions" / "setup" / "action.yml")
     assert action["runs"]["using"] == "composite"
-    assert action["inputs"]["python-version"]["default"] == "3.11"
-    assert action["inputs"]["extra"]["default"] == "cpu"
-    uv_step, sync_step = action["runs"]["steps"]
+    inputs = {name: spec["default"] for name, spec in action["inputs"].items()}
+    assert inputs == {"install": "project", "extra": "cpu", "python-version": "3.11", "enable-cache": "true"}
+    check_step, uv_step, sync_step = action["runs"]["steps"]
     assert uv_step["uses"].startswith("astral-sh/setup-uv@")
     assert uv_step["with"] == {
-        "enable-cache": True,
+        "enable-cache": "${{ inputs.enable-cache }}",
         "python-version": "${{ inputs.python-version }}",
         "cache-dependency-glob": "uv.lock",
     }
     # Inputs reach the shell through env only.
-    assert sync_step["shell"] == "bash"
-    assert sync_step["env"] == {"EXTRA": "${{ inputs.extra }}"}
-    assert sync_step["run"].strip() == 'uv sync --locked --extra "$EXTRA"'
-    assert "${{" not in sync_step["run"]
+    assert check_step["env"] == {
+        "INSTALL": "${{ inputs.install }}",
+        "ENABLE_CACHE": "${{ inputs.enable-cache }}",
+    }
+    assert sync_step["env"] == {"INSTALL": "${{ inputs.install }}", "EXTRA": "${{ inputs.extra }}"}
+    assert not expressions_in_run(action)
+
+    # What each mode really runs (uv replaced by a recorder that prints what `uv run` should print).
+    counter = itertools.count()
+
+    def install(mode: str, *, uv_prints: str = "") -> tuple[int, list[list[str]]]:
+        env = {"INSTALL": mode, "ENABLE_CACHE": "false", "EXTRA": "cpu"}
+        workdir = tmp_path / f"{mode}-{next(counter)}"
+        code_check, _ = run_bash(check_step["run"], env, workdir / "check")
+        code, calls = run_bash(sync_step["run"], env, workdir / "sync", uv_prints=uv_prints)
+        return code_check or code, calls
+
+    assert install("project") == (0, [["sync", "--locked", "--extra", "cpu"]])
+    assert install("runner") == (0, [["sync", "--locked", "--package", "gpu-runner", "--no-dev"]])
+    code, calls = install("image", uv_prints="2.15.0\n")
+    assert code == 0, calls
+    venv, sync, check_tf = calls
+    # A venv on the image's own Python that sees its site-packages (TensorFlow), then no TensorFlow extra.
+    assert venv[:3] == ["venv", "--system-site-packages", "--python"] and Path(venv[3]).name == "python3"
+    assert sync == ["sync", "--locked", "--no-dev"]
+    assert check_tf[:4] == ["run", "--no-sync", "python", "-c"] and "tensorflow" in check_tf[4]
+    # Negative controls: no TensorFlow 2.15 visible from the venv, an unknown mode.
+    assert install("image", uv_prints="2.16.1\n")[0] != 0
+    assert install("everything")[0] != 0
 
 
 def test_dependabot_meaning(baked: Path, baked_files: dict[str, list[Path]]) -> None:
@@ -630,3 +976,434 @@ def test_template_ci_meaning(template_workflows: list[Path]) -> None:
         setup_python = [s for s in job["steps"] if s.get("uses", "").startswith("actions/setup-python@")]
         assert [s["with"]["python-version"] for s in setup_python] == ["3.11"]
         assert [s["run"] for s in job["steps"] if "run" in s] == [command]
+
+
+# ---------------------------------------------------------------- GPU workflows: meaning
+def gpu_workflows(project: Path) -> dict[str, dict[str, Any]]:
+    return {name: load_yaml(project / ".github" / "workflows" / f"{name}.yml") for name in ("train", "reap")}
+
+
+def answers_of(project: Path) -> dict[str, Any]:
+    return json.loads((project / ".cookiecutter.json").read_text(encoding="utf-8"))["cookiecutter"]
+
+
+def steps_by_uses(job: dict[str, Any], uses: str) -> list[dict[str, Any]]:
+    return [s for s in job["steps"] if step_uses(s) == uses]
+
+
+def test_train_triggers_and_concurrency(baked: Path) -> None:
+    train = gpu_workflows(baked)["train"]
+    # Exactly: pushes to the training branches, and a manual dispatch. Never a pull request (fork code would
+    # run on the self-hosted GPU runner with the AWS role).
+    assert triggers(train) == {"push", "workflow_dispatch"}
+    assert train["on"]["push"] == {"branches": ["train/**"]}
+    inputs = train["on"]["workflow_dispatch"]["inputs"]
+    assert {name: spec.get("default") for name, spec in inputs.items()} == {
+        "config": "configs/train.yaml",
+        "instance-type": "",
+        "spot": "default",
+    }
+    assert inputs["spot"]["type"] == "choice" and inputs["spot"]["options"] == ["default", "true", "false"]
+    # One training per branch; a running one is never cancelled.
+    assert train["concurrency"] == {"group": "train-${{ github.ref }}", "cancel-in-progress": False}
+    assert train["permissions"] == {}
+
+
+def test_train_job_graph(baked: Path) -> None:
+    jobs = gpu_workflows(baked)["train"]["jobs"]
+    assert list(jobs) == ["start", "train", "stop"]
+    start, train, stop = jobs["start"], jobs["train"], jobs["stop"]
+
+    # start: a GitHub-hosted runner launches the instance and waits for its runner; every launch output is a
+    # job output, so `stop` knows whatever `start` created even when it failed half-way.
+    assert start["runs-on"] == "ubuntu-latest"
+    assert start["permissions"] == {"contents": "read", "id-token": "write"}
+    assert start["outputs"] == {name: f"${{{{ steps.launch.outputs.{name} }}}}" for name in LAUNCH_OUTPUTS}
+    launch = next(s for s in start["steps"] if s.get("id") == "launch")
+    assert re.search(r"gpu-runner --settings \S+ launch ", launch["run"])
+    wait = start["steps"][start["steps"].index(launch) + 1]
+    assert re.search(r"gpu-runner --settings \S+ wait ", wait["run"])
+    assert 0 < start["timeout-minutes"] <= 30
+
+    # train: on this run's own runner label, in the TensorFlow GPU image with all GPUs, only `contents: read`.
+    assert train["needs"] == "start"
+    assert train["runs-on"] == "${{ needs.start.outputs.label }}"
+    assert train["container"]["image"] == GPU_IMAGE
+    assert "--gpus all" in train["container"]["options"]
+    assert train["permissions"] == {"contents": "read"}
+    assert train["timeout-minutes"] == int(answers_of(baked)["max_runtime_minutes"])
+    gpu_settings = yaml.safe_load((baked / "configs" / "gpu-runner.yaml").read_text(encoding="utf-8"))
+    assert gpu_settings["image"] == GPU_IMAGE, "the instance pre-pulls the image the train job runs in"
+    (setup,) = steps_by_uses(train, SETUP_ACTION)
+    assert setup["with"] == {"install": "image", "enable-cache": "false"}
+    (train_step,) = [s for s in train["steps"] if "run" in s]
+    package = answers_of(baked)["package_name"]
+    assert f"python -m {package} train --config" in train_step["run"]
+    env = train_step["env"]
+    assert env["CONFIG"] == "${{ inputs.config || 'configs/train.yaml' }}"
+    assert env["GPU_INSTANCE_TYPE"] == "${{ needs.start.outputs.instance-type }}"
+    assert env["GPU_MARKET"] == "${{ needs.start.outputs.market }}"
+    assert {"MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"} <= set(env)
+
+    # stop: always (failure, cancel, timeout), after both, whenever start created anything.
+    assert set(stop["needs"]) == {"start", "train"}
+    condition = stop["if"]
+    assert condition.startswith("${{ always() && ")
+    for output in ("instance-id", "runner-id"):
+        assert f"needs.start.outputs.{output} != ''" in condition
+    assert stop["runs-on"] == "ubuntu-latest"
+    assert stop["permissions"] == {"contents": "read", "id-token": "write"}
+    (teardown,) = [s for s in stop["steps"] if "run" in s]
+    assert re.search(r"gpu-runner --settings \S+ teardown ", teardown["run"])
+    for name, output in (
+        ("REGION", "region"),
+        ("INSTANCE_ID", "instance-id"),
+        ("RUNNER_ID", "runner-id"),
+        ("PARAMETER", "parameter"),
+    ):
+        assert teardown["env"][name] == f"${{{{ needs.start.outputs.{output} }}}}"
+
+
+def test_reap_meaning(baked: Path) -> None:
+    reap = gpu_workflows(baked)["reap"]
+    assert triggers(reap) == {"schedule", "workflow_dispatch"}
+    assert reap["on"]["schedule"] == [{"cron": "*/15 * * * *"}]
+    assert reap["permissions"] == {}
+    assert reap["concurrency"]["cancel-in-progress"] is False
+    (job,) = reap["jobs"].values()
+    # Only the default branch: a scheduled run always is (its payload has no repository.default_branch), a
+    # dispatch must have picked it.
+    assert job["if"] == (
+        "${{ github.event_name == 'schedule' || "
+        "github.ref == format('refs/heads/{0}', github.event.repository.default_branch) }}"
+    )
+    assert job["runs-on"] == "ubuntu-latest"
+    assert job["permissions"] == {"contents": "read", "id-token": "write"}
+    assert 0 < job["timeout-minutes"] <= 30
+    (setup,) = steps_by_uses(job, SETUP_ACTION)
+    assert setup["with"] == {"install": "runner", "enable-cache": "false"}
+    assert [s["run"].strip() for s in job["steps"] if "run" in s] == [
+        "uv run --no-sync gpu-runner --settings configs/gpu-runner.yaml reap"
+    ]
+
+
+def test_aws_jobs_use_oidc_and_no_cache(baked: Path) -> None:
+    """Exactly the jobs that configure AWS credentials ask for an OIDC token; they do so with the repository
+    variable and the rendered region, install only the light runner package, and restore no cache."""
+    region = answers_of(baked)["aws_region"]
+    aws_jobs = []
+    for name, doc in gpu_workflows(baked).items():
+        for job_id, job in doc["jobs"].items():
+            aws_steps = steps_by_uses(job, AWS_CREDENTIALS)
+            assert ("id-token" in job["permissions"]) == bool(aws_steps), f"{name}.{job_id}"
+            if not aws_steps:
+                continue
+            aws_jobs.append(f"{name}.{job_id}")
+            (aws,) = aws_steps
+            assert aws["with"]["role-to-assume"] == "${{ vars.AWS_ROLE_ARN }}"
+            assert aws["with"]["aws-region"] == region
+            (setup,) = steps_by_uses(job, SETUP_ACTION)
+            assert setup["with"] == {"install": "runner", "enable-cache": "false"}
+            # Credentials exist only after the set-up, and no third-party code runs after them.
+            assert job["steps"].index(setup) < job["steps"].index(aws)
+            later = job["steps"][job["steps"].index(aws) + 1 :]
+            assert all("run" in s for s in later), f"{name}.{job_id}: only our own commands hold the role"
+        assert not cache_problems(doc), cache_problems(doc)
+    assert aws_jobs == ["train.start", "train.stop", "reap.reap"]
+
+
+def test_no_self_hosted_runner_reachable_from_pull_requests(baked_files: dict[str, list[Path]]) -> None:
+    """Across the whole generated project: a workflow with a job on a runner that is not a literal
+    GitHub-hosted label has only triggers that need write access (never pull_request*, workflow_run, ...)."""
+    gpu_workflow_names = set()
+    for path in baked_files["workflows"]:
+        doc = load_yaml(path)
+        for job in doc["jobs"].values():
+            runs_on = job.get("runs-on")
+            labels = runs_on if isinstance(runs_on, list) else [runs_on]
+            if not all(isinstance(x, str) and GITHUB_HOSTED_RE.match(x) for x in labels):
+                gpu_workflow_names.add(path.name)
+                assert triggers(doc) <= {"push", "workflow_dispatch"}, (path.name, triggers(doc))
+        if path.name in {"train.yml", "reap.yml"}:
+            assert not triggers(doc) & {*PR_EVENTS, "workflow_run", "workflow_call", "issue_comment"}
+    assert gpu_workflow_names == {"train.yml"}
+
+
+def test_no_expression_inside_any_run(baked_files: dict[str, list[Path]]) -> None:
+    offenders = [
+        f"{path.name}: {where}"
+        for path in baked_files["workflows"] + baked_files["actions"]
+        for where in expressions_in_run(load_yaml(path))
+    ]
+    assert not offenders, offenders
+
+
+def test_non_default_answers_reach_the_gpu_workflows(baked_custom: Path) -> None:
+    answers = answers_of(baked_custom)
+    assert {k: str(answers[k]) for k in CUSTOM_ANSWERS} == {k: str(v) for k, v in CUSTOM_ANSWERS.items()}
+    docs = gpu_workflows(baked_custom)
+    train = docs["train"]
+    assert train["on"]["push"] == {"branches": ["gpu/**"]}
+    assert train["jobs"]["train"]["timeout-minutes"] == 95
+    regions = [
+        step["with"]["aws-region"]
+        for doc in docs.values()
+        for job in doc["jobs"].values()
+        for step in steps_by_uses(job, AWS_CREDENTIALS)
+    ]
+    assert regions == ["us-east-2"] * 3
+    train_env = next(s for s in train["jobs"]["train"]["steps"] if "run" in s)["env"]
+    assert train_env["AWS_REGION"] == train_env["AWS_DEFAULT_REGION"] == "us-east-2"
+
+
+def test_linters_clean_on_non_default_answers(baked_custom: Path) -> None:
+    files = github_files(baked_custom)
+    code, errors = actionlint(files["workflows"], baked_custom)
+    assert (code, errors) == (0, []), describe_actionlint(errors)
+    code, findings = zizmor([p for group in files.values() for p in group], baked_custom)
+    assert (code, findings) == (0, []), describe_zizmor(findings)
+    proc = check_jsonschema("vendor.github-workflows", files["workflows"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# ---------------------------------------------------------------- zizmor ignores
+def inline_zizmor_ignores(project: Path) -> dict[str, list[tuple[int, str, str, str]]]:
+    """file -> [(line, rule, reason, line text)] for every inline `# zizmor: ignore[...]`."""
+    found: dict[str, list[tuple[int, str, str, str]]] = {}
+    for path in (p for group in github_files(project).values() for p in group):
+        rel = path.relative_to(project).as_posix()
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if m := ZIZMOR_IGNORE_RE.search(line):
+                for rule in m["rules"].split(","):
+                    found.setdefault(rel, []).append((number, rule.strip(), m["reason"].strip(), line))
+    return found
+
+
+def test_zizmor_ignores_are_exactly_the_expected_ones(baked: Path) -> None:
+    found = inline_zizmor_ignores(baked)
+    assert {rel: [rule for _, rule, _, _ in items] for rel, items in found.items()} == EXPECTED_ZIZMOR_IGNORES
+    for items in found.values():
+        for number, _rule, reason, line in items:
+            assert len(reason) >= 20, f"line {number}: an ignore needs its reason on the same line"
+            assert re.match(rf"^\s*uses: {re.escape(SETUP_ACTION)} #", line), line
+
+
+def test_zizmor_ignores_are_needed(baked: Path, baked_files: dict[str, list[Path]]) -> None:
+    """With ignore comments switched off, zizmor reports exactly one finding per ignore, on that line, of that
+    audit: each ignore is needed and covers nothing else."""
+    files = [p for group in baked_files.values() for p in group]
+    _, findings = zizmor(files, baked, ignores=False)
+    reported = sorted((*zizmor_location(f, baked), f["ident"]) for f in findings)
+    expected = sorted(
+        (rel, number, rule)
+        for rel, items in inline_zizmor_ignores(baked).items()
+        for number, rule, _, _ in items
+    )
+    assert reported == expected, describe_zizmor(findings)
+
+
+def test_zizmor_pedantic_on_gpu_files(baked: Path) -> None:
+    """The pedantic persona finds only the known, documented gap (GPU image pinned by tag, not digest)."""
+    files = [baked / ".github" / "workflows" / f"{name}.yml" for name in ("train", "reap")]
+    files.append(baked / ".github" / "actions" / "setup" / "action.yml")
+    _, findings = zizmor(files, baked, persona="pedantic")
+    found = set()
+    for finding in findings:
+        rel, number = zizmor_location(finding, baked)
+        text = (baked / rel).read_text(encoding="utf-8").splitlines()[number - 1].strip()
+        found.add((rel, finding["ident"], text))
+    assert found == EXPECTED_PEDANTIC_GPU_FINDINGS, describe_zizmor(findings)
+
+
+# ---------------------------------------------------------------- injection
+def test_untrusted_expressions_only_under_env(baked: Path) -> None:
+    """Parsed train.yml and reap.yml: in every step, an expression over a branch name, event payload, input or
+    output appears only under `env:` (or in a step's `if:`, evaluated by the expression engine, no shell)."""
+    for name, doc in gpu_workflows(baked).items():
+        for where, step in iter_steps(doc):
+            for key, value in step.items():
+                for text in strings(value):
+                    for expression in EXPRESSION_RE.findall(text):
+                        if UNTRUSTED_RE.search(expression):
+                            assert key in {"env", "if"}, f"{name}.yml {where}.{key}: ${{{{ {expression} }}}}"
+
+
+def test_hostile_branch_names_and_inputs_stay_data(baked: Path, tmp_path: Path) -> None:
+    """Run every `run:` script of train.yml and reap.yml as GitHub would (expressions substituted, then bash)
+    with the branch `train/$(touch${IFS}pwned)` and every input and output set to a shell payload: nothing
+    executes, and the payloads reach gpu-runner / the training CLI as single, unchanged arguments."""
+    ran = 0
+    for name, doc in gpu_workflows(baked).items():
+        for where, job, step in run_steps(doc):
+            env = step_env(doc, job, step, "attack")
+            workdir = tmp_path / f"{name}-{where}"
+            code, calls = run_bash(substitute(step["run"], "attack"), env, workdir)
+            ran += 1
+            assert not list(workdir.rglob("pwned")), f"{name}.yml {where}: the payload ran"
+            assert code == 0, f"{name}.yml {where} failed"
+            arguments = [a for argv in calls for a in argv]
+            hostile = [a for a in arguments if "pwned" in a]
+            assert all(a.split("=", 1)[-1] == PAYLOAD or a == PAYLOAD for a in hostile), hostile
+            if PAYLOAD in env.values():
+                assert hostile, f"{name}.yml {where}: no hostile value reached a command (is the test stale?)"
+    assert ran == 5
+
+
+def test_injection_harness_catches_an_expression_in_run(baked: Path, tmp_path: Path) -> None:
+    """Negative control: the train step written the unsafe way (`${{ inputs.config }}` pasted into `run:`) and
+    substituted by GitHub first does run the payload, so the test above would notice."""
+    doc = gpu_workflows(baked)["train"]
+    _, job, step = next(x for x in run_steps(doc) if "train --config" in x[2]["run"])
+    unsafe = step["run"].replace('"${CONFIG}"', '"${{ inputs.config }}"')
+    assert unsafe != step["run"]
+    workdir = tmp_path / "unsafe"
+    run_bash(substitute(unsafe, "attack"), step_env(doc, job, step, "attack"), workdir)
+    assert list(workdir.rglob("pwned"))
+
+
+# ---------------------------------------------------------------- gpu-runner CLI contract
+def recorded_gpu_runner_calls(project: Path, scenario: str, tmp_path: Path) -> list[GpuRunnerCall]:
+    calls = []
+    for name, doc in gpu_workflows(project).items():
+        for where, job, step in run_steps(doc):
+            code, recorded = run_bash(
+                substitute(step["run"], scenario),
+                step_env(doc, job, step, scenario),
+                tmp_path / scenario / f"{name}-{where}",
+            )
+            assert code == 0, f"{name}.yml {where} ({scenario})"
+            calls += gpu_runner_calls(recorded)
+    return calls
+
+
+def test_gpu_runner_calls_follow_the_contract(baked: Path, tmp_path: Path) -> None:
+    """Every `gpu-runner <subcommand> --option` the workflows really pass (dispatch with every input set, and
+    a push with none / a launch that produced nothing) is in the CLI contract; required ids always passed."""
+    full = recorded_gpu_runner_calls(baked, "benign", tmp_path)
+    bare = recorded_gpu_runner_calls(baked, "empty", tmp_path)
+    for call in full + bare:
+        assert call.global_options == ["--settings"], call
+        assert call.argv[:2] == ["--settings", "configs/gpu-runner.yaml"], call
+        assert call.subcommand in CLI_CONTRACT, call
+        assert set(call.options) <= CLI_CONTRACT[call.subcommand], call
+        assert len(call.options) == len(set(call.options)), call
+    assert {c.subcommand: set(c.options) for c in full} == CLI_CONTRACT
+    # Without inputs, launch falls back to the settings file; teardown passes only the ids it has.
+    assert {c.subcommand: set(c.options) for c in bare} == {
+        **CLI_CONTRACT,
+        "launch": set(),
+        "teardown": set(),
+    }
+    # The workflows read only outputs launch writes, and the start job passes every one of them on.
+    text = (baked / ".github" / "workflows" / "train.yml").read_text(encoding="utf-8")
+    assert set(re.findall(r"steps\.launch\.outputs\.([\w-]+)", text)) == set(LAUNCH_OUTPUTS)
+    assert set(re.findall(r"needs\.start\.outputs\.([\w-]+)", text)) <= set(LAUNCH_OUTPUTS)
+
+
+def written_step_outputs(package: Path) -> set[str]:
+    """Keys of every dict literal passed to `write_outputs(...)` in the gpu_runner sources."""
+    keys: set[str] = set()
+    for path in package.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == (
+                "write_outputs"
+            ):
+                for arg in node.args:
+                    if isinstance(arg, ast.Dict):
+                        keys |= {k.value for k in arg.keys if isinstance(k, ast.Constant)}
+    return keys
+
+
+@pytest.mark.skipif(
+    not RUNNER_CLI.is_file(), reason="TODO: gpu_runner/cli.py not written yet (contract only)"
+)
+def test_launch_outputs_match_the_runner_sources(baked: Path) -> None:
+    written = written_step_outputs(baked / "runner" / "src" / "gpu_runner")
+    assert written, "no write_outputs({...}) call found in the gpu_runner sources: update this test"
+    assert written == set(LAUNCH_OUTPUTS)
+
+
+@pytest.fixture(scope="module")
+def runner_installed(baked: Path) -> Path:
+    """The baked project with only gpu-runner installed from its lock, as start/stop/reap install it."""
+    env = {k: v for k, v in offline_env().items() if k not in {"VIRTUAL_ENV", "UV_PROJECT"}}
+    sync = subprocess.run(
+        [tool("uv"), "sync", "--locked", "--offline", "--package", "gpu-runner", "--no-dev"],
+        cwd=baked,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert sync.returncode == 0, sync.stderr[-4000:]
+    return baked
+
+
+def gpu_runner(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The installed console script, offline, with no GitHub repository, credentials or instance metadata."""
+    env = {
+        k: v
+        for k, v in offline_env().items()
+        if k not in {"VIRTUAL_ENV", "UV_PROJECT", "GITHUB_REPOSITORY"} and not k.startswith(("AWS_", "GPU_"))
+    }
+    env |= {"UV_OFFLINE": "1", "AWS_EC2_METADATA_DISABLED": "true"}
+    return subprocess.run(
+        [tool("uv"), "run", "--no-sync", "gpu-runner", *args],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def help_options(text: str) -> set[str]:
+    return set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", text)) - {"--help"}
+
+
+@pytest.mark.skipif(
+    not RUNNER_CLI.is_file(), reason="TODO: gpu_runner/cli.py not written yet (contract only)"
+)
+def test_gpu_runner_cli_help_matches_the_contract(runner_installed: Path) -> None:
+    top = gpu_runner(runner_installed, "--help")
+    assert top.returncode == 0, top.stderr
+    assert help_options(top.stdout) >= CLI_GLOBAL_OPTIONS
+    for subcommand, options in CLI_CONTRACT.items():
+        assert subcommand in top.stdout
+        sub = gpu_runner(runner_installed, subcommand, "--help")
+        assert sub.returncode == 0, sub.stderr
+        assert options <= help_options(sub.stdout), (subcommand, sub.stdout)
+
+
+@pytest.mark.skipif(
+    not RUNNER_CLI.is_file(), reason="TODO: gpu_runner/cli.py not written yet (contract only)"
+)
+def test_gpu_runner_cli_parses_every_workflow_command_line(runner_installed: Path, tmp_path: Path) -> None:
+    """Each command line the workflows produce, given to the real CLI: argparse accepts it (exit 2 with
+    `usage:` would mean it did not). With no GITHUB_REPOSITORY the CLI stops right after loading the settings,
+    before any API call; the settings file and the dispatch's instance type are validated on the way."""
+    calls = recorded_gpu_runner_calls(runner_installed, "benign", tmp_path)
+    calls += recorded_gpu_runner_calls(runner_installed, "empty", tmp_path)
+    seen = set()
+    for call in calls:
+        if call.subcommand == "wait" and "" in call.argv:
+            continue  # only runs after a launch that wrote its outputs
+        if tuple(call.argv) in seen:
+            continue
+        seen.add(tuple(call.argv))
+        proc = gpu_runner(runner_installed, *call.argv)
+        assert proc.returncode != 2 and "usage:" not in proc.stderr, (call.argv, proc.stderr)
+        assert "GITHUB_REPOSITORY" in proc.stderr, (call.argv, proc.stderr)
+    # Negative control: an option the CLI does not have is rejected by the same check.
+    proc = gpu_runner(runner_installed, "--settings", "configs/gpu-runner.yaml", "launch", "--bogus=1")
+    assert proc.returncode == 2 and "usage:" in proc.stderr
+    # The dispatch input `instance-type` is validated by the CLI before anything else happens.
+    hostile = [
+        c for c in recorded_gpu_runner_calls(runner_installed, "attack", tmp_path) if c.subcommand == "launch"
+    ]
+    assert [c.options for c in hostile] == [["--instance-type"]]
+    proc = gpu_runner(runner_installed, *hostile[0].argv)
+    assert proc.returncode == 1 and "is not an instance type" in proc.stderr, proc.stderr
+    assert "GITHUB_REPOSITORY" not in proc.stderr

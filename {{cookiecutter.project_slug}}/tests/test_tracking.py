@@ -3,7 +3,14 @@ from pathlib import Path
 
 import pytest
 
-from {{ cookiecutter.package_name }}.tracking import format_summary, run_link, run_tags, tracking_uri
+from {{ cookiecutter.package_name }}.tracking import (
+    append_job_summary,
+    format_summary,
+    job_summary,
+    run_link,
+    run_tags,
+    tracking_uri,
+)
 
 
 def test_tags_in_github_actions_link_the_workflow_run() -> None:
@@ -22,6 +29,11 @@ def test_tags_in_github_actions_link_the_workflow_run() -> None:
     assert tags["github.run_url"] == "https://github.com/org/repo/actions/runs/777/attempts/2"
 
 
+def test_tags_name_the_gpu_hardware() -> None:
+    tags = run_tags({"GPU_INSTANCE_TYPE": "g5.xlarge", "GPU_MARKET": "spot"})
+    assert (tags["gpu.instance_type"], tags["gpu.market"]) == ("g5.xlarge", "spot")
+
+
 def test_tags_outside_actions_come_from_git(in_tmp: Path) -> None:
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], check=True, capture_output=True, text=True).stdout.strip()
@@ -34,8 +46,9 @@ def test_tags_outside_actions_come_from_git(in_tmp: Path) -> None:
     assert "github.run_url" not in tags
 
 
-def test_no_git_no_tags(in_tmp: Path) -> None:
-    assert run_tags({"GIT_DIR": "/nonexistent"}) == {} or "git.commit" not in run_tags({})
+def test_outside_git_and_actions_there_are_no_source_tags(in_tmp: Path) -> None:
+    tags = run_tags({})
+    assert "git.commit" not in tags and "git.branch" not in tags and "github.run_url" not in tags
 
 
 def test_tracking_uri_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -51,3 +64,14 @@ def test_summary_says_how_to_open_the_run() -> None:
     assert "MLflow run abc" in text
     assert "test_accuracy  0.9877" in text
     assert "mlflow ui --backend-store-uri sqlite:///mlflow.db" in text
+
+
+def test_job_summary_links_the_run_and_lists_metrics(tmp_path: Path) -> None:
+    text = job_summary("http://mlflow:5000", "3", "abc", {"test_accuracy": 0.9812, "epochs_run": 4.0})
+    assert "MLflow run: [abc](http://mlflow:5000/#/experiments/3/runs/abc)" in text
+    assert "| test_accuracy | 0.9812 |" in text
+    summary = tmp_path / "summary.md"
+    assert append_job_summary(text, {"GITHUB_STEP_SUMMARY": str(summary)})
+    assert append_job_summary(text, {"GITHUB_STEP_SUMMARY": str(summary)})
+    assert summary.read_text().count("### Training run") == 2
+    assert not append_job_summary(text, {})

@@ -24,6 +24,8 @@ GITHUB_ENV = {
     "GITHUB_REPOSITORY": "org/repo",
     "GITHUB_RUN_ID": "4242",
     "GITHUB_RUN_ATTEMPT": "1",
+    "GPU_INSTANCE_TYPE": "g4dn.xlarge",
+    "GPU_MARKET": "spot",
 }
 
 
@@ -41,6 +43,7 @@ def smoke_run(mlflow_server: str, tmp_path_factory: pytest.TempPathFactory):
         patch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
         for key, value in GITHUB_ENV.items():
             patch.setenv(key, value)
+        patch.setenv("GITHUB_STEP_SUMMARY", str(workdir / "summary.md"))
         result = train(cfg)
     return cfg, result, workdir
 
@@ -62,6 +65,7 @@ def test_run_has_params_metrics_and_tags(smoke_run, mlflow_server: str) -> None:
     assert run.data.tags["git.commit"] == GITHUB_ENV["GITHUB_SHA"]
     assert run.data.tags["git.branch"] == "train/smoke"
     assert run.data.tags["github.run_url"] == "https://github.com/org/repo/actions/runs/4242/attempts/1"
+    assert (run.data.tags["gpu.instance_type"], run.data.tags["gpu.market"]) == ("g4dn.xlarge", "spot")
     for metric in ("loss", "accuracy", "val_loss", "val_accuracy"):
         history = client.get_metric_history(result.run_id, metric)
         assert [m.step for m in history] == [0, 1], metric
@@ -103,6 +107,13 @@ def test_logged_model_loads_back_and_predicts_like_the_run(smoke_run, mlflow_ser
     splits = load_splits(cfg.data, cfg.training.seed)
     accuracy = float(np.mean(np.argmax(model.predict(splits.x_test, verbose=0), axis=-1) == splits.y_test))
     assert accuracy == pytest.approx(result.metrics["test_accuracy"], abs=1e-6)
+
+
+def test_job_summary_links_the_run(smoke_run, mlflow_server: str) -> None:
+    _, result, workdir = smoke_run
+    summary = (workdir / "summary.md").read_text()
+    assert f"({mlflow_server}/#/experiments/{result.experiment_id}/runs/{result.run_id})" in summary
+    assert f"| test_accuracy | {result.metrics['test_accuracy']:.4f} |" in summary
 
 
 def test_exports_on_disk_agree(smoke_run) -> None:

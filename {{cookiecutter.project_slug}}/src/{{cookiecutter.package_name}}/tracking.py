@@ -47,6 +47,10 @@ def run_tags(env: Mapping[str, str] | None = None) -> dict[str, str]:
         tags["github.run_url"] = run_url
         tags["github.workflow"] = env.get("GITHUB_WORKFLOW", "")
         tags["github.actor"] = env.get("GITHUB_ACTOR", "")
+    # Set by train.yml from the launch step, so a run says which hardware (and market) produced it.
+    for variable, tag in (("GPU_INSTANCE_TYPE", "gpu.instance_type"), ("GPU_MARKET", "gpu.market")):
+        if env.get(variable):
+            tags[tag] = env[variable]
     return tags
 
 
@@ -71,3 +75,22 @@ def format_summary(uri: str, experiment_id: str, run_id: str, metrics: Mapping[s
     lines += [f"  {name:<{width}}  {value:.4f}" for name, value in metrics.items()]
     lines += [f"  open:     {run_link(uri, experiment_id, run_id)}", "=" * 72]
     return "\n".join(lines)
+
+
+def job_summary(uri: str, experiment_id: str, run_id: str, metrics: Mapping[str, float]) -> str:
+    """Markdown for the GitHub job summary: where the run is and its headline metrics."""
+    link = run_link(uri, experiment_id, run_id)
+    where = f"[{run_id}]({link})" if link.startswith("http") else f"`{run_id}` (`{link}`)"
+    rows = "\n".join(f"| {name} | {value:.4f} |" for name, value in metrics.items())
+    return f"### Training run\n\nMLflow run: {where}\n\n| metric | value |\n|---|---|\n{rows}\n"
+
+
+def append_job_summary(text: str, env: Mapping[str, str] | None = None) -> bool:
+    """Append to $GITHUB_STEP_SUMMARY when running in GitHub Actions; returns whether it did."""
+    env = os.environ if env is None else env
+    path = env.get("GITHUB_STEP_SUMMARY")
+    if not path:
+        return False
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(text + "\n")
+    return True

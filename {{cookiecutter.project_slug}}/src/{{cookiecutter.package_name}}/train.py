@@ -150,6 +150,7 @@ def train(cfg: Config, config_path: Path | None = None) -> TrainResult:
         mlflow.log_metric("epochs_run", epochs_run)
     summary = TrainResult(run.info.run_id, experiment.experiment_id, uri, headline, epochs_run)
     print(tracking.format_summary(uri, summary.experiment_id, summary.run_id, headline))
+    tracking.append_job_summary(tracking.job_summary(uri, summary.experiment_id, summary.run_id, headline))
     # Keep the resolved config next to the exports so a model on disk explains itself.
     (out / "resolved_config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
     return summary

@@ -1,0 +1,25 @@
+"""boto3 clients per region with retries for throttling, created from one session (tests hook into it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+# "standard" mode retries throttling and transient errors with exponential backoff and jitter.
+RETRY_CONFIG = Config(retries={"mode": "standard", "max_attempts": 8}, connect_timeout=10, read_timeout=60)
+
+
+class Aws:
+    """Hands out one cached client per (service, region) from a single boto3 session."""
+
+    def __init__(self, session: boto3.Session | None = None) -> None:
+        self.session = session or boto3.Session()
+        self._clients: dict[tuple[str, str], Any] = {}
+
+    def client(self, service: str, region: str) -> Any:
+        key = (service, region)
+        if key not in self._clients:
+            self._clients[key] = self.session.client(service, region_name=region, config=RETRY_CONFIG)
+        return self._clients[key]

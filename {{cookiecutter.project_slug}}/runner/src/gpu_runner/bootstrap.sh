@@ -1,0 +1,236 @@
+#!/bin/bash
+# EC2 user-data of one ephemeral GPU runner, rendered by gpu_runner.bootstrap (values: shell-quoted data).
+# The JIT runner config is NOT in here: user-data is readable via instance metadata and the EC2 API, so it is
+# read from SSM at boot and the parameter deleted at once. Never add `set -x`: it would print that config.
+set -Eeuo pipefail
+umask 022
+
+readonly ROOT=@@ROOT@@
+readonly REGION=@@REGION@@
+readonly PARAMETER_NAME=@@PARAMETER_NAME@@
+readonly RUNNER_NAME=@@RUNNER_NAME@@
+readonly EXPIRES_AT=@@EXPIRES_AT@@
+readonly MAX_RUNTIME_MINUTES=@@MAX_RUNTIME_MINUTES@@
+readonly IDLE_TIMEOUT_MINUTES=@@IDLE_TIMEOUT_MINUTES@@
+readonly IMAGE=@@IMAGE@@
+readonly RUNNER_USER=@@RUNNER_USER@@
+readonly RUNNER_VERSION=@@RUNNER_VERSION@@
+readonly RUNNER_SHA256=@@RUNNER_SHA256@@
+readonly RUNNER_MIRROR=@@RUNNER_MIRROR@@
+
+# Test-only knobs, never set on an instance: the test suite cannot wait minutes for the watchdog or retries.
+readonly POLL_SECONDS=${GPU_RUNNER_WATCHDOG_POLL_SECONDS:-15}
+readonly IDLE_SECONDS=${GPU_RUNNER_WATCHDOG_IDLE_SECONDS:-$((IDLE_TIMEOUT_MINUTES * 60))}
+readonly RETRY_DELAY=${GPU_RUNNER_RETRY_DELAY_SECONDS:-5}
+
+readonly RUNNER_DIR=$ROOT/runner
+readonly LOG_FILE=$ROOT/bootstrap.log
+mkdir -p "$ROOT"
+
+# 1. stdout reaches the instance console (cloud-init), which `gpu-runner wait` prints on timeout.
+log() {
+  local phase=$1
+  shift
+  printf '[gpu-runner %s] %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$phase" "$*" | tee -a "$LOG_FILE"
+}
+
+shutdown_requested=false
+watchdog_pid=""
+# InstanceInitiatedShutdownBehavior=terminate: halting terminates the instance and stops the GPU bill.
+halt_now() {
+  if [[ $shutdown_requested == false ]]; then
+    shutdown_requested=true
+    log shutdown "$1; shutting down now"
+    shutdown -h now || log shutdown "ERROR: shutdown -h now failed (max lifetime still applies)"
+  fi
+}
+on_exit() {
+  local code=$?
+  if [[ -n $watchdog_pid ]]; then kill "$watchdog_pid" 2>/dev/null || true; fi
+  halt_now "bootstrap exiting with code $code"
+}
+# Installed before anything can fail, so every error below still ends in a shutdown.
+trap on_exit EXIT
+trap 'exit 129' HUP
+trap 'exit 130' INT
+trap 'exit 143' TERM
+# BASH_COMMAND is the unexpanded source text, so it never contains the JIT config's value.
+trap 'log error "line $LINENO failed: $BASH_COMMAND"' ERR
+
+log start "runner $RUNNER_NAME, region $REGION, image $IMAGE"
+
+# 2. Hard lifetime first: whatever hangs later, the instance goes away. Never past the launcher's expires-at tag.
+lifetime=$MAX_RUNTIME_MINUTES
+remaining=$(((EXPIRES_AT - $(date +%s) + 59) / 60))
+if ((remaining < lifetime)); then lifetime=$remaining; fi
+if ((lifetime < 1)); then lifetime=1; fi
+shutdown -h "+$lifetime"
+log lifetime "shutdown scheduled in $lifetime min"
+
+# 3. Pull time is billed GPU time: overlap it with the runner set-up. A failed pull is not fatal (the job pulls).
+log image "pulling $IMAGE in the background"
+(
+  started=$(date +%s)
+  for attempt in 1 2 3 4 5; do
+    if docker pull --quiet "$IMAGE" >/dev/null; then
+      log image "pulled $IMAGE in $(($(date +%s) - started)) s"
+      exit 0
+    fi
+    log image "pull attempt $attempt failed (is dockerd up yet?)"
+    sleep "$RETRY_DELAY"
+  done
+  log image "WARNING: could not pull $IMAGE; the job will pull it"
+) &
+
+# 4. The runner never runs as root; the docker group lets jobs start their container.
+if id -u "$RUNNER_USER" >/dev/null 2>&1; then
+  log user "$RUNNER_USER exists"
+else
+  useradd --create-home --shell /bin/bash "$RUNNER_USER"
+  log user "created $RUNNER_USER"
+fi
+if getent group docker >/dev/null; then
+  usermod -aG docker "$RUNNER_USER"
+else
+  log user "WARNING: no docker group on this AMI; container jobs will fail"
+fi
+
+# 5. The actions runner: pre-baked in a private AMI, else from the S3 mirror, else from GitHub.
+download() { # url file
+  curl --fail --silent --show-error --location --retry 5 --retry-delay 3 --retry-all-errors \
+    --connect-timeout 10 --max-time 600 --output "$2" "$1"
+}
+
+# Prints "<version> <sha256 or empty>" of the newest release. The digest comes from the asset list, else from the
+# markers in the release notes; never a loose regex over the body (the notes hold other 64-hex strings).
+latest_release() { # json-file
+  python3 -c '
+import json, re, sys
+release = json.load(open(sys.argv[1], encoding="utf-8"))
+version = str(release.get("tag_name", "")).removeprefix("v")
+if not re.fullmatch(r"\d+\.\d+\.\d+", version):
+    sys.exit(f"unexpected tag_name {version!r}")
+name = f"actions-runner-linux-x64-{version}.tar.gz"
+digest = next((str(a.get("digest") or "") for a in release.get("assets", []) if a.get("name") == name), "")
+sha = digest.removeprefix("sha256:")
+if not re.fullmatch(r"[0-9a-f]{64}", sha):
+    found = re.search(r"<!-- BEGIN SHA linux-x64 -->([0-9a-f]{64})<!-- END SHA linux-x64 -->", str(release.get("body", "")))
+    sha = found.group(1) if found else ""
+print(version, sha)
+' "$1"
+}
+
+install_runner() {
+  if [[ -x $RUNNER_DIR/run.sh && -x $RUNNER_DIR/config.sh ]]; then
+    log runner "pre-installed runner in $RUNNER_DIR (baked AMI); no download"
+    return
+  fi
+  local version=$RUNNER_VERSION sha=$RUNNER_SHA256 mirror=${RUNNER_MIRROR%/} work=$ROOT/download tarball listing release
+  mkdir -p "$work"
+  if [[ -n $mirror ]]; then
+    if [[ $version == latest ]]; then
+      # "latest" from a mirror = the newest tarball in it: no GitHub request at boot.
+      listing=$(aws s3 ls --region "$REGION" "$mirror/")
+      version=$(grep -oE 'actions-runner-linux-x64-[0-9]+\.[0-9]+\.[0-9]+\.tar\.gz' <<<"$listing" |
+        sed -E 's/^actions-runner-linux-x64-//; s/\.tar\.gz$//' | sort -V | tail -n 1 || true)
+      [[ -n $version ]] || { log runner "no actions-runner-linux-x64-<version>.tar.gz in $mirror"; exit 1; }
+    fi
+    tarball=actions-runner-linux-x64-$version.tar.gz
+    log runner "copying $mirror/$tarball"
+    aws s3 cp --region "$REGION" --only-show-errors "$mirror/$tarball" "$work/$tarball"
+  else
+    if [[ $version == latest ]]; then
+      download https://api.github.com/repos/actions/runner/releases/latest "$work/release.json"
+      release=$(latest_release "$work/release.json")
+      read -r version sha <<<"$release"
+    fi
+    tarball=actions-runner-linux-x64-$version.tar.gz
+    log runner "downloading runner $version"
+    download "https://github.com/actions/runner/releases/download/v$version/$tarball" "$work/$tarball"
+  fi
+  if [[ -n $sha ]]; then
+    if ! printf '%s  %s\n' "$sha" "$work/$tarball" | sha256sum --check --strict --quiet -; then
+      log runner "SHA-256 of $tarball does not match $sha; refusing to run it"
+      exit 1
+    fi
+    log runner "SHA-256 verified"
+  else
+    log runner "WARNING: no SHA-256 to verify $tarball against (pin runner_sha256 to check it)"
+  fi
+  mkdir -p "$RUNNER_DIR"
+  tar -xzf "$work/$tarball" -C "$RUNNER_DIR"
+  rm -rf "$work"
+  log runner "runner $version installed in $RUNNER_DIR"
+}
+install_runner
+# The runner is .NET: it needs ICU (present on the Ubuntu DLAMI; installed only when missing). grep without -q
+# reads all input, so pipefail does not see ldconfig die of SIGPIPE.
+if ! ldconfig -p | grep libicu >/dev/null; then
+  log runner "installing the runner's system dependencies"
+  "$RUNNER_DIR/bin/installdependencies.sh"
+fi
+chown -R "$RUNNER_USER:" "$RUNNER_DIR"
+
+# 6. One-time JIT config. Boot-time credentials can lag a few seconds, hence the retries.
+jit=""
+for attempt in 1 2 3 4 5; do
+  if jit=$(aws ssm get-parameter --with-decryption --region "$REGION" --name "$PARAMETER_NAME" \
+    --query Parameter.Value --output text); then
+    break
+  fi
+  log ssm "reading $PARAMETER_NAME failed (attempt $attempt)"
+  sleep "$RETRY_DELAY"
+done
+if [[ -z $jit || $jit == None ]]; then
+  log ssm "no JIT config in $PARAMETER_NAME; giving up"
+  exit 1
+fi
+log ssm "read the JIT config (${#jit} characters) from $PARAMETER_NAME"
+# Deleted before the runner starts: it exists only in this process from now on. Teardown deletes it as well.
+if aws ssm delete-parameter --region "$REGION" --name "$PARAMETER_NAME" >/dev/null; then
+  log ssm "deleted $PARAMETER_NAME"
+else
+  log ssm "WARNING: could not delete $PARAMETER_NAME (teardown will)"
+fi
+
+# 7. Idle watchdog: an instance whose job never comes would otherwise bill until the max lifetime.
+job_started() {
+  compgen -G "$RUNNER_DIR/_diag/Worker_*.log" >/dev/null || pgrep -x Runner.Worker >/dev/null
+}
+watchdog() {
+  local deadline
+  deadline=$(($(date +%s) + IDLE_SECONDS))
+  while true; do
+    if job_started; then
+      log watchdog "job started; idle watchdog off"
+      return 0
+    fi
+    if (($(date +%s) >= deadline)); then
+      halt_now "no job started within $IDLE_SECONDS s"
+      return 0
+    fi
+    sleep "$POLL_SECONDS"
+  done
+}
+watchdog &
+watchdog_pid=$!
+
+# 8. runuser, not sudo: sudo logs the command line (with the JIT config) to the auth log.
+prefix_output() {
+  local line
+  while IFS= read -r line; do log runner "$line"; done
+}
+cd "$RUNNER_DIR"
+runuser -u "$RUNNER_USER" -- ./run.sh --jitconfig "$jit" > >(prefix_output) 2>&1 &
+runner_pid=$!
+unset jit
+log runner "started $RUNNER_NAME as $RUNNER_USER"
+# Waits for run.sh alone: a stray process still holding its output open cannot delay the shutdown.
+code=0
+wait "$runner_pid" || code=$?
+
+# 9. The job is over: stop the GPU bill now instead of waiting for the workflow's stop job.
+log runner "exited with code $code"
+halt_now "runner finished"
+# Conditional on purpose: a bare final `exit` hides the EXIT trap from shellcheck (SC2329, koalaman/shellcheck#3385).
+if ((code != 0)); then exit "$code"; fi

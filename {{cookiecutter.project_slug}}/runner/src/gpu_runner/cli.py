@@ -1,0 +1,102 @@
+"""`gpu-runner launch | wait | teardown | reap` — the commands train.yml and reap.yml run."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+
+from .aws import Aws
+from .errors import RunnerError
+from .github import GitHubRunners
+from .naming import RunContext
+from .settings import Settings, load_settings
+
+DEFAULT_SETTINGS = Path("configs/gpu-runner.yaml")
+
+
+def _bool(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in {"true", "yes", "1", "on"}:
+        return True
+    if lowered in {"false", "no", "0", "off"}:
+        return False
+    raise argparse.ArgumentTypeError(f"'{value}' is not a boolean: use true or false")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpu-runner", description=__doc__)
+    parser.add_argument("--settings", type=Path, default=DEFAULT_SETTINGS, help="YAML settings file")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    launch = commands.add_parser("launch", help="register a JIT runner and launch its GPU instance")
+    launch.add_argument("--instance-type", default="", help="try only this type (overrides instance_types)")
+    launch.add_argument("--spot", type=_bool, default=None, help="true/false: override use_spot")
+
+    wait = commands.add_parser("wait", help="wait until the runner is online")
+    wait.add_argument("--region", required=True)
+    wait.add_argument("--instance-id", required=True)
+    wait.add_argument("--runner-id", type=int, required=True)
+    wait.add_argument("--timeout", type=float, default=None, help="seconds (default: wait_timeout_seconds)")
+
+    teardown = commands.add_parser(
+        "teardown", help="deregister, terminate, delete the parameter (idempotent)"
+    )
+    teardown.add_argument("--region", default="", help="where the instance was launched (default: settings)")
+    teardown.add_argument("--instance-id", default="")
+    teardown.add_argument("--runner-id", type=int, default=None)
+    teardown.add_argument("--parameter", default="")
+
+    reap = commands.add_parser("reap", help="clean up expired or orphaned instances, runners and parameters")
+    reap.add_argument("--region", action="append", default=[], help="extra regions to scan (repeatable)")
+    return parser
+
+
+def _raise_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    # A cancelled workflow sends SIGTERM: turn it into SystemExit so launch's cleanup runs.
+    raise SystemExit(128 + signum)
+
+
+def run(args: argparse.Namespace, settings: Settings) -> None:
+    # Imported lazily so `--help` stays fast.
+    from . import lifecycle, reaper
+
+    ctx = RunContext.from_env()
+    aws = Aws()
+    github = GitHubRunners.from_env(ctx.repository)
+    if args.command == "launch":
+        lifecycle.launch(settings, ctx, aws, github, use_spot=args.spot)
+    elif args.command == "wait":
+        lifecycle.wait(
+            settings, aws, github, region=args.region, instance_id=args.instance_id,
+            runner_id=args.runner_id, timeout_seconds=args.timeout,
+        )  # fmt: skip
+    elif args.command == "teardown":
+        lifecycle.teardown(
+            aws, github, region=args.region or settings.region, instance_id=args.instance_id,
+            runner_id=args.runner_id, parameter=args.parameter,
+        )  # fmt: skip
+    elif args.command == "reap":
+        reaper.reap(settings, aws, github, regions=tuple(args.region))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    try:
+        overrides = {"instance_types": args.instance_type} if getattr(args, "instance_type", "") else {}
+        settings = load_settings(args.settings, overrides)
+        if not os.environ.get("GITHUB_REPOSITORY"):
+            raise RunnerError("GITHUB_REPOSITORY (owner/name) is not set; GitHub Actions sets it")
+        run(args, settings)
+    except RunnerError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

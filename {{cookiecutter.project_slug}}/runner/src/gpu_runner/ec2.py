@@ -1,0 +1,269 @@
+"""EC2: resolve the AMI, launch one GPU instance across pools, terminate, read the console.
+
+A pool is (market, instance type, subnet). Pools are tried in order: every spot pool first when spot is enabled,
+then every on-demand pool. Errors are classified so capacity problems move on to the next pool while problems no
+other pool can fix (quota, permission, bad parameter) stop at once with a message that names the fix.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from botocore.exceptions import ClientError
+
+from .errors import CapacityError, LaunchBlockedError, SettingsError
+
+Market = Literal["spot", "on-demand"]
+
+CAPACITY_CODES = frozenset(
+    {
+        "InsufficientInstanceCapacity",
+        "InsufficientCapacity",
+        "UnfulfillableCapacity",
+        "Unsupported",
+        "InsufficientHostCapacity",
+        "InsufficientReservedInstanceCapacity",
+    }
+)
+SPOT_ONLY_CODES = frozenset({"SpotMaxPriceTooLow", "MaxSpotInstanceCountExceeded"})
+
+# What to do about errors that no other pool can fix.
+FATAL_HINTS = {
+    "VcpuLimitExceeded": (
+        "the vCPU quota for this instance family is too low in {region}: in Service Quotas (EC2) request more "
+        "for 'Running On-Demand G and VT instances' (on-demand) or 'All G and VT Spot Instance Requests' (spot); "
+        "new accounts start at 0"
+    ),
+    "InstanceLimitExceeded": "the account's instance limit is reached in {region}: raise it in Service Quotas (EC2)",
+    "UnauthorizedOperation": (
+        "the AWS role is not allowed to launch this instance: it needs ec2:RunInstances and ec2:CreateTags with "
+        "the gpu-runner:managed-by tag, and iam:PassRole on the runner's instance profile (see infra/)"
+    ),
+    "AccessDenied": "the AWS role is not allowed to launch instances (see infra/ for the policy it needs)",
+    "InvalidAMIID.NotFound": "AMI not found in {region}: check ami_id / ami_parameter in configs/gpu-runner.yaml",
+    "InvalidAMIID.Malformed": "ami_id is malformed: use an id like ami-0123456789abcdef0",
+    "InvalidSubnetID.NotFound": "a subnet in subnet_ids does not exist in {region}",
+    "InvalidGroup.NotFound": "a security group in security_group_ids does not exist in {region}",
+    "InvalidParameterValue": "EC2 rejected a launch parameter (see the message): fix configs/gpu-runner.yaml",
+    "InvalidParameterCombination": "EC2 rejected a combination of launch parameters (see the message)",
+    "InvalidParameter": "EC2 rejected a launch parameter (see the message): fix configs/gpu-runner.yaml",
+}
+
+
+def classify(code: str) -> Literal["capacity", "spot-only", "fatal"]:
+    if code in CAPACITY_CODES:
+        return "capacity"
+    if code in SPOT_ONLY_CODES:
+        return "spot-only"
+    return "fatal"
+
+
+def error_code(error: ClientError) -> str:
+    return error.response.get("Error", {}).get("Code", "Unknown")
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Everything about the instance except the pool."""
+
+    ami_id: str
+    root_device_name: str
+    root_volume_gb: int
+    user_data: str
+    tags: Mapping[str, str]
+    security_group_ids: tuple[str, ...] = ()
+    instance_profile: str = ""
+
+
+@dataclass(frozen=True)
+class Attempt:
+    market: Market
+    instance_type: str
+    subnet_id: str | None
+    error: str
+
+
+@dataclass(frozen=True)
+class Launched:
+    instance_id: str
+    instance_type: str
+    market: Market
+    subnet_id: str | None
+    availability_zone: str
+    launch_time: datetime
+    attempts: tuple[Attempt, ...] = field(default_factory=tuple)
+
+
+def resolve_ami(ssm: Any, ec2: Any, *, ami_id: str, ami_parameter: str, region: str) -> tuple[str, str]:
+    """The AMI id (explicit, or read from the configurable SSM parameter) and its root device name."""
+    if not ami_id:
+        try:
+            ami_id = ssm.get_parameter(Name=ami_parameter)["Parameter"]["Value"]
+        except ClientError as error:
+            if error_code(error) == "ParameterNotFound":
+                raise SettingsError(
+                    f"ami_parameter '{ami_parameter}' does not exist in {region}: fix the path in "
+                    f"configs/gpu-runner.yaml or set ami_id"
+                ) from None
+            raise
+    try:
+        images = ec2.describe_images(ImageIds=[ami_id])["Images"]
+    except ClientError as error:
+        raise LaunchBlockedError(_hint(error, region)) from None
+    if not images:
+        raise LaunchBlockedError(f"AMI {ami_id} not found in {region}: check ami_id / ami_parameter")
+    return ami_id, images[0].get("RootDeviceName", "/dev/sda1")
+
+
+def _hint(error: ClientError, region: str) -> str:
+    code = error_code(error)
+    message = error.response.get("Error", {}).get("Message", "")
+    hint = FATAL_HINTS.get(code, "see the AWS message")
+    return f"{code}: {hint.format(region=region)} (AWS said: {message})"
+
+
+def _pools(
+    instance_types: tuple[str, ...], subnet_ids: tuple[str, ...], use_spot: bool
+) -> Iterator[tuple[Market, Iterator[tuple[str, str | None]]]]:
+    markets: tuple[Market, ...] = ("spot", "on-demand") if use_spot else ("on-demand",)
+    for market in markets:
+        yield market, ((t, s) for t in instance_types for s in (subnet_ids or (None,)))
+
+
+def _run_params(
+    spec: LaunchSpec, market: Market, instance_type: str, subnet_id: str | None
+) -> dict[str, Any]:
+    tag_list = [{"Key": k, "Value": v} for k, v in spec.tags.items()]
+    params: dict[str, Any] = {
+        "ImageId": spec.ami_id,
+        "InstanceType": instance_type,
+        "MinCount": 1,
+        "MaxCount": 1,
+        "UserData": spec.user_data,
+        # shutdown -h from inside the instance (runner exit, watchdog, max lifetime) terminates it.
+        "InstanceInitiatedShutdownBehavior": "terminate",
+        # IMDSv2 only; hop limit 2 so the training container can reach the instance role.
+        "MetadataOptions": {
+            "HttpTokens": "required",
+            "HttpPutResponseHopLimit": 2,
+            "HttpEndpoint": "enabled",
+        },
+        "BlockDeviceMappings": [
+            {
+                "DeviceName": spec.root_device_name,
+                "Ebs": {
+                    "VolumeSize": spec.root_volume_gb,
+                    "VolumeType": "gp3",
+                    "Encrypted": True,
+                    "DeleteOnTermination": True,
+                },
+            }
+        ],
+        "TagSpecifications": [
+            {"ResourceType": "instance", "Tags": tag_list},
+            {"ResourceType": "volume", "Tags": tag_list},
+        ],
+    }
+    if market == "spot":
+        params["InstanceMarketOptions"] = {
+            "MarketType": "spot",
+            "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
+        }
+    if subnet_id:
+        params["SubnetId"] = subnet_id
+    if spec.security_group_ids:
+        params["SecurityGroupIds"] = list(spec.security_group_ids)
+    if spec.instance_profile:
+        key = "Arn" if spec.instance_profile.startswith("arn:") else "Name"
+        params["IamInstanceProfile"] = {key: spec.instance_profile}
+    return params
+
+
+def launch_instance(
+    ec2: Any,
+    spec: LaunchSpec,
+    *,
+    region: str,
+    instance_types: tuple[str, ...],
+    subnet_ids: tuple[str, ...],
+    use_spot: bool,
+    log: Any = print,
+) -> Launched:
+    """Launch exactly one instance in the first pool with capacity."""
+    attempts: list[Attempt] = []
+    for market, pools in _pools(instance_types, subnet_ids, use_spot):
+        for instance_type, subnet_id in pools:
+            try:
+                reply = ec2.run_instances(**_run_params(spec, market, instance_type, subnet_id))
+            except ClientError as error:
+                code = error_code(error)
+                attempts.append(Attempt(market, instance_type, subnet_id, code))
+                kind = classify(code)
+                where = f"{market} {instance_type}" + (f" in {subnet_id}" if subnet_id else "")
+                if kind == "capacity":
+                    log(f"no capacity for {where} ({code}); trying the next pool")
+                    continue
+                if kind == "spot-only":
+                    log(f"spot refused for {where} ({code}); falling back to on-demand")
+                    break
+                raise LaunchBlockedError(_hint(error, region)) from None
+            instance = reply["Instances"][0]
+            return Launched(
+                instance_id=instance["InstanceId"],
+                instance_type=instance_type,
+                market=market,
+                subnet_id=subnet_id,
+                availability_zone=instance.get("Placement", {}).get("AvailabilityZone", ""),
+                launch_time=instance.get("LaunchTime", datetime.now(UTC)),
+                attempts=tuple(attempts),
+            )
+    tried = ", ".join(
+        f"{a.market} {a.instance_type}{' ' + a.subnet_id if a.subnet_id else ''}" for a in attempts
+    )
+    raise CapacityError(
+        f"no capacity in any pool ({tried}); add instance types or subnets in other availability zones to "
+        f"configs/gpu-runner.yaml, or retry later"
+    )
+
+
+def terminate(ec2: Any, instance_id: str) -> str:
+    """Terminate; returns the state after the call. Already gone counts as terminated (idempotent)."""
+    try:
+        reply = ec2.terminate_instances(InstanceIds=[instance_id])
+    except ClientError as error:
+        if error_code(error) in {"InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"}:
+            return "terminated"
+        raise
+    return reply["TerminatingInstances"][0]["CurrentState"]["Name"]
+
+
+def describe(ec2: Any, instance_id: str) -> dict[str, Any] | None:
+    try:
+        reservations = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
+    except ClientError as error:
+        if error_code(error) == "InvalidInstanceID.NotFound":
+            return None
+        raise
+    instances = [i for r in reservations for i in r["Instances"]]
+    return instances[0] if instances else None
+
+
+def console_output(ec2: Any, instance_id: str) -> str:
+    """The instance's serial console (user-data logs its phases there); empty when not yet available."""
+    try:
+        reply = ec2.get_console_output(InstanceId=instance_id, Latest=True)
+    except ClientError:
+        try:
+            reply = ec2.get_console_output(InstanceId=instance_id)
+        except ClientError as error:
+            return f"(console output unavailable: {error_code(error)})"
+    text = reply.get("Output") or ""
+    try:
+        # The API returns base64; boto3 does not decode it.
+        return base64.b64decode(text).decode("utf-8", errors="replace")
+    except ValueError:
+        return text

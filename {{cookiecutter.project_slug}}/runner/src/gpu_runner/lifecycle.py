@@ -1,0 +1,294 @@
+"""launch, wait and teardown: the three steps of train.yml's `start` and `stop` jobs.
+
+Ordering rules that keep a paid GPU from being left behind:
+- nothing is created before the inputs are known to be good (AMI resolved, settings valid);
+- every id is written to the step outputs the moment it exists, so `stop` can clean up after a crashed `launch`;
+- when `launch` fails after the JIT config exists, it deletes the runner registration, the parameter and any
+  instance itself before exiting non-zero;
+- teardown terminates the instance even when GitHub is failing, and is safe to run twice.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from . import ec2, naming, parameters
+from .aws import Aws
+from .bootstrap import render_user_data
+from .errors import RegistrationTimeout, RunnerError
+from .github import GitHubRunners, Runner
+from .outputs import write_outputs
+from .settings import Settings
+
+Log = Callable[[str], None]
+# The instance must outlive its own max-lifetime shutdown a little before the reaper calls it expired.
+EXPIRY_MARGIN = timedelta(minutes=10)
+MINIMUM_BILLED_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class LaunchOutcome:
+    runner_id: int
+    runner_name: str
+    label: str
+    parameter: str
+    region: str
+    launched: ec2.Launched
+
+
+def instance_tags(
+    settings: Settings, ctx: naming.RunContext, *, runner_id: int, expires_at: datetime
+) -> dict[str, str]:
+    label = naming.runner_label(ctx)
+    raw = {
+        "Name": naming.runner_name(ctx),
+        naming.MANAGED_BY_KEY: naming.MANAGED_BY_VALUE,
+        naming.TAG_PROJECT: settings.project,
+        naming.TAG_REPOSITORY: ctx.repository,
+        naming.TAG_RUN_ID: ctx.run_id,
+        naming.TAG_RUN_ATTEMPT: ctx.run_attempt,
+        naming.TAG_BRANCH: ctx.branch,
+        naming.TAG_COMMIT: ctx.commit,
+        naming.TAG_LABEL: label,
+        naming.TAG_RUNNER_ID: str(runner_id),
+        naming.TAG_EXPIRES_AT: expires_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    return {key: naming.tag_value(value) for key, value in raw.items()}
+
+
+def launch(
+    settings: Settings,
+    ctx: naming.RunContext,
+    aws: Aws,
+    github: GitHubRunners,
+    *,
+    use_spot: bool | None = None,
+    now: datetime | None = None,
+    log: Log = print,
+) -> LaunchOutcome:
+    region = settings.region
+    ec2_client, ssm = aws.client("ec2", region), aws.client("ssm", region)
+    now = now or datetime.now(UTC)
+    ami_id, root_device = ec2.resolve_ami(
+        ssm, ec2_client, ami_id=settings.ami_id, ami_parameter=settings.ami_parameter, region=region
+    )
+    name, label = naming.runner_name(ctx), naming.runner_label(ctx)
+    parameter = naming.parameter_name(settings.ssm_prefix, ctx)
+    expires_at = now + timedelta(minutes=settings.max_runtime_minutes) + EXPIRY_MARGIN
+
+    jit = github.create_jit_config(name, [label])
+    runner_id = jit.runner.id
+    log(f"registered just-in-time runner {name} (id {runner_id}, label {label})")
+    launched: ec2.Launched | None = None
+    try:
+        write_outputs(
+            {"runner-id": str(runner_id), "runner-name": name, "label": label, "parameter": parameter}
+        )
+        tags = instance_tags(settings, ctx, runner_id=runner_id, expires_at=expires_at)
+        parameters.put_jit_config(ssm, parameter, jit.encoded_jit_config, tags)
+        spec = ec2.LaunchSpec(
+            ami_id=ami_id,
+            root_device_name=root_device,
+            root_volume_gb=settings.root_volume_gb,
+            user_data=render_user_data(
+                settings,
+                region=region,
+                parameter_name=parameter,
+                runner_name=name,
+                expires_at=int(expires_at.timestamp()),
+            ),
+            tags=tags,
+            security_group_ids=settings.security_group_ids,
+            instance_profile=settings.instance_profile,
+        )
+        launched = ec2.launch_instance(
+            ec2_client,
+            spec,
+            region=region,
+            instance_types=settings.instance_types,
+            subnet_ids=settings.subnet_ids,
+            use_spot=settings.use_spot if use_spot is None else use_spot,
+            log=log,
+        )
+        log(
+            f"launched {launched.instance_id}: {launched.market} {launched.instance_type} "
+            f"in {launched.availability_zone or region}"
+        )
+        write_outputs(
+            {
+                "instance-id": launched.instance_id,
+                "region": region,
+                "instance-type": launched.instance_type,
+                "market": launched.market,
+                "availability-zone": launched.availability_zone,
+            }
+        )
+    except BaseException:
+        # BaseException: a cancelled workflow (SIGTERM -> SystemExit) must clean up too.
+        log("launch failed: removing what it created")
+        _undo_launch(aws, github, region, runner_id, parameter, launched, log)
+        raise
+    return LaunchOutcome(runner_id, name, label, parameter, region, launched)
+
+
+def _undo_launch(
+    aws: Aws, github: GitHubRunners, region: str, runner_id: int, parameter: str, launched: Any, log: Log
+) -> None:
+    steps: list[tuple[str, Callable[[], object]]] = []
+    if launched is not None:
+        steps.append(
+            (
+                f"terminate {launched.instance_id}",
+                lambda: ec2.terminate(aws.client("ec2", region), launched.instance_id),
+            )
+        )
+    steps += [
+        (f"delete runner {runner_id}", lambda: github.delete_runner(runner_id)),
+        (
+            f"delete parameter {parameter}",
+            lambda: parameters.delete_parameter(aws.client("ssm", region), parameter),
+        ),
+    ]
+    for what, step in steps:
+        try:
+            step()
+            log(f"cleanup: {what}: done")
+        except Exception as error:  # keep going: every step removes something that costs or leaks
+            log(f"cleanup: {what} FAILED ({error}); the scheduled reaper will retry")
+
+
+def wait(
+    settings: Settings,
+    aws: Aws,
+    github: GitHubRunners,
+    *,
+    region: str,
+    instance_id: str,
+    runner_id: int,
+    timeout_seconds: float | None = None,
+    log: Log = print,
+) -> Runner:
+    """Poll until the runner is online; fail fast when the instance dies; print its console on failure."""
+    ec2_client = aws.client("ec2", region)
+    timeout = settings.wait_timeout_seconds if timeout_seconds is None else timeout_seconds
+
+    def on_poll(elapsed: float, runner: Runner | None) -> None:
+        status = runner.status if runner else "not registered yet"
+        log(f"[{elapsed:5.0f} s] runner {runner_id}: {status}")
+        instance = ec2.describe(ec2_client, instance_id)
+        state = instance["State"]["Name"] if instance else "gone"
+        if state in {"shutting-down", "terminated", "stopping", "stopped", "gone"}:
+            reason = (instance or {}).get("StateReason", {}).get("Message", "")
+            raise RunnerError(f"instance {instance_id} is {state} ({reason}) before its runner came online")
+
+    started = time.monotonic()
+    try:
+        runner = github.wait_until_online(runner_id, timeout, on_poll)
+    except (RegistrationTimeout, RunnerError):
+        log(f"--- console output of {instance_id} ---")
+        log(ec2.console_output(ec2_client, instance_id) or "(empty: the instance has not written any yet)")
+        log("--- end of console output ---")
+        raise
+    log(f"runner {runner.name} online after {time.monotonic() - started:.0f} s")
+    return runner
+
+
+_TRANSITION_TIME = re.compile(r"\((\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) GMT\)")
+
+
+def billed_seconds(instance: dict[str, Any], now: datetime) -> int:
+    """Per-second billing from launch to termination (or now), with EC2's 60-second minimum."""
+    launched: datetime = instance["LaunchTime"]
+    end = now
+    if instance["State"]["Name"] == "terminated":
+        match = _TRANSITION_TIME.search(instance.get("StateTransitionReason", ""))
+        if match:
+            end = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
+    return max(MINIMUM_BILLED_SECONDS, math.ceil((end - launched).total_seconds()))
+
+
+@dataclass(frozen=True)
+class TeardownReport:
+    runner: str
+    instance: str
+    parameter: str
+    billed_seconds: int | None
+
+
+def _delete_runner(github: GitHubRunners, runner_id: int) -> str:
+    return "deleted" if github.delete_runner(runner_id) else "already gone"
+
+
+def _terminate(aws: Aws, region: str, instance_id: str, now: datetime) -> tuple[str, int | None]:
+    client = aws.client("ec2", region)
+    if ec2.describe(client, instance_id) is None:
+        return "already gone", None
+    state = ec2.terminate(client, instance_id)
+    refreshed = ec2.describe(client, instance_id)
+    return state, billed_seconds(refreshed, now) if refreshed else None
+
+
+def _delete_parameter(aws: Aws, region: str, parameter: str) -> str:
+    return "deleted" if parameters.delete_parameter(aws.client("ssm", region), parameter) else "already gone"
+
+
+def teardown(
+    aws: Aws,
+    github: GitHubRunners,
+    *,
+    region: str,
+    instance_id: str = "",
+    runner_id: int | None = None,
+    parameter: str = "",
+    now: datetime | None = None,
+    log: Log = print,
+) -> TeardownReport:
+    """Idempotent: deregister, terminate, delete the parameter; each step runs even when another one failed."""
+    now = now or datetime.now(UTC)
+    problems: dict[str, str] = {}
+    states = {"runner": "not given", "instance": "not given", "parameter": "not given"}
+    billed: int | None = None
+
+    def attempt(what: str, step: Callable[[], str]) -> None:
+        try:
+            states[what] = step()
+            problems.pop(what, None)
+        except Exception as error:  # never skip the remaining steps: each one removes something
+            states[what] = f"FAILED ({error})"
+            problems[what] = str(error)
+
+    if runner_id is not None:
+        attempt("runner", lambda: _delete_runner(github, runner_id))
+    if instance_id:
+
+        def terminate_step() -> str:
+            nonlocal billed
+            state, billed = _terminate(aws, region, instance_id, now)
+            return state
+
+        attempt("instance", terminate_step)
+    if parameter:
+        attempt("parameter", lambda: _delete_parameter(aws, region, parameter))
+    if "runner" in problems and runner_id is not None:
+        # A busy runner whose machine is now gone turns offline and can be deleted: one more try.
+        attempt("runner", lambda: _delete_runner(github, runner_id))
+
+    report = TeardownReport(states["runner"], states["instance"], states["parameter"], billed)
+    log(
+        f"runner {runner_id}: {report.runner}; instance {instance_id or '-'}: {report.instance}; "
+        f"parameter {parameter or '-'}: {report.parameter}"
+    )
+    if billed is not None:
+        log(f"billed seconds: {billed}")
+    if problems:
+        raise RunnerError(
+            "teardown incomplete (the scheduled reaper retries): "
+            + "; ".join(f"{what}: {why}" for what, why in problems.items())
+        )
+    return report

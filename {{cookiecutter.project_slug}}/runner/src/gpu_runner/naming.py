@@ -1,0 +1,89 @@
+"""Names, labels, tags and parameter paths, derived from the workflow run so every piece can be found again.
+
+One function per derived name: launch, wait, teardown and the reaper must all agree on them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+NAME_PREFIX = "gpu-runner-"
+MANAGED_BY_KEY = "gpu-runner:managed-by"
+MANAGED_BY_VALUE = "gpu-runner"
+
+TAG_PROJECT = "gpu-runner:project"
+TAG_REPOSITORY = "gpu-runner:repository"
+TAG_RUN_ID = "gpu-runner:run-id"
+TAG_RUN_ATTEMPT = "gpu-runner:run-attempt"
+TAG_BRANCH = "gpu-runner:branch"
+TAG_COMMIT = "gpu-runner:commit"
+TAG_LABEL = "gpu-runner:label"
+TAG_EXPIRES_AT = "gpu-runner:expires-at"
+TAG_RUNNER_ID = "gpu-runner:runner-id"
+
+_TAG_VALUE_UNSAFE = re.compile(r"[^\w .:/=+\-@]")
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Which workflow run (and attempt) an instance belongs to."""
+
+    repository: str  # owner/name
+    run_id: str
+    run_attempt: str
+    branch: str
+    commit: str
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> RunContext:
+        env = os.environ if env is None else env
+        return cls(
+            repository=env.get("GITHUB_REPOSITORY", ""),
+            run_id=env.get("GITHUB_RUN_ID", "local"),
+            run_attempt=env.get("GITHUB_RUN_ATTEMPT", "1"),
+            branch=env.get("GITHUB_REF_NAME", ""),
+            commit=env.get("GITHUB_SHA", ""),
+        )
+
+    @property
+    def owner(self) -> str:
+        return self.repository.partition("/")[0]
+
+    @property
+    def repo(self) -> str:
+        return self.repository.partition("/")[2]
+
+
+def run_key(ctx: RunContext) -> str:
+    """`<run id>-<attempt>`: shared by the runner name and the parameter path, so the reaper can pair them."""
+    return f"{ctx.run_id}-{ctx.run_attempt}"
+
+
+def runner_name(ctx: RunContext) -> str:
+    """Unique per run and attempt; also the runner's only custom label, so no other job can land on it."""
+    return f"{NAME_PREFIX}{run_key(ctx)}"
+
+
+def runner_label(ctx: RunContext) -> str:
+    return runner_name(ctx)
+
+
+def parameter_name(prefix: str, ctx: RunContext) -> str:
+    """SSM path of this run's JIT config: `<prefix>/<run id>-<attempt>/jitconfig`."""
+    return f"{prefix.rstrip('/')}/{run_key(ctx)}/jitconfig"
+
+
+def run_key_of_runner(name: str) -> str | None:
+    return name[len(NAME_PREFIX) :] if name.startswith(NAME_PREFIX) else None
+
+
+def run_key_of_parameter(name: str) -> str:
+    return name.rstrip("/").split("/")[-2] if name.count("/") >= 2 else ""
+
+
+def tag_value(value: str) -> str:
+    """EC2 tag values allow a limited character set and 256 characters; branch names may hold anything."""
+    return _TAG_VALUE_UNSAFE.sub("_", value)[:256]

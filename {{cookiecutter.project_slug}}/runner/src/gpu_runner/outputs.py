@@ -1,0 +1,22 @@
+"""Step outputs for GitHub Actions: appended to $GITHUB_OUTPUT as each value becomes known.
+
+Written one at a time (not at the end) so the `stop` job can clean up whatever exists even if `launch` dies
+half-way.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+
+def write_outputs(values: Mapping[str, str], env: Mapping[str, str] | None = None) -> None:
+    env = os.environ if env is None else env
+    for key, value in values.items():
+        if "\n" in value or "\n" in key:
+            raise ValueError(f"output {key!r} must be a single line")
+        print(f"{key}={value}")
+    path = env.get("GITHUB_OUTPUT")
+    if path:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.writelines(f"{key}={value}\n" for key, value in values.items())

@@ -1,0 +1,141 @@
+"""Settings of the GPU runner, from `configs/gpu-runner.yaml` with per-run overrides (CLI flags).
+
+Unknown keys and bad values are rejected with the key named, like the training config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import SettingsError
+
+# AWS publishes the current "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04)" id here.
+DEFAULT_AMI_PARAMETER = (
+    "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+)
+INSTANCE_TYPE = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9][a-z0-9-]*")
+REGION = re.compile(r"[a-z]{2}(-gov)?-[a-z]+-\d")
+SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class Settings:
+    project: str
+    region: str
+    instance_types: tuple[str, ...]
+    use_spot: bool = True
+    subnet_ids: tuple[str, ...] = ()
+    security_group_ids: tuple[str, ...] = ()
+    instance_profile: str = ""
+    ami_id: str = ""
+    ami_parameter: str = DEFAULT_AMI_PARAMETER
+    root_volume_gb: int = 100
+    max_runtime_minutes: int = 180
+    idle_timeout_minutes: int = 15
+    ssm_prefix: str = "/gpu-runner"
+    image: str = "tensorflow/tensorflow:2.15.0-gpu"
+    runner_version: str = "latest"
+    runner_sha256: str = ""
+    runner_mirror: str = ""
+    runner_user: str = "runner"
+    wait_timeout_seconds: int = 600
+    reap_grace_minutes: int = 20
+
+    def __post_init__(self) -> None:
+        problems = list(_problems(self))
+        if problems:
+            raise SettingsError("invalid GPU runner settings:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+def _problems(s: Settings) -> list[str]:
+    out: list[str] = []
+    if not s.project:
+        out.append("project: must not be empty")
+    if not REGION.fullmatch(s.region):
+        out.append(f"region: '{s.region}' is not an AWS region like eu-west-1")
+    if not s.instance_types:
+        out.append("instance_types: list at least one GPU instance type, e.g. [g4dn.xlarge]")
+    out += [
+        f"instance_types: '{t}' is not an instance type like g4dn.xlarge"
+        for t in s.instance_types
+        if not INSTANCE_TYPE.fullmatch(t)
+    ]
+    for name in ("root_volume_gb", "max_runtime_minutes", "idle_timeout_minutes", "wait_timeout_seconds"):
+        value = getattr(s, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            out.append(f"{name}: must be a positive integer (got {value!r})")
+    both_ints = isinstance(s.idle_timeout_minutes, int) and isinstance(s.max_runtime_minutes, int)
+    if both_ints and s.idle_timeout_minutes >= s.max_runtime_minutes:
+        out.append("idle_timeout_minutes: must be shorter than max_runtime_minutes")
+    if s.ami_id and not re.fullmatch(r"ami-[0-9a-f]{8,17}", s.ami_id):
+        out.append(f"ami_id: '{s.ami_id}' is not an AMI id like ami-0123456789abcdef0")
+    if not s.ami_id and not s.ami_parameter.startswith("/"):
+        out.append("ami_parameter: must be an SSM parameter path starting with '/' (or set ami_id)")
+    if not s.ssm_prefix.startswith("/"):
+        out.append(f"ssm_prefix: '{s.ssm_prefix}' must start with '/'")
+    if s.runner_version != "latest" and not re.fullmatch(r"\d+\.\d+\.\d+", s.runner_version):
+        out.append(f"runner_version: '{s.runner_version}' must be 'latest' or a version like 2.330.0")
+    if s.runner_sha256 and not SHA256.fullmatch(s.runner_sha256):
+        out.append("runner_sha256: must be 64 lowercase hex characters")
+    if s.runner_sha256 and s.runner_version == "latest":
+        out.append("runner_sha256: a checksum needs a pinned runner_version")
+    if s.runner_mirror and not s.runner_mirror.startswith("s3://"):
+        out.append(f"runner_mirror: '{s.runner_mirror}' must be an s3://bucket/prefix URI")
+    if not re.fullmatch(r"[a-z_][a-z0-9_-]{0,31}", s.runner_user):
+        out.append(f"runner_user: '{s.runner_user}' is not a valid Linux user name")
+    return out
+
+
+_TUPLE_FIELDS = {"instance_types", "subnet_ids", "security_group_ids"}
+
+
+def _coerce(name: str, value: Any) -> Any:
+    if name in _TUPLE_FIELDS:
+        if isinstance(value, str):
+            return tuple(item.strip() for item in value.split(",") if item.strip())
+        if isinstance(value, list | tuple):
+            return tuple(str(item) for item in value)
+        raise SettingsError(f"{name}: must be a list or a comma-separated string (got {value!r})")
+    return value
+
+
+def settings_from_mapping(raw: Mapping[str, Any], source: str = "<settings>") -> Settings:
+    known = {f.name for f in fields(Settings)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise SettingsError(
+            f"{source}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(known))}"
+        )
+    missing = sorted(
+        f.name for f in fields(Settings) if f.default is dataclasses.MISSING and f.name not in raw
+    )
+    if missing:
+        raise SettingsError(f"{source}: missing required key(s) {', '.join(missing)}")
+    try:
+        return Settings(**{name: _coerce(name, value) for name, value in raw.items()})
+    except SettingsError as error:
+        raise SettingsError(f"{source}: {error}") from None
+
+
+def load_settings(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Settings:
+    """Read the YAML file, apply non-empty overrides (CLI flags, workflow inputs), validate."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        raise SettingsError(
+            f"{path}: settings file not found (pass --settings configs/gpu-runner.yaml)"
+        ) from None
+    except yaml.YAMLError as error:
+        raise SettingsError(f"{path}: not valid YAML: {error}") from None
+    if not isinstance(raw, dict):
+        raise SettingsError(f"{path}: top level must be a mapping of settings")
+    merged = {**raw, **{k: v for k, v in (overrides or {}).items() if v not in (None, "")}}
+    return settings_from_mapping(merged, str(path))

@@ -1,0 +1,104 @@
+"""Inject AWS error responses into real boto3 clients, at the HTTP layer.
+
+moto has no notion of capacity, quotas or throttling. A `before-send` hook answers chosen requests with the real
+EC2/SSM error document instead of sending them, so botocore parses, classifies and (for throttling) retries them
+exactly as it would a real AWS answer. Every other request goes to the moto server untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs
+
+import boto3
+from botocore.awsrequest import AWSResponse
+
+Predicate = Callable[[dict[str, str]], bool]
+
+
+class _Body:
+    def __init__(self, payload: bytes) -> None:
+        self._payload = payload
+
+    def stream(self, **_: Any) -> Iterator[bytes]:
+        yield self._payload
+
+
+@dataclass
+class _Fault:
+    service: str
+    operation: str
+    code: str
+    status: int
+    remaining: int
+    when: Predicate | None
+
+
+def _ec2_error(code: str, message: str) -> bytes:
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?><Response><Errors><Error><Code>{code}</Code>'
+        f"<Message>{message}</Message></Error></Errors><RequestID>00000000-fault</RequestID></Response>"
+    ).encode()
+
+
+def _json_error(code: str, message: str) -> bytes:
+    return json.dumps({"__type": code, "message": message}).encode()
+
+
+def request_params(request: Any) -> dict[str, str]:
+    """The flat parameters of a query-protocol request (EC2), or the JSON body (SSM)."""
+    body = request.body or b""
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", errors="replace")
+    if body.startswith("{"):
+        return {k: json.dumps(v) if not isinstance(v, str) else v for k, v in json.loads(body).items()}
+    return {key: values[0] for key, values in parse_qs(body).items()}
+
+
+class AwsFaults:
+    """Registered on a boto3 Session: every client created from it afterwards can be given faults."""
+
+    def __init__(self, session: boto3.Session) -> None:
+        self.session = session
+        self.injected: list[tuple[str, str, str, dict[str, str]]] = []
+        self._faults: list[_Fault] = []
+        self._lock = threading.Lock()
+        session.events.register("before-send", self._before_send)
+
+    def fail(
+        self,
+        service: str,
+        operation: str,
+        code: str,
+        *,
+        times: int = 1,
+        status: int = 400,
+        when: Predicate | None = None,
+    ) -> None:
+        """Answer the next `times` matching calls with `code` (times=-1: every call)."""
+        with self._lock:
+            self._faults.append(_Fault(service, operation, code, status, times, when))
+
+    def _before_send(self, request: Any, **kwargs: Any) -> AWSResponse | None:
+        event_name: str = kwargs.get("event_name", "")
+        _, service, operation = [*event_name.split("."), "", ""][:3]
+        params = request_params(request)
+        with self._lock:
+            for fault in self._faults:
+                if (fault.service, fault.operation) != (service, operation) or fault.remaining == 0:
+                    continue
+                if fault.when is not None and not fault.when(params):
+                    continue
+                fault.remaining -= 1 if fault.remaining > 0 else 0
+                self.injected.append((service, operation, fault.code, params))
+                payload = (
+                    _ec2_error(fault.code, f"injected {fault.code}")
+                    if service == "ec2"
+                    else _json_error(fault.code, f"injected {fault.code}")
+                )
+                return AWSResponse(request.url, fault.status, {}, _Body(payload))
+        return None

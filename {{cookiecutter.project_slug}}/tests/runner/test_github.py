@@ -1,0 +1,358 @@
+"""gpu_runner.github with real PyGithub over real HTTP against the local GitHub double."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+
+import pytest
+import requests
+from github import Auth
+from github_double import (
+    DEFAULT_REPOSITORY,
+    DEFAULT_TOKEN,
+    READ_ONLY_TOKEN,
+    GitHubDouble,
+    app_private_key_pem,
+    decode_jit_config,
+)
+
+from gpu_runner.errors import RegistrationTimeout, RunnerError, SettingsError
+from gpu_runner.github import GitHubRunners, JitConfig, Runner
+
+RUNNERS_PATH = f"/repos/{DEFAULT_REPOSITORY}/actions/runners"
+JIT_PATH = f"{RUNNERS_PATH}/generate-jitconfig"
+NAME = "gpu-runner-777-1"
+
+
+def client(double: GitHubDouble, token: str = DEFAULT_TOKEN, **options: object) -> GitHubRunners:
+    options = {"backoff_seconds": 0.01, "busy_timeout_seconds": 5.0, **options}
+    return GitHubRunners(DEFAULT_REPOSITORY, Auth.Token(token), base_url=double.url, **options)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def gh(github_double: GitHubDouble) -> Iterator[GitHubRunners]:
+    with client(github_double) as runners:
+        yield runners
+
+
+# ---------------------------------------------------------------------- registration
+def test_jit_config_registers_a_runner_with_its_unique_name_and_label(
+    gh: GitHubRunners, github_double: GitHubDouble
+) -> None:
+    jit = gh.create_jit_config(NAME, [NAME])
+
+    assert jit.runner == Runner(id=jit.runner.id, name=NAME, status="offline", busy=False, labels=(NAME,))
+    assert github_double.issued_jit_configs[NAME] == jit.encoded_jit_config
+    assert decode_jit_config(jit.encoded_jit_config)[".runner"]["AgentName"] == NAME
+    body = {"name": NAME, "runner_group_id": 1, "labels": [NAME], "work_folder": "_work"}
+    assert github_double.calls == [("POST", JIT_PATH, {}, body, 201)]
+    assert github_double.runners[jit.runner.id]["ephemeral"] is True
+
+
+def test_duplicate_runner_name_is_a_clear_error(gh: GitHubRunners, github_double: GitHubDouble) -> None:
+    first = gh.create_jit_config(NAME, [NAME])
+    with pytest.raises(RunnerError, match=rf"'{NAME}' already exists .*id {first.runner.id}, offline"):
+        gh.create_jit_config(NAME, [NAME])
+    assert [c.status for c in github_double.calls if c.path == JIT_PATH] == [201, 409]
+
+
+def test_labels_are_required(gh: GitHubRunners, github_double: GitHubDouble) -> None:
+    with pytest.raises(RunnerError, match="at least one label"):
+        gh.create_jit_config(NAME, [])
+    assert github_double.calls == []
+    # GitHub itself refuses an empty label list, and so does the double.
+    response = requests.post(
+        github_double.url + JIT_PATH,
+        json={"name": NAME, "runner_group_id": 1, "labels": []},
+        headers={"Authorization": f"Bearer {DEFAULT_TOKEN}"},
+        timeout=5,
+    )
+    assert response.status_code == 422
+
+
+def test_jit_config_repr_hides_the_secret(gh: GitHubRunners, github_double: GitHubDouble) -> None:
+    jit = gh.create_jit_config(NAME, [NAME])
+    secret = decode_jit_config(jit.encoded_jit_config)[".credentials_rsaparams"]["d"]
+    for text in (repr(jit), str(jit), repr([jit])):
+        assert jit.encoded_jit_config not in text and secret not in text
+        assert NAME in text
+    assert JitConfig(jit.runner, "s3cr3t").__repr__().count("s3cr3t") == 0
+
+
+# ---------------------------------------------------------------------- listing and lookup
+def test_list_follows_every_page_and_filters_by_name(github_double: GitHubDouble) -> None:
+    names = [f"gpu-runner-{n}-1" for n in range(7)]
+    with client(github_double, per_page=3) as gh:
+        created = [gh.create_jit_config(name, [name]).runner for name in names]
+        github_double.clear_calls()
+
+        listed = gh.list_runners()
+        assert listed == created
+        pages = [c for c in github_double.calls if c.path == RUNNERS_PATH]
+        assert [(c.query.get("page", "1"), c.query["per_page"], c.status) for c in pages] == [
+            ("1", "3", 200),
+            ("2", "3", 200),
+            ("3", "3", 200),
+        ]
+
+        github_double.clear_calls()
+        assert gh.list_runners(name=names[4]) == [created[4]]
+        assert gh.list_runners(name="gpu-runner-unknown") == []
+        assert [c.query["name"] for c in github_double.calls] == [names[4], "gpu-runner-unknown"]
+
+
+def test_get_runner_and_404_is_none(gh: GitHubRunners, github_double: GitHubDouble) -> None:
+    jit = gh.create_jit_config(NAME, [NAME, "gpu"])
+    assert gh.get_runner(jit.runner.id) == jit.runner
+    assert gh.get_runner(999_999) is None
+    statuses = [(c.method, c.path, c.status) for c in github_double.calls]
+    assert ("GET", f"{RUNNERS_PATH}/999999", 404) in statuses
+
+
+def test_404_from_a_wrong_repository_is_not_mistaken_for_a_missing_runner(
+    github_double: GitHubDouble,
+) -> None:
+    auth = Auth.Token(DEFAULT_TOKEN)
+    with GitHubRunners("octo-org/typo", auth, base_url=github_double.url, backoff_seconds=0.01) as gh:
+        with pytest.raises(RunnerError, match=r"octo-org/typo was not found .*installed on the repository"):
+            gh.get_runner(23)
+        with pytest.raises(RunnerError, match="octo-org/typo was not found"):
+            gh.list_runners()
+        with pytest.raises(RunnerError, match="octo-org/typo is wrong or not visible"):
+            gh.create_jit_config(NAME, [NAME])
+
+
+# ---------------------------------------------------------------------- deletion
+def test_delete_returns_true_then_false_once_gone(gh: GitHubRunners, github_double: GitHubDouble) -> None:
+    runner_id = gh.create_jit_config(NAME, [NAME]).runner.id
+    assert gh.delete_runner(runner_id) is True
+    assert runner_id not in github_double.runners
+    assert gh.delete_runner(runner_id) is False
+    deletes = [c.status for c in github_double.calls if c.method == "DELETE"]
+    assert deletes == [204, 404]
+
+
+def test_delete_waits_while_the_runner_is_busy(gh: GitHubRunners, github_double: GitHubDouble) -> None:
+    runner_id = gh.create_jit_config(NAME, [NAME]).runner.id
+    github_double.stay_busy_for(runner_id, delete_attempts=2)
+
+    assert gh.delete_runner(runner_id) is True
+
+    deletes = [c for c in github_double.calls if c.method == "DELETE"]
+    assert [(c.path, c.status) for c in deletes] == [
+        (f"{RUNNERS_PATH}/{runner_id}", s) for s in (422, 422, 204)
+    ]
+
+
+def test_delete_gives_up_on_a_runner_that_stays_busy(github_double: GitHubDouble) -> None:
+    with client(github_double, busy_timeout_seconds=0.3) as gh:
+        runner_id = gh.create_jit_config(NAME, [NAME]).runner.id
+        github_double.set_status(runner_id, "online", busy=True)
+        started = time.monotonic()
+        with pytest.raises(RunnerError, match=f"runner {runner_id} is still busy .*a job is running"):
+            gh.delete_runner(runner_id)
+    assert time.monotonic() - started < 2
+    assert runner_id in github_double.runners
+    assert len([c for c in github_double.calls if c.method == "DELETE"]) >= 2
+
+
+# ---------------------------------------------------------------------- transient failures and rate limits
+def test_server_errors_are_retried_transparently(gh: GitHubRunners, github_double: GitHubDouble) -> None:
+    github_double.fail("POST", "generate-jitconfig$", 500)
+    github_double.fail("POST", "generate-jitconfig$", 502)
+    jit = gh.create_jit_config(NAME, [NAME])
+    assert [c.status for c in github_double.calls] == [500, 502, 201]
+
+    github_double.fail("GET", "/actions/runners$", 503)
+    github_double.fail("GET", "/actions/runners$", 504)
+    assert gh.list_runners() == [jit.runner]
+    github_double.fail("DELETE", r"/actions/runners/\d+$", 502)
+    assert gh.delete_runner(jit.runner.id) is True
+
+
+def test_a_lasting_outage_fails_with_the_status(gh: GitHubRunners, github_double: GitHubDouble) -> None:
+    github_double.fail("GET", "/actions/runners$", 502, times=10)
+    with pytest.raises(RunnerError, match="listing runners: GitHub answered 502 after 4 attempts"):
+        gh.list_runners()
+    assert len(github_double.calls) == 4
+
+
+def test_secondary_rate_limit_honours_retry_after(gh: GitHubRunners, github_double: GitHubDouble) -> None:
+    github_double.fail(
+        "GET",
+        "/actions/runners$",
+        403,
+        headers={"Retry-After": "1"},
+        body={
+            "message": "You have exceeded a secondary rate limit. Please wait a few minutes before you try again."
+        },
+    )
+    started = time.monotonic()
+    assert gh.list_runners() == []
+    assert time.monotonic() - started >= 0.9
+    assert [c.status for c in github_double.calls] == [403, 200]
+
+
+def test_rate_limit_headers_and_json_on_every_response(github_double: GitHubDouble) -> None:
+    for headers in ({}, {"Authorization": f"token {DEFAULT_TOKEN}"}):
+        response = requests.get(github_double.url + RUNNERS_PATH, headers=headers, timeout=5)
+        assert response.headers["Content-Type"].startswith("application/json")
+        assert {"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset", "x-ratelimit-used"} <= {
+            key.lower() for key in response.headers
+        }
+    assert [c.status for c in github_double.calls] == [401, 200]
+
+
+# ---------------------------------------------------------------------- credentials
+def test_bad_token_is_a_clear_error_without_the_token(github_double: GitHubDouble) -> None:
+    with client(github_double, token="github_pat_wrong") as gh, pytest.raises(RunnerError) as raised:
+        gh.list_runners()
+    message = str(raised.value)
+    assert "401 Bad credentials" in message and "GPU_RUNNER_TOKEN" in message
+    assert "github_pat_wrong" not in message
+
+
+def test_missing_administration_permission_says_which(github_double: GitHubDouble) -> None:
+    with client(github_double, token=READ_ONLY_TOKEN) as gh:
+        assert gh.list_runners() == []  # reading needs only Administration: read
+        with pytest.raises(
+            RunnerError, match=r"403 .*'Administration: write' on octo-org/octo-repo .*GITHUB_TOKEN"
+        ):
+            gh.create_jit_config(NAME, [NAME])
+
+
+def test_from_env_with_a_pat(github_double: GitHubDouble) -> None:
+    env = {"GPU_RUNNER_TOKEN": DEFAULT_TOKEN, "GITHUB_API_URL": github_double.url}
+    with GitHubRunners.from_env(DEFAULT_REPOSITORY, env=env, backoff_seconds=0.01) as gh:
+        gh.create_jit_config(NAME, [NAME])
+    assert [(r.path, r.scheme, r.credential) for r in github_double.requests] == [
+        (JIT_PATH, "token", DEFAULT_TOKEN)
+    ]
+
+
+def test_from_env_with_a_github_app_exchanges_a_jwt_for_an_installation_token(
+    github_double: GitHubDouble,
+) -> None:
+    env = {
+        "GPU_RUNNER_APP_ID": str(github_double.app_id),
+        "GPU_RUNNER_APP_PRIVATE_KEY": app_private_key_pem(),
+        "GITHUB_API_URL": github_double.url,
+    }
+    with GitHubRunners.from_env(DEFAULT_REPOSITORY, env=env, backoff_seconds=0.01) as gh:
+        jit = gh.create_jit_config(NAME, [NAME])
+        assert gh.delete_runner(jit.runner.id) is True
+
+    installation = github_double.installation_ids[DEFAULT_REPOSITORY]
+    seen = [(r.method, r.path, r.status, r.scheme) for r in github_double.requests]
+    assert seen == [
+        ("GET", f"/repos/{DEFAULT_REPOSITORY}/installation", 200, "bearer"),
+        ("POST", f"/app/installations/{installation}/access_tokens", 201, "bearer"),
+        ("POST", JIT_PATH, 201, "token"),
+        ("DELETE", f"{RUNNERS_PATH}/{jit.runner.id}", 204, "token"),
+    ]
+    (issued,) = github_double.installation_tokens
+    assert issued.startswith("ghs_")
+    assert {r.credential for r in github_double.requests[2:]} == {issued}  # one token, reused
+
+
+def test_app_with_a_foreign_key_is_refused(github_double: GitHubDouble) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    other = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    env = {"GPU_RUNNER_APP_ID": str(github_double.app_id), "GPU_RUNNER_APP_PRIVATE_KEY": other.decode()}
+    env["GITHUB_API_URL"] = github_double.url
+    with pytest.raises(SettingsError, match="rejected the App's JWT"):
+        GitHubRunners.from_env(DEFAULT_REPOSITORY, env=env, backoff_seconds=0.01)
+    assert [c.status for c in github_double.calls] == [401]
+    assert github_double.installation_tokens == {}
+
+
+def test_app_not_installed_on_the_repository(github_double: GitHubDouble) -> None:
+    env = {
+        "GPU_RUNNER_APP_ID": str(github_double.app_id),
+        # A one-line variable with literal \n, as some secret stores keep a PEM.
+        "GPU_RUNNER_APP_PRIVATE_KEY": app_private_key_pem().replace("\n", "\\n"),
+        "GITHUB_API_URL": github_double.url,
+    }
+    with pytest.raises(SettingsError, match="not installed on octo-org/elsewhere"):
+        GitHubRunners.from_env("octo-org/elsewhere", env=env, backoff_seconds=0.01)
+    assert [c.status for c in github_double.calls] == [404]
+
+
+def test_from_env_without_credentials_names_what_to_set() -> None:
+    with pytest.raises(SettingsError) as raised:
+        GitHubRunners.from_env(DEFAULT_REPOSITORY, env={"GITHUB_TOKEN": "ghs_default"})
+    message = str(raised.value)
+    for needed in ("GPU_RUNNER_TOKEN", "GPU_RUNNER_APP_ID", "GPU_RUNNER_APP_PRIVATE_KEY", "GITHUB_TOKEN"):
+        assert needed in message
+    assert "Administration: write" in message
+    with pytest.raises(SettingsError, match="GPU_RUNNER_APP_PRIVATE_KEY is not set"):
+        GitHubRunners.from_env(DEFAULT_REPOSITORY, env={"GPU_RUNNER_APP_ID": "1"})
+    with pytest.raises(SettingsError, match="owner/name"):
+        GitHubRunners.from_env("not a repo", env={"GPU_RUNNER_TOKEN": "x"})
+
+
+# ---------------------------------------------------------------------- waiting for registration
+def test_wait_until_online_polls_until_the_runner_connects(
+    gh: GitHubRunners, github_double: GitHubDouble
+) -> None:
+    runner_id = gh.create_jit_config(NAME, [NAME]).runner.id
+    github_double.online_after(runner_id, polls=3)
+    polls: list[tuple[float, Runner | None]] = []
+
+    runner = gh.wait_until_online(runner_id, timeout_seconds=10, on_poll=lambda t, r: polls.append((t, r)))
+
+    assert runner.status == "online" and runner.name == NAME
+    assert [r.status for _, r in polls if r] == ["offline", "offline", "offline", "online"]
+    assert [t for t, _ in polls] == sorted(t for t, _ in polls)
+
+
+def test_wait_until_online_after_a_boot_delay(gh: GitHubRunners, github_double: GitHubDouble) -> None:
+    github_double.online_after(NAME, seconds=0.2)  # by name, before the runner exists
+    runner_id = gh.create_jit_config(NAME, [NAME]).runner.id
+    started = time.monotonic()
+    assert gh.wait_until_online(runner_id, timeout_seconds=10).status == "online"
+    assert time.monotonic() - started >= 0.2
+
+
+def test_wait_until_online_times_out(gh: GitHubRunners, github_double: GitHubDouble) -> None:
+    runner_id = gh.create_jit_config(NAME, [NAME]).runner.id
+    started = time.monotonic()
+    with pytest.raises(RegistrationTimeout, match=f"runner {runner_id} did not come online .*'offline'"):
+        gh.wait_until_online(runner_id, timeout_seconds=0.3)
+    assert 0.3 <= time.monotonic() - started < 2
+
+
+def test_debug_logging_never_shows_a_secret(
+    github_double: GitHubDouble, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="github")  # PyGithub pins its logger to INFO unless asked
+    env = {
+        "GPU_RUNNER_APP_ID": str(github_double.app_id),
+        "GPU_RUNNER_APP_PRIVATE_KEY": app_private_key_pem(),
+        "GITHUB_API_URL": github_double.url,
+    }
+    with GitHubRunners.from_env(DEFAULT_REPOSITORY, env=env, backoff_seconds=0.01) as gh:
+        jit = gh.create_jit_config(NAME, [NAME])
+    with client(github_double) as gh:
+        gh.get_runner(jit.runner.id)
+
+    assert "generate-jitconfig" in caplog.text  # PyGithub did log the calls...
+    (installation_token,) = github_double.installation_tokens
+    for secret in (jit.encoded_jit_config, installation_token, DEFAULT_TOKEN, "PRIVATE KEY"):
+        assert secret not in caplog.text  # ...but none of the credentials
+
+
+def test_a_broken_app_key_is_a_settings_error(github_double: GitHubDouble) -> None:
+    pem = "-----BEGIN RSA PRIVATE KEY-----\nbm90IGEga2V5\n-----END RSA PRIVATE KEY-----"
+    env = {"GPU_RUNNER_APP_ID": "1", "GPU_RUNNER_APP_PRIVATE_KEY": pem, "GITHUB_API_URL": github_double.url}
+    with pytest.raises(SettingsError, match="GPU_RUNNER_APP_PRIVATE_KEY could not be loaded") as raised:
+        GitHubRunners.from_env(DEFAULT_REPOSITORY, env=env)
+    assert "bm90IGEga2V5" not in str(raised.value)
+    assert github_double.calls == []
