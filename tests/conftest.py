@@ -175,3 +175,16 @@ def cli_replay(workdir: Path, answers: Mapping[str, Any]) -> subprocess.Complete
     """`cookiecutter --replay-file <file> <template>`: every answer delivered verbatim, as data."""
     replay = write_replay(workdir / "replay.json", answers)
     return run_cli(workdir, "--replay-file", str(replay), str(TEMPLATE_ROOT))
+
+
+def iter_strings(data: Any) -> Iterator[str]:
+    """Every string inside parsed YAML/JSON/TOML data, keys included."""
+    if isinstance(data, str):
+        yield data
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            yield from iter_strings(key)
+            yield from iter_strings(value)
+    elif isinstance(data, list):
+        for item in data:
+            yield from iter_strings(item)

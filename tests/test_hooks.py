@@ -29,6 +29,7 @@ from conftest import (
     cli_no_input,
     cli_replay,
     default_answers,
+    iter_strings,
     load_hook,
     parse_structured,
     render_hook,
@@ -396,18 +397,6 @@ def test_injection_values_survive_exactly(injected_project: Path) -> None:
     assert FREE_TEXT["author_name"] in (injected_project / "LICENSE").read_text(encoding="utf-8")
 
 
-def strings_in(data: Any) -> Iterator[str]:
-    if isinstance(data, str):
-        yield data
-    elif isinstance(data, dict):
-        for key, value in data.items():
-            yield from strings_in(key)
-            yield from strings_in(value)
-    elif isinstance(data, list):
-        for item in data:
-            yield from strings_in(item)
-
-
 def test_injection_values_are_whole_wherever_they_land(injected_project: Path) -> None:
     """Any YAML/TOML/JSON string or Python string constant that holds a free-text answer holds all of it.
 
@@ -416,7 +405,7 @@ def test_injection_values_are_whole_wherever_they_land(injected_project: Path) -
     marker = NASTY[:6]  # "Zoë's "
     landed: dict[str, list[str]] = {}
     for path in structured_files(injected_project):
-        landed[str(path.relative_to(injected_project))] = list(strings_in(parse_structured(path)))
+        landed[str(path.relative_to(injected_project))] = list(iter_strings(parse_structured(path)))
     for path, text in text_files(injected_project).items():
         if path.suffix == ".py":
             tree = ast.parse(text)

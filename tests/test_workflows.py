@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 
 import pytest
 import yaml
-from conftest import write_config
+from conftest import iter_strings, write_config
 from cookiecutter.main import cookiecutter
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -569,19 +569,6 @@ def run_bash(
         [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()] if log.exists() else []
     )
     return proc.returncode, calls
-
-
-def strings(value: Any) -> Iterator[str]:
-    """Every string inside a parsed YAML value (keys included)."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from strings(key)
-            yield from strings(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from strings(item)
 
 
 def run_steps(doc: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
@@ -1222,7 +1209,7 @@ def test_untrusted_expressions_only_under_env(baked: Path) -> None:
     for name, doc in gpu_workflows(baked).items():
         for where, step in iter_steps(doc):
             for key, value in step.items():
-                for text in strings(value):
+                for text in iter_strings(value):
                     for expression in EXPRESSION_RE.findall(text):
                         if UNTRUSTED_RE.search(expression):
                             assert key in {"env", "if"}, f"{name}.yml {where}.{key}: ${{{{ {expression} }}}}"
