@@ -222,9 +222,11 @@ def rejection_runs(
         if getattr(item, "originalname", None) == "test_rejected" and hasattr(item, "callspec")
     ]
 
+    # mktemp is not thread-safe: make every directory here, before the threads start.
+    workdirs = {case_id: tmp_path_factory.mktemp(case_id) for case_id in selected}
+
     def run(case_id: str) -> tuple[subprocess.CompletedProcess[str], Path]:
-        workdir = tmp_path_factory.mktemp(case_id)
-        return REJECTIONS[case_id].run(workdir), workdir
+        return REJECTIONS[case_id].run(workdirs[case_id]), workdirs[case_id]
 
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         yield {case_id: pool.submit(run, case_id) for case_id in selected}
