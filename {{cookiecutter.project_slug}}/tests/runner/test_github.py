@@ -232,14 +232,19 @@ def test_from_env_with_a_pat(github_double: GitHubDouble) -> None:
     ]
 
 
-def test_from_env_with_a_github_app_exchanges_a_jwt_for_an_installation_token(
-    github_double: GitHubDouble,
-) -> None:
-    env = {
+def app_env(github_double: GitHubDouble) -> dict[str, str]:
+    """The GitHub App credentials the workflows pass, pointing at the double."""
+    return {
         "GPU_RUNNER_APP_ID": str(github_double.app_id),
         "GPU_RUNNER_APP_PRIVATE_KEY": app_private_key_pem(),
         "GITHUB_API_URL": github_double.url,
     }
+
+
+def test_from_env_with_a_github_app_exchanges_a_jwt_for_an_installation_token(
+    github_double: GitHubDouble,
+) -> None:
+    env = app_env(github_double)
     with GitHubRunners.from_env(DEFAULT_REPOSITORY, env=env, backoff_seconds=0.01) as gh:
         jit = gh.create_jit_config(NAME, [NAME])
         assert gh.delete_runner(jit.runner.id) is True
@@ -334,11 +339,7 @@ def test_debug_logging_never_shows_a_secret(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     caplog.set_level(logging.DEBUG, logger="github")  # PyGithub pins its logger to INFO unless asked
-    env = {
-        "GPU_RUNNER_APP_ID": str(github_double.app_id),
-        "GPU_RUNNER_APP_PRIVATE_KEY": app_private_key_pem(),
-        "GITHUB_API_URL": github_double.url,
-    }
+    env = app_env(github_double)
     with GitHubRunners.from_env(DEFAULT_REPOSITORY, env=env, backoff_seconds=0.01) as gh:
         jit = gh.create_jit_config(NAME, [NAME])
     with client(github_double) as gh:

@@ -8,7 +8,7 @@ other pool can fix (quota, permission, bad parameter) stop at once with a messag
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -191,7 +191,7 @@ def launch_instance(
     instance_types: tuple[str, ...],
     subnet_ids: tuple[str, ...],
     use_spot: bool,
-    log: Any = print,
+    log: Callable[[str], None] = print,
 ) -> Launched:
     """Launch exactly one instance in the first pool with capacity."""
     attempts: list[Attempt] = []
