@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from .config import ConfigError, load_config
+from .config import ConfigError, config_from_dict, load_config
 from .errors import DataError, ExportError
 
 
@@ -16,6 +16,11 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="train, evaluate, export and log one MLflow run")
     train.add_argument("--config", type=Path, default=Path("configs/train.yaml"), help="YAML config file")
+    train.add_argument(
+        "--checkpoint-uri",
+        default=None,
+        help="s3://bucket/prefix for resumable checkpoints (overrides training.checkpoint_uri; '' = local only)",
+    )
     check = commands.add_parser("check-config", help="validate a config file and print it resolved")
     check.add_argument("--config", type=Path, default=Path("configs/train.yaml"))
     return parser
@@ -25,6 +30,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         cfg = load_config(args.config)
+        if getattr(args, "checkpoint_uri", None) is not None:
+            raw = cfg.model_dump(mode="json")
+            raw["training"]["checkpoint_uri"] = args.checkpoint_uri
+            cfg = config_from_dict(raw, f"{args.config} with --checkpoint-uri")
         if args.command == "check-config":
             print(cfg.model_dump_json(indent=2))
             return 0

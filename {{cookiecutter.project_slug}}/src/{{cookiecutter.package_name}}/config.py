@@ -83,9 +83,21 @@ class TrainingConfig(_Strict):
     deterministic: bool = True
     shuffle_buffer: PositiveInt = 2048
     checkpoint_dir: Path = Path("outputs/checkpoints")
+    # s3://bucket/prefix: the backup is mirrored there and an interrupted attempt resumes from it. Empty = local
+    # disk only (lost with the machine). train.yml sets it to the project bucket (--checkpoint-uri).
+    checkpoint_uri: str = ""
+    # "epoch", or a number of batches between backups (long epochs on spot capacity).
+    checkpoint_every: Literal["epoch"] | PositiveInt = "epoch"
     # Only take effect when a GPU is visible: on CPU both are slower or unsupported.
     mixed_precision: bool = True
     xla: bool = True
+
+    @field_validator("checkpoint_uri")
+    @classmethod
+    def _checkpoint_uri(cls, value: str) -> str:
+        if value and (not value.startswith("s3://") or not value[5:].split("/", 1)[0]):
+            raise ValueError("must be empty (local disk only) or an s3://bucket/prefix URI")
+        return value
 
 
 class ExportConfig(_Strict):

@@ -12,7 +12,7 @@ import numpy as np
 import tensorflow as tf
 import yaml
 
-from . import data, evaluate, export, runtime, tracking
+from . import checkpoints, data, evaluate, export, runtime, tracking
 from .config import Config
 from .model import build_model
 from .pipeline import make_dataset
@@ -27,10 +27,15 @@ class TrainResult:
     epochs_run: int
 
 
-def _callbacks(cfg: Config) -> list[tf.keras.callbacks.Callback]:
+def _callbacks(cfg: Config, s3_sync: tf.keras.callbacks.Callback | None) -> list[tf.keras.callbacks.Callback]:
+    backup = tf.keras.callbacks.BackupAndRestore(
+        backup_dir=str(cfg.training.checkpoint_dir), save_freq=cfg.training.checkpoint_every
+    )
+    # Order matters: the S3 sync pushes what BackupAndRestore has just written.
     return [
-        # Resumes an interrupted fit() from the last finished epoch; deleted once training completes.
-        tf.keras.callbacks.BackupAndRestore(backup_dir=str(cfg.training.checkpoint_dir)),
+        # Resumes an interrupted fit() from the last backup; deleted locally once training completes.
+        backup,
+        *([s3_sync] if s3_sync else []),
         tf.keras.callbacks.EarlyStopping(
             monitor="val_loss", patience=cfg.training.early_stopping_patience, restore_best_weights=True
         ),
@@ -38,7 +43,36 @@ def _callbacks(cfg: Config) -> list[tf.keras.callbacks.Callback]:
     ]
 
 
-def _fit(cfg: Config, splits: data.Splits, plan: runtime.RuntimePlan, strategy: tf.distribute.Strategy):
+def _checkpoint_store(cfg: Config) -> checkpoints.S3Checkpoints | None:
+    if not cfg.training.checkpoint_uri:
+        return None
+    tags = tracking.run_tags()
+    uri = checkpoints.checkpoint_prefix(
+        cfg.training.checkpoint_uri,
+        tags.get("git.branch", ""),
+        tags.get("git.commit", ""),
+        checkpoints.config_hash(cfg.model_dump(mode="json")),
+    )
+    return checkpoints.S3Checkpoints(uri, cfg.training.checkpoint_dir)
+
+
+def _full_history(run_id: str, this_attempt: dict[str, list[float]]) -> dict[str, list[float]]:
+    """fit() of a resumed attempt only returns its own epochs; the run holds them all."""
+    client = mlflow.MlflowClient()
+    full = {}
+    for name in this_attempt:
+        points = sorted(client.get_metric_history(run_id, name), key=lambda m: (m.step, m.timestamp))
+        full[name] = list({m.step: m.value for m in points}.values())
+    return full
+
+
+def _fit(
+    cfg: Config,
+    splits: data.Splits,
+    plan: runtime.RuntimePlan,
+    strategy: tf.distribute.Strategy,
+    s3_sync: tf.keras.callbacks.Callback | None,
+):
     t = cfg.training
     train_ds = make_dataset(
         splits.x_train,
@@ -58,7 +92,7 @@ def _fit(cfg: Config, splits: data.Splits, plan: runtime.RuntimePlan, strategy: 
             jit_compile=plan.xla,
         )
     history = model.fit(
-        train_ds, validation_data=val_ds, epochs=t.epochs, callbacks=_callbacks(cfg), verbose=1
+        train_ds, validation_data=val_ds, epochs=t.epochs, callbacks=_callbacks(cfg, s3_sync), verbose=1
     )
     return model, history.history
 
@@ -101,6 +135,26 @@ def _export_and_log(
     return metrics
 
 
+def _log_inputs(
+    cfg: Config, splits: data.Splits, plan: runtime.RuntimePlan, config_path: Path | None
+) -> None:
+    mlflow.log_params({**cfg.flat_params(), **plan.describe()})
+    mlflow.log_dict(cfg.model_dump(mode="json"), "config/resolved_config.json")
+    if config_path is not None:
+        mlflow.log_artifact(str(config_path), "config")
+    mlflow.log_params(
+        {
+            "data.train_samples": len(splits.y_train),
+            "data.classes": splits.num_classes,
+            "data.input_shape": "x".join(map(str, splits.input_shape)),
+        }
+    )
+
+
+def _attempt_tags(plan: runtime.RuntimePlan) -> dict[str, str]:
+    return {f"resumed.{key}": str(value) for key, value in plan.describe().items()}
+
+
 def train(cfg: Config, config_path: Path | None = None) -> TrainResult:
     """Run the whole job; returns where the MLflow run is and its headline metrics."""
     plan, strategy = runtime.configure(cfg.training)
@@ -115,26 +169,39 @@ def train(cfg: Config, config_path: Path | None = None) -> TrainResult:
 
     out = Path(cfg.export.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    store = _checkpoint_store(cfg)
+    restored = store.restore() if store else None
+    resume_id = restored.run_id if restored and restored.run_id else None
+    if restored and store:
+        print(f"resuming from {store.uri}: {restored.epochs_done} epoch(s) done, run {resume_id}")
     with mlflow.start_run(
-        run_name=cfg.tracking.run_name,
+        run_id=resume_id,
+        run_name=None if resume_id else cfg.tracking.run_name,
         tags=tracking.run_tags(),
         log_system_metrics=cfg.tracking.log_system_metrics,
     ) as run:
-        mlflow.log_params({**cfg.flat_params(), **plan.describe()})
-        mlflow.log_dict(cfg.model_dump(mode="json"), "config/resolved_config.json")
-        if config_path is not None:
-            mlflow.log_artifact(str(config_path), "config")
-        mlflow.log_params(
-            {
-                "data.train_samples": len(splits.y_train),
-                "data.classes": splits.num_classes,
-                "data.input_shape": "x".join(map(str, splits.input_shape)),
-            }
+        if resume_id:
+            # Params are write-once in MLflow and the first attempt logged them; this machine may differ.
+            mlflow.set_tags(
+                {"resumed.from_epoch": str(restored.epochs_done if restored else 0), **_attempt_tags(plan)}
+            )
+        else:
+            _log_inputs(cfg, splits, plan, config_path)
+        s3_sync = (
+            checkpoints.S3CheckpointSync(store, run.info.run_id, restored.epochs_done if restored else 0)
+            if store
+            else None
         )
+        if store:
+            mlflow.set_tag("checkpoint.uri", store.uri)
 
         started = time.perf_counter()
-        model, history = _fit(cfg, splits, plan, strategy)
+        model, history = _fit(cfg, splits, plan, strategy, s3_sync)
         mlflow.log_metric("training_seconds", time.perf_counter() - started)
+        if resume_id:
+            history = _full_history(run.info.run_id, history)
+        if store and s3_sync:
+            store.mark_complete({"run_id": run.info.run_id, "epochs_done": len(history.get("loss", []))})
 
         with tempfile.TemporaryDirectory(dir=out) as scratch:
             result, keras_pred = _evaluate_and_log(cfg, model, splits, history, Path(scratch))

@@ -9,6 +9,11 @@ from botocore.config import Config
 
 # "standard" mode retries throttling and transient errors with exponential backoff and jitter.
 RETRY_CONFIG = Config(retries={"mode": "standard", "max_attempts": 8}, connect_timeout=10, read_timeout=60)
+# For callers that decide per error whether to try again (RunInstances: see ec2._run_instances). In `retries`,
+# `total_max_attempts` counts the first call; `max_attempts` counts retries only (RETRY_CONFIG: 9 calls in all).
+SINGLE_ATTEMPT_CONFIG = Config(
+    retries={"mode": "standard", "total_max_attempts": 1}, connect_timeout=10, read_timeout=60
+)
 
 
 class Aws:
@@ -22,4 +27,13 @@ class Aws:
         key = (service, region)
         if key not in self._clients:
             self._clients[key] = self.session.client(service, region_name=region, config=RETRY_CONFIG)
+        return self._clients[key]
+
+    def single_attempt_client(self, service: str, region: str) -> Any:
+        """A client that never retries on its own: its caller decides which errors deserve another try."""
+        key = (f"{service}:single-attempt", region)
+        if key not in self._clients:
+            self._clients[key] = self.session.client(
+                service, region_name=region, config=SINGLE_ATTEMPT_CONFIG
+            )
         return self._clients[key]

@@ -8,12 +8,15 @@ other pool can fix (quota, permission, bad parameter) stop at once with a messag
 from __future__ import annotations
 
 import base64
+import random
+import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError, ReadTimeoutError
 
 from .errors import CapacityError, LaunchBlockedError, SettingsError
 
@@ -30,6 +33,21 @@ CAPACITY_CODES = frozenset(
     }
 )
 SPOT_ONLY_CODES = frozenset({"SpotMaxPriceTooLow", "MaxSpotInstanceCountExceeded"})
+# Worth another try in the same pool: throttling and EC2's own transient failures (not capacity).
+TRANSIENT_CODES = frozenset(
+    {
+        "RequestLimitExceeded",
+        "Throttling",
+        "ThrottlingException",
+        "RequestThrottled",
+        "InternalError",
+        "InternalFailure",
+        "ServiceUnavailable",
+        "Unavailable",
+    }
+)
+RUN_ATTEMPTS_PER_POOL = 6
+MAX_BACKOFF_SECONDS = 20.0
 
 # What to do about errors that no other pool can fix.
 FATAL_HINTS = {
@@ -183,6 +201,28 @@ def _run_params(
     return params
 
 
+def _run_instances(ec2: Any, params: dict[str, Any]) -> dict[str, Any]:
+    """RunInstances in one pool, retrying only throttling and transient errors.
+
+    Written by hand because botocore's retry modes retry every HTTP 5xx, and EC2 answers
+    InsufficientInstanceCapacity with a 500: retried, a pool without capacity would cost up to a minute before
+    the next pool is tried. One ClientToken for all tries of a pool keeps a retried launch from creating a
+    second instance when an earlier answer was lost."""
+    params = {**params, "ClientToken": str(uuid.uuid4())}
+    for attempt in range(1, RUN_ATTEMPTS_PER_POOL + 1):
+        try:
+            return ec2.run_instances(**params)
+        except ClientError as error:
+            if error_code(error) not in TRANSIENT_CODES or attempt == RUN_ATTEMPTS_PER_POOL:
+                raise
+        except (EndpointConnectionError, ConnectionClosedError, ReadTimeoutError):
+            if attempt == RUN_ATTEMPTS_PER_POOL:
+                raise
+        # Full jitter, as botocore's standard mode: 0..min(20, 2^attempt) s.
+        time.sleep(random.uniform(0, min(MAX_BACKOFF_SECONDS, 2.0**attempt)))
+    raise AssertionError("unreachable")
+
+
 def launch_instance(
     ec2: Any,
     spec: LaunchSpec,
@@ -193,12 +233,13 @@ def launch_instance(
     use_spot: bool,
     log: Callable[[str], None] = print,
 ) -> Launched:
-    """Launch exactly one instance in the first pool with capacity."""
+    """Launch exactly one instance in the first pool with capacity. `ec2` must be a single-attempt client
+    (Aws.single_attempt_client): retries are decided here, per error."""
     attempts: list[Attempt] = []
     for market, pools in _pools(instance_types, subnet_ids, use_spot):
         for instance_type, subnet_id in pools:
             try:
-                reply = ec2.run_instances(**_run_params(spec, market, instance_type, subnet_id))
+                reply = _run_instances(ec2, _run_params(spec, market, instance_type, subnet_id))
             except ClientError as error:
                 code = error_code(error)
                 attempts.append(Attempt(market, instance_type, subnet_id, code))

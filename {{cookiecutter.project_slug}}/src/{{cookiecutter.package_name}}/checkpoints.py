@@ -1,0 +1,145 @@
+"""Training checkpoints in S3: a resumable fit() survives the loss of its machine.
+
+Keras' BackupAndRestore writes the backup (weights, optimizer state, epoch/batch counters) to local disk; this
+module mirrors it to `<checkpoint_uri>/<branch>/<commit>-<config hash>/` after every backup, with a state file
+holding the MLflow run id, and restores it before fit() on the next attempt of the same branch, commit and
+config, so that attempt continues the same MLflow run at the right epoch. A finished training marks its prefix
+complete: a later run of the same commit and config starts fresh instead of resuming a finished fit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+import tensorflow as tf
+from botocore.exceptions import ClientError
+
+from .errors import DataError
+from .s3sync import parse_s3_uri
+
+STATE = "state.json"
+FILES = "files/"
+
+
+def config_hash(resolved: Mapping[str, Any]) -> str:
+    """Same config -> same checkpoint prefix; any change (epochs, model, data) starts a new one."""
+    return hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def checkpoint_prefix(base_uri: str, branch: str, commit: str, digest: str) -> str:
+    safe_branch = re.sub(r"[^A-Za-z0-9._-]+", "-", branch or "no-branch").strip("-") or "no-branch"
+    return f"{base_uri.rstrip('/')}/{safe_branch}/{(commit or 'no-commit')[:12]}-{digest}"
+
+
+@dataclass(frozen=True)
+class Restored:
+    run_id: str
+    epochs_done: int
+    files: int
+
+
+class S3Checkpoints:
+    """One checkpoint prefix in S3 and the local BackupAndRestore directory it mirrors."""
+
+    def __init__(self, uri: str, local_dir: Path, client: Any | None = None) -> None:
+        self.uri = uri
+        self.bucket, self.prefix = parse_s3_uri(uri)
+        self.local_dir = local_dir
+        self.client = client or boto3.client("s3")
+
+    def _state(self) -> dict[str, Any] | None:
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=self.prefix + STATE)["Body"].read()
+        except ClientError as error:
+            code = error.response.get("Error", {}).get("Code", "")
+            if code in {"NoSuchKey", "404"}:
+                return None
+            if code == "NoSuchBucket":
+                raise DataError(
+                    f"training.checkpoint_uri '{self.uri}': bucket '{self.bucket}' does not exist "
+                    "(create it with infra/, or clear checkpoint_uri to keep checkpoints on local disk)"
+                ) from None
+            raise
+        return json.loads(body)
+
+    def _keys(self) -> dict[str, int]:
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=self.prefix + FILES
+        )
+        return {obj["Key"]: obj["Size"] for page in pages for obj in page.get("Contents", [])}
+
+    def restore(self) -> Restored | None:
+        """Download an unfinished checkpoint into the local backup directory; None when there is none."""
+        state = self._state()
+        if not state or state.get("complete"):
+            return None
+        keys = self._keys()
+        for key in keys:
+            relative = Path(key[len(self.prefix + FILES) :])
+            if relative.is_absolute() or ".." in relative.parts:
+                raise DataError(
+                    f"refusing checkpoint key '{key}': it would be written outside {self.local_dir}"
+                )
+            target = self.local_dir / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self.client.download_file(self.bucket, key, str(target))
+        return Restored(str(state.get("run_id", "")), int(state.get("epochs_done", 0)), len(keys))
+
+    def push(self, state: Mapping[str, Any]) -> int:
+        """Mirror the local backup (uploads first, then stale deletes), then the state: a reader never sees a
+        state that points at files not uploaded yet."""
+        local = {
+            self.prefix + FILES + path.relative_to(self.local_dir).as_posix(): path
+            for path in sorted(self.local_dir.rglob("*"))
+            if path.is_file()
+        }
+        for key, path in local.items():
+            self.client.upload_file(str(path), self.bucket, key)
+        stale = [key for key in self._keys() if key not in local]
+        for start in range(0, len(stale), 1000):
+            batch = [{"Key": key} for key in stale[start : start + 1000]]
+            self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True})
+        self.client.put_object(
+            Bucket=self.bucket, Key=self.prefix + STATE, Body=json.dumps(dict(state)).encode()
+        )
+        return len(local)
+
+    def mark_complete(self, state: Mapping[str, Any]) -> None:
+        self.client.put_object(
+            Bucket=self.bucket, Key=self.prefix + STATE, Body=json.dumps({**state, "complete": True}).encode()
+        )
+
+
+class S3CheckpointSync(tf.keras.callbacks.Callback):
+    """Pushes the local backup to S3 whenever BackupAndRestore (earlier in the callback list) wrote a new one."""
+
+    def __init__(self, store: S3Checkpoints, run_id: str, initial_epochs: int = 0) -> None:
+        super().__init__()
+        self.store, self.run_id = store, run_id
+        self.epochs_done = initial_epochs
+        self.pushes = 0
+        self._last_seen: float = 0.0
+
+    def _newest_write(self) -> float:
+        return max((p.stat().st_mtime for p in self.store.local_dir.rglob("*") if p.is_file()), default=0.0)
+
+    def _push_if_new(self, batch: int | None) -> None:
+        newest = self._newest_write()
+        if newest > self._last_seen:
+            self._last_seen = newest
+            self.store.push({"run_id": self.run_id, "epochs_done": self.epochs_done, "batch": batch})
+            self.pushes += 1
+
+    def on_train_batch_end(self, batch: int, logs: Mapping[str, float] | None = None) -> None:
+        self._push_if_new(batch)
+
+    def on_epoch_end(self, epoch: int, logs: Mapping[str, float] | None = None) -> None:
+        self.epochs_done = epoch + 1
+        self._push_if_new(None)
