@@ -9,7 +9,7 @@ BUILD ?= build
 DEMO_DIR := $(BUILD)/demo
 PYTEST_ARGS ?=
 
-.PHONY: help uv install test test-matrix lint format relock demo bench clean
+.PHONY: help uv install test test-e2e test-matrix lint format relock demo bench clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -21,7 +21,10 @@ install: uv ## Create .venv with the template's test tools (from uv.lock)
 	$(UV) sync --locked
 
 test: install ## Run the template test suite (bakes, lints, and runs baked projects' own tests)
-	$(UV) run --locked pytest -m "not matrix" $(PYTEST_ARGS)
+	$(UV) run --locked pytest -m "not matrix and not e2e" $(PYTEST_ARGS)
+
+test-e2e: install ## Bake the defaults and run their `make e2e`: the offline story and the fault table (~10 min)
+	$(UV) run --locked pytest -m e2e $(PYTEST_ARGS)
 
 test-matrix: install ## Bake and check every option combination (slow)
 	$(UV) run --locked pytest -m matrix $(PYTEST_ARGS)
@@ -37,13 +40,16 @@ format: install ## Apply ruff fixes and formatting to the template's own Python
 relock: install ## Regenerate the generated project's uv.lock after changing its pyproject.toml
 	$(UV) run --locked python scripts/relock.py
 
-demo: install ## Bake the defaults into build/demo, install, train on digits, log to a local MLflow store
+demo: install ## Bake the defaults into build/demo and run the offline story: push -> GPU runner -> MLflow -> teardown
 	rm -rf $(DEMO_DIR)
 	$(UV) run --locked cookiecutter --no-input --output-dir $(DEMO_DIR) .
 	cd $(DEMO_DIR)/*/ && git init -q && git add -A \
 		&& git -c user.name=demo -c user.email=demo@example.invalid commit -q -m "baked from the template" \
-		&& $(MAKE) install UV="$(UV)" && $(MAKE) train UV="$(UV)"
-	@project=$$(cd $(DEMO_DIR)/*/ && pwd); printf '\nDemo project: %s\nOpen the run:  cd %s && make mlflow-ui\n' "$$project" "$$project"
+		&& $(MAKE) install UV="$(UV)" && $(MAKE) story UV="$(UV)"
+	@project=$$(cd $(DEMO_DIR)/*/ && pwd); printf '%s\n' "" "Demo project: $$project" \
+		"  report (timeline, MLflow run, fault table): $$project/.e2e-cache/report.json" \
+		"  the fault scenarios too (~7 min):           cd $$project && make e2e" \
+		"  train locally and browse runs:              cd $$project && make train && make mlflow-ui"
 
 bench: install ## Print bake, install, test-suite and pipeline throughput figures for this machine
 	$(UV) run --locked python benchmarks/run.py

@@ -61,8 +61,12 @@ CLI_CONTRACT = {
     "launch": {"--instance-type", "--spot"},
     "wait": {"--region", "--instance-id", "--runner-id"},
     "teardown": {"--region", "--instance-id", "--runner-id", "--parameter"},
+    "resume": {
+        "--ref", "--attempt", "--train-interrupted", "--region", "--instance-id", "--commit", "--config",
+        "--instance-type",
+    },
     "reap": set(),
-}
+}  # fmt: skip
 # Step outputs `gpu-runner launch` writes to $GITHUB_OUTPUT (all are mapped to outputs of the start job).
 LAUNCH_OUTPUTS = (
     "runner-id",
@@ -493,8 +497,12 @@ BENIGN_OUTPUTS = {
     "region": "eu-west-1",
     "instance-type": "g5.xlarge",
     "market": "spot",
+    "interrupted": "true",
 }
-BENIGN_INPUTS = {"config": "configs/train.yaml", "instance-type": "g5.xlarge", "spot": "true"}
+BENIGN_INPUTS = {
+    "config": "configs/train.yaml", "instance-type": "g5.xlarge", "spot": "true", "attempt": "2",
+    "commit": "0123456789abcdef0123456789abcdef01234567",
+}  # fmt: skip
 
 
 def context_value(name: str, scenario: str) -> str:
@@ -509,6 +517,8 @@ def context_value(name: str, scenario: str) -> str:
         return ATTACK_REF
     if scenario == "attack" and name == "github.ref":
         return f"refs/heads/{ATTACK_REF}"
+    if name == "github.ref_name":  # a push and a dispatch always have one
+        return "train/demo"
     if not UNTRUSTED_RE.match(name):
         return f"<{name}>"
     if scenario == "attack":
@@ -948,7 +958,7 @@ def test_template_makefile_has_ci_targets() -> None:
     makefile = REPO_ROOT / "Makefile"
     if not makefile.is_file():
         pytest.skip("template Makefile not written yet")
-    assert {"test", "test-matrix"} <= make_targets(makefile)
+    assert {"test", "test-e2e", "test-matrix"} <= make_targets(makefile)
 
 
 def test_template_ci_meaning(template_workflows: list[Path]) -> None:
@@ -956,8 +966,12 @@ def test_template_ci_meaning(template_workflows: list[Path]) -> None:
     assert triggers(ci) == {"push", "pull_request"}
     assert "${{ github.ref }}" in ci["concurrency"]["group"]
     jobs = ci["jobs"]
-    assert jobs["test-matrix"]["needs"] == "test"
-    for job_id, command in (("test", "make test"), ("test-matrix", "make test-matrix")):
+    assert jobs["test-matrix"]["needs"] == jobs["test-e2e"]["needs"] == "test"
+    for job_id, command in (
+        ("test", "make test"),
+        ("test-e2e", "make test-e2e"),
+        ("test-matrix", "make test-matrix"),
+    ):
         job = jobs[job_id]
         assert job["runs-on"] == "ubuntu-latest"
         setup_python = [s for s in job["steps"] if s.get("uses", "").startswith("actions/setup-python@")]
@@ -989,6 +1003,9 @@ def test_train_triggers_and_concurrency(baked: Path) -> None:
         "config": "configs/train.yaml",
         "instance-type": "",
         "spot": "default",
+        # Set by the stop job's re-dispatch after a spot interruption.
+        "attempt": "1",
+        "commit": "",
     }
     assert inputs["spot"]["type"] == "choice" and inputs["spot"]["options"] == ["default", "true", "false"]
     # One training per branch; a running one is never cancelled.
@@ -1025,7 +1042,10 @@ def test_train_job_graph(baked: Path) -> None:
     assert setup["with"] == {"install": "image", "enable-cache": "false"}
     (train_step,) = [s for s in train["steps"] if "run" in s]
     package = answers_of(baked)["package_name"]
-    assert f"python -m {package} train --config" in train_step["run"]
+    assert f"python -m {package} train" in train_step["run"]
+    assert '--config "${CONFIG}" --checkpoint-uri "${CHECKPOINT_URI}"' in train_step["run"]
+    # Exit status 75 (spot interruption notice) becomes the job output the stop job's resume step reads.
+    assert train["outputs"] == {"interrupted": "${{ steps.train.outputs.interrupted }}"}
     env = train_step["env"]
     assert env["CONFIG"] == "${{ inputs.config || 'configs/train.yaml' }}"
     assert env["GPU_INSTANCE_TYPE"] == "${{ needs.start.outputs.instance-type }}"
@@ -1039,9 +1059,15 @@ def test_train_job_graph(baked: Path) -> None:
     for output in ("instance-id", "runner-id"):
         assert f"needs.start.outputs.{output} != ''" in condition
     assert stop["runs-on"] == "ubuntu-latest"
-    assert stop["permissions"] == {"contents": "read", "id-token": "write"}
-    (teardown,) = [s for s in stop["steps"] if "run" in s]
+    # actions: write = dispatching the next attempt after a spot interruption, with the run's own token.
+    assert stop["permissions"] == {"contents": "read", "id-token": "write", "actions": "write"}
+    # After "Cancel workflow" only `if: always()` steps run: every step of stop must say so.
+    assert all(step.get("if") == "always()" for step in stop["steps"]), stop["steps"]
+    teardown, resume = [s for s in stop["steps"] if "run" in s]
     assert re.search(r"gpu-runner --settings \S+ teardown ", teardown["run"])
+    assert re.search(r"gpu-runner --settings \S+ resume ", resume["run"])
+    assert resume["env"]["GITHUB_TOKEN"] == "${{ github.token }}"
+    assert resume["env"]["TRAIN_INTERRUPTED"] == "${{ needs.train.outputs.interrupted }}"
     for name, output in (
         ("REGION", "region"),
         ("INSTANCE_ID", "instance-id"),
@@ -1212,7 +1238,15 @@ def test_untrusted_expressions_only_under_env(baked: Path) -> None:
                 for text in iter_strings(value):
                     for expression in EXPRESSION_RE.findall(text):
                         if UNTRUSTED_RE.search(expression):
-                            assert key in {"env", "if"}, f"{name}.yml {where}.{key}: ${{{{ {expression} }}}}"
+                            # One input of a JavaScript action (never a shell): the commit a resumed
+                            # attempt checks out.
+                            checkout_ref = key == "with" and step.get("uses", "").startswith(
+                                "actions/checkout@"
+                            )
+                            checkout_ref = checkout_ref and expression == "inputs.commit || github.sha"
+                            assert key in {"env", "if"} or checkout_ref, (
+                                f"{name}.yml {where}.{key}: ${{{{ {expression} }}}}"
+                            )
 
 
 def test_hostile_branch_names_and_inputs_stay_data(baked: Path, tmp_path: Path) -> None:
@@ -1230,17 +1264,19 @@ def test_hostile_branch_names_and_inputs_stay_data(baked: Path, tmp_path: Path) 
             assert code == 0, f"{name}.yml {where} failed"
             arguments = [a for argv in calls for a in argv]
             hostile = [a for a in arguments if "pwned" in a]
-            assert all(a.split("=", 1)[-1] == PAYLOAD or a == PAYLOAD for a in hostile), hostile
+            assert all(
+                a.split("=", 1)[-1] in (PAYLOAD, ATTACK_REF) or a in (PAYLOAD, ATTACK_REF) for a in hostile
+            ), hostile
             if PAYLOAD in env.values():
                 assert hostile, f"{name}.yml {where}: no hostile value reached a command (is the test stale?)"
-    assert ran == 5
+    assert ran == 6
 
 
 def test_injection_harness_catches_an_expression_in_run(baked: Path, tmp_path: Path) -> None:
     """Negative control: the train step written the unsafe way (`${{ inputs.config }}` pasted into `run:`) and
     substituted by GitHub first does run the payload, so the test above would notice."""
     doc = gpu_workflows(baked)["train"]
-    _, job, step = next(x for x in run_steps(doc) if "train --config" in x[2]["run"])
+    _, job, step = next(x for x in run_steps(doc) if '--config "${CONFIG}"' in x[2]["run"])
     unsafe = step["run"].replace('"${CONFIG}"', '"${{ inputs.config }}"')
     assert unsafe != step["run"]
     workdir = tmp_path / "unsafe"

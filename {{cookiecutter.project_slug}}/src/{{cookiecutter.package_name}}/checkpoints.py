@@ -54,7 +54,8 @@ class S3Checkpoints:
         self.local_dir = local_dir
         self.client = client or boto3.client("s3")
 
-    def _state(self) -> dict[str, Any] | None:
+    def state(self) -> dict[str, Any] | None:
+        """The state file beside the checkpoint (run id, epochs done, complete), or None when there is none."""
         try:
             body = self.client.get_object(Bucket=self.bucket, Key=self.prefix + STATE)["Body"].read()
         except ClientError as error:
@@ -77,7 +78,7 @@ class S3Checkpoints:
 
     def restore(self) -> Restored | None:
         """Download an unfinished checkpoint into the local backup directory; None when there is none."""
-        state = self._state()
+        state = self.state()
         if not state or state.get("complete"):
             return None
         keys = self._keys()
@@ -120,26 +121,41 @@ class S3Checkpoints:
 class S3CheckpointSync(tf.keras.callbacks.Callback):
     """Pushes the local backup to S3 whenever BackupAndRestore (earlier in the callback list) wrote a new one."""
 
-    def __init__(self, store: S3Checkpoints, run_id: str, initial_epochs: int = 0) -> None:
+    def __init__(
+        self, store: S3Checkpoints, run_id: str, initial_epochs: int = 0, per_batch: bool = False
+    ) -> None:
         super().__init__()
         self.store, self.run_id = store, run_id
         self.epochs_done = initial_epochs
+        # Batch-count backups (checkpoint_every: N) need a look after every batch; epoch backups do not.
+        self.per_batch = per_batch
         self.pushes = 0
         self._last_seen: float = 0.0
 
     def _newest_write(self) -> float:
         return max((p.stat().st_mtime for p in self.store.local_dir.rglob("*") if p.is_file()), default=0.0)
 
-    def _push_if_new(self, batch: int | None) -> None:
+    def push_if_new(self, batch: int | None = None) -> None:
         newest = self._newest_write()
         if newest > self._last_seen:
             self._last_seen = newest
-            self.store.push({"run_id": self.run_id, "epochs_done": self.epochs_done, "batch": batch})
+            self.store.push(
+                # Keras hands numpy integers after a restore; JSON wants Python ones.
+                {
+                    "run_id": self.run_id,
+                    "epochs_done": int(self.epochs_done),
+                    "batch": None if batch is None else int(batch),
+                }
+            )
             self.pushes += 1
 
+    def _implements_train_batch_hooks(self) -> bool:
+        return self.per_batch
+
     def on_train_batch_end(self, batch: int, logs: Mapping[str, float] | None = None) -> None:
-        self._push_if_new(batch)
+        if self.per_batch:
+            self.push_if_new(batch)
 
     def on_epoch_end(self, epoch: int, logs: Mapping[str, float] | None = None) -> None:
         self.epochs_done = epoch + 1
-        self._push_if_new(None)
+        self.push_if_new(None)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from .config import ConfigError, config_from_dict, load_config
-from .errors import DataError, ExportError
+from .errors import EXIT_INTERRUPTED, DataError, ExportError, TrainingInterrupted
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,6 +46,15 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, DataError, ExportError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except TrainingInterrupted as stopped:
+        print(f"interrupted: {stopped}", file=sys.stderr)
+        from .tracking import append_job_summary  # TensorFlow is loaded by now
+
+        append_job_summary(
+            f"### Training interrupted\n\n{stopped}. The checkpoint is in S3; the stop job starts the next "
+            "attempt, which resumes this MLflow run.\n"
+        )
+        return EXIT_INTERRUPTED
     return 0
 
 

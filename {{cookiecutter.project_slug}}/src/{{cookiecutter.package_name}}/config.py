@@ -88,6 +88,10 @@ class TrainingConfig(_Strict):
     checkpoint_uri: str = ""
     # "epoch", or a number of batches between backups (long epochs on spot capacity).
     checkpoint_every: Literal["epoch"] | PositiveInt = "epoch"
+    # Watch the spot interruption notice (IMDS): checkpoint and stop inside the two-minute warning.
+    # "auto" = only on spot capacity (train.yml sets GPU_MARKET).
+    watch_interruptions: Literal["auto"] | bool = "auto"
+    interruption_poll_seconds: float = Field(5.0, gt=0, le=60)
     # Only take effect when a GPU is visible: on CPU both are slower or unsupported.
     mixed_precision: bool = True
     xla: bool = True
@@ -121,6 +125,17 @@ class Config(_Strict):
     training: TrainingConfig = TrainingConfig()
     export: ExportConfig = ExportConfig()
     tracking: TrackingConfig = TrackingConfig()
+
+    def trajectory(self) -> dict[str, Any]:
+        """What decides the training's path (data, model, training), without where files go or how it is
+        watched: a re-run on another machine must find the same checkpoint."""
+        dumped = self.model_dump(mode="json")
+        local = {"checkpoint_dir", "checkpoint_uri", "watch_interruptions", "interruption_poll_seconds"}
+        return {
+            "data": {k: v for k, v in dumped["data"].items() if k != "cache_dir"},
+            "model": dumped["model"],
+            "training": {k: v for k, v in dumped["training"].items() if k not in local},
+        }
 
     def flat_params(self) -> dict[str, str]:
         """The whole resolved config as `section.key -> str`, the shape MLflow params need."""

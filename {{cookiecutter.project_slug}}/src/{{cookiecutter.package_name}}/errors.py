@@ -7,3 +7,18 @@ class DataError(ValueError):
 
 class ExportError(RuntimeError):
     """An exported model does not behave like the trained Keras model."""
+
+
+# EX_TEMPFAIL: try again. The workflow's stop job re-dispatches the training when the train step exits with it.
+EXIT_INTERRUPTED = 75
+
+
+class TrainingInterrupted(RuntimeError):
+    """EC2 is taking the instance back; the last checkpoint is in S3 and the next attempt resumes from it."""
+
+    def __init__(self, detail: dict, epochs_done: int) -> None:
+        super().__init__(
+            f"spot interruption notice ({detail.get('action', 'terminate')} at {detail.get('time', '?')}): "
+            f"stopped after checkpointing; {epochs_done} epoch(s) done"
+        )
+        self.detail, self.epochs_done = detail, epochs_done

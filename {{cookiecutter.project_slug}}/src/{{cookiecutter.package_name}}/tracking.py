@@ -29,7 +29,8 @@ def run_tags(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """Tags that let a reviewer go from an MLflow run back to the exact code and workflow run."""
     env = os.environ if env is None else env
     in_actions = env.get("GITHUB_ACTIONS") == "true"
-    commit = env.get("GITHUB_SHA") if in_actions else _git("rev-parse", "HEAD")
+    # TRAIN_COMMIT: train.yml's resumed attempts train a given commit, not the branch head.
+    commit = (env.get("TRAIN_COMMIT") or env.get("GITHUB_SHA")) if in_actions else _git("rev-parse", "HEAD")
     branch = env.get("GITHUB_REF_NAME") if in_actions else _git("rev-parse", "--abbrev-ref", "HEAD")
     tags: dict[str, str] = {}
     if commit:
@@ -47,6 +48,8 @@ def run_tags(env: Mapping[str, str] | None = None) -> dict[str, str]:
         tags["github.run_url"] = run_url
         tags["github.workflow"] = env.get("GITHUB_WORKFLOW", "")
         tags["github.actor"] = env.get("GITHUB_ACTOR", "")
+    if env.get("TRAIN_ATTEMPT"):
+        tags["train.attempt"] = env["TRAIN_ATTEMPT"]
     # Set by train.yml from the launch step, so a run says which hardware (and market) produced it.
     for variable, tag in (("GPU_INSTANCE_TYPE", "gpu.instance_type"), ("GPU_MARKET", "gpu.market")):
         if env.get(variable):

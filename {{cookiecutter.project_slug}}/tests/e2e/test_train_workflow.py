@@ -1,59 +1,28 @@
 """`make e2e`: the real train.yml, start -> train -> stop, with act against local AWS, GitHub and MLflow.
 
-See harness.py for what is real and what is a double. The happy story only: one launch, one training, teardown.
+See harness.py for what is real and what is a double. The happy story: one launch, one training, teardown.
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import boto3
 import pytest
-import yaml
-from harness import (
-    AMI_PARAMETER,
-    BRANCH,
-    PROJECT,
-    RUN_ID,
-    GitHubDouble,
-    Simulator,
-    act_time,
-    image_python,
-    prepare_repository,
-    run_workflow,
-)
+from e2e_report import record
+from harness import BRANCH, act_time
 from mlflow.tracking import MlflowClient
+from stories import Scenario, Stack, run_story
 
 pytestmark = pytest.mark.e2e
+RUN_ID = "777"
 
 
-def test_train_workflow_end_to_end(moto_endpoint: str, mlflow_server: str, tmp_path: Path) -> None:
-    settings = yaml.safe_load((PROJECT / "configs" / "gpu-runner.yaml").read_text())
-    region, repository = settings["region"], f"e2e-owner/{settings['project']}"
-    image_bin = image_python(PROJECT / ".e2e-cache")
-    ec2 = boto3.client("ec2", region_name=region, endpoint_url=moto_endpoint)
-    ssm = boto3.client("ssm", region_name=region, endpoint_url=moto_endpoint)
-    ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
-    ssm.put_parameter(Name=AMI_PARAMETER, Value=ami, Type="String", Overwrite=True)
-    repo, workflow, head_sha = prepare_repository(tmp_path)
-
-    with GitHubDouble(repositories=(repository,)) as github:
-        simulator = Simulator(moto_endpoint, region, github, tmp_path / "instances")
-        simulator.start()
-        try:
-            run = run_workflow(
-                scratch=tmp_path, moto_endpoint=moto_endpoint, mlflow_uri=mlflow_server, github=github,
-                simulator=simulator, repo=repo, workflow=workflow, head_sha=head_sha, repository=repository,
-                image_bin=image_bin,
-            )  # fmt: skip
-            simulator.wait_for_boots(timeout=30)
-        finally:
-            simulator.stop()
-        runners_left = dict(github.runners)
-        github_calls = [(c.method, c.path, c.status) for c in github.calls]
-
-    context = f"act log: {run.log}\nsimulator errors: {simulator.errors}\ngithub calls: {github_calls}"
+def test_train_workflow_end_to_end(stack: Stack, tmp_path: Path) -> None:
+    story = run_story(stack, Scenario(0, "happy story", "all green", train={}), tmp_path, RUN_ID)
+    run, simulator, settings = story.run, story.simulator, stack.settings
+    assert run is not None and simulator is not None
+    context = f"act log: {run.log}\nsimulator errors: {simulator.errors}\ngithub calls: {story.github_calls}"
     # An unmapped runs-on label silently SKIPS a job with exit 0: every job must have reported a result.
     assert run.results == {"start": "success", "train": "success", "stop": "success"}, context
     assert run.returncode == 0, context
@@ -61,21 +30,26 @@ def test_train_workflow_end_to_end(moto_endpoint: str, mlflow_server: str, tmp_p
     assert len(simulator.instances) == 1, context
     instance = simulator.instances[0]
     console = (instance.sim_dir / "console.log").read_text()
-    assert instance.process.returncode == 0, console
-    calls = Simulator.calls(instance)
+    assert instance.process.returncode is not None, console
+    calls = simulator.calls(instance)
 
     # MLflow: the run the train job logged to the local tracking server.
-    client = MlflowClient(mlflow_server)
-    runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
+    client = MlflowClient(stack.mlflow_uri)
+    runs = [
+        r
+        for e in client.search_experiments()
+        for r in client.search_runs([e.experiment_id])
+        if r.data.tags.get("github.run_url", "").endswith(f"/actions/runs/{RUN_ID}/attempts/1")
+    ]
     assert len(runs) == 1, runs
     mlrun = client.get_run(runs[0].info.run_id)
     run_id, experiment_id = mlrun.info.run_id, mlrun.info.experiment_id
     assert mlrun.info.status == "FINISHED"
     assert {"training.epochs", "runtime.gpus"} <= set(mlrun.data.params), mlrun.data.params
     tags = mlrun.data.tags
-    assert tags["git.commit"] == head_sha
+    assert tags["git.commit"] == story.head_sha
     assert tags["git.branch"] == BRANCH
-    assert tags["github.run_url"].endswith(f"/{repository}/actions/runs/{RUN_ID}/attempts/1"), tags
+    assert tags["github.run_url"].startswith(f"https://github.com/{stack.repository}/actions/runs/"), tags
     start_outputs = run.outputs["start"]
     assert tags["gpu.instance_type"] == start_outputs["instance-type"] == settings["instance_types"][0]
     assert tags["gpu.market"] == start_outputs["market"]
@@ -92,20 +66,23 @@ def test_train_workflow_end_to_end(moto_endpoint: str, mlflow_server: str, tmp_p
     models = client.search_logged_models([experiment_id], filter_string=f"source_run_id = '{run_id}'")
     assert len(models) == 1
 
+    # Checkpoints are in S3, under this branch and commit, marked complete, pointing at this MLflow run.
+    state = story.checkpoint_state()
+    assert state == {"run_id": run_id, "epochs_done": epochs, "complete": True}, state
+    assert tags["checkpoint.uri"].startswith(stack.checkpoint_uri + "/train-demo/" + story.head_sha[:12])
+    bucket, _, key = tags["checkpoint.uri"][5:].partition("/")
+    s3 = boto3.client("s3", region_name="us-east-1", endpoint_url=stack.moto_endpoint)
+    files = s3.list_objects_v2(Bucket=bucket, Prefix=f"{key}/files/").get("Contents", [])
+    assert any(o["Key"].endswith(".index") for o in files), files
+
     # The job summary links the run and shows its metrics.
     summary = "".join(run.summaries["train"])
-    assert f"({mlflow_server}/#/experiments/{experiment_id}/runs/{run_id})" in summary, summary
+    assert f"({stack.mlflow_uri}/#/experiments/{experiment_id}/runs/{run_id})" in summary, summary
     assert f"| test_accuracy | {mlrun.data.metrics['test_accuracy']:.4f} |" in summary, summary
 
     # Nothing left behind: instance terminated, runner deregistered, JIT parameter deleted.
-    instance_id = start_outputs["instance-id"]
-    assert instance.instance_id == instance_id
-    state = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]["State"]
-    assert state["Name"] == "terminated"
-    assert runners_left == {}, runners_left
-    prefix = settings["ssm_prefix"]
-    left = [p["Name"] for p in ssm.describe_parameters()["Parameters"] if p["Name"].startswith(prefix)]
-    assert left == [], left
+    assert instance.instance_id == start_outputs["instance-id"]
+    assert (story.instances_left, story.runners_left, story.params_left) == (0, 0, 0), context
     # The instance's own script ended it: the runner exited, then `shutdown -h now` (TerminateInstances).
     assert any(what.startswith("shutdown -h now") for _, what in calls), calls
     exit_at = next(at for at, what in calls if what == "run.sh-exit")
@@ -127,8 +104,25 @@ def test_train_workflow_end_to_end(moto_endpoint: str, mlflow_server: str, tmp_p
         "runner exit -> terminate call done": terminated_at - exit_at,
         "teardown step (stop job)": run.step_seconds("stop", "Tear down the runner and the instance"),
     }
-    print("\ntimeline (seconds):")
-    for what, seconds in timeline.items():
-        print(f"  {what:40s} {seconds:7.1f}")
-    print(f"  (act timestamps have 1 s resolution; measured at {time.strftime('%H:%M:%S')})")
+    record("timeline", timeline)
+    artifacts = sorted(listing("plots") | listing("exports") | listing("evaluation") | listing("config"))
+    record(
+        "story",
+        {
+            "mlflow_run": run_id,
+            "experiment": experiment_id,
+            "params": len(mlrun.data.params),
+            "metrics": {
+                k: round(v, 4) for k, v in sorted(mlrun.data.metrics.items()) if not k.startswith("system/")
+            },
+            "tags": {
+                k: v
+                for k, v in sorted(tags.items())
+                if k.startswith(("git.", "github.", "gpu.", "checkpoint."))
+            },
+            "artifacts": [*artifacts, f"logged model {models[0].model_id}"],
+            "job_summary": summary,
+            "act_log": str(run.log),
+        },
+    )
     assert timeline["runner exit -> terminate call done"] <= 5.0, timeline

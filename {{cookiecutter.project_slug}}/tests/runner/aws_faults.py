@@ -38,14 +38,14 @@ class _Fault:
     when: Predicate | None
 
 
-def _ec2_error(code: str, message: str) -> bytes:
+def ec2_error(code: str, message: str) -> bytes:
     return (
         f'<?xml version="1.0" encoding="UTF-8"?><Response><Errors><Error><Code>{code}</Code>'
         f"<Message>{message}</Message></Error></Errors><RequestID>00000000-fault</RequestID></Response>"
     ).encode()
 
 
-def _json_error(code: str, message: str) -> bytes:
+def json_error(code: str, message: str) -> bytes:
     return json.dumps({"__type": code, "message": message}).encode()
 
 
@@ -96,9 +96,9 @@ class AwsFaults:
                 fault.remaining -= 1 if fault.remaining > 0 else 0
                 self.injected.append((service, operation, fault.code, params))
                 payload = (
-                    _ec2_error(fault.code, f"injected {fault.code}")
+                    ec2_error(fault.code, f"injected {fault.code}")
                     if service == "ec2"
-                    else _json_error(fault.code, f"injected {fault.code}")
+                    else json_error(fault.code, f"injected {fault.code}")
                 )
                 return AWSResponse(request.url, fault.status, {}, _Body(payload))
         return None

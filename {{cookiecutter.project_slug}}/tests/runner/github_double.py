@@ -155,6 +155,9 @@ class GitHubDouble:
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._connections: set[Any] = set()
+        # workflow_dispatch: the repository's workflow files, and every dispatch accepted (in order).
+        self.workflows = {"train.yml": 161335, "reap.yml": 161336}
+        self.dispatches: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------------ server lifecycle
     def start(self) -> GitHubDouble:
@@ -240,6 +243,11 @@ class GitHubDouble:
             runner.update(status=status, busy=busy)
             if status == "online" and runner["os"] == "unknown":
                 runner["os"] = "linux"
+
+    def job_completed(self, runner_id: int) -> None:
+        """What GitHub does when a just-in-time (ephemeral) runner finishes its one job: removes it."""
+        with self._lock:
+            self._runners.pop(runner_id, None)
 
     def stay_busy_for(self, runner_id: int, delete_attempts: int) -> None:
         """Runner is online and running a job; the job ends after `delete_attempts` DELETEs were refused (422)."""
@@ -422,6 +430,8 @@ class GitHubDouble:
                 "html_url": f"https://github.com/{self.repositories[repo]}",
                 "url": f"{self.url}/repos/{self.repositories[repo]}",
             }  # fmt: skip
+        if rest.startswith("/actions/workflows/"):
+            return self._workflow_endpoint(method, repo, rest, body, permission)
         if not rest.startswith("/actions/runners"):
             raise _HttpError(404, "Not Found")
         if permission not in ("read", "write"):
@@ -450,6 +460,39 @@ class GitHubDouble:
                 return 200, {}, runner
             if method == "DELETE":
                 return self._delete(runner)
+        raise _HttpError(404, "Not Found")
+
+    def _workflow_endpoint(
+        self, method: str, repo: str, rest: str, body: dict | None, permission: str
+    ) -> tuple[int, dict[str, str], Any]:
+        """GET /actions/workflows/{id or file} and POST .../dispatches, as GitHub answers them."""
+        match = re.fullmatch(r"/actions/workflows/([^/]+)(/dispatches)?", rest)
+        if not match:
+            raise _HttpError(404, "Not Found")
+        key = match[1]
+        name = next((f for f, i in self.workflows.items() if key in (f, str(i))), None)
+        if name is None:
+            raise _HttpError(404, "Not Found")
+        url = f"{self.url}/repos/{self.repositories[repo]}/actions/workflows/{self.workflows[name]}"
+        if match[2] is None and method == "GET":
+            return 200, {}, {
+                "id": self.workflows[name], "node_id": f"W_{self.workflows[name]}", "name": name,
+                "path": f".github/workflows/{name}", "state": "active", "url": url,
+                "html_url": f"https://github.com/{self.repositories[repo]}/blob/main/.github/workflows/{name}",
+                "badge_url": f"https://github.com/{self.repositories[repo]}/workflows/{name}/badge.svg",
+                "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z",
+            }  # fmt: skip
+        if match[2] and method == "POST":
+            if permission != "write":
+                raise _HttpError(403, "Resource not accessible by integration")
+            body = body or {}
+            inputs = body.get("inputs") or {}
+            if not isinstance(body.get("ref"), str) or not body["ref"]:
+                raise _HttpError(422, 'Invalid request.\n\n"ref" wasn\'t supplied.')
+            if not isinstance(inputs, dict) or len(inputs) > 25:
+                raise _HttpError(422, "inputs must be an object of at most 25 properties")
+            self.dispatches.append({"workflow": name, "ref": body["ref"], "inputs": dict(inputs)})
+            return 204, {}, None
         raise _HttpError(404, "Not Found")
 
     def _list(self, repo: str, query: dict[str, str]) -> tuple[int, dict[str, str], Any]:

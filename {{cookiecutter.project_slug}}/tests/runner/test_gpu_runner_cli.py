@@ -5,36 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
-from aws_constants import AMI_PARAMETER, REGION
-from github_double import DEFAULT_REPOSITORY, DEFAULT_TOKEN
 
 from gpu_runner.cli import main
-
-
-@pytest.fixture
-def cli_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, github_double, ami) -> Path:
-    settings = tmp_path / "gpu-runner.yaml"
-    settings.write_text(
-        yaml.safe_dump(
-            {
-                "project": "demo",
-                "region": REGION,
-                "instance_types": ["g4dn.xlarge"],
-                "ami_parameter": AMI_PARAMETER,
-                "ssm_prefix": "/gpu-runner/demo",
-                "wait_timeout_seconds": 5,
-            }
-        )
-    )
-    for key, value in {
-        "GITHUB_REPOSITORY": DEFAULT_REPOSITORY, "GITHUB_RUN_ID": "4321", "GITHUB_RUN_ATTEMPT": "2",
-        "GITHUB_REF_NAME": "train/$(touch pwned)", "GITHUB_SHA": "f" * 40, "GITHUB_API_URL": github_double.url,
-        "GPU_RUNNER_TOKEN": DEFAULT_TOKEN, "GITHUB_OUTPUT": str(tmp_path / "out"),
-    }.items():  # fmt: skip
-        monkeypatch.setenv(key, value)
-    monkeypatch.chdir(tmp_path)
-    return settings
 
 
 def read_outputs(path: Path) -> dict[str, str]:

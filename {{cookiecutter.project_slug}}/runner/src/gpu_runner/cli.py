@@ -1,4 +1,4 @@
-"""`gpu-runner launch | wait | teardown | reap` — the commands train.yml and reap.yml run."""
+"""`gpu-runner launch | wait | teardown | resume | reap` — the commands train.yml and reap.yml run."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import os
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 
@@ -13,6 +14,7 @@ from .aws import Aws
 from .errors import RunnerError
 from .github import GitHubRunners
 from .naming import RunContext
+from .outputs import append_summary
 from .settings import Settings, load_settings
 
 DEFAULT_SETTINGS = Path("configs/gpu-runner.yaml")
@@ -50,6 +52,19 @@ def _parser() -> argparse.ArgumentParser:
     teardown.add_argument("--runner-id", type=int, default=None)
     teardown.add_argument("--parameter", default="")
 
+    resume = commands.add_parser(
+        "resume", help="after a spot interruption: dispatch the next attempt of train.yml"
+    )
+    resume.add_argument("--ref", required=True, help="branch to dispatch on")
+    resume.add_argument("--attempt", type=int, default=1, help="this attempt's number (1 for a push)")
+    # The train job's output as is: "true" when the train step exited 75, empty otherwise.
+    resume.add_argument("--train-interrupted", default="", help="'true' when the train step exited 75")
+    resume.add_argument("--region", default="")
+    resume.add_argument("--instance-id", default="", help="to read why EC2 ended it (spot reclaim)")
+    resume.add_argument("--commit", required=True, help="the commit the next attempt trains")
+    resume.add_argument("--config", default="configs/train.yaml")
+    resume.add_argument("--instance-type", default="")
+
     reap = commands.add_parser("reap", help="clean up expired or orphaned instances, runners and parameters")
     reap.add_argument("--region", action="append", default=[], help="extra regions to scan (repeatable)")
     return parser
@@ -66,6 +81,9 @@ def run(args: argparse.Namespace, settings: Settings) -> None:
 
     ctx = RunContext.from_env()
     aws = Aws()
+    if args.command == "resume":
+        _resume(args, settings, ctx, aws)
+        return
     github = GitHubRunners.from_env(ctx.repository)
     if args.command == "launch":
         lifecycle.launch(settings, ctx, aws, github, use_spot=args.spot)
@@ -81,6 +99,27 @@ def run(args: argparse.Namespace, settings: Settings) -> None:
         )  # fmt: skip
     elif args.command == "reap":
         reaper.reap(settings, aws, github, regions=tuple(args.region))
+
+
+def _resume(args: argparse.Namespace, settings: Settings, ctx: RunContext, aws: Aws) -> None:
+    from . import resume
+    from .github import DEFAULT_BASE_URL, dispatch_workflow
+
+    token = os.environ.get("GITHUB_TOKEN", "")
+    if not token:
+        raise RunnerError("GITHUB_TOKEN is not set: pass the workflow's token (permissions: actions: write)")
+    base_url = os.environ.get("GITHUB_API_URL") or DEFAULT_BASE_URL
+
+    def dispatch(ref: str, inputs: Mapping[str, str]) -> None:
+        dispatch_workflow(ctx.repository, resume.WORKFLOW, ref, inputs, token, base_url)
+
+    decision = resume.resume(
+        settings, aws, dispatch, ref=args.ref, attempt=args.attempt, train_interrupted=args.train_interrupted == "true",
+        region=args.region, instance_id=args.instance_id, commit=args.commit, config=args.config,
+        instance_type=args.instance_type,
+    )  # fmt: skip
+    if decision.interrupted:
+        append_summary(f"### Spot interruption\n\nAttempt {args.attempt}: {decision.reason}.\n")
 
 
 def main(argv: list[str] | None = None) -> int:

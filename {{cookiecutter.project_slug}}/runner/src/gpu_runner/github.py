@@ -357,6 +357,32 @@ class GitHubRunners:
 
 
 # ---------------------------------------------------------------------- helpers
+def dispatch_workflow(
+    repository: str,
+    workflow: str,
+    ref: str,
+    inputs: Mapping[str, str],
+    token: str,
+    base_url: str = DEFAULT_BASE_URL,
+) -> None:
+    """Start `workflow` on `ref` with `inputs` (workflow_dispatch), with the workflow run's own GITHUB_TOKEN
+    (`actions: write`): a run started that way is allowed to start another."""
+    client = Github(auth=Auth.Token(token), **_client_options(base_url.rstrip("/"), 2.0))
+    try:
+        started = (
+            client.get_repo(_check_repository(repository))
+            .get_workflow(workflow)
+            .create_dispatch(ref, dict(inputs))
+        )
+    except GithubException as error:
+        raise RunnerError(
+            f"could not re-dispatch {workflow} on {ref}: {_github_message(error)} (the stop job needs "
+            "`permissions: actions: write` and the workflow a workflow_dispatch trigger)"
+        ) from error
+    if not started:
+        raise RunnerError(f"GitHub refused to dispatch {workflow} on {ref}")
+
+
 def _check_repository(repository: str) -> str:
     if not _REPOSITORY.fullmatch(repository or ""):
         raise SettingsError(f"repository '{repository}' is not of the form owner/name (GITHUB_REPOSITORY)")

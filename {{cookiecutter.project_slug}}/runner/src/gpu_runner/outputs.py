@@ -1,4 +1,5 @@
-"""Step outputs for GitHub Actions: appended to $GITHUB_OUTPUT as each value becomes known.
+"""Step outputs and the job summary for GitHub Actions: outputs are appended to $GITHUB_OUTPUT as each value
+becomes known.
 
 Written one at a time (not at the end) so the `stop` job can clean up whatever exists even if `launch` dies
 half-way.
@@ -20,3 +21,12 @@ def write_outputs(values: Mapping[str, str], env: Mapping[str, str] | None = Non
     if path:
         with open(path, "a", encoding="utf-8") as handle:
             handle.writelines(f"{key}={value}\n" for key, value in values.items())
+
+
+def append_summary(markdown: str, env: Mapping[str, str] | None = None) -> None:
+    """Add to the job summary ($GITHUB_STEP_SUMMARY) when running in GitHub Actions."""
+    env = os.environ if env is None else env
+    path = env.get("GITHUB_STEP_SUMMARY")
+    if path:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(markdown + "\n")

@@ -47,6 +47,10 @@ class Settings:
     runner_user: str = "runner"
     wait_timeout_seconds: int = 600
     reap_grace_minutes: int = 20
+    # Spot interruptions: attempts in all (the first included), and after how many interrupted attempts the
+    # next one goes on-demand.
+    max_attempts: int = 3
+    on_demand_after_interruptions: int = 2
 
     def __post_init__(self) -> None:
         problems = list(_problems(self))
@@ -67,7 +71,8 @@ def _problems(s: Settings) -> list[str]:
         for t in s.instance_types
         if not INSTANCE_TYPE.fullmatch(t)
     ]
-    for name in ("root_volume_gb", "max_runtime_minutes", "idle_timeout_minutes", "wait_timeout_seconds"):
+    positive = ("root_volume_gb", "max_runtime_minutes", "idle_timeout_minutes", "wait_timeout_seconds")
+    for name in (*positive, "max_attempts", "on_demand_after_interruptions"):
         value = getattr(s, name)
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             out.append(f"{name}: must be a positive integer (got {value!r})")

@@ -1,0 +1,43 @@
+"""Bake the defaults and run their `make e2e`: the real train.yml under act against local AWS, GitHub and MLflow,
+the happy story and every fault scenario. Reads the report the generated suite writes and checks its figures."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import write_config
+from cookiecutter.main import cookiecutter
+from test_generated_project import make
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS = 13
+
+pytestmark = pytest.mark.e2e
+
+
+def test_baked_defaults_run_the_offline_story_and_survive_every_fault(tmp_path: Path) -> None:
+    project = Path(
+        cookiecutter(
+            str(ROOT), no_input=True, output_dir=str(tmp_path),
+            config_file=str(write_config(tmp_path / "cookiecutter")),
+        )
+    )  # fmt: skip
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    make(project, "install")
+    result = make(project, "e2e", "PYTEST_ARGS=-p no:cacheprovider")
+    print(result.stdout[result.stdout.find("e2e report") - 40 :])
+
+    report = json.loads((project / ".e2e-cache" / "report.json").read_text())
+    rows = report["faults"]
+    assert [int(r["scenario"].split()[0]) for r in rows] == list(range(1, SCENARIOS + 1)), rows
+    for row in rows:
+        assert (row["instances left"], row["runners left"], row["params left"]) == (0, 0, 0), row
+        assert row["epochs lost"] in {"-", "0", "1"}, row
+    timeline = report["timeline"]
+    assert 0 < timeline["runner exit -> terminate call done"] <= 5.0, timeline
+    assert report["story"]["metrics"]["test_accuracy"] > 0.5
+    # The printed table is the one in the report.
+    assert "fault injection:" in result.stdout and rows[-1]["scenario"] in result.stdout

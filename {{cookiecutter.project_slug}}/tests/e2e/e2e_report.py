@@ -1,0 +1,71 @@
+"""The e2e report: each story adds its fault-table row, the happy story its timeline; printed after the run
+(tests/e2e/conftest.py), read by `make demo` and the benchmark."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+REPORT = Path(__file__).resolve().parents[2] / ".e2e-cache" / "report.json"
+
+
+def reset() -> None:
+    REPORT.unlink(missing_ok=True)
+
+
+def load() -> dict[str, Any]:
+    return json.loads(REPORT.read_text()) if REPORT.exists() else {}
+
+
+def record(section: str, value: Any) -> None:
+    """Add to the report (fault rows are kept in scenario order, one per scenario)."""
+    report = load()
+    if section == "faults":
+        rows = [r for r in report.get("faults", []) if r["scenario"] != value["scenario"]]
+        report["faults"] = sorted([*rows, value], key=lambda r: int(r["scenario"].split()[0]))
+    else:
+        report[section] = value
+    REPORT.parent.mkdir(exist_ok=True)
+    REPORT.write_text(json.dumps(report, indent=2))
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return ""
+    headers = list(rows[0])
+    widths = [max(len(h), *(len(str(r[h])) for r in rows)) for h in headers]
+    line = " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+    out = [line, "-+-".join("-" * w for w in widths)]
+    out += [" | ".join(str(r[h]).ljust(w) for h, w in zip(headers, widths, strict=True)) for r in rows]
+    return "\n".join(out)
+
+
+def _story(story: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        f"MLflow run {story['mlflow_run']} (experiment {story['experiment']}, {story['params']} params):",
+    ]
+    lines += [f"  {name:30s} {value}" for name, value in story["metrics"].items()]
+    lines += [f"  tag {name:26s} {value}" for name, value in story["tags"].items()]
+    lines += [f"  artifact {path}" for path in story["artifacts"]]
+    lines += [
+        "",
+        "job summary of the train job:",
+        *[f"  {line}" for line in story["job_summary"].splitlines()],
+    ]
+    lines += ["", f"act log (JSON lines): {story['act_log']}",
+              "(the tracking server and moto lived for the test session only; the figures above are what they held)"]  # fmt: skip
+    return lines
+
+
+def render(report: dict[str, Any]) -> str:
+    lines = []
+    if "timeline" in report:
+        lines.append("timeline of the story (seconds):")
+        lines += [f"  {what:42s} {seconds:7.1f}" for what, seconds in report["timeline"].items()]
+    if "story" in report:
+        lines += _story(report["story"])
+    if report.get("faults"):
+        lines += ["", "fault injection:", format_table(report["faults"])]
+    return "\n".join(lines)

@@ -1,0 +1,181 @@
+"""Fault injection for the offline story: an AWS-aware proxy in front of moto, and crash-by-SIGKILL.
+
+The workflow's gpu-runner steps reach "AWS" through AWS_ENDPOINT_URL, which the configure-aws-credentials double
+points at this proxy. It forwards every request to the moto server unchanged, except those a rule matches:
+- answer with the real EC2 (query/XML) or SSM (JSON) error document, so botocore classifies and retries it
+  exactly as a real AWS answer (throttling, capacity, quota);
+- or forward it, then SIGKILL the calling command and drop the connection: a crash right after the call
+  succeeded on the AWS side (the created instance exists, the caller never learns its id).
+Hand-written because no offline proxy knows EC2 and SSM actions; it binds 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+from aws_faults import ec2_error, json_error
+from local_http import LocalHttpServer
+
+# Response status of each injected error, as AWS sends it.
+STATUS = {
+    "RequestLimitExceeded": 503,
+    "ThrottlingException": 400,
+    "InsufficientInstanceCapacity": 500,
+    "VcpuLimitExceeded": 400,
+}
+
+
+def kill_matching(*needles: str) -> list[int]:
+    """SIGKILL every process whose command line holds all `needles` (never this process): a crash with no
+    clean-up of any kind, like an OOM kill or a runner machine that vanished."""
+    killed = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        words = [a.decode(errors="replace") for a in argv if a]
+        if words and all(any(needle in word for word in words) for needle in needles):
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+            except ProcessLookupError:
+                pass
+    return killed
+
+
+@dataclass
+class Rule:
+    """Matches `action` (e.g. RunInstances, PutParameter) and, optionally, a predicate on the raw body."""
+
+    action: str
+    times: int = 1  # -1: every matching request
+    error: str = ""  # an AWS error code to answer with, or "" to forward
+    when: Callable[[str], bool] | None = None
+    kill: tuple[str, ...] = ()  # SIGKILL the processes matching these needles (the caller crashes)
+    forward: bool = True  # with `kill`: crash after the call reached AWS (True) or before (False)
+    hits: int = 0
+
+
+@dataclass
+class ProxyCall:
+    action: str
+    status: int
+    injected: str = ""
+
+
+@dataclass
+class AwsFaultProxy(LocalHttpServer):
+    upstream: str
+    rules: list[Rule] = field(default_factory=list)
+    calls: list[ProxyCall] = field(default_factory=list)
+    killed: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        parts = urlsplit(self.upstream)
+        self._upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                proxy._handle(self)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        super().__init__(Handler)
+
+    def count(self, action: str, injected: str | None = None) -> int:
+        return sum(
+            1 for c in self.calls if c.action == action and (injected is None or c.injected == injected)
+        )
+
+    @staticmethod
+    def _action(handler: BaseHTTPRequestHandler, body: str) -> str:
+        target = handler.headers.get("X-Amz-Target", "")
+        if target:  # JSON protocol (SSM): "AmazonSSM.PutParameter"
+            return target.rpartition(".")[2]
+        return parse_qs(body).get("Action", [""])[0]  # query protocol (EC2)
+
+    def _match(self, action: str, body: str) -> Rule | None:
+        with self._lock:
+            for rule in self.rules:
+                if rule.action == action and rule.times != 0 and (rule.when is None or rule.when(body)):
+                    rule.times -= 1 if rule.times > 0 else 0
+                    rule.hits += 1
+                    return rule
+        return None
+
+    def _handle(self, handler: BaseHTTPRequestHandler) -> None:
+        raw = handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
+        body = raw.decode(errors="replace")
+        action = self._action(handler, body)
+        rule = self._match(action, body)
+        if rule and rule.error:
+            json_protocol = bool(handler.headers.get("X-Amz-Target"))
+            status = STATUS.get(rule.error, 400)
+            message = f"injected by the e2e fault proxy: {rule.error}"
+            payload = json_error(rule.error, message) if json_protocol else ec2_error(rule.error, message)
+            self.calls.append(ProxyCall(action, status, rule.error))
+            self._reply(
+                handler,
+                status,
+                [("Content-Type", "application/x-amz-json-1.1" if json_protocol else "text/xml")],
+                payload,
+            )
+            return
+        if rule and rule.kill and not rule.forward:
+            self.calls.append(ProxyCall(action, 0, "crash"))
+            self.killed += kill_matching(*rule.kill)
+            handler.close_connection = True
+            return
+        status, headers, payload = self._forward(handler, raw)
+        self.calls.append(ProxyCall(action, status, "crash" if rule and rule.kill else ""))
+        if rule and rule.kill:
+            self.killed += kill_matching(*rule.kill)
+            handler.close_connection = True
+            return  # the caller is dead: it never sees the answer
+        self._reply(handler, status, headers, payload)
+
+    def _forward(
+        self, handler: BaseHTTPRequestHandler, raw: bytes
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
+        connection = http.client.HTTPConnection(*self._upstream, timeout=60)
+        try:
+            skip = {"host", "content-length", "connection"}
+            headers = {k: v for k, v in handler.headers.items() if k.lower() not in skip}
+            connection.request("POST", handler.path, body=raw, headers=headers)
+            response = connection.getresponse()
+            payload = response.read()
+            kept = [
+                (k, v)
+                for k, v in response.getheaders()
+                if k.lower() not in {"transfer-encoding", "connection", "content-length"}
+            ]
+            return response.status, kept, payload
+        finally:
+            connection.close()
+
+    @staticmethod
+    def _reply(
+        handler: BaseHTTPRequestHandler, status: int, headers: list[tuple[str, str]], payload: bytes
+    ) -> None:
+        handler.send_response(status)
+        for key, value in headers:
+            handler.send_header(key, value)
+        handler.send_header("Content-Length", str(len(payload)))
+        handler.end_headers()
+        handler.wfile.write(payload)

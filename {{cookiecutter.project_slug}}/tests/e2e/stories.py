@@ -1,0 +1,409 @@
+"""The story (push -> start -> train -> stop) with one fault each, and what every story left behind.
+
+A story = a fresh git copy of the project (with the scenario's config edits), a fresh GitHub double, a fault
+proxy in front of the shared moto server, the simulated instance, and one `act` run of the real train.yml
+(plus, where the scenario's designed clean-up path is the reaper, one `act` run of the real reap.yml).
+Each story has its own workflow run id, so its instances, runners and parameters are counted apart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+import yaml
+from harness import (
+    AMI_PARAMETER,
+    BRANCH,
+    DEFAULT_TOKEN,
+    LIVE,
+    PROJECT,
+    AwsFaultProxy,
+    GitHubDouble,
+    ImdsDouble,
+    Rule,
+    Simulator,
+    WorkflowRun,
+    kill_matching,
+    prepare_repository,
+    run_workflow,
+)
+
+PACKAGE = next(p.name for p in (PROJECT / "src").iterdir() if (p / "__init__.py").exists())
+EPOCH = re.compile(r"Epoch (\d+)/(\d+)")
+# Fault stories train briefly: the faults are about the machinery around training, not the model.
+FAST_TRAIN: dict[str, Any] = {
+    # Epochs of a second here: the spot notice must be seen within one (EC2's warning is two minutes).
+    "training": {"epochs": 5, "early_stopping_patience": 50, "interruption_poll_seconds": 0.2},
+    "export": {"tflite": False},
+    "tracking": {"log_model": False, "log_system_metrics": False},
+}
+
+
+@dataclass(frozen=True)
+class Stack:
+    """What every story shares: the session's servers, the image stand-in, the project's settings."""
+
+    moto_endpoint: str
+    mlflow_uri: str
+    image_bin: Path
+    settings: dict[str, Any]
+    checkpoint_uri: str
+
+    @property
+    def region(self) -> str:
+        return self.settings["region"]
+
+    @property
+    def repository(self) -> str:
+        return f"e2e-owner/{self.settings['project']}"
+
+    def client(self, service: str) -> Any:
+        return boto3.client(service, region_name=self.region, endpoint_url=self.moto_endpoint)
+
+
+def make_stack(moto_endpoint: str, mlflow_uri: str, image_bin: Path) -> Stack:
+    settings = yaml.safe_load((PROJECT / "configs" / "gpu-runner.yaml").read_text())
+    workflow = yaml.safe_load((PROJECT / ".github" / "workflows" / "train.yml").read_text())
+    train_step = next(s for s in workflow["jobs"]["train"]["steps"] if s.get("name") == "Train")
+    stack = Stack(moto_endpoint, mlflow_uri, image_bin, settings, train_step["env"]["CHECKPOINT_URI"])
+    ec2, ssm = stack.client("ec2"), stack.client("ssm")
+    ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    ssm.put_parameter(Name=AMI_PARAMETER, Value=ami, Type="String", Overwrite=True)
+    bucket = stack.checkpoint_uri[5:].split("/")[0]
+    s3 = boto3.client("s3", region_name="us-east-1", endpoint_url=moto_endpoint)
+    if bucket not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
+        s3.create_bucket(Bucket=bucket)  # infra/ creates it in a real account
+    return stack
+
+
+@dataclass
+class Scenario:
+    number: int
+    name: str
+    expect: str  # the designed outcome, printed in the table
+    gpu_runner: dict[str, Any] = field(default_factory=dict)
+    train: dict[str, Any] = field(default_factory=lambda: FAST_TRAIN)
+    rules: list[Rule] = field(default_factory=list)
+    github_faults: list[tuple[str, str, int, int]] = field(
+        default_factory=list
+    )  # method, path, status, times
+    runner_mode: str = "normal"
+    shutdown_broken: bool = False
+    idle_seconds: int = 60
+    map_label: bool = True
+    # Called for every act record of the train.yml run; fires mid-run faults.
+    trigger: Callable[[Story, dict[str, Any], subprocess.Popen], None] | None = None
+    reaper: bool = False
+    teardown_again: bool = False
+    # Run train.yml again for each dispatch the stop job made (the next attempt after a spot interruption).
+    follow_dispatch: bool = False
+
+
+@dataclass
+class Story:
+    scenario: Scenario
+    stack: Stack
+    scratch: Path
+    run_id: str
+    head_sha: str = ""
+    github: GitHubDouble | None = None
+    proxy: AwsFaultProxy | None = None
+    simulator: Simulator | None = None
+    run: WorkflowRun | None = None
+    imds: ImdsDouble | None = None
+    resumed_run: WorkflowRun | None = None
+    resumed_simulator: Simulator | None = None
+    lost_before_resume: int | None = None
+    reap_run: WorkflowRun | None = None
+    second_teardown: subprocess.CompletedProcess | None = None
+    fired: list[str] = field(default_factory=list)
+    epochs_started: int = 0
+    github_calls: list[tuple[str, str, int]] = field(default_factory=list)
+    instances_left: int = -1
+    runners_left: int = -1
+    params_left: int = -1
+
+    # ------------------------------------------------------------------ what the story left behind
+    @property
+    def run_ids(self) -> list[str]:
+        return [self.run_id, f"{self.run_id}2"] if self.scenario.follow_dispatch else [self.run_id]
+
+    def count_leftovers(self) -> None:
+        ec2, ssm = self.stack.client("ec2"), self.stack.client("ssm")
+        ours = [{"Name": "tag:gpu-runner:run-id", "Values": self.run_ids}]
+        reservations = ec2.describe_instances(Filters=ours)["Reservations"]
+        self.instances_left = sum(i["State"]["Name"] in LIVE for r in reservations for i in r["Instances"])
+        assert self.github is not None
+        self.runners_left = len(self.github.runners)
+        prefix = self.stack.settings["ssm_prefix"]
+        names = [p["Name"] for p in ssm.describe_parameters()["Parameters"]]
+        self.params_left = sum(n.startswith(tuple(f"{prefix}/{r}-" for r in self.run_ids)) for n in names)
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """The newest state.json of this story's commit in the checkpoint bucket ({} when none)."""
+        bucket, _, base = self.stack.checkpoint_uri[5:].partition("/")
+        s3 = boto3.client("s3", region_name="us-east-1", endpoint_url=self.stack.moto_endpoint)
+        branch = re.sub(r"[^A-Za-z0-9._-]+", "-", BRANCH)
+        listing = s3.list_objects_v2(Bucket=bucket, Prefix=f"{base}/{branch}/{self.head_sha[:12]}-")
+        states = [o for o in listing.get("Contents", []) if o["Key"].endswith("/state.json")]
+        if not states:
+            return {}
+        newest = max(states, key=lambda o: o["LastModified"])
+        return json.loads(s3.get_object(Bucket=bucket, Key=newest["Key"])["Body"].read())
+
+    def epochs_lost(self) -> str:
+        """Epochs begun in this story but not in its S3 checkpoint (the epoch in flight when it died)."""
+        if self.lost_before_resume is not None:
+            return str(self.lost_before_resume)
+        if not self.epochs_started:
+            return "-"
+        state = self.checkpoint_state()
+        if state.get("complete"):
+            return "0"
+        return str(self.epochs_started - int(state.get("epochs_done", 0)))
+
+    def outcome(self) -> str:
+        results = self.run.results if self.run else {}
+        jobs = " ".join(f"{job}={results.get(job, 'skipped')}" for job in ("start", "train", "stop"))
+        if self.resumed_run:
+            jobs += " | attempt 2: " + " ".join(
+                f"{job}={self.resumed_run.results.get(job, 'skipped')}" for job in ("start", "train", "stop")
+            )
+        if self.reap_run:
+            jobs += f" reap={self.reap_run.results.get('reap', 'skipped')}"
+        if self.second_teardown:
+            jobs += f" teardown-again=exit {self.second_teardown.returncode}"
+        return jobs
+
+    def row(self) -> dict[str, Any]:
+        s = self.scenario
+        return {
+            "scenario": f"{s.number:>2} {s.name}",
+            "outcome": self.outcome(),
+            "instances left": self.instances_left,
+            "runners left": self.runners_left,
+            "params left": self.params_left,
+            "epochs lost": self.epochs_lost(),
+        }
+
+
+# ---------------------------------------------------------------------------------------------- running one
+def _wait_until(predicate: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.5)
+    return predicate()
+
+
+def _track_epochs(story: Story, rec: dict[str, Any]) -> None:
+    if rec.get("jobID") == "train" and rec.get("raw_output"):
+        for match in EPOCH.finditer(rec.get("msg", "")):
+            story.epochs_started = max(story.epochs_started, int(match.group(1)))
+
+
+def run_story(stack: Stack, scenario: Scenario, scratch: Path, run_id: str) -> Story:
+    story = Story(scenario, stack, scratch, run_id)
+    # Fault stories skip the install-time bytecode compilation (~15 s of each train job here): they are about
+    # the machinery around training. The happy story keeps it, so its timeline is the real one.
+    repo, workflow, story.head_sha = prepare_repository(
+        scratch, scenario.gpu_runner, scenario.train, compile_bytecode=scenario.number == 0
+    )
+
+    def on_record(rec: dict[str, Any], process: subprocess.Popen) -> None:
+        _track_epochs(story, rec)
+        if scenario.trigger:
+            scenario.trigger(story, rec, process)
+
+    with (
+        GitHubDouble(repositories=(stack.repository,)) as github,
+        AwsFaultProxy(stack.moto_endpoint, rules=list(scenario.rules)) as proxy,
+        ImdsDouble() as imds,
+    ):
+        story.github, story.proxy, story.imds = github, proxy, imds
+        for method, path, status, times in scenario.github_faults:
+            github.fail(method, path, status, times=times)
+        simulator = Simulator(
+            stack.moto_endpoint, stack.region, github, scratch / "instances", run_id=run_id,
+            runner_mode=scenario.runner_mode, shutdown_broken=scenario.shutdown_broken,
+            idle_seconds=scenario.idle_seconds,
+        )  # fmt: skip
+        story.simulator = simulator
+        simulator.start()
+        common = {
+            "moto_endpoint": stack.moto_endpoint, "mlflow_uri": stack.mlflow_uri, "github": github,
+            "repo": repo, "head_sha": story.head_sha, "repository": stack.repository,
+            "image_bin": stack.image_bin, "imds_url": imds.url,
+        }  # fmt: skip
+        try:
+            story.run = run_workflow(
+                scratch=scratch, simulator=simulator, workflow=workflow, aws_endpoint=proxy.url,
+                map_label=scenario.map_label, on_record=on_record,
+                run_id=run_id, **common,
+            )  # fmt: skip
+            if scenario.follow_dispatch:
+                next_attempt(story, workflow, common)
+            if scenario.teardown_again:
+                story.second_teardown = teardown_again(story, repo)
+            if scenario.reaper:
+                story.reap_run = reap_after_grace(story, repo, common)
+            else:
+                # The instance's own ways out (runner exit, idle watchdog, failed boot) take a few seconds.
+                _wait_until(lambda: _live_instances(story) == 0, timeout=60)
+            simulator.wait_for_boots(timeout=10)
+        finally:
+            simulator.stop()
+            if story.resumed_simulator:
+                story.resumed_simulator.stop()
+            story.github_calls = [(c.method, c.path, c.status) for c in github.calls]
+            story.count_leftovers()
+    return story
+
+
+def _live_instances(story: Story) -> int:
+    ours = [{"Name": "tag:gpu-runner:run-id", "Values": story.run_ids}]
+    reservations = story.stack.client("ec2").describe_instances(Filters=ours)["Reservations"]
+    return sum(i["State"]["Name"] in LIVE for r in reservations for i in r["Instances"])
+
+
+def next_attempt(story: Story, workflow: Path, common: dict[str, Any]) -> None:
+    """What GitHub does with the stop job's dispatch: a new run of train.yml with the dispatch's inputs, on a
+    new machine (a fresh simulated instance), with no notice pending."""
+    assert story.github and story.imds
+    dispatches = [d for d in story.github.dispatches if d["workflow"] == "train.yml"]
+    if not dispatches:
+        return
+    story.lost_before_resume = story.epochs_started - int(story.checkpoint_state().get("epochs_done", 0))
+    story.imds.documents.clear()
+    second = f"{story.run_id}2"
+    story.resumed_simulator = Simulator(
+        story.stack.moto_endpoint,
+        story.stack.region,
+        story.github,
+        story.scratch / "instances-2",
+        run_id=second,
+    )
+    story.resumed_simulator.start()
+    story.resumed_run = run_workflow(
+        scratch=story.scratch, simulator=story.resumed_simulator, workflow=workflow,
+        event_name="workflow_dispatch", inputs=dispatches[0]["inputs"], run_id=second,
+        **common,
+    )  # fmt: skip
+
+
+def teardown_again(story: Story, repo: Path) -> subprocess.CompletedProcess:
+    """The stop job's teardown command once more, with the same ids (a re-run of the stop job)."""
+    assert story.run and story.github
+    out = story.run.outputs.get("start", {})
+    args = ["uv", "run", "--no-sync", "gpu-runner", "--settings", "configs/gpu-runner.yaml", "teardown"]
+    for flag, key in (("--region", "region"), ("--instance-id", "instance-id"), ("--runner-id", "runner-id"), ("--parameter", "parameter")):  # fmt: skip
+        if out.get(key):
+            args += [flag, out[key]]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GITHUB_", "VIRTUAL_ENV"))}
+    env.update(
+        AWS_ENDPOINT_URL=story.stack.moto_endpoint, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
+        AWS_CONFIG_FILE=os.devnull, AWS_SHARED_CREDENTIALS_FILE=os.devnull, GITHUB_API_URL=story.github.url,
+        GITHUB_REPOSITORY=story.stack.repository, GPU_RUNNER_TOKEN=DEFAULT_TOKEN,
+        UV_PROJECT_ENVIRONMENT=str(PROJECT / ".venv"), UV_OFFLINE="1",
+    )  # fmt: skip
+    return subprocess.run(args, cwd=repo, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+def reap_after_grace(story: Story, repo: Path, common: dict[str, Any]) -> WorkflowRun:
+    """Wait out the reaper's grace period for this story's instances, then run the real reap.yml once."""
+    grace = 60 * int(yaml.safe_load((repo / "configs" / "gpu-runner.yaml").read_text())["reap_grace_minutes"])
+    ours = [{"Name": "tag:gpu-runner:run-id", "Values": [story.run_id]}]
+    reservations = story.stack.client("ec2").describe_instances(Filters=ours)["Reservations"]
+    launched = [i["LaunchTime"].timestamp() for r in reservations for i in r["Instances"]]
+    if launched:
+        time.sleep(max(0.0, max(launched) + grace + 2 - time.time()))
+    return run_workflow(
+        scratch=story.scratch, simulator=None, workflow=repo / ".github" / "workflows" / "reap.yml",
+        event_name="schedule", **common,
+    )  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------- the scenarios
+def _once(story: Story, what: str) -> bool:
+    if what in story.fired:
+        return False
+    story.fired.append(what)
+    return True
+
+
+def _in_third_epoch(story: Story, rec: dict[str, Any]) -> bool:
+    # "Epoch 3/5" is printed after epoch 2's checkpoint reached S3 (callbacks run before the next epoch).
+    return rec.get("jobID") == "train" and story.epochs_started >= 3
+
+
+def cancel_during_training(story: Story, rec: dict[str, Any], process: subprocess.Popen) -> None:
+    if _in_third_epoch(story, rec) and _once(story, "cancel"):
+        # What "Cancel workflow" does to a running job. Sent to act itself: `timeout` (its parent) would forward
+        # it, but also SIGKILL act 15 s later (--kill-after), before the stop job is done.
+        for pid in Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split():
+            os.kill(int(pid), signal.SIGINT)
+
+
+def instance_dies_mid_job(story: Story, rec: dict[str, Any], process: subprocess.Popen) -> None:
+    if _in_third_epoch(story, rec) and _once(story, "instance dies"):
+        simulator = story.simulator
+        assert simulator is not None and simulator.instances
+        # The machine is gone (hardware failure, spot reclaim): EC2 says terminated, and the job's processes,
+        # which ran on it, die with it.
+        story.stack.client("ec2").terminate_instances(InstanceIds=[simulator.instances[0].instance_id])
+        kill_matching("-m", PACKAGE, "train")
+
+
+def spot_notice_mid_training(story: Story, rec: dict[str, Any], process: subprocess.Popen) -> None:
+    if _in_third_epoch(story, rec) and _once(story, "spot notice"):
+        assert story.imds is not None
+        story.imds.interrupt()  # EC2's two-minute warning, at the instance metadata service
+
+
+def _spot_request(body: str) -> bool:
+    return "InstanceMarketOptions.MarketType=spot" in body
+
+
+SCENARIOS = [
+    Scenario(1, "launch crashes right after RunInstances", "stop removes runner+param; instance ends itself",
+             rules=[Rule("RunInstances", kill=("gpu-runner", "launch"))], idle_seconds=10),
+    Scenario(2, "runner never registers (wait times out)", "wait fails with the console; stop removes all",
+             gpu_runner={"wait_timeout_seconds": 8}, runner_mode="silent"),
+    Scenario(3, "training fails", "train fails; instance ends itself; stop confirms",
+             train={**FAST_TRAIN, "data": {"source": "data/no-such-folder"}}),
+    Scenario(4, "workflow cancelled during training", "train cancelled; stop still tears down",
+             trigger=cancel_during_training),
+    Scenario(5, "stop job crashes (and the instance cannot shut down)", "the reaper terminates the instance",
+             rules=[Rule("TerminateInstances", kill=("gpu-runner", "teardown"), forward=False)],
+             shutdown_broken=True, gpu_runner={"reap_grace_minutes": 1}, reaper=True),
+    Scenario(6, "GitHub API 5xx during teardown (retried)", "teardown retries and succeeds",
+             github_faults=[("DELETE", r"/actions/runners/\d+$", 502, 2)]),
+    Scenario(7, "AWS throttling during launch and teardown", "botocore retries; all succeed",
+             rules=[Rule("RunInstances", times=2, error="RequestLimitExceeded"),
+                    Rule("PutParameter", times=1, error="ThrottlingException"),
+                    Rule("TerminateInstances", times=2, error="RequestLimitExceeded")]),
+    Scenario(8, "instance dies mid-job", "train fails; checkpoint in S3; stop cleans up",
+             trigger=instance_dies_mid_job),
+    Scenario(9, "every spot pool out of capacity -> on-demand", "launch falls back to on-demand",
+             gpu_runner={"use_spot": True},
+             rules=[Rule("RunInstances", times=-1, error="InsufficientInstanceCapacity", when=_spot_request)]),
+    Scenario(10, "vCPU quota exceeded -> fails fast", "one RunInstances; start fails naming the quota",
+             rules=[Rule("RunInstances", times=-1, error="VcpuLimitExceeded")]),
+    Scenario(11, "teardown runs twice", "second teardown: everything already gone, exit 0",
+             train={**FAST_TRAIN, "data": {"source": "data/no-such-folder"}}, teardown_again=True),
+    Scenario(12, "runner online, no job ever starts (idle watchdog)", "the instance halts itself",
+             map_label=False, idle_seconds=2),
+    Scenario(13, "spot interruption mid-training", "checkpoint, exit 75; stop dispatches attempt 2, which resumes",
+             trigger=spot_notice_mid_training, follow_dispatch=True),
+]  # fmt: skip

@@ -1,0 +1,151 @@
+"""`make e2e`, part two: the story with one fault each. Every story must end with no running instance, no
+runner registration and no runner-config parameter (after the reaper where that is the designed path); each
+adds a row to the fault table printed at the end of the run."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from e2e_report import record
+from mlflow.tracking import MlflowClient
+from stories import FAST_TRAIN, SCENARIOS, Stack, Story, run_story
+
+pytestmark = pytest.mark.e2e
+
+
+def _log(story: Story) -> str:
+    assert story.run is not None
+    return story.run.log.read_text()
+
+
+def _calls(story: Story, method: str, status: int) -> int:
+    return sum(1 for m, path, s in story.github_calls if m == method and s == status and "/runners/" in path)
+
+
+def _console(story: Story) -> str:
+    assert story.simulator is not None
+    return "".join((i.sim_dir / "console.log").read_text() for i in story.simulator.instances)
+
+
+def check_1(story: Story) -> None:
+    assert story.proxy and story.proxy.killed, "the launch process was not killed"
+    assert story.proxy.count("RunInstances") == 1
+    assert story.run and "instance-id" not in story.run.outputs.get("start", {})
+    assert story.run.results.get("stop") == "success"
+
+
+def check_2(story: Story) -> None:
+    assert "did not come online within 8 s" in _log(story)
+    assert "--- console output of" in _log(story)
+    assert story.run and story.run.results.get("stop") == "success"
+
+
+def check_3(story: Story) -> None:
+    assert story.run and story.run.results["train"] == "failure"
+    assert "data/no-such-folder" in _log(story)
+    assert story.run.results.get("stop") == "success"
+
+
+def check_4(story: Story) -> None:
+    assert story.fired == ["cancel"]
+    assert story.run and story.run.results.get("train") != "success"
+    # The stop job ran in full after the cancellation: teardown with its code, tools and credentials.
+    assert story.run.results.get("stop") == "success"
+    assert story.epochs_lost() in {"0", "1"}
+
+
+def check_5(story: Story) -> None:
+    assert story.proxy and story.proxy.killed, "the teardown process was not killed"
+    assert story.run and story.run.results.get("stop") == "failure"
+    assert "shutdown -h now failed" in _console(story)
+    assert story.reap_run and story.reap_run.results.get("reap") == "success"
+    assert "its runner is gone" in story.reap_run.log.read_text()
+
+
+def check_6(story: Story) -> None:
+    assert story.run and story.run.results == {"start": "success", "train": "success", "stop": "success"}
+    assert _calls(story, "DELETE", 502) == 2
+
+
+def check_7(story: Story) -> None:
+    assert story.run and story.run.results == {"start": "success", "train": "success", "stop": "success"}
+    assert story.proxy
+    assert story.proxy.count("RunInstances", "RequestLimitExceeded") == 2
+    assert story.proxy.count("PutParameter", "ThrottlingException") == 1
+    assert story.proxy.count("TerminateInstances", "RequestLimitExceeded") == 2
+
+
+def check_8(story: Story) -> None:
+    assert story.fired == ["instance dies"]
+    assert story.run and story.run.results.get("train") == "failure"
+    assert story.checkpoint_state().get("epochs_done", 0) >= 2
+    assert story.epochs_lost() in {"0", "1"}
+    assert story.run.results.get("stop") == "success"
+
+
+def check_9(story: Story) -> None:
+    assert story.run and story.run.results == {"start": "success", "train": "success", "stop": "success"}
+    assert story.run.outputs["start"]["market"] == "on-demand"
+    assert story.proxy and story.proxy.count("RunInstances", "InsufficientInstanceCapacity") == len(
+        story.stack.settings["instance_types"]
+    )
+
+
+def check_10(story: Story) -> None:
+    assert story.proxy and story.proxy.count("RunInstances") == 1
+    assert "Service Quotas" in _log(story)
+    assert story.run and story.run.results.get("start") == "failure"
+    assert story.simulator is not None and story.simulator.instances == []
+
+
+def check_11(story: Story) -> None:
+    second = story.second_teardown
+    assert second is not None and second.returncode == 0, (second.stdout, second.stderr) if second else None
+    # Runner and parameter: gone already. The instance: terminated already, or asked again (idempotent).
+    pattern = r"runner \d+: already gone; instance i-\w+: (already gone|shutting-down|terminated); parameter \S+: already gone"
+    assert re.search(pattern, second.stdout), second.stdout
+
+
+def check_12(story: Story) -> None:
+    assert "no job started within 2 s" in _console(story)
+    assert story.run and "train" not in story.run.results
+
+
+def check_13(story: Story) -> None:
+    first, second = story.run, story.resumed_run
+    assert first and first.results.get("train") == "failure" and first.results.get("stop") == "success"
+    assert story.github and len(story.github.dispatches) == 1, (
+        story.github.dispatches if story.github else None
+    )
+    inputs = story.github.dispatches[0]["inputs"]
+    assert (inputs["attempt"], inputs["commit"], inputs["spot"]) == ("2", story.head_sha, "default")
+    assert second and second.results == {"start": "success", "train": "success", "stop": "success"}, (
+        second.log
+    )
+    state = story.checkpoint_state()
+    assert state.get("complete") is True
+    client = MlflowClient(story.stack.mlflow_uri)
+    run = client.get_run(state["run_id"])
+    assert run.info.status == "FINISHED"
+    assert (run.data.tags["train.attempt"], run.data.tags["git.commit"]) == ("2", story.head_sha)
+    epochs = FAST_TRAIN["training"]["epochs"]
+    assert sorted({m.step for m in client.get_metric_history(run.info.run_id, "val_loss")}) == list(
+        range(epochs)
+    )
+    # At most one checkpoint interval (an epoch) of training was lost.
+    assert story.epochs_lost() in {"0", "1"}
+
+
+CHECKS = {n: globals()[f"check_{n}"] for n in range(1, 14)}
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[f"{s.number:02d}" for s in SCENARIOS])
+def test_fault_scenario(scenario, stack: Stack, tmp_path: Path) -> None:
+    story = run_story(stack, scenario, tmp_path, run_id=str(1000 + scenario.number))
+    record("faults", story.row())
+    context = f"act log: {story.run.log if story.run else None}\n{story.row()}"
+    assert story.simulator is not None and not story.simulator.errors, context
+    CHECKS[scenario.number](story)
+    assert (story.instances_left, story.runners_left, story.params_left) == (0, 0, 0), context
