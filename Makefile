@@ -24,7 +24,7 @@ test: install ## Run the template test suite (bakes, lints, and runs baked proje
 	$(UV) run --locked pytest -m "not matrix and not e2e" $(PYTEST_ARGS)
 
 test-e2e: install ## Bake the defaults and run their `make e2e`: the offline story and the fault table (~10 min)
-	$(UV) run --locked pytest -m e2e $(PYTEST_ARGS)
+	$(UV) run --locked pytest -m e2e -s $(PYTEST_ARGS)
 
 test-matrix: install ## Bake and check every option combination (slow)
 	$(UV) run --locked pytest -m matrix $(PYTEST_ARGS)

@@ -47,7 +47,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="bakes to time; the median is reported")
     parser.add_argument("--skip-tests", action="store_true", help="do not time the generated test suite")
-    parser.add_argument("--skip-story", action="store_true", help="do not run the offline story (act, ~2 min)")
+    parser.add_argument(
+        "--skip-story", action="store_true", help="do not run the offline story (act, ~2 min)"
+    )
     parser.add_argument(
         "--json", type=Path, default=DEFAULT_JSON, metavar="PATH", help="default: %(default)s"
     )
@@ -234,11 +236,18 @@ def bench_story(project: Path, uv: list[str]) -> list[Row]:
     """The offline story (`make story`: the real train.yml under act against local AWS, GitHub and MLflow) and
     the per-phase timeline its test writes to .e2e-cache/report.json."""
     subprocess.run(["git", "init", "-q"], cwd=project, check=False)
-    elapsed, _ = timed(["make", "story", f"UV={shlex.join(uv)}", "PYTEST_ARGS=-q -p no:cacheprovider"], project)
+    elapsed, _ = timed(
+        ["make", "story", f"UV={shlex.join(uv)}", "PYTEST_ARGS=-q -p no:cacheprovider"], project
+    )
     timeline = json.loads((project / ".e2e-cache" / "report.json").read_text(encoding="utf-8"))["timeline"]
     progress(f"offline story {elapsed:.1f} s: {timeline}")
-    rows: list[Row] = [{"figure": "offline story: make story, wall time (incl. servers)", "value": elapsed, "unit": "s"}]
-    rows += [{"figure": f"offline story: {phase}", "value": seconds, "unit": "s"} for phase, seconds in timeline.items()]
+    rows: list[Row] = [
+        {"figure": "offline story: make story, wall time (incl. servers)", "value": elapsed, "unit": "s"}
+    ]
+    rows += [
+        {"figure": f"offline story: {phase}", "value": seconds, "unit": "s"}
+        for phase, seconds in timeline.items()
+    ]
     return rows
 
 

@@ -1,5 +1,6 @@
-"""Bake the defaults and run their `make e2e`: the real train.yml under act against local AWS, GitHub and MLflow,
-the happy story and every fault scenario. Reads the report the generated suite writes and checks its figures."""
+"""Bake the defaults and run their `make e2e`: the real train.yml under act against local AWS, GitHub and
+MLflow, the happy story and every fault scenario. Reads the report the generated suite writes and checks its
+figures."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """The story (push -> start -> train -> stop) with one fault each, and what every story left behind.
 
 A story = a fresh git copy of the project (with the scenario's config edits), a fresh GitHub double, a fault
-proxy in front of the shared moto server, the simulated instance, and one `act` run of the real train.yml
-(plus, where the scenario's designed clean-up path is the reaper, one `act` run of the real reap.yml).
+proxy in front of the shared moto server, an instance metadata double, the simulated instance, and one `act` run
+of the real train.yml (plus, where the scenario's designed clean-up path is the reaper, one `act` run of the
+real reap.yml; and after a spot interruption, a second run of train.yml for the attempt the stop job dispatched).
 Each story has its own workflow run id, so its instances, runners and parameters are counted apart.
 """
 
