@@ -82,7 +82,7 @@ def test_unknown_ami_id_fails_before_launch(aws: Aws) -> None:
 def test_launch_settings_reach_ec2(aws: Aws, ami: str) -> None:
     client = aws.client("ec2", REGION)
     launched = ec2.launch_instance(
-        aws.single_attempt_client("ec2", REGION),
+        aws,
         spec(ami),
         region=REGION,
         instance_types=("g4dn.xlarge",),
@@ -116,7 +116,7 @@ def test_first_type_out_of_capacity_moves_to_the_next(aws: Aws, faults: AwsFault
         when=lambda p: p["InstanceType"] == "g4dn.xlarge",
     )
     launched = ec2.launch_instance(
-        aws.single_attempt_client("ec2", REGION), spec(ami), region=REGION,
+        aws, spec(ami), region=REGION,
         instance_types=("g4dn.xlarge", "g5.xlarge"), subnet_ids=(), use_spot=True, log=lambda _: None,
     )  # fmt: skip
     assert (launched.market, launched.instance_type) == ("spot", "g5.xlarge")
@@ -132,7 +132,7 @@ def test_every_spot_pool_out_falls_back_to_on_demand(aws: Aws, faults: AwsFaults
         when=lambda p: p.get("InstanceMarketOptions.MarketType") == "spot",
     )  # fmt: skip
     launched = ec2.launch_instance(
-        aws.single_attempt_client("ec2", REGION), spec(ami), region=REGION,
+        aws, spec(ami), region=REGION,
         instance_types=("g4dn.xlarge", "g5.xlarge"), subnet_ids=(), use_spot=True, log=lambda _: None,
     )  # fmt: skip
     assert (launched.market, launched.instance_type) == ("on-demand", "g4dn.xlarge")
@@ -143,7 +143,7 @@ def test_every_spot_pool_out_falls_back_to_on_demand(aws: Aws, faults: AwsFaults
 def test_spot_price_error_skips_remaining_spot_pools(aws: Aws, faults: AwsFaults, ami: str) -> None:
     faults.fail("ec2", "RunInstances", "SpotMaxPriceTooLow")
     launched = ec2.launch_instance(
-        aws.single_attempt_client("ec2", REGION), spec(ami), region=REGION,
+        aws, spec(ami), region=REGION,
         instance_types=("g4dn.xlarge", "g5.xlarge"), subnet_ids=(), use_spot=True, log=lambda _: None,
     )  # fmt: skip
     assert (launched.market, launched.instance_type) == ("on-demand", "g4dn.xlarge")
@@ -166,7 +166,7 @@ def test_subnets_are_tried_in_order(aws: Aws, faults: AwsFaults, ami: str) -> No
         when=lambda p: p.get("SubnetId") == first["SubnetId"],
     )
     launched = ec2.launch_instance(
-        aws.single_attempt_client("ec2", REGION), spec(ami), region=REGION, instance_types=("g4dn.xlarge",),
+        aws, spec(ami), region=REGION, instance_types=("g4dn.xlarge",),
         subnet_ids=(first["SubnetId"], second["SubnetId"]), use_spot=False, log=lambda _: None,
     )  # fmt: skip
     assert launched.subnet_id == second["SubnetId"]
@@ -177,7 +177,7 @@ def test_vcpu_quota_fails_fast_and_names_the_quota(aws: Aws, faults: AwsFaults, 
     faults.fail("ec2", "RunInstances", "VcpuLimitExceeded", times=-1)
     with pytest.raises(LaunchBlockedError) as info:
         ec2.launch_instance(
-            aws.single_attempt_client("ec2", REGION), spec(ami), region=REGION,
+            aws, spec(ami), region=REGION,
             instance_types=("g4dn.xlarge", "g5.xlarge"), subnet_ids=(), use_spot=True, log=lambda _: None,
         )  # fmt: skip
     assert "Running On-Demand G and VT instances" in str(info.value)
@@ -190,7 +190,7 @@ def test_missing_permission_names_it(aws: Aws, faults: AwsFaults, ami: str) -> N
     faults.fail("ec2", "RunInstances", "UnauthorizedOperation", status=403)
     with pytest.raises(LaunchBlockedError, match="iam:PassRole"):
         ec2.launch_instance(
-            aws.single_attempt_client("ec2", REGION), spec(ami), region=REGION,
+            aws, spec(ami), region=REGION,
             instance_types=("g4dn.xlarge",), subnet_ids=(), use_spot=False, log=lambda _: None,
         )  # fmt: skip
 
@@ -203,7 +203,7 @@ def test_no_capacity_anywhere(aws: Aws, faults: AwsFaults, ami: str) -> None:
         match=re.escape("spot g4dn.xlarge, spot g5.xlarge, on-demand g4dn.xlarge, on-demand g5.xlarge"),
     ):
         ec2.launch_instance(
-            aws.single_attempt_client("ec2", REGION), spec(ami), region=REGION,
+            aws, spec(ami), region=REGION,
             instance_types=("g4dn.xlarge", "g5.xlarge"), subnet_ids=(), use_spot=True, log=lambda _: None,
         )  # fmt: skip
     assert len(run_instances_calls(faults)) == 4
@@ -217,7 +217,7 @@ def test_throttled_launch_is_retried_with_one_client_token(
     faults.fail("ec2", "RunInstances", "RequestLimitExceeded", times=2, status=503)
     faults.fail("ec2", "RunInstances", "InternalError", times=1, status=500)
     launched = ec2.launch_instance(
-        aws.single_attempt_client("ec2", REGION), spec(ami), region=REGION,
+        aws, spec(ami), region=REGION,
         instance_types=("g4dn.xlarge",), subnet_ids=(), use_spot=False, log=lambda _: None,
     )  # fmt: skip
     assert launched.attempts == ()
@@ -235,7 +235,7 @@ def test_transient_errors_give_up_after_the_attempt_budget(
     faults.fail("ec2", "RunInstances", "RequestLimitExceeded", times=-1, status=503)
     with pytest.raises(LaunchBlockedError, match="RequestLimitExceeded"):
         ec2.launch_instance(
-            aws.single_attempt_client("ec2", REGION), spec(ami), region=REGION,
+            aws, spec(ami), region=REGION,
             instance_types=("g4dn.xlarge", "g5.xlarge"), subnet_ids=(), use_spot=False, log=lambda _: None,
         )  # fmt: skip
     assert len(run_instances_calls(faults)) == ec2.RUN_ATTEMPTS_PER_POOL
@@ -245,7 +245,7 @@ def test_transient_errors_give_up_after_the_attempt_budget(
 def test_terminate_is_idempotent_and_console_readable(aws: Aws, ami: str) -> None:
     client = aws.client("ec2", REGION)
     launched = ec2.launch_instance(
-        aws.single_attempt_client("ec2", REGION),
+        aws,
         spec(ami),
         region=REGION,
         instance_types=("g4dn.xlarge",),

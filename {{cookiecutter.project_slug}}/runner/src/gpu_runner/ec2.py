@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError, ReadTimeoutError
 
+from .aws import Aws
 from .errors import CapacityError, LaunchBlockedError, SettingsError
 
 Market = Literal["spot", "on-demand"]
@@ -224,7 +225,7 @@ def _run_instances(ec2: Any, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def launch_instance(
-    ec2: Any,
+    aws: Aws,
     spec: LaunchSpec,
     *,
     region: str,
@@ -233,8 +234,9 @@ def launch_instance(
     use_spot: bool,
     log: Callable[[str], None] = print,
 ) -> Launched:
-    """Launch exactly one instance in the first pool with capacity. `ec2` must be a single-attempt client
-    (Aws.single_attempt_client): retries are decided here, per error."""
+    """Launch exactly one instance in the first pool with capacity. Through a single-attempt client: retries
+    are decided here, per error (see _run_instances)."""
+    ec2 = aws.single_attempt_client("ec2", region)
     attempts: list[Attempt] = []
     for market, pools in _pools(instance_types, subnet_ids, use_spot):
         for instance_type, subnet_id in pools:

@@ -108,7 +108,7 @@ def launch(
             instance_profile=settings.instance_profile,
         )
         launched = ec2.launch_instance(
-            aws.single_attempt_client("ec2", region),
+            aws,
             spec,
             region=region,
             instance_types=settings.instance_types,
