@@ -61,7 +61,7 @@ def next_steps(answers: dict[str, object]) -> str:
         "make train        # train locally and log the run to MLflow",
         "make mlflow-ui    # browse runs at http://127.0.0.1:5000",
         f"Later, to train on a GPU: push to github.com/{answers['github_owner']}/{answers['github_repo']}, "
-        f"connect AWS as README.md describes, then\n"
+        f"run `make bootstrap` (AWS) and the GitHub App steps of README.md, then\n"
         f"     git switch -c {branch} && git push -u origin {branch}",
     ]
     numbered = "\n".join(f"  {number}. {step}" for number, step in enumerate(steps, start=1))

@@ -485,3 +485,4 @@ def test_post_gen_prints_numbered_next_steps(tmp_path: Path) -> None:
     for target in ("make install", "make test", "make train", "make mlflow-ui"):
         assert any(text.startswith(target) for text in texts), target
     assert "git push -u origin gpu/demo" in proc.stdout
+    assert "make bootstrap" in proc.stdout

@@ -1113,7 +1113,9 @@ def test_aws_jobs_use_oidc_and_no_cache(baked: Path) -> None:
                 continue
             aws_jobs.append(f"{name}.{job_id}")
             (aws,) = aws_steps
-            assert aws["with"]["role-to-assume"] == "${{ vars.AWS_ROLE_ARN }}"
+            # The reaper has its own role (infra/: default branch only, no launch rights).
+            role = "AWS_REAPER_ROLE_ARN" if name == "reap" else "AWS_ROLE_ARN"
+            assert aws["with"]["role-to-assume"] == f"${{{{ vars.{role} }}}}"
             assert aws["with"]["aws-region"] == region
             (setup,) = steps_by_uses(job, SETUP_ACTION)
             assert setup["with"] == {"install": "runner", "enable-cache": "false"}

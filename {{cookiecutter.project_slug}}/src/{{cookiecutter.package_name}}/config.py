@@ -153,7 +153,9 @@ def _format_errors(source: str, error: ValidationError) -> str:
         if item["type"] == "extra_forbidden":
             lines.append(f"  {field}: unknown key (remove it or fix its spelling)")
         else:
-            lines.append(f"  {field}: {item['msg']} (got {item.get('input')!r})")
+            # pydantic prefixes our own validators' text with "Value error, ", which tells the user nothing.
+            message = item["msg"].removeprefix("Value error, ")
+            lines.append(f"  {field}: {message} (got {item.get('input')!r})")
     return "\n".join(lines)
 
 

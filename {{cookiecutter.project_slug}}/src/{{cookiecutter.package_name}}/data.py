@@ -74,7 +74,9 @@ def _read_image(path: Path, cfg: DataConfig) -> np.ndarray:
             img.load()
             pixels = img.convert(mode).resize((width, height), Image.Resampling.BILINEAR)
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as error:
-        raise DataError(f"{path}: not a readable image ({error}); delete or replace the file") from None
+        raise DataError(
+            f"data.source '{cfg.source}': {path} is not a readable image; delete or replace the file ({error})"
+        ) from None
     return np.asarray(pixels, dtype=np.float32) / 255.0
 
 
@@ -82,7 +84,8 @@ def load_image_folder(root: Path, cfg: DataConfig) -> tuple[np.ndarray, np.ndarr
     """A folder with one sub-folder per class, each holding that class's images."""
     if not root.is_dir():
         raise DataError(
-            f"data.source '{root}': folder does not exist (use 'digits' for the embedded data set)"
+            f"data.source '{root}': folder does not exist (fix the path, relative to the working directory, "
+            f"or use 'digits' for the embedded data set)"
         )
     class_dirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     if len(class_dirs) < 2:
@@ -96,8 +99,8 @@ def load_image_folder(root: Path, cfg: DataConfig) -> tuple[np.ndarray, np.ndarr
         files = sorted(p for p in class_dir.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
         if not files:
             raise DataError(
-                f"class folder '{class_dir}' has no images ({', '.join(sorted(IMAGE_SUFFIXES))}); "
-                f"add images or remove the folder"
+                f"data.source '{root}': class folder '{class_dir}' has no images "
+                f"({', '.join(sorted(IMAGE_SUFFIXES))}); add images or remove the folder"
             )
         for file in files:
             images.append(_read_image(file, cfg))

@@ -49,7 +49,9 @@ def _list_objects(client: Any, bucket: str, prefix: str, uri: str) -> list[dict[
     except ClientError as error:
         code = error.response.get("Error", {}).get("Code", "")
         if code == "NoSuchBucket":
-            raise DataError(f"data.source '{uri}': bucket '{bucket}' does not exist") from None
+            raise DataError(
+                f"data.source '{uri}': bucket '{bucket}' does not exist; create it or fix the bucket name"
+            ) from None
         if code in {"AccessDenied", "403"}:
             raise DataError(
                 f"data.source '{uri}': access denied; grant s3:ListBucket on '{bucket}'"

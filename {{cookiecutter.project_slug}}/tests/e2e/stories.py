@@ -24,6 +24,7 @@ import boto3
 import yaml
 from harness import (
     AMI_PARAMETER,
+    AWS_TEST_CREDENTIALS,
     BRANCH,
     DEFAULT_TOKEN,
     LIVE,
@@ -108,6 +109,10 @@ class Scenario:
     teardown_again: bool = False
     # Run train.yml again for each dispatch the stop job made (the next attempt after a spot interruption).
     follow_dispatch: bool = False
+    branch: str = BRANCH
+    aws_credentials: tuple[str, str] = AWS_TEST_CREDENTIALS
+    github_token: str = DEFAULT_TOKEN  # GPU_RUNNER_TOKEN and GITHUB_TOKEN; the double accepts it for writes
+    secrets: dict[str, str] = field(default_factory=dict)  # repository secrets besides the GitHub tokens
 
 
 @dataclass
@@ -154,7 +159,7 @@ class Story:
         """The newest state.json of this story's commit in the checkpoint bucket ({} when none)."""
         bucket, _, base = self.stack.checkpoint_uri[5:].partition("/")
         s3 = boto3.client("s3", region_name="us-east-1", endpoint_url=self.stack.moto_endpoint)
-        branch = re.sub(r"[^A-Za-z0-9._-]+", "-", BRANCH)
+        branch = re.sub(r"[^A-Za-z0-9._-]+", "-", self.scenario.branch).strip("-")
         listing = s3.list_objects_v2(Bucket=bucket, Prefix=f"{base}/{branch}/{self.head_sha[:12]}-")
         states = [o for o in listing.get("Contents", []) if o["Key"].endswith("/state.json")]
         if not states:
@@ -219,8 +224,9 @@ def run_story(stack: Stack, scenario: Scenario, scratch: Path, run_id: str) -> S
     # Fault stories skip the install-time bytecode compilation (~15 s of each train job here): they are about
     # the machinery around training. The happy story keeps it, so its timeline is the real one.
     repo, workflow, story.head_sha = prepare_repository(
-        scratch, scenario.gpu_runner, scenario.train, compile_bytecode=scenario.number == 0
-    )
+        scratch, scenario.gpu_runner, scenario.train, compile_bytecode=scenario.number == 0,
+        branch=scenario.branch,
+    )  # fmt: skip
 
     def on_record(rec: dict[str, Any], process: subprocess.Popen) -> None:
         _track_epochs(story, rec)
@@ -233,19 +239,22 @@ def run_story(stack: Stack, scenario: Scenario, scratch: Path, run_id: str) -> S
         ImdsDouble() as imds,
     ):
         story.github, story.proxy, story.imds = github, proxy, imds
+        github.tokens.setdefault(scenario.github_token, "write")
         for method, path, status, times in scenario.github_faults:
             github.fail(method, path, status, times=times)
         simulator = Simulator(
             stack.moto_endpoint, stack.region, github, scratch / "instances", run_id=run_id,
             runner_mode=scenario.runner_mode, shutdown_broken=scenario.shutdown_broken,
-            idle_seconds=scenario.idle_seconds,
+            idle_seconds=scenario.idle_seconds, aws_credentials=scenario.aws_credentials,
         )  # fmt: skip
         story.simulator = simulator
         simulator.start()
         common = {
             "moto_endpoint": stack.moto_endpoint, "mlflow_uri": stack.mlflow_uri, "github": github,
             "repo": repo, "head_sha": story.head_sha, "repository": stack.repository,
-            "image_bin": stack.image_bin, "imds_url": imds.url,
+            "image_bin": stack.image_bin, "imds_url": imds.url, "branch": scenario.branch,
+            "aws_credentials": scenario.aws_credentials, "github_token": scenario.github_token,
+            "secrets": scenario.secrets,
         }  # fmt: skip
         try:
             story.run = run_workflow(
@@ -294,6 +303,7 @@ def next_attempt(story: Story, workflow: Path, common: dict[str, Any]) -> None:
         story.github,
         story.scratch / "instances-2",
         run_id=second,
+        aws_credentials=story.scenario.aws_credentials,
     )
     story.resumed_simulator.start()
     story.resumed_run = run_workflow(
@@ -313,9 +323,10 @@ def teardown_again(story: Story, repo: Path) -> subprocess.CompletedProcess:
             args += [flag, out[key]]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GITHUB_", "VIRTUAL_ENV"))}
     env.update(
-        AWS_ENDPOINT_URL=story.stack.moto_endpoint, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
+        AWS_ENDPOINT_URL=story.stack.moto_endpoint, AWS_ACCESS_KEY_ID=story.scenario.aws_credentials[0],
+        AWS_SECRET_ACCESS_KEY=story.scenario.aws_credentials[1],
         AWS_CONFIG_FILE=os.devnull, AWS_SHARED_CREDENTIALS_FILE=os.devnull, GITHUB_API_URL=story.github.url,
-        GITHUB_REPOSITORY=story.stack.repository, GPU_RUNNER_TOKEN=DEFAULT_TOKEN,
+        GITHUB_REPOSITORY=story.stack.repository, GPU_RUNNER_TOKEN=story.scenario.github_token,
         UV_PROJECT_ENVIRONMENT=str(PROJECT / ".venv"), UV_OFFLINE="1",
     )  # fmt: skip
     return subprocess.run(args, cwd=repo, env=env, capture_output=True, text=True, timeout=120, check=False)

@@ -36,6 +36,7 @@ class _Fault:
     status: int
     remaining: int
     when: Predicate | None
+    message: str
 
 
 def ec2_error(code: str, message: str) -> bytes:
@@ -43,6 +44,17 @@ def ec2_error(code: str, message: str) -> bytes:
         f'<?xml version="1.0" encoding="UTF-8"?><Response><Errors><Error><Code>{code}</Code>'
         f"<Message>{message}</Message></Error></Errors><RequestID>00000000-fault</RequestID></Response>"
     ).encode()
+
+
+def query_error(code: str, message: str) -> bytes:
+    """The error document of the query-protocol services other than EC2 (CloudFormation, IAM, STS)."""
+    return (
+        f"<ErrorResponse><Error><Type>Sender</Type><Code>{code}</Code><Message>{message}</Message></Error>"
+        "<RequestId>00000000-fault</RequestId></ErrorResponse>"
+    ).encode()
+
+
+QUERY_SERVICES = {"cloudformation", "iam", "sts"}
 
 
 def json_error(code: str, message: str) -> bytes:
@@ -78,10 +90,11 @@ class AwsFaults:
         times: int = 1,
         status: int = 400,
         when: Predicate | None = None,
+        message: str = "",
     ) -> None:
         """Answer the next `times` matching calls with `code` (times=-1: every call)."""
         with self._lock:
-            self._faults.append(_Fault(service, operation, code, status, times, when))
+            self._faults.append(_Fault(service, operation, code, status, times, when, message))
 
     def _before_send(self, request: Any, **kwargs: Any) -> AWSResponse | None:
         event_name: str = kwargs.get("event_name", "")
@@ -95,10 +108,12 @@ class AwsFaults:
                     continue
                 fault.remaining -= 1 if fault.remaining > 0 else 0
                 self.injected.append((service, operation, fault.code, params))
-                payload = (
-                    ec2_error(fault.code, f"injected {fault.code}")
-                    if service == "ec2"
-                    else json_error(fault.code, f"injected {fault.code}")
-                )
+                message = fault.message or f"injected {fault.code}"
+                if service == "ec2":
+                    payload = ec2_error(fault.code, message)
+                elif service in QUERY_SERVICES:
+                    payload = query_error(fault.code, message)
+                else:
+                    payload = json_error(fault.code, message)
                 return AWSResponse(request.url, fault.status, {}, _Body(payload))
         return None

@@ -62,11 +62,16 @@ def aws(session: boto3.Session, faults: AwsFaults) -> Iterator[Aws]:
         if ids:
             client.terminate_instances(InstanceIds=ids)
         ssm = aws.client("ssm", region)
+        # Every page: once a test has read one of AWS's public parameters (/aws/service/...), moto lists them
+        # too, and the first page alone would hide a leftover of ours.
         names = [
-            p["Name"] for p in ssm.describe_parameters().get("Parameters", []) if p["Name"] != AMI_PARAMETER
+            p["Name"]
+            for page in ssm.get_paginator("describe_parameters").paginate()
+            for p in page.get("Parameters", [])
+            if p["Name"] != AMI_PARAMETER and not p["Name"].startswith("/aws/")
         ]
-        if names:
-            ssm.delete_parameters(Names=names)
+        for start in range(0, len(names), 10):  # DeleteParameters takes at most 10 names
+            ssm.delete_parameters(Names=names[start : start + 10])
 
 
 @pytest.fixture

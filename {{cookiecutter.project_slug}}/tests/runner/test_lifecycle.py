@@ -27,7 +27,7 @@ def live_instances(aws: Aws, region: str = REGION) -> list[dict]:
 
 def parameter_names(aws: Aws, region: str = REGION) -> list[str]:
     params = aws.client("ssm", region).describe_parameters()["Parameters"]
-    return [p["Name"] for p in params if p["Name"] != AMI_PARAMETER]
+    return [p["Name"] for p in params if p["Name"] != AMI_PARAMETER and not p["Name"].startswith("/aws/")]
 
 
 def assert_nothing_left(aws: Aws, github_double: GitHubDouble, region: str = REGION) -> None:

@@ -1,4 +1,4 @@
-"""`gpu-runner launch | wait | teardown | resume | reap` — the commands train.yml and reap.yml run."""
+"""`gpu-runner launch | wait | teardown | resume | reap` (what train.yml and reap.yml run) and `bootstrap`."""
 
 from __future__ import annotations
 
@@ -67,6 +67,20 @@ def _parser() -> argparse.ArgumentParser:
 
     reap = commands.add_parser("reap", help="clean up expired or orphaned instances, runners and parameters")
     reap.add_argument("--region", action="append", default=[], help="extra regions to scan (repeatable)")
+
+    boot = commands.add_parser(
+        "bootstrap", help="one-time: deploy infra/gpu-runner.yaml (bucket, OIDC roles, instance profile)"
+    )
+    boot.add_argument("--repository", required=True, help="owner/name of the GitHub repository to trust")
+    boot.add_argument("--bucket", required=True, help="S3 bucket for data, checkpoints and exports")
+    boot.add_argument("--branch-prefix", default="train/", help="branches that may start GPU training")
+    boot.add_argument("--default-branch", default="main", help="the only branch the reaper role trusts")
+    boot.add_argument("--owner-id", default="", help="numeric owner id (immutable OIDC subject), optional")
+    boot.add_argument("--repository-id", default="", help="numeric repository id, optional")
+    boot.add_argument("--oidc-provider-arn", default="", help="reuse the account's GitHub OIDC provider")
+    boot.add_argument("--vpc-id", default="", help="VPC of the runner subnets (default VPC when empty)")
+    boot.add_argument("--checkpoint-retention-days", type=int, default=30)
+    boot.add_argument("--template", type=Path, default=Path("infra/gpu-runner.yaml"))
     return parser
 
 
@@ -81,6 +95,9 @@ def run(args: argparse.Namespace, settings: Settings) -> None:
 
     ctx = RunContext.from_env()
     aws = Aws()
+    if args.command == "bootstrap":
+        _bootstrap(args, settings, aws)
+        return
     if args.command == "resume":
         _resume(args, settings, ctx, aws)
         return
@@ -99,6 +116,18 @@ def run(args: argparse.Namespace, settings: Settings) -> None:
         )  # fmt: skip
     elif args.command == "reap":
         reaper.reap(settings, aws, github, regions=tuple(args.region))
+
+
+def _bootstrap(args: argparse.Namespace, settings: Settings, aws: Aws) -> None:
+    from . import infra
+
+    inputs = infra.StackInputs(
+        repository=args.repository, bucket=args.bucket, train_branch_prefix=args.branch_prefix,
+        default_branch=args.default_branch, owner_id=args.owner_id, repository_id=args.repository_id,
+        oidc_provider_arn=args.oidc_provider_arn, vpc_id=args.vpc_id,
+        checkpoint_retention_days=args.checkpoint_retention_days,
+    )  # fmt: skip
+    infra.bootstrap(settings, aws.client("cloudformation", settings.region), inputs, template=args.template)
 
 
 def _resume(args: argparse.Namespace, settings: Settings, ctx: RunContext, aws: Aws) -> None:
@@ -128,8 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         overrides = {"instance_types": args.instance_type} if getattr(args, "instance_type", "") else {}
         settings = load_settings(args.settings, overrides)
-        if not os.environ.get("GITHUB_REPOSITORY"):
-            raise RunnerError("GITHUB_REPOSITORY (owner/name) is not set; GitHub Actions sets it")
+        # bootstrap runs from a laptop (the repository is a flag); every other command runs in a workflow.
+        if args.command != "bootstrap" and not os.environ.get("GITHUB_REPOSITORY"):
+            raise RunnerError(
+                "GITHUB_REPOSITORY is not set: GitHub Actions sets it; by hand, export GITHUB_REPOSITORY=owner/name"
+            )
         run(args, settings)
     except RunnerError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -50,6 +50,15 @@ TRANSIENT_CODES = frozenset(
 RUN_ATTEMPTS_PER_POOL = 6
 MAX_BACKOFF_SECONDS = 20.0
 
+# EC2, SSM/STS (JSON) and query-protocol spellings of "these credentials are expired or unknown".
+CREDENTIAL_CODES = (
+    "AuthFailure",
+    "RequestExpired",
+    "ExpiredToken",
+    "ExpiredTokenException",
+    "InvalidClientTokenId",
+    "UnrecognizedClientException",
+)
 # What to do about errors that no other pool can fix.
 FATAL_HINTS = {
     "VcpuLimitExceeded": (
@@ -59,17 +68,28 @@ FATAL_HINTS = {
     ),
     "InstanceLimitExceeded": "the account's instance limit is reached in {region}: raise it in Service Quotas (EC2)",
     "UnauthorizedOperation": (
-        "the AWS role is not allowed to launch this instance: it needs ec2:RunInstances and ec2:CreateTags with "
-        "the gpu-runner:managed-by tag, and iam:PassRole on the runner's instance profile (see infra/)"
+        "the AWS role may not launch this instance: the infra/gpu-runner.yaml policy allows only its instance "
+        "types, with the gpu-runner tags, IMDSv2, encrypted volumes and its runner instance profile; after "
+        "changing instance_types or instance_profile in configs/gpu-runner.yaml, run make bootstrap again"
     ),
     "AccessDenied": "the AWS role is not allowed to launch instances (see infra/ for the policy it needs)",
     "InvalidAMIID.NotFound": "AMI not found in {region}: check ami_id / ami_parameter in configs/gpu-runner.yaml",
     "InvalidAMIID.Malformed": "ami_id is malformed: use an id like ami-0123456789abcdef0",
-    "InvalidSubnetID.NotFound": "a subnet in subnet_ids does not exist in {region}",
-    "InvalidGroup.NotFound": "a security group in security_group_ids does not exist in {region}",
+    "InvalidSubnetID.NotFound": (
+        "a subnet in subnet_ids does not exist in {region}: fix subnet_ids in configs/gpu-runner.yaml"
+    ),
+    "InvalidGroup.NotFound": (
+        "a security group in security_group_ids does not exist in {region}: fix security_group_ids in "
+        "configs/gpu-runner.yaml"
+    ),
     "InvalidParameterValue": "EC2 rejected a launch parameter (see the message): fix configs/gpu-runner.yaml",
     "InvalidParameterCombination": "EC2 rejected a combination of launch parameters (see the message)",
     "InvalidParameter": "EC2 rejected a launch parameter (see the message): fix configs/gpu-runner.yaml",
+    **dict.fromkeys(
+        CREDENTIAL_CODES,
+        "AWS rejected the credentials (expired or unknown): in the workflow check AWS_ROLE_ARN and that the job "
+        "has id-token: write; by hand, refresh them (aws sso login, or new keys)",
+    ),
 }
 
 
@@ -128,7 +148,8 @@ def resolve_ami(ssm: Any, ec2: Any, *, ami_id: str, ami_parameter: str, region: 
                     f"ami_parameter '{ami_parameter}' does not exist in {region}: fix the path in "
                     f"configs/gpu-runner.yaml or set ami_id"
                 ) from None
-            raise
+            # The first AWS call of a launch: expired credentials or a missing permission show up here.
+            raise LaunchBlockedError(_hint(error, region)) from None
     try:
         images = ec2.describe_images(ImageIds=[ami_id])["Images"]
     except ClientError as error:

@@ -194,6 +194,12 @@ class GitHubRunners:
                     f"to this credential (App not installed on it / PAT not granted it), or runner group "
                     f"{runner_group_id} does not exist"
                 ) from error
+            if error.status == 422:
+                raise RunnerError(
+                    f"creating runner {name!r}: GitHub rejected the runner's name or labels (422 "
+                    f"{_github_message(error)}); both are built from GITHUB_RUN_ID and GITHUB_RUN_ATTEMPT: check "
+                    "those variables"
+                ) from error
             self._raise(error, f"creating runner {name!r}")
         except requests.RequestException as error:
             self._raise_unreachable(error, f"creating runner {name!r}")

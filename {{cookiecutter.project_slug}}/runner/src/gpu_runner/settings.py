@@ -78,7 +78,10 @@ def _problems(s: Settings) -> list[str]:
             out.append(f"{name}: must be a positive integer (got {value!r})")
     both_ints = isinstance(s.idle_timeout_minutes, int) and isinstance(s.max_runtime_minutes, int)
     if both_ints and s.idle_timeout_minutes >= s.max_runtime_minutes:
-        out.append("idle_timeout_minutes: must be shorter than max_runtime_minutes")
+        out.append(
+            f"idle_timeout_minutes: must be shorter than max_runtime_minutes "
+            f"(got {s.idle_timeout_minutes} >= {s.max_runtime_minutes})"
+        )
     if s.ami_id and not re.fullmatch(r"ami-[0-9a-f]{8,17}", s.ami_id):
         out.append(f"ami_id: '{s.ami_id}' is not an AMI id like ami-0123456789abcdef0")
     if not s.ami_id and not s.ami_parameter.startswith("/"):

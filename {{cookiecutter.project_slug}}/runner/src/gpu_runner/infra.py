@@ -1,0 +1,238 @@
+"""`gpu-runner bootstrap`: deploy infra/gpu-runner.yaml with CloudFormation, then say what to set on GitHub.
+
+Project, region, SSM prefix and instance types come from the settings file, so the roles are scoped to exactly
+what launch, teardown and the reaper use. Re-running it updates the stack (or reports it up to date).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from botocore.exceptions import ClientError, WaiterError
+
+from .errors import RunnerError
+from .settings import Settings
+
+DEFAULT_TEMPLATE = Path("infra/gpu-runner.yaml")
+# The roles get generated names, so CAPABILITY_IAM suffices (no CAPABILITY_NAMED_IAM).
+CAPABILITIES = ["CAPABILITY_IAM"]
+REPOSITORY = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*/[A-Za-z0-9._-]+")
+BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+BRANCH_PREFIX = re.compile(r"[A-Za-z0-9._/-]+")
+OIDC_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:oidc-provider/token\.actions\.githubusercontent\.com")
+FAILED_STATES = ("CREATE_FAILED", "UPDATE_FAILED", "DELETE_FAILED")
+NO_UPDATES = "No updates are to be performed"
+Log = Callable[[str], None]
+HINTS = {
+    "BucketAlreadyExists": " (bucket names are global: pass --bucket with another name, and use it in train.yml)",
+    "InsufficientCapabilitiesException": " (the template changed to name its roles: add CAPABILITY_NAMED_IAM)",
+    "AccessDenied": " (bootstrap needs credentials that may create IAM roles, S3 buckets and EC2 security groups)",
+}
+
+
+class BootstrapError(RunnerError):
+    """The stack could not be deployed; the message names the input or the failed resource."""
+
+
+@dataclass(frozen=True)
+class StackInputs:
+    repository: str  # owner/name
+    bucket: str
+    train_branch_prefix: str = "train/"
+    default_branch: str = "main"
+    owner_id: str = ""
+    repository_id: str = ""
+    oidc_provider_arn: str = ""
+    vpc_id: str = ""
+    checkpoint_retention_days: int = 30
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not REPOSITORY.fullmatch(self.repository):
+            problems.append(f"--repository: '{self.repository}' is not owner/name (e.g. your-org/ml-project)")
+        if not BUCKET.fullmatch(self.bucket) or ".." in self.bucket:
+            problems.append(
+                f"--bucket: '{self.bucket}' is not a valid S3 bucket name (3-63 lowercase letters, digits, "
+                "dots and dashes)"
+            )
+        for flag, value in (
+            ("--branch-prefix", self.train_branch_prefix),
+            ("--default-branch", self.default_branch),
+        ):
+            if not BRANCH_PREFIX.fullmatch(value):
+                problems.append(f"{flag}: '{value}' may only hold letters, digits and . _ / -")
+        for flag, value in (("--owner-id", self.owner_id), ("--repository-id", self.repository_id)):
+            if value and not value.isdigit():
+                problems.append(f"{flag}: '{value}' must be GitHub's numeric id (gh api repos/OWNER/NAME)")
+        if bool(self.owner_id) != bool(self.repository_id):
+            problems.append("--owner-id/--repository-id: give both numeric ids or neither")
+        if self.oidc_provider_arn and not OIDC_ARN.fullmatch(self.oidc_provider_arn):
+            problems.append(
+                f"--oidc-provider-arn: '{self.oidc_provider_arn}' is not the ARN of a "
+                "token.actions.githubusercontent.com OIDC provider"
+            )
+        if self.vpc_id and not re.fullmatch(r"vpc-[0-9a-f]{8,17}", self.vpc_id):
+            problems.append(f"--vpc-id: '{self.vpc_id}' is not a VPC id like vpc-0123456789abcdef0")
+        if self.checkpoint_retention_days < 1:
+            problems.append("--checkpoint-retention-days: must be at least 1")
+        if problems:
+            raise BootstrapError("invalid bootstrap input:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+def stack_name(settings: Settings) -> str:
+    return f"gpu-runner-{settings.project}"
+
+
+def stack_parameters(settings: Settings, inputs: StackInputs) -> list[dict[str, str]]:
+    owner, _, name = inputs.repository.partition("/")
+    values = {
+        "Project": settings.project,
+        "GitHubOwner": owner,
+        "GitHubRepository": name,
+        "GitHubOwnerId": inputs.owner_id,
+        "GitHubRepositoryId": inputs.repository_id,
+        "TrainBranchPrefix": inputs.train_branch_prefix,
+        "DefaultBranch": inputs.default_branch,
+        "BucketName": inputs.bucket,
+        "CheckpointRetentionDays": str(inputs.checkpoint_retention_days),
+        "SsmPrefix": settings.ssm_prefix.rstrip("/"),
+        "AllowedInstanceTypes": ",".join(settings.instance_types),
+        "ExistingOidcProviderArn": inputs.oidc_provider_arn,
+        "VpcId": inputs.vpc_id,
+    }
+    return [{"ParameterKey": key, "ParameterValue": value} for key, value in values.items()]
+
+
+def _stack_status(cfn: Any, name: str) -> str | None:
+    try:
+        stacks = cfn.describe_stacks(StackName=name)["Stacks"]
+    except ClientError as error:
+        if "does not exist" in error.response.get("Error", {}).get("Message", ""):
+            return None
+        raise
+    return stacks[0]["StackStatus"] if stacks else None
+
+
+def _failure_reasons(cfn: Any, name: str) -> list[str]:
+    events = cfn.describe_stack_events(StackName=name).get("StackEvents", [])
+    return [
+        f"{e['LogicalResourceId']}: {e.get('ResourceStatusReason', e['ResourceStatus'])}"
+        for e in events
+        if e.get("ResourceStatus") in FAILED_STATES and e["LogicalResourceId"] != name
+    ]
+
+
+def deploy(
+    cfn: Any,
+    name: str,
+    template_body: str,
+    parameters: list[dict[str, str]],
+    *,
+    delay_seconds: int = 10,
+    log: Log = print,
+) -> dict[str, str]:
+    """Create or update the stack and wait for it; returns its outputs."""
+    status = _stack_status(cfn, name)
+    if status == "ROLLBACK_COMPLETE":
+        raise BootstrapError(
+            f"stack {name} is in ROLLBACK_COMPLETE (its first creation failed and cannot be updated): delete it "
+            f"with `aws cloudformation delete-stack --stack-name {name}` (the bucket is kept) and run bootstrap again"
+        )
+    common = {"StackName": name, "TemplateBody": template_body, "Parameters": parameters}
+    try:
+        if status is None:
+            log(f"creating stack {name}")
+            cfn.create_stack(**common, Capabilities=CAPABILITIES, OnFailure="ROLLBACK")
+            waiter = "stack_create_complete"
+        else:
+            log(f"updating stack {name} ({status})")
+            cfn.update_stack(**common, Capabilities=CAPABILITIES)
+            waiter = "stack_update_complete"
+    except ClientError as error:
+        message = error.response.get("Error", {}).get("Message", "")
+        if NO_UPDATES in message:
+            log(f"stack {name} is up to date")
+            return _outputs(cfn, name)
+        code = error.response.get("Error", {}).get("Code", "")
+        hint = HINTS.get(code, "")
+        raise BootstrapError(f"CloudFormation refused stack {name}: {code}: {message}{hint}") from None
+    try:
+        cfn.get_waiter(waiter).wait(StackName=name, WaiterConfig={"Delay": delay_seconds, "MaxAttempts": 180})
+    except WaiterError:
+        reasons = _failure_reasons(cfn, name) or ["no failed resource reported"]
+        raise BootstrapError(
+            f"stack {name} ended in {_stack_status(cfn, name)}:\n" + "\n".join(f"  {r}" for r in reasons)
+        ) from None
+    log(f"stack {name}: {_stack_status(cfn, name)}")
+    return _outputs(cfn, name)
+
+
+def _outputs(cfn: Any, name: str) -> dict[str, str]:
+    stack = cfn.describe_stacks(StackName=name)["Stacks"][0]
+    return {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+
+
+def next_steps(repository: str, outputs: Mapping[str, str]) -> str:
+    """The exact commands and settings that connect the repository to the stack."""
+    repo = shlex.quote(repository)
+
+    def variable(key: str, value: str) -> str:
+        return f"gh variable set {key} --repo {repo} --body {shlex.quote(value)}"
+
+    lines = [
+        "# 1. GitHub variables the workflows read (AWS through OIDC: no AWS keys anywhere):",
+        variable("AWS_ROLE_ARN", outputs["TrainRoleArn"]),
+        variable("AWS_REAPER_ROLE_ARN", outputs["ReaperRoleArn"]),
+        "# 2. Runner registration: a GitHub App (README: 'GitHub App') ...",
+        f'gh variable set GPU_RUNNER_APP_ID --repo {repo} --body "<the App id>"',
+        f'gh secret set GPU_RUNNER_APP_PRIVATE_KEY --repo {repo} < "<path to the App private key .pem>"',
+        "#    ... or a fine-grained PAT instead of the App:",
+        f"#    gh secret set GPU_RUNNER_TOKEN --repo {repo}",
+        "# 3. MLflow (optional; without it runs are kept as a workflow artifact):",
+        f'gh variable set MLFLOW_TRACKING_URI --repo {repo} --body "<https://your MLflow server>"',
+        "# 4. In configs/gpu-runner.yaml:",
+        f"#    instance_profile: {outputs['RunnerInstanceProfile']}",
+        f"#    security_group_ids: [{outputs['RunnerSecurityGroupId']}]",
+        f"# Bucket for data, checkpoints and exports: s3://{outputs['BucketName']}",
+    ]
+    return "\n".join(lines)
+
+
+def bootstrap(
+    settings: Settings,
+    cfn: Any,
+    inputs: StackInputs,
+    *,
+    template: Path = DEFAULT_TEMPLATE,
+    delay_seconds: int = 10,
+    log: Log = print,
+) -> dict[str, str]:
+    try:
+        body = template.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BootstrapError(
+            f"--template: {template} not found (run from the project root, or pass --template)"
+        ) from None
+    name = stack_name(settings)
+    outputs = deploy(
+        cfn, name, body, stack_parameters(settings, inputs), delay_seconds=delay_seconds, log=log
+    )
+    missing = {
+        "TrainRoleArn",
+        "ReaperRoleArn",
+        "RunnerInstanceProfile",
+        "RunnerSecurityGroupId",
+        "BucketName",
+    }
+    missing -= set(outputs)
+    if missing:
+        raise BootstrapError(
+            f"stack {name} lacks output(s) {', '.join(sorted(missing))}: is {template} ours?"
+        )
+    log(next_steps(inputs.repository, outputs))
+    return outputs
