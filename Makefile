@@ -51,7 +51,7 @@ demo: install ## Bake the defaults into build/demo and run the offline story: pu
 		"  the fault scenarios too (~7 min):           cd $$project && make e2e" \
 		"  train locally and browse runs:              cd $$project && make train && make mlflow-ui"
 
-bench: install ## Print bake, install, test-suite and pipeline throughput figures for this machine
+bench: install ## Print bake, install, test-suite, pipeline throughput, offline-story and GPU cost figures
 	$(UV) run --locked python benchmarks/run.py
 
 clean: ## Remove build output

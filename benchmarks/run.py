@@ -1,7 +1,12 @@
-"""Figures for this machine: bake time, generated-project install time, its test suite, its input pipeline.
+"""Figures for this machine: bake, install, test suite, input pipeline, and the article's GPU cost scenario.
+
+The cost scenario prices the article's 100 GPU-hours a month with this project's measured per-job overhead.
 
     make bench                                  # everything: 4-6 minutes on 2 cores
     uv run --locked python benchmarks/run.py --skip-tests --repeats 3
+
+The cost figures are arithmetic over list prices and the offline story's timeline (see bench_cost); with
+--skip-story they use the timeline of the last full run in --json, if any.
 
 A benchmark, not a test: it prints what it measured and asserts nothing about speed. It exits non-zero only
 when a step fails outright (a bake, `uv sync`, the generated tests or the pipeline benchmark).
@@ -14,6 +19,7 @@ import argparse
 import contextlib
 import importlib.util
 import json
+import math
 import os
 import platform
 import re
@@ -26,6 +32,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 from cookiecutter.main import cookiecutter
 
@@ -37,6 +44,33 @@ PIPELINE_SCRIPT = "benchmarks/pipeline_throughput.py"
 STEP_TIMEOUT_SECONDS = 1200
 
 Row = dict[str, object]
+
+# ---- the article's scenario (the product's whole point): always-on T4 box $500/month vs a CPU dev box
+# $80/month + 100 GPU-hours on demand at $0.5/h = $130/month -> 74 % saving on paper.
+ARTICLE_ALWAYS_ON_USD_PER_MONTH = 500.0
+ARTICLE_CPU_USD_PER_MONTH = 80.0
+ARTICLE_GPU_USD_PER_HOUR = 0.5
+TRAINING_HOURS_PER_MONTH = 100.0
+JOB_HOURS = 2.0  # each training job: 100 h/month -> 50 jobs, each paying the per-job overhead once
+# g4dn.xlarge (1x T4), us-east-1, Linux. Taken from the generated runner's dated price table
+# (runner/src/gpu_runner/prices.json, the stop job's fallback); these are the figures when it lacks them:
+# on-demand, the AWS list price ($0.526/h since the type launched, as of 2026-11); spot, an ASSUMPTION, not a
+# quote: a typical us-east-1 price, about 40 % of on-demand (spot moves hourly and per zone), 2026-11.
+PRICE_TABLE = "runner/src/gpu_runner/prices.json"
+PRICE_REGION, PRICE_TYPE = "us-east-1", "g4dn.xlarge"
+FALLBACK_PRICES = {"on_demand": 0.526, "spot": 0.2104, "gp3": 0.08, "as_of": "2026-11 (run.py constants)"}
+# Root volume: configs/gpu-runner.yaml's root_volume_gb, billed only while the instance exists.
+ROOT_VOLUME_GB = 100
+# ASSUMPTION for what the offline story cannot measure: a real EC2 boot of the Deep Learning AMI to a
+# registered runner (~1.5 min) plus pulling tensorflow/tensorflow:2.15.0-gpu (~3 GB compressed) and starting
+# it (~2.5 min).
+REAL_BOOT_AND_PULL_SECONDS = 240.0
+# The story's timeline rows that are per-job machine time around the training itself (see bench_story).
+STORY_OVERHEAD_PHASES = (
+    "launch call (gpu-runner launch step)",
+    "wait step (gpu-runner wait)",
+    "teardown step (stop job)",
+)
 
 
 class StepFailed(RuntimeError):
@@ -232,14 +266,15 @@ def bench_pipeline(project: Path, uv: list[str], workdir: Path) -> tuple[list[Ro
     return rows, payload["meta"]
 
 
-def bench_story(project: Path, uv: list[str]) -> list[Row]:
+def bench_story(project: Path, uv: list[str]) -> tuple[list[Row], dict[str, object]]:
     """The offline story (`make story`: the real train.yml under act against local AWS, GitHub and MLflow) and
-    the per-phase timeline its test writes to .e2e-cache/report.json."""
+    the per-phase timeline its test writes to .e2e-cache/report.json; returns the rows and that report."""
     subprocess.run(["git", "init", "-q"], cwd=project, check=False)
     elapsed, _ = timed(
         ["make", "story", f"UV={shlex.join(uv)}", "PYTEST_ARGS=-q -p no:cacheprovider"], project
     )
-    timeline = json.loads((project / ".e2e-cache" / "report.json").read_text(encoding="utf-8"))["timeline"]
+    report = json.loads((project / ".e2e-cache" / "report.json").read_text(encoding="utf-8"))
+    timeline = report["timeline"]
     progress(f"offline story {elapsed:.1f} s: {timeline}")
     rows: list[Row] = [
         {"figure": "offline story: make story, wall time (incl. servers)", "value": elapsed, "unit": "s"}
@@ -248,11 +283,169 @@ def bench_story(project: Path, uv: list[str]) -> list[Row]:
         {"figure": f"offline story: {phase}", "value": seconds, "unit": "s"}
         for phase, seconds in timeline.items()
     ]
-    return rows
+    # The train job's own setup (checkout, install; the story's training is on this machine's CPU): the job's
+    # wall time minus the training time its MLflow run logged.
+    training = report.get("story", {}).get("metrics", {}).get("training_seconds")
+    if training is not None and "train job start -> end" in timeline:
+        setup = max(float(timeline["train job start -> end"]) - float(training), 0.0)
+        rows.append(
+            {
+                "figure": "offline story: train job setup (job minus training_seconds)",
+                "value": setup,
+                "unit": "s",
+            }
+        )
+    return rows, report
+
+
+def load_cost_core(project: Path) -> ModuleType:
+    """The generated package's cost_report module, loaded by file path: its arithmetic imports only the
+    standard library, so the benchmark prices with the very formula `cost-report` uses, without the project's
+    venv."""
+    package = next(p for p in (project / "src").iterdir() if (p / "__init__.py").exists())
+    spec = importlib.util.spec_from_file_location("generated_cost_report", package / "cost_report.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    # dataclasses look their module up in sys.modules while the class body runs.
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def story_overhead_seconds(rows: list[Row]) -> float | None:
+    """Per-job machine time the offline story measured around training: launch, wait, train-job setup and
+    teardown; None when the rows lack any of them."""
+    values = {str(row["figure"]).removeprefix("offline story: "): row["value"] for row in rows}
+    wanted = [*STORY_OVERHEAD_PHASES, "train job setup (job minus training_seconds)"]
+    if not all(phase in values for phase in wanted):
+        return None
+    return sum(float(values[phase]) for phase in wanted)  # type: ignore[arg-type]
+
+
+def previous_story_rows(path: Path) -> list[Row]:
+    """The story rows of the last run written to --json (for --skip-story), or none."""
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8")).get("rows", [])
+    except (OSError, ValueError):
+        return []
+    return [row for row in rows if str(row.get("figure", "")).startswith("offline story: ")]
+
+
+def list_prices(project: Path) -> dict[str, object]:
+    """On-demand and typical spot $/h of g4dn.xlarge in us-east-1 and gp3 $/GB-month, with their date."""
+    try:
+        table = json.loads((project / PRICE_TABLE).read_text(encoding="utf-8"))
+        region = table["regions"][PRICE_REGION]
+        return {
+            "on_demand": float(region["on_demand_usd_per_hour"][PRICE_TYPE]),
+            "spot": float(region["spot_typical_usd_per_hour"][PRICE_TYPE]),
+            "gp3": float(region["gp3_usd_per_gb_month"]),
+            "as_of": f"{table.get('as_of', 'undated')} ({PRICE_TABLE})",
+        }
+    except (OSError, ValueError, KeyError, TypeError):
+        return dict(FALLBACK_PRICES)
+
+
+def bench_cost(
+    project: Path, story_rows: list[Row], story_source: str
+) -> tuple[list[Row], dict[str, object]]:
+    """The article's 100 GPU-hours a month, as 2-hour jobs that each pay our per-job overhead, at g4dn.xlarge
+    on-demand and spot prices, against the article's $500 always-on box and against 730 h of on-demand."""
+    core = load_cost_core(project)
+    prices = list_prices(project)
+    on_demand_price, spot_price, gp3 = float(prices["on_demand"]), float(prices["spot"]), float(prices["gp3"])
+    measured = story_overhead_seconds(story_rows)
+    overhead_s = (measured or 0.0) + REAL_BOOT_AND_PULL_SECONDS
+    jobs = math.ceil(TRAINING_HOURS_PER_MONTH / JOB_HOURS)
+    billed_h = TRAINING_HOURS_PER_MONTH + jobs * overhead_s / 3600
+    volume_usd = billed_h * ROOT_VOLUME_GB * gp3 / core.HOURS_PER_MONTH
+    on_demand_usd = billed_h * on_demand_price + volume_usd
+    spot_usd = billed_h * spot_price + volume_usd
+    always_on_730 = core.HOURS_PER_MONTH * on_demand_price
+    saving = core.monthly_saving_pct
+
+    def article_saving(gpu_usd: float) -> float:
+        return saving(ARTICLE_ALWAYS_ON_USD_PER_MONTH, ARTICLE_CPU_USD_PER_MONTH, gpu_usd)
+
+    label = f"{TRAINING_HOURS_PER_MONTH:g} GPU-h/month in {jobs} jobs"
+    rows: list[Row] = [
+        {
+            "figure": "cost: article on paper, $500 always-on vs $80 CPU + 100 h x $0.5",
+            "value": saving(
+                ARTICLE_ALWAYS_ON_USD_PER_MONTH,
+                ARTICLE_CPU_USD_PER_MONTH,
+                TRAINING_HOURS_PER_MONTH * ARTICLE_GPU_USD_PER_HOUR,
+            ),
+            "unit": "%",
+        },
+        {
+            "figure": f"cost: overhead per job, offline story ({story_source})",
+            "value": measured if measured is not None else "n/a",
+            "unit": "s",
+        },
+        {
+            "figure": "cost: overhead per job, real EC2 boot + image pull (assumed)",
+            "value": REAL_BOOT_AND_PULL_SECONDS,
+            "unit": "s",
+        },
+        {"figure": f"cost: {label}: billed GPU hours", "value": billed_h, "unit": "h"},
+        {
+            "figure": "cost:   of which overhead",
+            "value": 100 * (billed_h - TRAINING_HOURS_PER_MONTH) / billed_h,
+            "unit": "%",
+        },
+        {
+            "figure": f"cost: GPU on-demand ${on_demand_price}/h + root volume",
+            "value": on_demand_usd,
+            "unit": "USD/month",
+        },
+        {
+            "figure": f"cost: GPU spot ${spot_price}/h (typical) + root volume",
+            "value": spot_usd,
+            "unit": "USD/month",
+        },
+        {
+            "figure": f"cost: always-on g4dn.xlarge, 730 h x ${on_demand_price}/h",
+            "value": always_on_730,
+            "unit": "USD/month",
+        },
+    ]
+    for basis, always_on in (
+        ("$500 article box", ARTICLE_ALWAYS_ON_USD_PER_MONTH),
+        ("730 h on-demand", always_on_730),
+    ):
+        for cpu in (ARTICLE_CPU_USD_PER_MONTH, 0.0):
+            for market, gpu in (("on-demand", on_demand_usd), ("spot", spot_usd)):
+                rows.append(
+                    {
+                        "figure": f"cost: saving vs {basis}, CPU ${cpu:g} + GPU {market}",
+                        "value": saving(always_on, cpu, gpu),
+                        "unit": "%",
+                    }
+                )
+    progress(f"cost: {billed_h:.2f} billed h, on-demand ${on_demand_usd:.2f}, spot ${spot_usd:.2f} per month")
+    assumptions: dict[str, object] = {
+        "g4dn.xlarge us-east-1 on-demand USD/h": on_demand_price,
+        "g4dn.xlarge us-east-1 spot USD/h (typical, not a quote)": spot_price,
+        "prices as of": prices["as_of"],
+        "root volume": f"{ROOT_VOLUME_GB} GB gp3 at ${gp3}/GB-month",
+        "per-job overhead s (story + assumed boot/pull)": round(overhead_s, 1),
+        "jobs x hours": f"{jobs} x {JOB_HOURS:g} h",
+        "month": f"{core.HOURS_PER_MONTH:g} h",
+        "not counted": "spot interruptions (a resumed attempt pays the overhead again), S3, traffic, "
+        "GitHub-hosted CPU jobs",
+        # The closing note's figure: the article's own comparison, with our overhead and today's prices.
+        "headline": (
+            f"article scenario ($500 always-on vs $80 CPU box + {label}, {overhead_s / 60:.1f} min overhead "
+            f"per job): saving {article_saving(on_demand_usd):.1f} % on-demand, "
+            f"{article_saving(spot_usd):.1f} % spot"
+        ),
+    }
+    return rows, assumptions
 
 
 def format_value(value: object, unit: object) -> str:
-    if isinstance(value, int):
+    if isinstance(value, int | str):
         return str(value)
     number = float(value)  # type: ignore[arg-type]
     if unit == "samples/s":
@@ -284,6 +477,8 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     meta: dict[str, object] = {"machine_at_start": machine()}
     failure = None
+    # Read before this run overwrites it: with --skip-story, the cost model uses the last measured timeline.
+    earlier_story = previous_story_rows(args.json)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="template-bench-") as scratch:
         workdir = Path(scratch)
@@ -295,8 +490,15 @@ def main(argv: list[str] | None = None) -> int:
                 rows += bench_tests(project, uv)
             pipeline_rows, meta["pipeline"] = bench_pipeline(project, uv, workdir)
             rows += pipeline_rows
+            story_rows, story_source = [], "none measured: story skipped"
             if not args.skip_story:
-                rows += bench_story(project, uv)
+                story_rows, _ = bench_story(project, uv)
+                rows += story_rows
+                story_source = "this run"
+            elif earlier_story:
+                story_rows, story_source = earlier_story, f"last full run in {args.json.name}"
+            cost_rows, meta["cost_assumptions"] = bench_cost(project, story_rows, story_source)
+            rows += cost_rows
         except (StepFailed, subprocess.TimeoutExpired) as error:
             failure = str(error)
     meta["machine_at_end"] = machine()

@@ -60,7 +60,7 @@ CLI_GLOBAL_OPTIONS = {"--settings"}
 CLI_CONTRACT = {
     "launch": {"--instance-type", "--spot"},
     "wait": {"--region", "--instance-id", "--runner-id"},
-    "teardown": {"--region", "--instance-id", "--runner-id", "--parameter"},
+    "teardown": {"--region", "--instance-id", "--runner-id", "--parameter", "--mlflow-run-id", "--attempt"},
     "resume": {
         "--ref", "--attempt", "--train-interrupted", "--region", "--instance-id", "--commit", "--config",
         "--instance-type",
@@ -498,6 +498,7 @@ BENIGN_OUTPUTS = {
     "instance-type": "g5.xlarge",
     "market": "spot",
     "interrupted": "true",
+    "mlflow-run-id": "0123456789abcdef0123456789abcdef",
 }
 BENIGN_INPUTS = {
     "config": "configs/train.yaml", "instance-type": "g5.xlarge", "spot": "true", "attempt": "2",
@@ -1045,7 +1046,11 @@ def test_train_job_graph(baked: Path) -> None:
     assert f"python -m {package} train" in train_step["run"]
     assert '--config "${CONFIG}" --checkpoint-uri "${CHECKPOINT_URI}"' in train_step["run"]
     # Exit status 75 (spot interruption notice) becomes the job output the stop job's resume step reads.
-    assert train["outputs"] == {"interrupted": "${{ steps.train.outputs.interrupted }}"}
+    # The MLflow run id, written by the training CLI as soon as the run exists: stop logs the cost there.
+    assert train["outputs"] == {
+        "interrupted": "${{ steps.train.outputs.interrupted }}",
+        "mlflow-run-id": "${{ steps.train.outputs.mlflow-run-id }}",
+    }
     env = train_step["env"]
     assert env["CONFIG"] == "${{ inputs.config || 'configs/train.yaml' }}"
     assert env["GPU_INSTANCE_TYPE"] == "${{ needs.start.outputs.instance-type }}"
@@ -1075,6 +1080,14 @@ def test_train_job_graph(baked: Path) -> None:
         ("PARAMETER", "parameter"),
     ):
         assert teardown["env"][name] == f"${{{{ needs.start.outputs.{output} }}}}"
+    # After teardown, the attempt's cost goes to the training run: its id, the attempt (its step) and MLflow.
+    assert teardown["env"]["MLFLOW_RUN_ID"] == "${{ needs.train.outputs.mlflow-run-id }}"
+    assert teardown["env"]["ATTEMPT"] == "${{ inputs.attempt || '1' }}"
+    assert teardown["env"]["MLFLOW_TRACKING_URI"] == "${{ vars.MLFLOW_TRACKING_URI }}"
+    for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
+        assert teardown["env"][name] == f"${{{{ secrets.{name} }}}}"
+    assert '--mlflow-run-id "${MLFLOW_RUN_ID}"' in teardown["run"]
+    assert '--attempt "${ATTEMPT}"' in teardown["run"]
 
 
 def test_reap_meaning(baked: Path) -> None:
@@ -1313,12 +1326,15 @@ def test_gpu_runner_calls_follow_the_contract(baked: Path, tmp_path: Path) -> No
         assert set(call.options) <= CLI_CONTRACT[call.subcommand], call
         assert len(call.options) == len(set(call.options)), call
     assert {c.subcommand: set(c.options) for c in full} == CLI_CONTRACT
-    # Without inputs, launch falls back to the settings file; teardown passes only the ids it has.
+    # Without inputs, launch falls back to the settings file; teardown passes only the ids it has (and the
+    # attempt, 1 for a push: the MLflow step of its cost).
     assert {c.subcommand: set(c.options) for c in bare} == {
         **CLI_CONTRACT,
         "launch": set(),
-        "teardown": set(),
+        "teardown": {"--attempt"},
     }
+    (push_teardown,) = [c for c in bare if c.subcommand == "teardown"]
+    assert push_teardown.argv[-2:] == ["--attempt", "1"], push_teardown
     # The workflows read only outputs launch writes, and the start job passes every one of them on.
     text = (baked / ".github" / "workflows" / "train.yml").read_text(encoding="utf-8")
     assert set(re.findall(r"steps\.launch\.outputs\.([\w-]+)", text)) == set(LAUNCH_OUTPUTS)

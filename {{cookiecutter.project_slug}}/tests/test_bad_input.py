@@ -184,6 +184,12 @@ TRIGGERS: dict[str, Callable[[Case], int]] = {
     "config-s3-no-bucket": lambda case: cli(
         "train", "--config", write_config(case, 'data:\n  source: "s3:///images"\n')
     ),
+    "config-registry-direction": lambda case: cli(
+        "train", "--config", write_config(case, "registry:\n  direction: sideways\n")
+    ),
+    "config-registry-metric": lambda case: cli(
+        "train", "--config", write_config(case, "registry:\n  metric: f1\n")
+    ),
     "data-missing-folder": lambda case: train_on(case, "no-such-folder"),
     "data-no-class-folders": flat_folder,
     "data-class-without-images": class_without_images,

@@ -130,6 +130,7 @@ def test_notice_checkpoints_stops_and_the_next_attempt_resumes(
 
     notifier = threading.Thread(target=notice_mid_second_epoch, daemon=True)
     notifier.start()
+    monkeypatch.setenv("TRAIN_ATTEMPT", "1")
     with pytest.raises(TrainingInterrupted) as stopped:
         train(interrupted_cfg)
     stopped_at = time.monotonic()
@@ -147,6 +148,7 @@ def test_notice_checkpoints_stops_and_the_next_attempt_resumes(
 
     # The next attempt (a new machine: empty local dir, no notice) continues the same run to the end.
     imds.documents.clear()
+    monkeypatch.setenv("TRAIN_ATTEMPT", "2")
     resumed = train(config_from_dict(config("attempt-2", uri)))
     assert resumed.run_id == state["run_id"]
     assert resumed.epochs_run == epochs
@@ -155,6 +157,10 @@ def test_notice_checkpoints_stops_and_the_next_attempt_resumes(
     assert sorted({m.step for m in client.get_metric_history(resumed.run_id, "val_loss")}) == list(
         range(epochs)
     )
+    # Training time per attempt, the interrupted one included: the stop job subtracts it from the billed time.
+    seconds = client.get_metric_history(resumed.run_id, "training_seconds")
+    assert sorted(m.step for m in seconds) == [1, 2]
+    assert all(m.value > 0 for m in seconds)
     # Same seed, same data: the interrupted-and-resumed model is as good as the uninterrupted one.
     assert abs(resumed.metrics["test_accuracy"] - baseline.metrics["test_accuracy"]) <= 0.05
 

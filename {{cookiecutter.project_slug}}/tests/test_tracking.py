@@ -10,6 +10,7 @@ from {{ cookiecutter.package_name }}.tracking import (
     run_link,
     run_tags,
     tracking_uri,
+    write_step_output,
 )
 
 
@@ -75,3 +76,14 @@ def test_job_summary_links_the_run_and_lists_metrics(tmp_path: Path) -> None:
     assert append_job_summary(text, {"GITHUB_STEP_SUMMARY": str(summary)})
     assert summary.read_text().count("### Training run") == 2
     assert not append_job_summary(text, {})
+
+
+def test_step_output_for_the_stop_job(tmp_path: Path) -> None:
+    """train.yml's stop job reads the run id from the train step's $GITHUB_OUTPUT to log the cost there."""
+    out = tmp_path / "github_output"
+    out.write_text("interrupted=true\n")
+    assert write_step_output("mlflow-run-id", "0123abcd", {"GITHUB_OUTPUT": str(out)})
+    assert out.read_text().splitlines() == ["interrupted=true", "mlflow-run-id=0123abcd"]
+    assert not write_step_output("mlflow-run-id", "0123abcd", {})
+    with pytest.raises(ValueError, match="single line"):
+        write_step_output("mlflow-run-id", "a\nb=c", {"GITHUB_OUTPUT": str(out)})

@@ -7,6 +7,7 @@ dotted path instead of being silently ignored.
 from __future__ import annotations
 
 import json
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -23,6 +24,27 @@ def _template_answer(key: str) -> str:
 
 
 DEFAULT_EXPERIMENT = _template_answer("experiment_name")
+DEFAULT_MODEL_NAME = _template_answer("model_name")
+
+# The headline metrics train.py logs on every run (evaluate.Evaluation.metrics(), the best validation epoch,
+# the export checks), known here so a misspelt `registry.metric` fails before any training; tests/test_registry.py
+# compares this list with what a real run logs, so the two cannot drift apart.
+HEADLINE_METRICS = (
+    "test_accuracy",
+    "test_macro_precision",
+    "test_macro_recall",
+    "test_macro_f1",
+    "best_val_accuracy",
+    "best_val_loss",
+    "epochs_run",
+    # Only with export.tflite: true; without it the champion decision is skipped (the run is kept).
+    "tflite_agreement",
+    "tflite_size_bytes",
+)
+# Model registry names: MLflow rejects '/' and ':'; the rest is kept to what reads well in a URL and a filter.
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,255}")
+# MLflow's alias rule (letters, digits, '_', '-'), minus its reserved names 'latest' and 'v<number>'.
+_ALIAS = re.compile(r"[A-Za-z0-9_-]{1,255}")
 
 
 class ConfigError(ValueError):
@@ -119,12 +141,50 @@ class TrackingConfig(_Strict):
     log_model: bool = True
 
 
+class RegistryConfig(_Strict):
+    # Register every finished run's model as a new version of `model_name`; the version whose `metric` is best
+    # (strictly better than the current holder's) gets `alias`.
+    enabled: bool = True
+    model_name: str = DEFAULT_MODEL_NAME
+    metric: str = "test_accuracy"
+    direction: Literal["maximize", "minimize"] = "maximize"
+    alias: str = "champion"
+
+    @field_validator("model_name")
+    @classmethod
+    def _model_name(cls, value: str) -> str:
+        if not _MODEL_NAME.fullmatch(value):
+            raise ValueError(
+                "must start with a letter or digit and hold only letters, digits, '.', '_' and '-' (at most 256)"
+            )
+        return value
+
+    @field_validator("metric")
+    @classmethod
+    def _known_metric(cls, value: str) -> str:
+        if value not in HEADLINE_METRICS:
+            raise ValueError(f"not a metric train logs; use one of {', '.join(HEADLINE_METRICS)}")
+        return value
+
+    @field_validator("alias")
+    @classmethod
+    def _alias(cls, value: str) -> str:
+        if not _ALIAS.fullmatch(value):
+            raise ValueError("must hold only letters, digits, '_' and '-', e.g. champion")
+        if value.lower() == "latest" or re.fullmatch(r"[vV]\d+", value):
+            raise ValueError(
+                "'latest' and 'v<number>' are reserved by MLflow; pick another name, e.g. champion"
+            )
+        return value
+
+
 class Config(_Strict):
     data: DataConfig = DataConfig()
     model: ModelConfig = ModelConfig()
     training: TrainingConfig = TrainingConfig()
     export: ExportConfig = ExportConfig()
     tracking: TrackingConfig = TrackingConfig()
+    registry: RegistryConfig = RegistryConfig()
 
     def trajectory(self) -> dict[str, Any]:
         """What decides the training's path (data, model, training), without where files go or how it is

@@ -88,6 +88,21 @@ def job_summary(uri: str, experiment_id: str, run_id: str, metrics: Mapping[str,
     return f"### Training run\n\nMLflow run: {where}\n\n| metric | value |\n|---|---|\n{rows}\n"
 
 
+def write_step_output(name: str, value: str, env: Mapping[str, str] | None = None) -> bool:
+    """Append `name=value` to $GITHUB_OUTPUT when running in GitHub Actions; returns whether it did.
+
+    train.yml's stop job reads the MLflow run id this way to log the run's cost after teardown."""
+    env = os.environ if env is None else env
+    path = env.get("GITHUB_OUTPUT")
+    if not path:
+        return False
+    if "\n" in name or "\n" in value:
+        raise ValueError(f"step output {name!r} must be a single line")
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(f"{name}={value}\n")
+    return True
+
+
 def append_job_summary(text: str, env: Mapping[str, str] | None = None) -> bool:
     """Append to $GITHUB_STEP_SUMMARY when running in GitHub Actions; returns whether it did."""
     env = os.environ if env is None else env

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import tempfile
 import time
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 import yaml
 
-from . import checkpoints, data, evaluate, export, interruption, runtime, tracking
+from . import checkpoints, data, evaluate, export, interruption, registry, runtime, tracking
 from .config import Config
 from .errors import TrainingInterrupted
 from .model import build_model
@@ -28,6 +29,7 @@ class TrainResult:
     tracking_uri: str
     metrics: dict[str, float]
     epochs_run: int
+    champion: registry.Decision | None = None
 
 
 def _callbacks(
@@ -143,7 +145,8 @@ def _evaluate_and_log(cfg: Config, model: tf.keras.Model, splits: data.Splits, h
 
 def _export_and_log(
     cfg: Config, model: tf.keras.Model, splits: data.Splits, keras_pred: np.ndarray, out: Path
-):
+) -> tuple[dict[str, float], str | None]:
+    """Exports, their checks, and the MLflow model; returns the check metrics and the logged model's id."""
     metrics: dict[str, float] = {}
     saved_model = export.export_saved_model(model, out / "saved_model")
     mlflow.log_artifacts(str(saved_model), "exports/saved_model")
@@ -155,9 +158,10 @@ def _export_and_log(
         mlflow.log_artifact(str(tflite_path), "exports")
         metrics = {"tflite_agreement": agreement, "tflite_size_bytes": float(tflite_path.stat().st_size)}
         mlflow.log_metrics(metrics)
+    model_id = None
     if cfg.tracking.log_model:
-        mlflow.tensorflow.log_model(model, name="model", input_example=splits.x_test[:4])
-    return metrics
+        model_id = mlflow.tensorflow.log_model(model, name="model", input_example=splits.x_test[:4]).model_id
+    return metrics, model_id
 
 
 @contextlib.contextmanager
@@ -194,6 +198,26 @@ def _attempt_tags(plan: runtime.RuntimePlan) -> dict[str, str]:
     return {f"resumed.{key}": str(value) for key, value in plan.describe().items()}
 
 
+def _attempt() -> int:
+    """The workflow attempt (train.yml sets TRAIN_ATTEMPT; 1 by hand): the step of per-attempt metrics."""
+    value = os.environ.get("TRAIN_ATTEMPT", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else 1
+
+
+def _champion(cfg: Config, run_id: str, model_id: str | None, metrics: dict[str, float]) -> registry.Decision:
+    """Register the run's model and decide on the alias; the decision is logged on the run either way."""
+    if not cfg.registry.enabled:
+        decision = registry.skipped(cfg.registry, "registry.enabled is false")
+    elif model_id is None:
+        print("NOTE: no model registered: tracking.log_model is false, so this run logged no model")
+        decision = registry.skipped(cfg.registry, "tracking.log_model is false")
+    else:
+        decision = registry.decide(mlflow.MlflowClient(), cfg.registry, run_id, model_id, metrics)
+    registry.log_decision(mlflow.MlflowClient(), run_id, decision)
+    print(decision.line())
+    return decision
+
+
 def train(cfg: Config, config_path: Path | None = None) -> TrainResult:
     """Run the whole job; returns where the MLflow run is and its headline metrics."""
     plan, strategy = runtime.configure(cfg.training)
@@ -219,6 +243,8 @@ def train(cfg: Config, config_path: Path | None = None) -> TrainResult:
         tags=tracking.run_tags(),
         log_system_metrics=cfg.tracking.log_system_metrics,
     ) as run:
+        # At once, also when resumed: the stop job logs this attempt's cost to the run even if training dies.
+        tracking.write_step_output("mlflow-run-id", run.info.run_id)
         if resume_id:
             # Params are write-once in MLflow and the first attempt logged them; this machine may differ.
             mlflow.set_tags(
@@ -240,10 +266,13 @@ def train(cfg: Config, config_path: Path | None = None) -> TrainResult:
             mlflow.set_tag("checkpoint.uri", store.uri)
 
         started = time.perf_counter()
+        # One value per workflow attempt (step): the stop job compares each with the attempt's billed time.
+        attempt = _attempt()
         with _watcher(cfg) as watcher:
             try:
                 model, history = _fit(cfg, splits, plan, strategy, s3_sync, watcher)
             except TrainingInterrupted as stopped:
+                mlflow.log_metric("training_seconds", time.perf_counter() - started, step=attempt)
                 # KILLED, not FAILED: the next attempt resumes this run from the checkpoint.
                 mlflow.set_tags(
                     {
@@ -253,7 +282,7 @@ def train(cfg: Config, config_path: Path | None = None) -> TrainResult:
                 )
                 mlflow.end_run("KILLED")
                 raise
-        mlflow.log_metric("training_seconds", time.perf_counter() - started)
+        mlflow.log_metric("training_seconds", time.perf_counter() - started, step=attempt)
         if resume_id:
             history = _full_history(run.info.run_id, history)
         if store and s3_sync:
@@ -261,19 +290,32 @@ def train(cfg: Config, config_path: Path | None = None) -> TrainResult:
 
         with tempfile.TemporaryDirectory(dir=out) as scratch:
             result, keras_pred = _evaluate_and_log(cfg, model, splits, history, Path(scratch))
-            export_metrics = _export_and_log(cfg, model, splits, keras_pred, out)
+            export_metrics, model_id = _export_and_log(cfg, model, splits, keras_pred, out)
 
         epochs_run = len(history.get("loss", []))
         headline = {
             **result.metrics(),
             "best_val_accuracy": float(max(history.get("val_accuracy", [0.0]))),
+            "best_val_loss": float(min(history.get("val_loss", [float("nan")]))),
             "epochs_run": float(epochs_run),
             **export_metrics,
         }
-        mlflow.log_metric("epochs_run", epochs_run)
-    summary = TrainResult(run.info.run_id, experiment.experiment_id, uri, headline, epochs_run)
+        mlflow.log_metrics(
+            {
+                "epochs_run": epochs_run,
+                "best_val_accuracy": headline["best_val_accuracy"],
+                "best_val_loss": headline["best_val_loss"],
+            }
+        )
+        # After everything else is logged: the registry compares runs by what they logged.
+        decision = _champion(cfg, run.info.run_id, model_id, headline)
+    summary = TrainResult(run.info.run_id, experiment.experiment_id, uri, headline, epochs_run, decision)
     print(tracking.format_summary(uri, summary.experiment_id, summary.run_id, headline))
-    tracking.append_job_summary(tracking.job_summary(uri, summary.experiment_id, summary.run_id, headline))
+    tracking.append_job_summary(
+        tracking.job_summary(uri, summary.experiment_id, summary.run_id, headline)
+        + "\n"
+        + registry.job_summary(uri, decision)
+    )
     # Keep the resolved config next to the exports so a model on disk explains itself.
     (out / "resolved_config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
     return summary

@@ -140,6 +140,11 @@ def check_13(story: Story) -> None:
     )
     # At most one checkpoint interval (an epoch) of training was lost.
     assert story.epochs_lost() in {"0", "1"}
+    # Each attempt's stop job logged that attempt's cost to the same run: step 1, then step 2.
+    for key in ("billed_seconds", "cost_usd", "overhead_seconds"):
+        assert sorted(m.step for m in client.get_metric_history(run.info.run_id, key)) == [1, 2], key
+    assert "**GPU cost (attempt 1)**" in "".join(first.summaries.get("stop", [])), first.summaries
+    assert "**GPU cost (attempt 2)**" in "".join(second.summaries.get("stop", [])), second.summaries
 
 
 CHECKS = {n: globals()[f"check_{n}"] for n in range(1, 14)}

@@ -14,6 +14,8 @@ from harness import BRANCH, act_time
 from mlflow.tracking import MlflowClient
 from stories import Scenario, Stack, run_story
 
+from gpu_runner.pricing import load_table
+
 pytestmark = pytest.mark.e2e
 RUN_ID = "777"
 
@@ -80,6 +82,40 @@ def test_train_workflow_end_to_end(stack: Stack, tmp_path: Path) -> None:
     assert f"({stack.mlflow_uri}/#/experiments/{experiment_id}/runs/{run_id})" in summary, summary
     assert f"| test_accuracy | {mlrun.data.metrics['test_accuracy']:.4f} |" in summary, summary
 
+    # The stop job priced the instance and logged the attempt's cost to this run, at step 1 (a push).
+    metrics = mlrun.data.metrics
+    for key in ("billed_seconds", "cost_usd", "volume_cost_usd", "overhead_seconds", "price_usd_per_hour"):
+        assert [m.step for m in client.get_metric_history(run_id, key)] == [1], key
+    (training,) = client.get_metric_history(run_id, "training_seconds")
+    assert training.step == 1
+    assert metrics["billed_seconds"] >= 60
+    assert metrics["overhead_seconds"] == pytest.approx(max(0.0, metrics["billed_seconds"] - training.value))
+    assert tags["cost.instance_type"] == start_outputs["instance-type"]
+    assert tags["cost.market"] == start_outputs["market"]
+    assert tags["cost.availability_zone"] == start_outputs["availability-zone"]
+    assert tags["cost.region"] == start_outputs["region"]
+    assert tags["cost.volume_gb"] == str(settings.get("root_volume_gb", 100))
+    # moto has no Price List API: the on-demand price is the bundled table's, and says so. Its spot price
+    # history answers 0.00001 for every zone, which a spot instance is then priced at.
+    assert tags["cost.on_demand_source"].startswith("bundled-table-")
+    if tags["cost.market"] == "spot":
+        assert tags["cost.price_source"] == "ec2-spot-price-history"
+        assert metrics["price_usd_per_hour"] == pytest.approx(0.00001)
+    else:
+        assert tags["cost.price_source"] == tags["cost.on_demand_source"]
+        assert tags["cost.price_usd_per_hour"] == tags["cost.on_demand_usd_per_hour"]
+    gp3 = load_table()["regions"][tags["cost.region"]]["gp3_usd_per_gb_month"]
+    volume_usd = gp3 * int(tags["cost.volume_gb"]) * metrics["billed_seconds"] / 3600 / 730
+    assert metrics["volume_cost_usd"] == pytest.approx(volume_usd)
+    instance_usd = metrics["price_usd_per_hour"] * metrics["billed_seconds"] / 3600
+    assert metrics["cost_usd"] == pytest.approx(instance_usd + volume_usd)
+    stop_summary = "".join(run.summaries.get("stop", []))
+    assert (
+        f"**GPU cost (attempt 1)**: ${metrics['cost_usd']:.4f} for {tags['cost.instance_type']} "
+        in stop_summary
+    )
+    assert f"({int(metrics['billed_seconds'])} s) at $" in stop_summary and "overhead " in stop_summary
+
     # Nothing left behind: instance terminated, runner deregistered, JIT parameter deleted.
     assert instance.instance_id == start_outputs["instance-id"]
     assert (story.instances_left, story.runners_left, story.params_left) == (0, 0, 0), context
@@ -122,6 +158,7 @@ def test_train_workflow_end_to_end(stack: Stack, tmp_path: Path) -> None:
             },
             "artifacts": [*artifacts, f"logged model {models[0].model_id}"],
             "job_summary": summary,
+            "cost_line": stop_summary,
             "act_log": str(run.log),
         },
     )

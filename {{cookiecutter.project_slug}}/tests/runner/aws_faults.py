@@ -3,6 +3,9 @@
 moto has no notion of capacity, quotas or throttling. A `before-send` hook answers chosen requests with the real
 EC2/SSM error document instead of sending them, so botocore parses, classifies and (for throttling) retries them
 exactly as it would a real AWS answer. Every other request goes to the moto server untouched.
+
+The same hook answers services moto does not have (the Price List API) or answers it cannot give (realistic
+spot prices) with a successful body shaped like AWS's (`AwsFaults.answer`).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class _Fault:
     remaining: int
     when: Predicate | None
     message: str
+    body: bytes | None = None  # a successful answer instead of an error
 
 
 def ec2_error(code: str, message: str) -> bytes:
@@ -96,6 +100,21 @@ class AwsFaults:
         with self._lock:
             self._faults.append(_Fault(service, operation, code, status, times, when, message))
 
+    def answer(
+        self,
+        service: str,
+        operation: str,
+        body: bytes | dict[str, Any],
+        *,
+        times: int = 1,
+        when: Predicate | None = None,
+    ) -> None:
+        """Answer the next `times` matching calls with HTTP 200 and `body` (a dict is sent as JSON, for the
+        JSON-protocol services; EC2 needs its XML as bytes)."""
+        payload = json.dumps(body).encode() if isinstance(body, dict) else body
+        with self._lock:
+            self._faults.append(_Fault(service, operation, "", 200, times, when, "", payload))
+
     def _before_send(self, request: Any, **kwargs: Any) -> AWSResponse | None:
         event_name: str = kwargs.get("event_name", "")
         _, service, operation = [*event_name.split("."), "", ""][:3]
@@ -107,7 +126,9 @@ class AwsFaults:
                 if fault.when is not None and not fault.when(params):
                     continue
                 fault.remaining -= 1 if fault.remaining > 0 else 0
-                self.injected.append((service, operation, fault.code, params))
+                self.injected.append((service, operation, fault.code or "answered", params))
+                if fault.body is not None:
+                    return AWSResponse(request.url, 200, {}, _Body(fault.body))
                 message = fault.message or f"injected {fault.code}"
                 if service == "ec2":
                     payload = ec2_error(fault.code, message)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
+from aws_constants import REGION
+from mlflow.tracking import MlflowClient
 
 from gpu_runner.cli import main
+from gpu_runner.pricing import load_table
 
 
 def read_outputs(path: Path) -> dict[str, str]:
@@ -30,6 +34,55 @@ def test_launch_then_teardown(cli_env: Path, github_double, aws, capsys) -> None
     assert "billed seconds: " in capsys.readouterr().out
     assert main(args) == 0  # idempotent
     assert github_double.runners == {}
+
+
+def test_teardown_logs_the_cost_to_mlflow_and_the_job_summary(
+    cli_env: Path, github_double, aws, mlflow_server: str, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """As the stop job runs it: the training run's id and the attempt; MLflow from the environment. moto has
+    no Price List API, so the on-demand price comes from the bundled table, and says so."""
+    client = MlflowClient(mlflow_server)
+    run_id = client.create_run(client.create_experiment(f"cli-cost-{uuid.uuid4().hex[:8]}")).info.run_id
+    client.log_metric(run_id, "training_seconds", 15.0, step=1)
+    summary = cli_env.parent / "summary.md"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    assert (
+        main(["--settings", str(cli_env), "launch", "--instance-type", "g5.xlarge", "--spot", "false"]) == 0
+    )
+    out = read_outputs(cli_env.parent / "out")
+    args = ["--settings", str(cli_env), "teardown", "--region", out["region"], "--instance-id", out["instance-id"],
+            "--runner-id", out["runner-id"], "--parameter", out["parameter"], "--mlflow-run-id", run_id,
+            "--attempt", "1"]  # fmt: skip
+    assert main(args) == 0
+    stdout = capsys.readouterr().out
+    (line,) = summary.read_text().splitlines()
+    price = load_table()["regions"][REGION]["on_demand_usd_per_hour"]["g5.xlarge"]
+    assert line.startswith("**GPU cost (attempt 1)**: $") and " for g5.xlarge on-demand in " + REGION in line
+    assert f"(60 s) at ${price}/h (bundled-table-2026-11)" in line and "overhead 45 s" in line, line
+    assert line in stdout and f"cost logged to MLflow run {run_id} (attempt 1)" in stdout
+    run = client.get_run(run_id)
+    assert run.data.metrics["billed_seconds"] == 60 and run.data.metrics["overhead_seconds"] == 45
+    assert (
+        run.data.tags["cost.price_source"]
+        == run.data.tags["cost.on_demand_source"]
+        == "bundled-table-2026-11"
+    )
+    assert run.data.tags["cost.market"] == "on-demand"
+
+
+def test_teardown_with_a_bad_attempt_still_tears_down(cli_env: Path, github_double, aws, capsys) -> None:
+    """A hand-made dispatch input is not a number: the instance is terminated all the same, cost not logged."""
+    assert main(["--settings", str(cli_env), "launch", "--spot", "false"]) == 0
+    out = read_outputs(cli_env.parent / "out")
+    args = ["--settings", str(cli_env), "teardown", "--region", out["region"], "--instance-id", out["instance-id"],
+            "--runner-id", out["runner-id"], "--parameter", out["parameter"], "--attempt", "two"]  # fmt: skip
+    assert main(args) == 0
+    stdout = capsys.readouterr().out
+    assert "warning: cost not logged to MLflow: --attempt is not a number" in stdout
+    assert github_double.runners == {}
+    state = aws.client("ec2", REGION).describe_instances(InstanceIds=[out["instance-id"]])
+    assert state["Reservations"][0]["Instances"][0]["State"]["Name"] in {"shutting-down", "terminated"}
 
 
 def test_bad_instance_type_override_is_rejected_before_any_call(cli_env: Path, github_double, capsys) -> None:

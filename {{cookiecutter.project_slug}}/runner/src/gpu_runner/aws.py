@@ -15,6 +15,12 @@ SINGLE_ATTEMPT_CONFIG = Config(
     retries={"mode": "standard", "total_max_attempts": 1}, connect_timeout=10, read_timeout=60
 )
 
+# Price look-ups at teardown: one retry, short timeouts. The bundled price table is the fallback, so a slow or
+# unreachable endpoint must not hold up the stop job.
+LOOKUP_CONFIG = Config(
+    retries={"mode": "standard", "total_max_attempts": 2}, connect_timeout=5, read_timeout=20
+)
+
 
 class Aws:
     """Hands out one cached client per (service, region) from a single boto3 session."""
@@ -36,4 +42,11 @@ class Aws:
             self._clients[key] = self.session.client(
                 service, region_name=region, config=SINGLE_ATTEMPT_CONFIG
             )
+        return self._clients[key]
+
+    def lookup_client(self, service: str, region: str) -> Any:
+        """A client for optional look-ups (prices) that gives up quickly: its caller has a fallback."""
+        key = (f"{service}:lookup", region)
+        if key not in self._clients:
+            self._clients[key] = self.session.client(service, region_name=region, config=LOOKUP_CONFIG)
         return self._clients[key]

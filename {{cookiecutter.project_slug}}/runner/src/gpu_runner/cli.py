@@ -51,6 +51,15 @@ def _parser() -> argparse.ArgumentParser:
     teardown.add_argument("--instance-id", default="")
     teardown.add_argument("--runner-id", type=int, default=None)
     teardown.add_argument("--parameter", default="")
+    # Then the cost of the instance goes to the job summary and, with a run id, to that MLflow run
+    # (MLFLOW_TRACKING_URI and its credentials from the environment).
+    teardown.add_argument(
+        "--mlflow-run-id", default="", help="the training run to log this attempt's cost to"
+    )
+    # A string, checked later: a bad dispatch input must not stop the teardown from terminating the instance.
+    teardown.add_argument(
+        "--attempt", default="1", help="this attempt's number (the MLflow step of the cost)"
+    )
 
     resume = commands.add_parser(
         "resume", help="after a spot interruption: dispatch the next attempt of train.yml"
@@ -110,9 +119,11 @@ def run(args: argparse.Namespace, settings: Settings) -> None:
             runner_id=args.runner_id, timeout_seconds=args.timeout,
         )  # fmt: skip
     elif args.command == "teardown":
+        attempt = int(args.attempt) if args.attempt.strip().isdigit() else None
+        request = lifecycle.CostRequest(settings.root_volume_gb, args.mlflow_run_id, attempt)
         lifecycle.teardown(
             aws, github, region=args.region or settings.region, instance_id=args.instance_id,
-            runner_id=args.runner_id, parameter=args.parameter,
+            runner_id=args.runner_id, parameter=args.parameter, cost_request=request,
         )  # fmt: skip
     elif args.command == "reap":
         reaper.reap(settings, aws, github, regions=tuple(args.region))

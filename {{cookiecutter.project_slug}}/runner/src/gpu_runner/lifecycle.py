@@ -11,19 +11,20 @@ Ordering rules that keep a paid GPU from being left behind:
 from __future__ import annotations
 
 import math
+import os
 import re
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from . import ec2, naming, parameters
+from . import cost, ec2, naming, parameters
 from .aws import Aws
 from .bootstrap import render_user_data
 from .errors import RegistrationTimeout, RunnerError
 from .github import GitHubRunners, Runner
-from .outputs import write_outputs
+from .outputs import append_summary, write_outputs
 from .settings import Settings
 
 Log = Callable[[str], None]
@@ -219,19 +220,55 @@ class TeardownReport:
     instance: str
     parameter: str
     billed_seconds: int | None
+    cost: cost.Cost | None = None
+
+
+@dataclass(frozen=True)
+class CostRequest:
+    """Teardown prices the instance it terminated and logs that to the training run (the CLI always asks)."""
+
+    volume_gb: int  # the root volume launch created (settings.root_volume_gb)
+    mlflow_run_id: str = ""
+    attempt: int | None = 1  # None: not a number (a hand-made dispatch input): not logged to MLflow
+    env: Mapping[str, str] | None = None  # MLFLOW_* and GITHUB_STEP_SUMMARY; default os.environ
 
 
 def _delete_runner(github: GitHubRunners, runner_id: int) -> str:
     return "deleted" if github.delete_runner(runner_id) else "already gone"
 
 
-def _terminate(aws: Aws, region: str, instance_id: str, now: datetime) -> tuple[str, int | None]:
+def _terminate(aws: Aws, region: str, instance_id: str) -> tuple[str, dict[str, Any] | None]:
+    """The state after terminating, and the instance as described afterwards (None when already gone)."""
     client = aws.client("ec2", region)
     if ec2.describe(client, instance_id) is None:
         return "already gone", None
     state = ec2.terminate(client, instance_id)
-    refreshed = ec2.describe(client, instance_id)
-    return state, billed_seconds(refreshed, now) if refreshed else None
+    return state, ec2.describe(client, instance_id)
+
+
+def _account_cost(
+    aws: Aws, region: str, instance: dict[str, Any], billed: int, request: CostRequest, log: Log
+) -> cost.Cost | None:
+    """Price the attempt, log it to MLflow and the job summary. Never raises: the instance is already gone."""
+    env = os.environ if request.env is None else request.env
+    try:
+        estimate = cost.estimate(
+            aws, instance, region=region, billed_seconds=billed, volume_gb=request.volume_gb, log=log
+        )
+        overhead = None
+        if request.attempt is None:
+            log("warning: cost not logged to MLflow: --attempt is not a number")
+        else:
+            overhead = cost.log_to_mlflow(
+                estimate, run_id=request.mlflow_run_id, attempt=request.attempt, env=env, log=log
+            )
+        line = cost.summary_line(estimate, attempt=request.attempt or 0, overhead=overhead)
+    except Exception as error:  # an estimate is not worth a failed teardown
+        log(f"warning: cost not computed: {type(error).__name__}: {error}")
+        return None
+    log(line)
+    append_summary(line, env)
+    return estimate
 
 
 def _delete_parameter(aws: Aws, region: str, parameter: str) -> str:
@@ -246,14 +283,17 @@ def teardown(
     instance_id: str = "",
     runner_id: int | None = None,
     parameter: str = "",
+    cost_request: CostRequest | None = None,
     now: datetime | None = None,
     log: Log = print,
 ) -> TeardownReport:
-    """Idempotent: deregister, terminate, delete the parameter; each step runs even when another one failed."""
+    """Idempotent: deregister, terminate, delete the parameter; each step runs even when another one failed.
+    With a cost request, then price the terminated instance and log it (never failing the teardown)."""
     now = now or datetime.now(UTC)
     problems: dict[str, str] = {}
     states = {"runner": "not given", "instance": "not given", "parameter": "not given"}
     billed: int | None = None
+    described: dict[str, Any] | None = None
 
     def attempt(what: str, step: Callable[[], str]) -> None:
         try:
@@ -268,8 +308,9 @@ def teardown(
     if instance_id:
 
         def terminate_step() -> str:
-            nonlocal billed
-            state, billed = _terminate(aws, region, instance_id, now)
+            nonlocal billed, described
+            state, described = _terminate(aws, region, instance_id)
+            billed = billed_seconds(described, now) if described else None
             return state
 
         attempt("instance", terminate_step)
@@ -286,6 +327,10 @@ def teardown(
     )
     if billed is not None:
         log(f"billed seconds: {billed}")
+    if cost_request is not None and described is not None and billed is not None:
+        report = replace(report, cost=_account_cost(aws, region, described, billed, cost_request, log))
+    elif cost_request is not None:
+        log("no cost recorded: no instance was terminated by this teardown (none given, or already gone)")
     if problems:
         raise RunnerError(
             "teardown incomplete (the scheduled reaper retries): "

@@ -1,0 +1,108 @@
+"""The three MLflow tracking REST calls teardown needs (runs/get, metrics/get-history, runs/log-batch).
+
+Plain `requests`, not the mlflow package: gpu-runner stays light enough to install in seconds on the CPU runner.
+Authentication as MLflow's own clients do it: MLFLOW_TRACKING_USERNAME/PASSWORD (basic), else
+MLFLOW_TRACKING_TOKEN (bearer); MLFLOW_TRACKING_INSECURE_TLS and MLFLOW_TRACKING_SERVER_CERT_PATH for TLS.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
+
+TIMEOUT = (5.0, 30.0)  # connect, read (seconds)
+
+
+class MlflowError(Exception):
+    """The tracking server could not be reached or refused the request (the message says which)."""
+
+
+class MlflowRest:
+    def __init__(self, uri: str, session: requests.Session | None = None) -> None:
+        self.uri = uri.rstrip("/")
+        self.session = session or requests.Session()
+        # Brief hiccups only (connection refused, 429/5xx): the cost record is not worth a long wait.
+        retry = Retry(
+            total=2,
+            connect=2,
+            read=0,
+            status=2,
+            backoff_factor=0.5,
+            status_forcelist=(429, 502, 503, 504),
+            allowed_methods=frozenset({"GET", "POST"}),
+            raise_on_status=False,
+        )
+        adapter = HTTPAdapter(max_retries=retry)
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> MlflowRest | None:
+        """None when MLFLOW_TRACKING_URI is unset or not an http(s) server (a local store dies with the job)."""
+        uri = env.get("MLFLOW_TRACKING_URI", "")
+        if not uri.startswith(("http://", "https://")):
+            return None
+        session = requests.Session()
+        username, password = env.get("MLFLOW_TRACKING_USERNAME"), env.get("MLFLOW_TRACKING_PASSWORD")
+        token = env.get("MLFLOW_TRACKING_TOKEN")
+        if username and password:
+            session.auth = (username, password)
+        elif token:
+            session.headers["Authorization"] = f"Bearer {token}"
+        if env.get("MLFLOW_TRACKING_INSECURE_TLS", "").lower() == "true":
+            session.verify = False
+        elif env.get("MLFLOW_TRACKING_SERVER_CERT_PATH"):
+            session.verify = env["MLFLOW_TRACKING_SERVER_CERT_PATH"]
+        return cls(uri, session)
+
+    def _call(self, method: str, endpoint: str, **kwargs: Any) -> dict[str, Any]:
+        url = f"{self.uri}/api/2.0/mlflow/{endpoint}"
+        try:
+            response = self.session.request(method, url, timeout=TIMEOUT, **kwargs)
+        except requests.RequestException as error:
+            raise MlflowError(f"{self.uri} unreachable ({type(error).__name__}: {error})") from None
+        if response.status_code != 200:
+            try:
+                body = response.json()
+                detail = f"{body.get('error_code', '')}: {body.get('message', '')}"
+            except ValueError:
+                detail = response.text[:200]
+            raise MlflowError(f"{method} {endpoint} answered HTTP {response.status_code} ({detail})")
+        try:
+            return response.json()
+        except ValueError:
+            raise MlflowError(
+                f"{method} {endpoint}: not a JSON answer (is {self.uri} an MLflow server?)"
+            ) from None
+
+    def get_run(self, run_id: str) -> dict[str, Any]:
+        return self._call("GET", "runs/get", params={"run_id": run_id}).get("run", {})
+
+    def metric_history(self, run_id: str, key: str) -> list[dict[str, Any]]:
+        points: list[dict[str, Any]] = []
+        params = {"run_id": run_id, "metric_key": key}
+        while True:
+            page = self._call("GET", "metrics/get-history", params=params)
+            points += page.get("metrics", [])
+            token = page.get("next_page_token")
+            if not token:
+                return points
+            params = {**params, "page_token": token}
+
+    def log_batch(
+        self, run_id: str, metrics: Mapping[str, float], tags: Mapping[str, str], *, step: int
+    ) -> None:
+        now = int(time.time() * 1000)
+        body = {
+            "run_id": run_id,
+            "metrics": [
+                {"key": key, "value": value, "timestamp": now, "step": step} for key, value in metrics.items()
+            ],
+            "tags": [{"key": key, "value": value} for key, value in tags.items()],
+        }
+        self._call("POST", "runs/log-batch", json=body)

@@ -1,0 +1,466 @@
+"""What the GPU runs of the last N days cost, and what the same work would cost on an always-on GPU box.
+
+    python -m <package> cost-report --days 30 [--experiment NAME] [--cpu-monthly-usd 80]
+
+Two layers. The arithmetic (`summarize`, `monthly_saving_pct`) takes plain dataclasses and knows nothing of MLflow,
+so the article's scenario can be checked exactly and the template's benchmark can reuse it by file path: this
+module imports only the standard library at the top. The reader (`read_gpu_runs`) turns MLflow runs into those
+dataclasses, and `write_report` draws the Markdown table and the PNG chart.
+
+Where the numbers come from: the stop job logs, per workflow attempt (MLflow step = attempt), `billed_seconds`,
+`cost_usd` (instance + root volume), `overhead_seconds`, and tags `cost.*` with the market and the on-demand
+price of the type; the training code logs `training_seconds`. A run's totals are the sums over its attempts
+(of the last point logged at each step: a retried write can leave two).
+Runs without `billed_seconds` (local runs, CPU CI runs) never touched a GPU instance: they are counted, not priced.
+
+Per-month normalisation: a month is 730 h (AWS's own monthly convention, 365 x 24 / 12 = 30.42 days), the same
+basis as the always-on instance. Window figures are reported as measured and projected to a month by
+x 730 h / window hours; a 30-day window is therefore scaled by 1.014.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the arithmetic must import without MLflow: the template's benchmark loads this file bare
+    from mlflow.entities import Metric
+
+HOURS_PER_MONTH = 730.0
+DAYS_PER_MONTH = HOURS_PER_MONTH / 24
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+SUM_METRICS = ("billed_seconds", "cost_usd", "overhead_seconds", "training_seconds")
+
+
+class CostReportError(ValueError):
+    """Nothing to report, or not enough to price it: the CLI prints the message and exits 2."""
+
+
+# ----------------------------------------------------------------------------------------------- pure core
+@dataclass(frozen=True)
+class GpuRun:
+    """One MLflow run that ran on a GPU instance, its metric histories already summed over its attempts."""
+
+    run_id: str
+    billed_seconds: float
+    cost_usd: float
+    overhead_seconds: float = 0.0
+    training_seconds: float = 0.0
+    attempts: int = 1
+    # From the latest attempt's tags: a run whose attempts changed market is counted under its last one.
+    market: str = "on-demand"
+    instance_type: str = "unknown"
+    on_demand_usd_per_hour: float | None = None
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class TypeUsage:
+    instance_type: str
+    market: str
+    runs: int
+    billed_hours: float
+    cost_usd: float
+    training_hours: float = 0.0
+    overhead_hours: float = 0.0
+
+
+@dataclass(frozen=True)
+class CostReport:
+    window_days: float
+    window_start: datetime | None
+    window_end: datetime | None
+    experiments: tuple[str, ...]
+    runs: int
+    attempts: int
+    excluded_runs: int
+    gpu_hours: float
+    training_hours: float
+    overhead_hours: float
+    billed_usd: float
+    spot_hours: float
+    usage: tuple[TypeUsage, ...]
+    cpu_monthly_usd: float
+    always_on_monthly_usd: float
+    always_on_basis: str
+
+    @property
+    def month_factor(self) -> float:
+        """Window -> month: 730 h over the window's hours."""
+        return HOURS_PER_MONTH / (self.window_days * 24)
+
+    @property
+    def overhead_pct(self) -> float:
+        return 100 * (self.overhead_hours / self.gpu_hours) if self.gpu_hours else 0.0
+
+    @property
+    def spot_share_pct(self) -> float:
+        # A share first, then percent: all-spot is exactly 100.0, not 100 x a / a.
+        return 100 * (self.spot_hours / self.gpu_hours) if self.gpu_hours else 0.0
+
+    @property
+    def cost_per_run_usd(self) -> float:
+        return self.billed_usd / self.runs if self.runs else 0.0
+
+    @property
+    def gpu_hours_per_month(self) -> float:
+        return self.gpu_hours * self.month_factor
+
+    @property
+    def gpu_monthly_usd(self) -> float:
+        return self.billed_usd * self.month_factor
+
+    @property
+    def this_setup_monthly_usd(self) -> float:
+        return self.cpu_monthly_usd + self.gpu_monthly_usd
+
+    @property
+    def saving_pct(self) -> float:
+        return monthly_saving_pct(self.always_on_monthly_usd, self.cpu_monthly_usd, self.gpu_monthly_usd)
+
+
+def monthly_saving_pct(always_on_monthly_usd: float, cpu_monthly_usd: float, gpu_monthly_usd: float) -> float:
+    """The article's formula: (always-on - (CPU box + GPU on demand)) / always-on, in percent."""
+    if always_on_monthly_usd <= 0:
+        raise CostReportError("the always-on monthly cost must be positive to compare against it")
+    return 100 * (always_on_monthly_usd - (cpu_monthly_usd + gpu_monthly_usd)) / always_on_monthly_usd
+
+
+def hours(seconds: float) -> float:
+    return seconds / 3600
+
+
+def summarize(
+    runs: Sequence[GpuRun],
+    *,
+    days: float,
+    cpu_monthly_usd: float = 0.0,
+    always_on_monthly_usd: float | None = None,
+    excluded_runs: int = 0,
+    experiments: Sequence[str] = (),
+    window_end: datetime | None = None,
+) -> CostReport:
+    """The report's figures. Always-on = 730 h x the on-demand price of the most used type (by billed hours)
+    unless `always_on_monthly_usd` is given (e.g. the article's $500 box)."""
+    if days <= 0 or not math.isfinite(days):
+        raise CostReportError(f"--days must be a positive number (got {days})")
+    if not runs:
+        raise CostReportError("no GPU runs to report")
+    if cpu_monthly_usd < 0:
+        raise CostReportError(f"--cpu-monthly-usd cannot be negative (got {cpu_monthly_usd})")
+    grouped: dict[tuple[str, str], list[GpuRun]] = defaultdict(list)
+    for run in runs:
+        grouped[(run.instance_type, run.market)].append(run)
+    usage = tuple(
+        sorted(
+            (
+                TypeUsage(
+                    instance_type=itype,
+                    market=market,
+                    runs=len(members),
+                    billed_hours=hours(sum(r.billed_seconds for r in members)),
+                    cost_usd=sum(r.cost_usd for r in members),
+                    training_hours=hours(sum(r.training_seconds for r in members)),
+                    overhead_hours=hours(sum(r.overhead_seconds for r in members)),
+                )
+                for (itype, market), members in grouped.items()
+            ),
+            key=lambda u: (-u.billed_hours, u.instance_type, u.market),
+        )
+    )
+    if always_on_monthly_usd is not None:
+        always_on, basis = always_on_monthly_usd, f"${always_on_monthly_usd:,.2f}/month (given)"
+    else:
+        always_on, basis = _always_on_from_prices(runs)
+    return CostReport(
+        window_days=days,
+        window_start=window_end - timedelta(days=days) if window_end else None,
+        window_end=window_end,
+        experiments=tuple(experiments),
+        runs=len(runs),
+        attempts=sum(r.attempts for r in runs),
+        excluded_runs=excluded_runs,
+        gpu_hours=hours(sum(r.billed_seconds for r in runs)),
+        training_hours=hours(sum(r.training_seconds for r in runs)),
+        overhead_hours=hours(sum(r.overhead_seconds for r in runs)),
+        billed_usd=sum(r.cost_usd for r in runs),
+        spot_hours=hours(sum(r.billed_seconds for r in runs if r.market == "spot")),
+        usage=usage,
+        cpu_monthly_usd=cpu_monthly_usd,
+        always_on_monthly_usd=always_on,
+        always_on_basis=basis,
+    )
+
+
+def _always_on_from_prices(runs: Sequence[GpuRun]) -> tuple[float, str]:
+    by_type: dict[str, float] = defaultdict(float)
+    for run in runs:
+        by_type[run.instance_type] += run.billed_seconds
+    # Most billed hours first; the name breaks ties so the choice does not depend on run order.
+    ranked = sorted(by_type, key=lambda t: (-by_type[t], t))
+    chosen = ranked[0]
+    prices = {
+        r.on_demand_usd_per_hour for r in runs if r.instance_type == chosen and r.on_demand_usd_per_hour
+    }
+    if not prices:
+        raise CostReportError(
+            f"the runs of {chosen} carry no cost.on_demand_usd_per_hour tag: "
+            "pass --always-on-monthly-usd to say what an always-on GPU box costs per month"
+        )
+    price = max(prices)  # one price per type and region; several regions -> the dearer, stated below
+    basis = f"{HOURS_PER_MONTH:.0f} h x ${price:.4g}/h on-demand {chosen}"
+    if len(ranked) > 1:
+        basis += f" (the most used of {len(ranked)} types: {', '.join(ranked)})"
+    if len(prices) > 1:
+        basis += f" (the highest of its prices {', '.join(f'${p:.4g}' for p in sorted(prices))})"
+    return HOURS_PER_MONTH * price, basis
+
+
+# ------------------------------------------------------------------------------------------------- output
+def _usd(value: float) -> str:
+    # Cents hide a short job's cost (a 5-minute spot job is a fraction of a cent): more digits below $0.10.
+    return f"${value:,.2f}" if value == 0 or abs(value) >= 0.1 else f"${value:.4f}"
+
+
+def _days(days: float) -> str:
+    return "1 day" if days == 1 else f"{days:g} days"
+
+
+def _h(value: float) -> str:
+    return f"{value:,.2f}" if value == 0 or abs(value) >= 0.1 else f"{value:.3f}"
+
+
+def render_markdown(report: CostReport) -> str:
+    f = report.month_factor
+    if report.window_end is not None and report.window_start is not None:
+        span = f"{report.window_start:%Y-%m-%d %H:%M} -> {report.window_end:%Y-%m-%d %H:%M} UTC"
+    else:
+        span = f"{report.window_days:g} days"
+    where = ", ".join(f"`{name}`" for name in report.experiments) or "given runs"
+    rows = [
+        ("window", f"last {_days(report.window_days)} ({span})"),
+        ("experiment(s)", where),
+        ("GPU runs (workflow attempts)", f"{report.runs} ({report.attempts})"),
+        ("runs without cost metrics (local / CPU, excluded)", str(report.excluded_runs)),
+        ("GPU hours, billed", f"{_h(report.gpu_hours)} h"),
+        ("training hours", f"{_h(report.training_hours)} h"),
+        (
+            "overhead (boot, setup, teardown)",
+            f"{_h(report.overhead_hours)} h = {report.overhead_pct:.1f} % of billed",
+        ),
+        ("spot share of billed hours", f"{report.spot_share_pct:.1f} %"),
+        ("billed cost (instance + root volume)", _usd(report.billed_usd)),
+        ("cost per run", _usd(report.cost_per_run_usd)),
+        (
+            "GPU per month (projection)",
+            f"{_usd(report.gpu_monthly_usd)} for {report.gpu_hours_per_month:,.1f} h "
+            f"(window x {HOURS_PER_MONTH:.0f} h / {report.window_days * 24:g} h = x {f:.4f})",
+        ),
+        ("CPU side per month (--cpu-monthly-usd)", _usd(report.cpu_monthly_usd)),
+        ("**this setup per month**", f"**{_usd(report.this_setup_monthly_usd)}**"),
+        (
+            "**always-on GPU per month**",
+            f"**{_usd(report.always_on_monthly_usd)}** ({report.always_on_basis})",
+        ),
+        ("**saving vs always-on**", f"**{report.saving_pct:.1f} %**"),
+    ]
+    lines = [
+        f"## GPU cost report: last {_days(report.window_days)}",
+        "",
+        "| figure | value |",
+        "|---|---|",
+        *(f"| {name} | {value} |" for name, value in rows),
+        "",
+        "| instance type | market | runs | billed hours | billed cost |",
+        "|---|---|---:|---:|---:|",
+        *(
+            f"| {u.instance_type} | {u.market} | {u.runs} | {_h(u.billed_hours)} | {_usd(u.cost_usd)} |"
+            for u in report.usage
+        ),
+        "",
+        f"A month is {HOURS_PER_MONTH:.0f} h ({DAYS_PER_MONTH:.2f} days). Saving = (always-on - (CPU side + GPU "
+        "per month)) / always-on. Not in the figures: S3 and MLflow storage, data transfer, the CPU runners "
+        "GitHub hosts.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def plot_report(report: CostReport, path: Path) -> Path:
+    """Left: always-on vs this setup per month. Right: billed hours of the window, training vs overhead."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # headless: CI runners have no display
+    import matplotlib.pyplot as plt
+
+    fig, (money, hours) = plt.subplots(1, 2, figsize=(11, 4.8), gridspec_kw={"width_ratios": [1.1, 1]})
+    labels = ["always-on GPU", "this setup"]
+    money.bar(labels[:1], [report.always_on_monthly_usd], color="#9e9e9e", label="always-on on-demand")
+    money.bar(labels[1:], [report.cpu_monthly_usd], color="#90caf9", label="CPU side")
+    money.bar(
+        labels[1:],
+        [report.gpu_monthly_usd],
+        bottom=[report.cpu_monthly_usd],
+        color="#1e88e5",
+        label="GPU billed",
+    )
+    for x, total in enumerate((report.always_on_monthly_usd, report.this_setup_monthly_usd)):
+        money.annotate(
+            _usd(total), (x, total), ha="center", va="bottom", xytext=(0, 3), textcoords="offset points"
+        )
+    money.set_ylabel("USD per month (730 h)")
+    money.set_title(f"Per month: saving {report.saving_pct:.1f} %")
+    money.set_ylim(0, max(report.always_on_monthly_usd, report.this_setup_monthly_usd) * 1.15)
+    money.legend(loc="upper right", fontsize=8)
+
+    # One bar per instance type and market: where the hours went, and how much of them was not training.
+    usage = list(reversed(report.usage))  # barh draws bottom-up; the most used type on top
+    names = [f"{u.instance_type}\n{u.market}" for u in usage]
+    training = [u.training_hours for u in usage]
+    overhead = [u.overhead_hours for u in usage]
+    other = [max(u.billed_hours - t - o, 0.0) for u, t, o in zip(usage, training, overhead, strict=True)]
+    hours.barh(names, training, color="#43a047", label=f"training {_h(report.training_hours)} h")
+    hours.barh(
+        names, overhead, left=training, color="#fb8c00", label=f"overhead {_h(report.overhead_hours)} h"
+    )
+    if sum(other) > 0.005 * report.gpu_hours:
+        starts = [t + o for t, o in zip(training, overhead, strict=True)]
+        hours.barh(names, other, left=starts, color="#bdbdbd", label=f"billed, neither {_h(sum(other))} h")
+    hours.set_xlabel(f"billed hours in the window ({report.runs} runs, {report.attempts} attempts)")
+    hours.set_title(f"Overhead {report.overhead_pct:.1f} % of billed, spot {report.spot_share_pct:.0f} %")
+    hours.legend(loc="lower right", fontsize=8)
+
+    end = f" to {report.window_end:%Y-%m-%d}" if report.window_end else ""
+    fig.suptitle(
+        f"GPU cost, last {_days(report.window_days)}{end}: {_h(report.gpu_hours)} GPU-h, {_usd(report.billed_usd)}"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def write_report(report: CostReport, out_dir: Path) -> tuple[Path, Path]:
+    """cost-report.md and cost-report.png in `out_dir`; returns both paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    markdown = out_dir / "cost-report.md"
+    markdown.write_text(render_markdown(report), encoding="utf-8")
+    return markdown, plot_report(report, out_dir / "cost-report.png")
+
+
+# -------------------------------------------------------------------------------------------- MLflow reader
+def tracking_uri() -> str:
+    """Resolved as tracking.tracking_uri() does (tests keep the two equal); that module imports TensorFlow,
+    which a cost report has no use for."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+def _float(value: str | None) -> float | None:
+    try:
+        return float(value) if value not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def _last_per_step(history: Iterable[Metric]) -> dict[int, float]:
+    """Attempt (step) -> its value. MLflow keeps every point, so a write the stop job retried leaves two at
+    one step: the last one logged counts, once."""
+    latest: dict[int, tuple[int, float]] = {}
+    for metric in history:
+        if metric.step not in latest or metric.timestamp >= latest[metric.step][0]:
+            latest[metric.step] = (metric.timestamp, metric.value)
+    return {step: value for step, (_, value) in latest.items()}
+
+
+def read_gpu_runs(
+    experiments: Iterable[str], days: float, *, uri: str | None = None, now: datetime | None = None
+) -> tuple[list[GpuRun], int]:
+    """GPU runs of the named experiments started in the last `days` days, and how many runs were not GPU runs."""
+    from mlflow.entities import ViewType
+    from mlflow.tracking import MlflowClient
+
+    uri = uri or tracking_uri()
+    client = MlflowClient(uri)
+    ids = []
+    for name in experiments:
+        experiment = client.get_experiment_by_name(name)
+        if experiment is None:
+            raise CostReportError(
+                f"no MLflow experiment named {name!r} at {uri} (check --experiment and MLFLOW_TRACKING_URI)"
+            )
+        ids.append(experiment.experiment_id)
+    now = now or datetime.now(UTC)
+    since_ms = int((now - timedelta(days=days)).timestamp() * 1000)
+    found, token = [], None
+    while True:
+        page = client.search_runs(
+            ids,
+            filter_string=f"attributes.start_time >= {since_ms}",
+            run_view_type=ViewType.ACTIVE_ONLY,
+            max_results=1000,
+            page_token=token,
+        )
+        found += page
+        token = page.token
+        if not token:
+            break
+    runs, excluded = [], 0
+    for run in found:
+        # The latest value is in the search result: no history requests for runs that never had a GPU.
+        if "billed_seconds" not in run.data.metrics:
+            excluded += 1
+            continue
+        run_id, tags = run.info.run_id, run.data.tags
+        per_step = {name: _last_per_step(client.get_metric_history(run_id, name)) for name in SUM_METRICS}
+        runs.append(
+            GpuRun(
+                run_id=run_id,
+                name=run.info.run_name or "",
+                billed_seconds=sum(per_step["billed_seconds"].values()),
+                cost_usd=sum(per_step["cost_usd"].values()),
+                overhead_seconds=sum(per_step["overhead_seconds"].values()),
+                training_seconds=sum(per_step["training_seconds"].values()),
+                attempts=len(per_step["billed_seconds"]),
+                market=tags.get("cost.market") or "unknown",
+                instance_type=tags.get("cost.instance_type") or "unknown",
+                on_demand_usd_per_hour=_float(tags.get("cost.on_demand_usd_per_hour")),
+            )
+        )
+    return runs, excluded
+
+
+def cost_report(
+    experiments: Sequence[str],
+    days: float,
+    *,
+    cpu_monthly_usd: float = 0.0,
+    always_on_monthly_usd: float | None = None,
+    uri: str | None = None,
+    now: datetime | None = None,
+) -> CostReport:
+    """Read the runs and summarise them; a window without GPU runs is a CostReportError naming the knobs."""
+    if days <= 0 or not math.isfinite(days):
+        raise CostReportError(f"--days must be a positive number (got {days})")
+    now = now or datetime.now(UTC)
+    runs, excluded = read_gpu_runs(experiments, days, uri=uri, now=now)
+    if not runs:
+        names = ", ".join(repr(name) for name in experiments)
+        raise CostReportError(
+            f"no GPU runs (runs with a billed_seconds metric) in experiment(s) {names} started in the last "
+            f"{days:g} days ({excluded} run(s) without cost metrics) at {uri or tracking_uri()}: "
+            "widen --days or pick another --experiment"
+        )
+    return summarize(
+        runs,
+        days=days,
+        cpu_monthly_usd=cpu_monthly_usd,
+        always_on_monthly_usd=always_on_monthly_usd,
+        excluded_runs=excluded,
+        experiments=experiments,
+        window_end=now,
+    )
