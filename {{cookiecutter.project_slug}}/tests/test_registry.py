@@ -10,7 +10,12 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from {{ cookiecutter.package_name }} import registry
-from {{ cookiecutter.package_name }}.config import HEADLINE_METRICS, ConfigError, RegistryConfig, config_from_dict
+from {{ cookiecutter.package_name }}.config import (
+    HEADLINE_METRICS,
+    ConfigError,
+    RegistryConfig,
+    config_from_dict,
+)
 from {{ cookiecutter.package_name }}.train import train
 
 _names = itertools.count(1)
