@@ -111,3 +111,22 @@ def test_bad_boolean_flag(cli_env: Path, capsys) -> None:
         main(["--settings", str(cli_env), "launch", "--spot", "maybe"])
     assert info.value.code == 2
     assert "'maybe' is not a boolean" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "expected"),
+    [
+        ("AuthFailure", 401, "AWS refused DescribeInstances: AuthFailure: AWS rejected the credentials (expired or unknown)"),
+        ("UnauthorizedOperation", 403, "AWS refused DescribeInstances: UnauthorizedOperation: injected UnauthorizedOperation (the roles' permissions are in infra/gpu-runner.yaml"),
+    ],
+)  # fmt: skip
+def test_aws_refusals_outside_launch_are_one_line(
+    cli_env: Path, aws, faults, monkeypatch: pytest.MonkeyPatch, capsys, code: str, status: int, expected: str
+) -> None:
+    """reap (and resume) call AWS without launch's own error handling: still one line naming the call, no traceback."""
+    monkeypatch.setattr("gpu_runner.cli.Aws", lambda: aws)
+    faults.fail("ec2", "DescribeInstances", code, status=status)
+    assert main(["--settings", str(cli_env), "reap"]) == 1
+    err = capsys.readouterr().err
+    assert expected in err, err
+    assert "Traceback" not in err

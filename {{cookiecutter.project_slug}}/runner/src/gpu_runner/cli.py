@@ -10,6 +10,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 
+from botocore.exceptions import BotoCoreError, ClientError
+
+from . import ec2
 from .aws import Aws
 from .errors import RunnerError
 from .github import GitHubRunners
@@ -162,12 +165,25 @@ def _resume(args: argparse.Namespace, settings: Settings, ctx: RunContext, aws: 
         append_summary(f"### Spot interruption\n\nAttempt {args.attempt}: {decision.reason}.\n")
 
 
+def aws_refusal(error: ClientError, region: str) -> str:
+    """One line for an AWS error that no command turned into a RunnerError (reap, resume, a describe)."""
+    if ec2.error_code(error) in ec2.CREDENTIAL_CODES:
+        return f"AWS refused {error.operation_name}: {ec2.explain(error, region)}"
+    message = error.response.get("Error", {}).get("Message", "")
+    return (
+        f"AWS refused {error.operation_name}: {ec2.error_code(error)}: {message} (the roles' permissions are in "
+        "infra/gpu-runner.yaml; make bootstrap applies changes)"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    region = ""
     try:
         overrides = {"instance_types": args.instance_type} if getattr(args, "instance_type", "") else {}
         settings = load_settings(args.settings, overrides)
+        region = settings.region
         # bootstrap runs from a laptop (the repository is a flag); every other command runs in a workflow.
         if args.command != "bootstrap" and not os.environ.get("GITHUB_REPOSITORY"):
             raise RunnerError(
@@ -176,6 +192,15 @@ def main(argv: list[str] | None = None) -> int:
         run(args, settings)
     except RunnerError as error:
         print(f"error: {error}", file=sys.stderr)
+        return 1
+    except ClientError as error:
+        print(f"error: {aws_refusal(error, region)}", file=sys.stderr)
+        return 1
+    except BotoCoreError as error:
+        print(
+            f"error: AWS: {error} (in a workflow the AWS credentials step must run first; by hand: aws sso login)",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

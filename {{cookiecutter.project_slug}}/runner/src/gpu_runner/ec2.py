@@ -149,17 +149,18 @@ def resolve_ami(ssm: Any, ec2: Any, *, ami_id: str, ami_parameter: str, region: 
                     f"configs/gpu-runner.yaml or set ami_id"
                 ) from None
             # The first AWS call of a launch: expired credentials or a missing permission show up here.
-            raise LaunchBlockedError(_hint(error, region)) from None
+            raise LaunchBlockedError(explain(error, region)) from None
     try:
         images = ec2.describe_images(ImageIds=[ami_id])["Images"]
     except ClientError as error:
-        raise LaunchBlockedError(_hint(error, region)) from None
+        raise LaunchBlockedError(explain(error, region)) from None
     if not images:
         raise LaunchBlockedError(f"AMI {ami_id} not found in {region}: check ami_id / ami_parameter")
     return ami_id, images[0].get("RootDeviceName", "/dev/sda1")
 
 
-def _hint(error: ClientError, region: str) -> str:
+def explain(error: ClientError, region: str) -> str:
+    """`<code>: <what to do> (AWS said: <message>)` for an error no retry or other pool can fix."""
     code = error_code(error)
     message = error.response.get("Error", {}).get("Message", "")
     hint = FATAL_HINTS.get(code, "see the AWS message")
@@ -274,7 +275,7 @@ def launch_instance(
                 if kind == "spot-only":
                     log(f"spot refused for {where} ({code}); falling back to on-demand")
                     break
-                raise LaunchBlockedError(_hint(error, region)) from None
+                raise LaunchBlockedError(explain(error, region)) from None
             instance = reply["Instances"][0]
             return Launched(
                 instance_id=instance["InstanceId"],
