@@ -206,14 +206,15 @@ def _attempt() -> int:
 
 def _champion(cfg: Config, run_id: str, model_id: str | None, metrics: dict[str, float]) -> registry.Decision:
     """Register the run's model and decide on the alias; the decision is logged on the run either way."""
+    client = mlflow.MlflowClient()
     if not cfg.registry.enabled:
         decision = registry.skipped(cfg.registry, "registry.enabled is false")
     elif model_id is None:
         print("NOTE: no model registered: tracking.log_model is false, so this run logged no model")
         decision = registry.skipped(cfg.registry, "tracking.log_model is false")
     else:
-        decision = registry.decide(mlflow.MlflowClient(), cfg.registry, run_id, model_id, metrics)
-    registry.log_decision(mlflow.MlflowClient(), run_id, decision)
+        decision = registry.decide(client, cfg.registry, run_id, model_id, metrics)
+    registry.log_decision(client, run_id, decision)
     print(decision.line())
     return decision
 

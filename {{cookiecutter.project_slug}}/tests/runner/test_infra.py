@@ -237,6 +237,20 @@ def managed_policies(session: boto3.Session, role_name: str) -> list[dict[str, A
     return documents
 
 
+def role_policies(stack: dict[str, Any], output: str) -> list[dict[str, Any]]:
+    """The managed policies of the role a stack output names (TrainRoleArn, ReaperRoleArn)."""
+    return managed_policies(stack["session"], stack["outputs"][output].rsplit("/", 1)[-1])
+
+
+def runner_role_name(stack: dict[str, Any]) -> str:
+    profile = (
+        stack["session"]
+        .client("iam")
+        .get_instance_profile(InstanceProfileName=stack["outputs"]["RunnerInstanceProfile"])
+    )
+    return profile["InstanceProfile"]["Roles"][0]["RoleName"]
+
+
 def test_bootstrap_deploys_and_prints_the_github_settings(stack: dict[str, Any]) -> None:
     outputs, printed, session = stack["outputs"], stack["printed"], stack["session"]
     repo = DEFAULT_REPOSITORY
@@ -386,14 +400,10 @@ def test_bootstrap_names_a_bucket_that_exists_already(
 
 
 def test_every_policy_passes_parliament(stack: dict[str, Any]) -> None:
-    session, outputs = stack["session"], stack["outputs"]
-    runner_role = session.client("iam").get_instance_profile(
-        InstanceProfileName=outputs["RunnerInstanceProfile"]
-    )
     documents = {
-        "train": managed_policies(session, outputs["TrainRoleArn"].rsplit("/", 1)[-1]),
-        "reaper": managed_policies(session, outputs["ReaperRoleArn"].rsplit("/", 1)[-1]),
-        "runner": managed_policies(session, runner_role["InstanceProfile"]["Roles"][0]["RoleName"]),
+        "train": role_policies(stack, "TrainRoleArn"),
+        "reaper": role_policies(stack, "ReaperRoleArn"),
+        "runner": managed_policies(stack["session"], runner_role_name(stack)),
     }
     assert all(len(docs) == 1 for docs in documents.values()), documents
     for name, (document,) in documents.items():
@@ -502,7 +512,7 @@ def test_train_jobs_need_exactly_the_train_policy(
     github_double: GitHubDouble,
     tmp_path: Path,
 ) -> None:
-    calls, session = recorded
+    calls, _ = recorded
     wire_settings(stack, settings_file)
     base = ["--settings", str(settings_file)]
     assert cli.main([*base, "launch", "--spot", "true"]) == 0
@@ -520,7 +530,7 @@ def test_train_jobs_need_exactly_the_train_policy(
     assert cli.main([*base, "resume", *resume, *ids]) == 0
 
     requests = authorizations(calls)
-    train_policy = managed_policies(session, stack["outputs"]["TrainRoleArn"].rsplit("/", 1)[-1])
+    train_policy = role_policies(stack, "TrainRoleArn")
     denied = [r for r in requests if not allowed(train_policy, r)]
     assert denied == [], denied
     used = {r.action for r in requests}
@@ -556,7 +566,7 @@ def test_reaper_needs_exactly_the_reaper_policy(
     assert len(report.terminated) == 1 and len(report.parameters_deleted) == 1, report
 
     requests = authorizations(calls[launch_calls:])
-    reaper_policy = managed_policies(session, stack["outputs"]["ReaperRoleArn"].rsplit("/", 1)[-1])
+    reaper_policy = role_policies(stack, "ReaperRoleArn")
     denied = [r for r in requests if not allowed(reaper_policy, r)]
     assert denied == [], denied
     assert granted_actions(reaper_policy) == {r.action for r in requests}
@@ -595,7 +605,7 @@ def _launch_requests(stack: dict[str, Any], **changes: Any) -> list[Request]:
 def test_train_policy_refuses_launches_outside_its_limits(
     stack: dict[str, Any], change: dict[str, Any]
 ) -> None:
-    policy = managed_policies(stack["session"], stack["outputs"]["TrainRoleArn"].rsplit("/", 1)[-1])
+    policy = role_policies(stack, "TrainRoleArn")
     assert all(allowed(policy, r) for r in _launch_requests(stack)), "the unchanged launch must be allowed"
     assert not all(allowed(policy, r) for r in _launch_requests(stack, **change))
 
@@ -618,7 +628,7 @@ def test_train_policy_refuses_launches_outside_its_limits(
 def test_train_policy_refuses_everything_else(
     stack: dict[str, Any], action: str, resource: str, context: dict[str, str]
 ) -> None:
-    policy = managed_policies(stack["session"], stack["outputs"]["TrainRoleArn"].rsplit("/", 1)[-1])
+    policy = role_policies(stack, "TrainRoleArn")
     assert not allowed(policy, Request(action, resource, context))
 
 
@@ -633,10 +643,7 @@ def test_runner_role_covers_exactly_the_instance_and_training_calls(
     """The GPU instance's role: the boot script's AWS CLI commands and the training job's real S3 calls
     (checkpoint push, restore, stale deletes, completion; the data download) are all it is granted."""
     session, bucket, settings = stack["session"], stack["bucket"], stack["settings"]
-    runner_role = session.client("iam").get_instance_profile(
-        InstanceProfileName=stack["outputs"]["RunnerInstanceProfile"]
-    )["InstanceProfile"]["Roles"][0]["RoleName"]
-    (policy,) = managed_policies(session, runner_role)
+    (policy,) = managed_policies(session, runner_role_name(stack))
 
     # The boot script: every `aws <service> <command>` in it, on this run's parameter and an S3 runner mirror.
     commands = set(re.findall(r"\baws ([a-z0-9-]+) ([a-z-]+)", BOOT_SCRIPT.read_text()))
