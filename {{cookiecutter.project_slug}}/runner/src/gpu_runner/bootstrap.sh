@@ -199,7 +199,8 @@ job_started() {
 }
 watchdog() {
   local deadline
-  deadline=$(($(date +%s) + IDLE_SECONDS))
+  # +1: `date +%s` counts whole seconds, so without it the watchdog could fire up to a second early.
+  deadline=$(($(date +%s) + IDLE_SECONDS + 1))
   while true; do
     if job_started; then
       log watchdog "job started; idle watchdog off"
