@@ -123,7 +123,7 @@ def jit_config_secrets(name: str, encoded: str) -> dict[str, str]:
         out[f"JIT config {name} {document}"] = value
     documents = decode_jit_config(encoded)
     out[f"JIT config {name} RSA key"] = documents[".credentials_rsaparams"]["d"]
-    out[f"JIT config {name} client id"] = documents[".credentials"]["Data"]["ClientId"]
+    out[f"JIT config {name} client id"] = documents[".credentials"]["Data"]["clientId"]
     return out
 
 
@@ -325,7 +325,7 @@ def test_the_scanner_finds_a_planted_secret(tmp_path: Path) -> None:
             {
                 ".runner": base64.b64encode(json.dumps({"AgentId": 7}).encode()).decode(),
                 ".credentials": base64.b64encode(
-                    json.dumps({"Data": {"ClientId": "c" * 36}}).encode()
+                    json.dumps({"Data": {"clientId": "c" * 36}}).encode()
                 ).decode(),
                 ".credentials_rsaparams": base64.b64encode(
                     json.dumps({"d": "fake-secret-" + "ab" * 16}).encode()

@@ -34,6 +34,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+from jit_config_double import encoded_jit_config
 
 DEFAULT_REPOSITORY = "octo-org/octo-repo"
 DEFAULT_TOKEN = "github_pat_test_0123456789abcdef"  # fake fine-grained PAT with Administration: write
@@ -542,34 +543,10 @@ class GitHubDouble:
             raise _HttpError(409, f"Already exists - A runner with the name {name} already exists.")
         runner = self._new_runner(repo, name, labels, group, ephemeral=True)
         work_folder = body.get("work_folder", "_work")
-        documents = {
-            ".runner": {
-                "AgentId": runner["id"],
-                "AgentName": name,
-                "PoolId": group,
-                "PoolName": "Default",
-                "ServerUrl": f"https://pipelines.actions.githubusercontent.com/{uuid.uuid4().hex}",
-                "GitHubUrl": f"https://github.com/{self.repositories[repo]}",
-                "WorkFolder": work_folder,
-                "Ephemeral": True,
-            },
-            ".credentials": {
-                "Scheme": "OAuthAccessToken",
-                "Data": {
-                    "ClientId": str(uuid.uuid4()),
-                    "AuthorizationUrl": "https://vstoken.actions.example/",
-                },
-            },
-            ".credentials_rsaparams": {
-                "d": "fake-secret-" + secrets.token_hex(16),
-                "modulus": secrets.token_hex(8),
-            },
-        }
-        encoded = base64.b64encode(
-            json.dumps(
-                {k: base64.b64encode(json.dumps(v).encode()).decode() for k, v in documents.items()}
-            ).encode()
-        ).decode()
+        encoded = encoded_jit_config(
+            runner_id=runner["id"], runner_name=name, repository=self.repositories[repo], pool_id=group,
+            work_folder=work_folder,
+        )  # fmt: skip
         self._issued_jit[name] = encoded
         return 201, {}, {"runner": runner, "encoded_jit_config": encoded}
 
