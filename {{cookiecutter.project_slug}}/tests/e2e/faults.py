@@ -6,6 +6,8 @@ points at this proxy. It forwards every request to the moto server unchanged, ex
   exactly as a real AWS answer (throttling, capacity, quota);
 - or forward it, then SIGKILL the calling command and drop the connection: a crash right after the call
   succeeded on the AWS side (the created instance exists, the caller never learns its id).
+Every request no rule answers is held against AWS's documented limits that moto ignores (tests/runner/aws_limits.py,
+the same rules as the unit tests' botocore hook): one that crosses a limit gets AWS's refusal, never moto's success.
 Hand-written because no offline proxy knows EC2 and SSM actions; it binds 127.0.0.1 only.
 """
 
@@ -21,6 +23,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+import aws_limits
 from aws_faults import ec2_error, json_error
 from local_http import LocalHttpServer
 
@@ -137,6 +140,11 @@ class AwsFaultProxy(LocalHttpServer):
                 payload,
             )
             return
+        refusal = aws_limits.check(action, body)  # a rule with an error answered above
+        if refusal is not None:
+            self.calls.append(ProxyCall(action, refusal.status, refusal.code))
+            self._refuse(handler, refusal)
+            return
         if rule and rule.kill and not rule.forward:
             self.calls.append(ProxyCall(action, 0, "crash"))
             self.killed += kill_matching(*rule.kill)
@@ -149,6 +157,13 @@ class AwsFaultProxy(LocalHttpServer):
             handler.close_connection = True
             return  # the caller is dead: it never sees the answer
         self._reply(handler, status, headers, payload)
+
+    def _refuse(self, handler: BaseHTTPRequestHandler, refusal: aws_limits.Refusal) -> None:
+        if refusal.service == "ec2":
+            payload, content_type = ec2_error(refusal.code, refusal.message), "text/xml"
+        else:
+            payload, content_type = json_error(refusal.code, refusal.message), "application/x-amz-json-1.1"
+        self._reply(handler, refusal.status, [("Content-Type", content_type)], payload)
 
     def _forward(
         self, handler: BaseHTTPRequestHandler, raw: bytes

@@ -6,6 +6,10 @@ exactly as it would a real AWS answer. Every other request goes to the moto serv
 
 The same hook answers services moto does not have (the Price List API) or answers it cannot give (realistic
 spot prices) with a successful body shaped like AWS's (`AwsFaults.answer`).
+
+Every request no injected fault answered is held against AWS's documented limits that moto ignores (aws_limits.py:
+SSM value size per tier, user-data size, tag lengths and counts, ClientToken length): one that crosses a limit gets
+AWS's refusal instead of moto's success, and is recorded in `AwsFaults.refused`.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
+from xml.sax.saxutils import escape
 
+import aws_limits
 import boto3
 from botocore.awsrequest import AWSResponse
 
@@ -46,14 +52,14 @@ class _Fault:
 def ec2_error(code: str, message: str) -> bytes:
     return (
         f'<?xml version="1.0" encoding="UTF-8"?><Response><Errors><Error><Code>{code}</Code>'
-        f"<Message>{message}</Message></Error></Errors><RequestID>00000000-fault</RequestID></Response>"
+        f"<Message>{escape(message)}</Message></Error></Errors><RequestID>00000000-fault</RequestID></Response>"
     ).encode()
 
 
 def query_error(code: str, message: str) -> bytes:
     """The error document of the query-protocol services other than EC2 (CloudFormation, IAM, STS)."""
     return (
-        f"<ErrorResponse><Error><Type>Sender</Type><Code>{code}</Code><Message>{message}</Message></Error>"
+        f"<ErrorResponse><Error><Type>Sender</Type><Code>{code}</Code><Message>{escape(message)}</Message></Error>"
         "<RequestId>00000000-fault</RequestId></ErrorResponse>"
     ).encode()
 
@@ -81,6 +87,8 @@ class AwsFaults:
     def __init__(self, session: boto3.Session) -> None:
         self.session = session
         self.injected: list[tuple[str, str, str, dict[str, str]]] = []
+        # (operation, refusal) of each request that crossed a documented AWS limit
+        self.refused: list[tuple[str, aws_limits.Refusal]] = []
         self._faults: list[_Fault] = []
         self._lock = threading.Lock()
         session.events.register("before-send", self._before_send)
@@ -137,4 +145,20 @@ class AwsFaults:
                 else:
                     payload = json_error(fault.code, message)
                 return AWSResponse(request.url, fault.status, {}, _Body(payload))
-        return None
+        return self._enforce_limits(request, operation)
+
+    def _enforce_limits(self, request: Any, operation: str) -> AWSResponse | None:
+        body = request.body or b""
+        refusal = aws_limits.check(
+            operation, body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+        )
+        if refusal is None:
+            return None
+        with self._lock:
+            self.refused.append((operation, refusal))
+        payload = (
+            ec2_error(refusal.code, refusal.message)
+            if refusal.service == "ec2"
+            else json_error(refusal.code, refusal.message)
+        )
+        return AWSResponse(request.url, refusal.status, {}, _Body(payload))

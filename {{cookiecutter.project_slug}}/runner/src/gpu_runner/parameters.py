@@ -7,14 +7,48 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from .errors import LaunchBlockedError
+
+# Parameter Store's value limit per tier (botocore ssm service model, PutParameter `Value` and `Tier`: 4 KB
+# Standard, 8 KB Advanced; the AWS KMS Developer Guide, "How AWS Systems Manager Parameter Store uses AWS KMS":
+# standard "cannot exceed 4096 bytes"; AWS's ValidationException says "4096 characters"). Counted in UTF-8 bytes,
+# the stricter reading; a JIT config is ASCII base64, where both agree.
+STANDARD_TIER_MAX_BYTES = 4096
+ADVANCED_TIER_MAX_BYTES = 8192
+
+
+def tier_for(value: str) -> str:
+    """The cheapest tier that holds `value`.
+
+    Chosen here rather than left to "Intelligent-Tiering": the request then says which tier it needs, and a public
+    report has PutParameter with Intelligent-Tiering still refusing a value over 4,096 with the Standard error
+    (aws/aws-sdk-net #3157, 2024). GitHub's encoded_jit_config outgrew 4,096 in 2025 (github-aws-runners/
+    terraform-aws-github-runner PR #4613 made the same move: Advanced above the Standard limit). Advanced costs
+    $0.05 per parameter-month, prorated hourly (AWS Systems Manager pricing, Parameter Store): this parameter
+    lives from launch until the instance reads it at boot, minutes, so well under $0.001 per job."""
+    size = len(value.encode())
+    if size <= STANDARD_TIER_MAX_BYTES:
+        return "Standard"
+    if size <= ADVANCED_TIER_MAX_BYTES:
+        return "Advanced"
+    raise LaunchBlockedError(
+        f"the JIT runner config GitHub issued is {size} bytes, more than the {ADVANCED_TIER_MAX_BYTES} an SSM "
+        "parameter can hold in any tier: gpu-runner cannot hand it to the instance; please report this"
+    )
+
 
 def put_jit_config(ssm: Any, name: str, value: str, tags: Mapping[str, str]) -> None:
-    """SecureString, never overwritten: a second launch for the same run attempt must not reuse a live config."""
+    """SecureString, never overwritten: a second launch for the same run attempt must not reuse a live config.
+
+    The tier changes only the size limit and how SSM wraps the value under the same KMS key (Advanced uses
+    envelope encryption, per the KMS guide above): still a SecureString under the account's aws/ssm key, still
+    tagged, no parameter policy, and the IAM policy needs no new action for `Tier`."""
     ssm.put_parameter(
         Name=name,
         Value=value,
         Type="SecureString",
         Overwrite=False,
+        Tier=tier_for(value),
         Tags=[{"Key": k, "Value": v} for k, v in tags.items()],
     )
 

@@ -1,0 +1,198 @@
+"""Each AWS limit moto ignores: just under passes, just over is refused with AWS's error code, through the real
+boto3 client, in both places the tests reach AWS (the runner tests' botocore hook, the act story's fault proxy)."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree
+
+import aws_limits
+import boto3
+import pytest
+from aws_constants import REGION
+from aws_faults import AwsFaults, ec2_error
+from botocore.exceptions import ClientError
+
+# The proxy lives with the e2e story (tests/e2e/faults.py); importing it needs that directory, as harness.py does.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e"))
+from faults import AwsFaultProxy
+
+
+@dataclass
+class Clients:
+    ssm: Any
+    ec2: Any
+    ami: str
+    refused: Callable[[], list[str]]  # codes the double refused so far
+
+
+@contextlib.contextmanager
+def reach_moto(
+    kind: str, moto_endpoint: str
+) -> Iterator[tuple[boto3.Session, str | None, Callable[[], list[str]]]]:
+    """A boto3 session and endpoint that reach moto through one of the two doubles, and what it refused."""
+    session = boto3.Session(region_name=REGION)
+    if kind == "botocore hook":
+        faults = AwsFaults(session)
+        yield session, None, lambda: [refusal.code for _, refusal in faults.refused]
+        return
+    with AwsFaultProxy(moto_endpoint) as proxy:
+        yield session, proxy.url, lambda: [call.injected for call in proxy.calls if call.injected]
+
+
+@pytest.fixture(scope="module")
+def moto_ami(moto_endpoint: str) -> str:
+    """Once per module: moto's DescribeImages over all of Amazon's images takes seconds."""
+    ec2 = boto3.Session(region_name=REGION).client("ec2")
+    return ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+
+
+@pytest.fixture(params=["botocore hook", "fault proxy"])
+def clients(request: pytest.FixtureRequest, moto_endpoint: str, moto_ami: str) -> Iterator[Clients]:
+    with reach_moto(request.param, moto_endpoint) as (session, endpoint, refused):
+        ssm = session.client("ssm", endpoint_url=endpoint)
+        ec2 = session.client("ec2", endpoint_url=endpoint)
+        yield Clients(ssm, ec2, moto_ami, refused)
+        # moto keeps state for the session: end what the passing calls created.
+        ids = [i["InstanceId"] for i in live(ec2)]
+        if ids:
+            ec2.terminate_instances(InstanceIds=ids)
+
+
+def live(ec2: Any) -> list[dict[str, Any]]:
+    reply = ec2.describe_instances(
+        Filters=[
+            {"Name": "tag:limits-test", "Values": ["yes"]},
+            {"Name": "instance-state-name", "Values": ["pending", "running"]},
+        ]
+    )
+    return [i for r in reply["Reservations"] for i in r["Instances"]]
+
+
+def _name() -> str:
+    return f"/limits/{uuid.uuid4().hex}"
+
+
+def put(c: Clients, value: str, *, tier: str | None = None, tags: list[dict[str, str]] | None = None) -> None:
+    name = _name()
+    extra: dict[str, Any] = {"Tier": tier} if tier else {}
+    c.ssm.put_parameter(Name=name, Value=value, Type="SecureString", Tags=tags or [], **extra)
+    assert c.ssm.get_parameter(Name=name, WithDecryption=True)["Parameter"]["Value"] == value
+    c.ssm.delete_parameter(Name=name)
+
+
+def run(
+    c: Clients, *, user_data: str = "", tags: list[dict[str, str]] | None = None, token: str = ""
+) -> None:
+    base_tags = [{"Key": "limits-test", "Value": "yes"}]
+    c.ec2.run_instances(
+        ImageId=c.ami,
+        InstanceType="t3.micro",
+        MinCount=1,
+        MaxCount=1,
+        UserData=user_data,
+        ClientToken=token or uuid.uuid4().hex,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": base_tags + (tags or [])}],
+    )
+
+
+def tags(count: int, key_len: int = 8, value_len: int = 8) -> list[dict[str, str]]:
+    return [{"Key": f"k{i:03d}".ljust(key_len, "k"), "Value": "v" * value_len} for i in range(count)]
+
+
+# (limit, call just under, call just over, AWS's error code, a piece of AWS's message)
+CASES: list[tuple[str, Callable[[Clients], None], Callable[[Clients], None], str, str]] = [
+    ("SSM value, no tier = Standard, 4096 bytes",
+     lambda c: put(c, "a" * 4096), lambda c: put(c, "a" * 4097),
+     "ValidationException", "Standard tier parameters support a maximum parameter value of 4096 characters"),
+    ("SSM value, Standard counted in UTF-8 bytes",
+     lambda c: put(c, "é" * 2048, tier="Standard"), lambda c: put(c, "é" * 2048 + "a", tier="Standard"),
+     "ValidationException", "4096"),
+    ("SSM value, Advanced 8192 bytes",
+     lambda c: put(c, "a" * 8192, tier="Advanced"), lambda c: put(c, "a" * 8193, tier="Advanced"),
+     "ValidationException", "8192"),
+    ("SSM tag key 128 characters",
+     lambda c: put(c, "x", tags=tags(1, key_len=128)), lambda c: put(c, "x", tags=tags(1, key_len=129)),
+     "ValidationException", "at 'tags.1.member.key' failed to satisfy constraint"),
+    ("SSM tag value 256 characters",
+     lambda c: put(c, "x", tags=tags(1, value_len=256)), lambda c: put(c, "x", tags=tags(1, value_len=257)),
+     "ValidationException", "Member must have length less than or equal to 256"),
+    ("SSM 50 tags per resource",
+     lambda c: put(c, "x", tags=tags(50)), lambda c: put(c, "x", tags=tags(51)),
+     "TooManyTagsError", "too many tags"),
+    ("SSM aws: tag prefix reserved",
+     lambda c: put(c, "x", tags=[{"Key": "awsx:k", "Value": "v"}]), lambda c: put(c, "x", tags=[{"Key": "AWS:k", "Value": "v"}]),
+     "ValidationException", "aws:"),
+    ("EC2 user data 16384 bytes raw (before base64)",
+     lambda c: run(c, user_data="u" * 16384), lambda c: run(c, user_data="u" * 16385),
+     "InvalidParameterValue", "User data is limited to 16384 bytes"),
+    ("EC2 tag key 127 characters",
+     lambda c: run(c, tags=tags(1, key_len=127)), lambda c: run(c, tags=tags(1, key_len=128)),
+     "InvalidParameterValue", "Tag key"),
+    ("EC2 tag value 256 characters",
+     lambda c: run(c, tags=tags(1, value_len=256)), lambda c: run(c, tags=tags(1, value_len=257)),
+     "InvalidParameterValue", "Tag value"),
+    # `run` adds its own cleanup tag: 49 + 1 and 50 + 1.
+    ("EC2 50 tags per resource",
+     lambda c: run(c, tags=tags(49)), lambda c: run(c, tags=tags(50)),
+     "TagLimitExceeded", "50"),
+    ("EC2 aws: tag prefix reserved",
+     lambda c: run(c, tags=[{"Key": "awsx:k", "Value": "v"}]), lambda c: run(c, tags=[{"Key": "aws:k", "Value": "v"}]),
+     "InvalidParameterValue", "Tag keys starting with 'aws:' are reserved for internal use"),
+    ("EC2 ClientToken 64 ASCII characters",
+     lambda c: run(c, token="t" * 64), lambda c: run(c, token="t" * 65),
+     "InvalidParameterValue", "clientToken"),
+    ("EC2 ClientToken ASCII only",
+     lambda c: run(c, token="t" * 63), lambda c: run(c, token="t" * 62 + "é"),
+     "InvalidParameterValue", "clientToken"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("limit", "under", "over", "code", "message"), CASES, ids=[c[0] for c in CASES])
+def test_just_under_passes_and_just_over_is_refused_as_aws_does(
+    clients: Clients,
+    limit: str,
+    under: Callable[[Clients], None],
+    over: Callable[[Clients], None],
+    code: str,
+    message: str,
+) -> None:
+    under(clients)
+    assert clients.refused() == [], limit
+    with pytest.raises(ClientError) as refused:
+        over(clients)
+    error = refused.value.response["Error"]
+    assert error["Code"] == code, error
+    assert message in error["Message"], error
+    assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    assert clients.refused() == [code]
+
+
+def test_a_refused_launch_creates_nothing(clients: Clients) -> None:
+    """The refusal is AWS's answer, not moto's: nothing exists afterwards, as on AWS."""
+    with pytest.raises(ClientError):
+        run(clients, user_data="u" * 16385)
+    assert live(clients.ec2) == []
+
+
+def test_user_data_limit_is_on_the_raw_bytes_not_the_base64() -> None:
+    """16,384 raw bytes are 21,848 characters of base64, which EC2 accepts: the limit is before encoding."""
+    raw = b"u" * 16384
+    body = f"Action=RunInstances&UserData={base64.b64encode(raw).decode()}"
+    assert len(base64.b64encode(raw)) > 16384
+    assert aws_limits.check("RunInstances", body) is None
+    assert aws_limits.check(
+        "RunInstances", f"Action=RunInstances&UserData={base64.b64encode(raw + b'u').decode()}"
+    )
+
+
+def test_an_error_message_is_valid_xml_whatever_the_value() -> None:
+    """A refused tag value is echoed in the message: XML-special characters must not break EC2's error document."""
+    ElementTree.fromstring(ec2_error("InvalidParameterValue", "Tag value <&> exceeds"))

@@ -1,0 +1,137 @@
+"""The JIT config's SSM parameter: a tier that holds GitHub's real config, and nothing weaker than before."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from aws_constants import REGION
+from aws_faults import AwsFaults
+from botocore.exceptions import ClientError
+from github_double import GitHubDouble
+
+from gpu_runner import lifecycle, naming, parameters
+from gpu_runner.aws import Aws
+from gpu_runner.errors import LaunchBlockedError
+from gpu_runner.github import GitHubRunners
+from gpu_runner.naming import RunContext
+from gpu_runner.settings import Settings
+
+NAME = "/gpu-runner/demo/777-1/jitconfig"
+TAGS = {"gpu-runner:managed-by": "gpu-runner", "gpu-runner:run-id": "777"}
+
+
+@pytest.fixture
+def jit(github: GitHubRunners) -> str:
+    """A config as GitHub issues it (the double's, real size and shape)."""
+    return github.create_jit_config("gpu-runner-777-1", ["gpu-runner-777-1"]).encoded_jit_config
+
+
+def test_a_real_jit_config_does_not_fit_the_standard_tier(aws: Aws, faults: AwsFaults, jit: str) -> None:
+    """The call as it was before the fix (no Tier: Standard) is refused by AWS before any instance starts."""
+    assert len(jit) > parameters.STANDARD_TIER_MAX_BYTES
+    ssm = aws.client("ssm", REGION)
+    with pytest.raises(ClientError) as refused:
+        ssm.put_parameter(Name=NAME, Value=jit, Type="SecureString", Overwrite=False)
+    assert refused.value.response["Error"]["Code"] == "ValidationException"
+    assert "maximum parameter value of 4096 characters" in refused.value.response["Error"]["Message"]
+
+
+def test_put_jit_config_stores_it_in_the_advanced_tier_unweakened(
+    aws: Aws, faults: AwsFaults, jit: str
+) -> None:
+    ssm = aws.client("ssm", REGION)
+    parameters.put_jit_config(ssm, NAME, jit, TAGS)
+
+    assert faults.refused == []
+    stored = ssm.get_parameter(Name=NAME, WithDecryption=True)["Parameter"]
+    assert stored["Value"] == jit and stored["Type"] == "SecureString"
+    (meta,) = ssm.describe_parameters(ParameterFilters=[{"Key": "Name", "Values": [NAME]}])["Parameters"]
+    assert meta["Tier"] == "Advanced"
+    assert not meta.get("Policies")  # no parameter policy came with the tier
+    assert "KeyId" not in meta or meta["KeyId"] == "alias/aws/ssm"  # still the account's SSM key
+    listed = ssm.list_tags_for_resource(ResourceType="Parameter", ResourceId=NAME)["TagList"]
+    assert {t["Key"]: t["Value"] for t in listed} == TAGS
+    # Never overwritten: a second launch for the same attempt must not replace a live config.
+    with pytest.raises(ClientError) as again:
+        parameters.put_jit_config(ssm, NAME, jit, TAGS)
+    assert again.value.response["Error"]["Code"] == "ParameterAlreadyExists"
+
+
+@pytest.mark.parametrize(
+    ("size", "tier"),
+    [(1, "Standard"), (4096, "Standard"), (4097, "Advanced"), (8192, "Advanced")],
+)
+def test_the_cheapest_tier_that_holds_the_value(aws: Aws, faults: AwsFaults, size: int, tier: str) -> None:
+    ssm = aws.client("ssm", REGION)
+    parameters.put_jit_config(ssm, NAME, "j" * size, TAGS)
+    (meta,) = ssm.describe_parameters(ParameterFilters=[{"Key": "Name", "Values": [NAME]}])["Parameters"]
+    assert meta["Tier"] == tier
+    assert faults.refused == []
+
+
+def test_multibyte_values_are_sized_in_bytes() -> None:
+    assert parameters.tier_for("é" * 2048) == "Standard"  # 4,096 bytes
+    assert parameters.tier_for("é" * 2048 + "j") == "Advanced"
+
+
+def test_a_config_no_tier_holds_fails_before_any_aws_call(aws: Aws, faults: AwsFaults) -> None:
+    with pytest.raises(LaunchBlockedError, match="8193 bytes, more than the 8192"):
+        parameters.put_jit_config(aws.client("ssm", REGION), NAME, "j" * 8193, TAGS)
+    assert not aws.client("ssm", REGION).describe_parameters(
+        ParameterFilters=[{"Key": "Name", "Values": [NAME]}]
+    )["Parameters"]
+
+
+def test_the_boot_script_reads_a_real_size_config_back_whole(aws: Aws, faults: AwsFaults, jit: str) -> None:
+    """bootstrap.sh's own read (the aws CLI, `--query Parameter.Value --output text`) returns the whole config,
+    which it then passes to `run.sh --jitconfig` as one argument."""
+    parameters.put_jit_config(aws.client("ssm", REGION), NAME, jit, TAGS)
+    script = (Path(lifecycle.__file__).parent / "bootstrap.sh").read_text()
+    read = re.search(r'aws (ssm get-parameter --with-decryption --region "\$REGION" --name "\$PARAMETER_NAME" \\\n'
+                     r"\s+--query Parameter\.Value --output text)", script)  # fmt: skip
+    assert read, "bootstrap.sh no longer reads the parameter this way: update this test with it"
+    argv = read.group(1).replace('"$REGION"', REGION).replace('"$PARAMETER_NAME"', NAME).replace("\\\n", " ")
+    aws_cli = Path(sys.executable).parent / "aws"
+    result = subprocess.run(
+        [str(aws_cli), *argv.split()], capture_output=True, text=True, env=os.environ, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.rstrip("\n") == jit
+    assert './run.sh --jitconfig "$jit"' in script
+
+
+def test_a_tag_over_the_limit_set_through_the_real_launch_fails_the_launch(
+    settings: Settings,
+    ctx: RunContext,
+    aws: Aws,
+    faults: AwsFaults,
+    github: GitHubRunners,
+    github_double: GitHubDouble,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Planted: tag values no longer cut to 256 characters. The limit double refuses it as AWS would, and the
+    launch cleans up what it created."""
+    monkeypatch.setattr(naming, "tag_value", lambda value: value)
+    long_branch = "train/" + "b" * 251  # 257 characters
+    with pytest.raises(ClientError) as refused:
+        lifecycle.launch(
+            settings, dataclasses.replace(ctx, branch=long_branch), aws, github, log=lambda _: None
+        )
+    assert refused.value.response["Error"]["Code"] == "ValidationException"
+    assert [(operation, r.code) for operation, r in faults.refused] == [
+        ("PutParameter", "ValidationException")
+    ]
+    assert "tags." in faults.refused[0][1].message
+    assert github_double.runners == {}  # the registration was removed again
+    assert (
+        aws.client("ec2", REGION).describe_instances(
+            Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]
+        )["Reservations"]
+        == []
+    )
