@@ -135,3 +135,15 @@ def test_a_tag_over_the_limit_set_through_the_real_launch_fails_the_launch(
         )["Reservations"]
         == []
     )
+
+
+def test_no_role_may_share_the_advanced_parameter_with_another_account() -> None:
+    """What the Advanced tier adds for an attacker: an Advanced parameter can be shared with other accounts through
+    a resource policy (botocore ssm model, PutResourcePolicy: "To share a parameter, it must be in the advanced
+    parameter tier"). No role of infra/ may call it, and no SSM action is granted by wildcard."""
+    template = (Path(__file__).resolve().parents[2] / "infra" / "gpu-runner.yaml").read_text()
+    actions = set(re.findall(r"\bssm:[A-Za-z*]+", template))
+    assert actions, "no SSM action found: the template moved, update this test"
+    assert "ssm:PutResourcePolicy" not in actions
+    assert not [action for action in actions if "*" in action], actions
+    assert not re.search(r"Action:\s*['\"]?\*", template)
