@@ -16,18 +16,21 @@ Sources (read 2026-12-01):
   reading, UTF-8 bytes, is enforced (the two agree for ASCII, which a JIT config is).
 - [ssm-4096] the ValidationException text AWS answers, quoted verbatim from real runs in
   github-aws-runners/terraform-aws-github-runner #3815 (2024-03) and #4790 (2025-09), aws/aws-sdk-net #3157.
-- [ec2-userdata] EC2 User Guide, instance user data: "User data is limited to 16 KB, in raw form, before it is
-  base64-encoded"; AWS's refusal "InvalidParameterValue: User data is limited to 16384 bytes" as quoted in
-  runs-on/runs-on #9 (2024-01) and dask/dask-cloudprovider #249.
+- [ec2-userdata] EC2 User Guide, instance user data: the 16 KB limit applies "in raw form, before it is
+  base64-encoded" (as quoted in open-guides/og-aws #221 and #266; an AWS SDK maintainer in aws/aws-sdk-java #408:
+  "16 KB (or 21847 bytes when base64 encoded)"); AWS's refusal "InvalidParameterValue: User data is limited to
+  16384 bytes" as quoted in runs-on/runs-on #9 (2024-01) and dask/dask-cloudprovider #249.
 - [ec2-model] botocore data ec2/2016-11-15/service-2.json: RunInstances.ClientToken "Constraints: Maximum 64 ASCII
   characters"; Tag.Key "a maximum of 127 Unicode characters. May not begin with aws:", Tag.Value "a maximum of 256
   Unicode characters". The EC2 User Guide's tag restrictions say 128 for keys: the stricter 127 is enforced (a
-  double that accepts what AWS may refuse is the worse error). 50 tags per resource: EC2 User Guide, tag
-  restrictions ("Maximum number of tags per resource - 50"; aws: tags do not count).
-- [ec2-errors] EC2 API Reference, "Error codes": TagLimitExceeded, InvalidParameterValue. The reserved-prefix text
-  "Tag keys starting with 'aws:' are reserved for internal use" as AWS CLI prints it (InvalidParameterValue).
-  Where AWS's exact wording of a refusal is not published (marked "wording ours"), the code is AWS's and the
-  message names the field and the limit.
+  double that accepts what AWS may refuse is the worse error). 50 tags per resource, aws: tags not counted: AWS's
+  common tag restrictions (EC2 User Guide "Tag restrictions"; read here in the same words in the Amazon ECS API
+  Reference, Tag: "Maximum number of tags per resource - 50 ... Tags with this prefix do not count").
+- [ec2-errors] EC2 API Reference, "Error codes": TagLimitExceeded, InvalidParameterValue (the page itself could not
+  be read offline; moto 5.2.5 answers CreateTags over 50 tags with the same TagLimitExceeded). The reserved-prefix
+  text "Tag keys starting with 'aws:' are reserved for internal use" (InvalidParameterValue) as the AWS CLI printed
+  it in a public transcript (CreateImage). Where AWS's exact wording of a refusal is not published (marked
+  "wording ours"), the code is AWS's and the message names the field and the limit.
 """
 
 from __future__ import annotations

@@ -24,8 +24,9 @@ def tier_for(value: str) -> str:
     report has PutParameter with Intelligent-Tiering still refusing a value over 4,096 with the Standard error
     (aws/aws-sdk-net #3157, 2024). GitHub's encoded_jit_config outgrew 4,096 in 2025 (github-aws-runners/
     terraform-aws-github-runner PR #4613 made the same move: Advanced above the Standard limit). Advanced costs
-    $0.05 per parameter-month, prorated hourly (AWS Systems Manager pricing, Parameter Store): this parameter
-    lives from launch until the instance reads it at boot, minutes, so well under $0.001 per job."""
+    $0.05 per parameter-month, prorated hourly (AWS Systems Manager pricing, Parameter Store; PR #4613's
+    maintainer: 50K ephemeral runners "should stay under the $5 a month"): this parameter lives from launch until
+    the instance reads it at boot, minutes, so under $0.0001 per job (one hour is $0.05 / 730)."""
     size = len(value.encode())
     if size <= STANDARD_TIER_MAX_BYTES:
         return "Standard"
@@ -42,7 +43,9 @@ def put_jit_config(ssm: Any, name: str, value: str, tags: Mapping[str, str]) -> 
 
     The tier changes only the size limit and how SSM wraps the value under the same KMS key (Advanced uses
     envelope encryption, per the KMS guide above): still a SecureString under the account's aws/ssm key, still
-    tagged, no parameter policy, and the IAM policy needs no new action for `Tier`."""
+    tagged, no parameter policy, and the IAM policy needs no new action for `Tier`. Still open (issue 13): the
+    runner role may read every config under the prefix, so one GPU instance could read another run's live config;
+    scoping each instance to its own parameter is not done here."""
     ssm.put_parameter(
         Name=name,
         Value=value,
