@@ -300,7 +300,9 @@ def test_the_bundled_table_is_dated_sourced_and_unsourced_prices_left_out() -> N
     assert set(listed) == set(published)
     assert all(abs(listed[t] - usd) <= 0.01 * usd for t, usd in published.items())
     # Nothing that could not be sourced: no other region carries an instance price.
-    assert [r for r, e in TABLE["regions"].items() if e.get("on_demand_usd_per_hour") and r != "us-east-1"] == []
+    assert [
+        r for r, e in TABLE["regions"].items() if e.get("on_demand_usd_per_hour") and r != "us-east-1"
+    ] == []
 
 
 # --- arithmetic -------------------------------------------------------------------------------------------------

@@ -277,7 +277,9 @@ def two_subnets(aws: Aws, zones: tuple[str, str] = ("a", "b"), cidr: str = "10.3
     return first, second
 
 
-def test_spot_service_linked_role_missing_falls_back_to_on_demand(aws: Aws, faults: AwsFaults, ami: str) -> None:
+def test_spot_service_linked_role_missing_falls_back_to_on_demand(
+    aws: Aws, faults: AwsFaults, ami: str
+) -> None:
     """A new account without AWSServiceRoleForEC2Spot (and a role that may not create it): EC2 answers with a 403
     on every spot request. No other spot pool can fix that, so the next try is on-demand, with the fix named."""
     faults.fail(
@@ -312,7 +314,10 @@ def test_a_full_subnet_moves_on_to_the_next_subnet(aws: Aws, faults: AwsFaults, 
         subnet_ids=(first, second), use_spot=False, log=logs,
     )  # fmt: skip
     assert (launched.instance_type, launched.subnet_id) == ("g4dn.xlarge", second)
-    assert f"subnet {first} has no free IP address (InsufficientFreeAddressesInSubnet); trying the next subnet" in logs
+    assert (
+        f"subnet {first} has no free IP address (InsufficientFreeAddressesInSubnet); trying the next subnet"
+        in logs
+    )
 
 
 def test_a_full_subnet_is_not_tried_again_for_the_next_type(aws: Aws, faults: AwsFaults, ami: str) -> None:
@@ -330,7 +335,9 @@ def test_a_full_subnet_is_not_tried_again_for_the_next_type(aws: Aws, faults: Aw
     assert calls == [("g4dn.xlarge", first), ("g4dn.xlarge", second), ("g5.xlarge", second)]
 
 
-def test_unsupported_says_not_offered_in_this_zone_and_moves_on(aws: Aws, faults: AwsFaults, ami: str) -> None:
+def test_unsupported_says_not_offered_in_this_zone_and_moves_on(
+    aws: Aws, faults: AwsFaults, ami: str
+) -> None:
     first, second = two_subnets(aws, cidr="10.33")
     faults.fail(
         "ec2", "RunInstances", "Unsupported", when=lambda p: p.get("SubnetId") == first,

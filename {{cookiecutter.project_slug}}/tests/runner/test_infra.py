@@ -510,9 +510,11 @@ def wire_settings(stack: dict[str, Any], path: Path) -> None:
     raw["security_group_ids"] = [stack["outputs"]["RunnerSecurityGroupId"]]
     # Two subnets of the default VPC (one per zone), as the README suggests for capacity failover: launch then
     # reads their zones (ec2:DescribeSubnets) to ask for offerings there.
-    subnets = stack["session"].client("ec2").describe_subnets(
-        Filters=[{"Name": "default-for-az", "Values": ["true"]}]
-    )["Subnets"]
+    subnets = (
+        stack["session"]
+        .client("ec2")
+        .describe_subnets(Filters=[{"Name": "default-for-az", "Values": ["true"]}])["Subnets"]
+    )
     raw["subnet_ids"] = sorted(s["SubnetId"] for s in subnets)[:2]
     path.write_text(yaml.safe_dump(raw))
 
@@ -669,7 +671,9 @@ def test_train_policy_may_create_only_the_spot_service_linked_role(stack: dict[s
     assert allowed(policy, Request(create, SPOT_ROLE_ARN, {"iam:AWSServiceName": SPOT_SERVICE}))
     # Another service's role, or the spot role's path asked for another service: refused.
     other = "arn:aws:iam::123456789012:role/aws-service-role/elasticbeanstalk.amazonaws.com/AWSServiceRoleForElasticBeanstalk"
-    assert not allowed(policy, Request(create, other, {"iam:AWSServiceName": "elasticbeanstalk.amazonaws.com"}))
+    assert not allowed(
+        policy, Request(create, other, {"iam:AWSServiceName": "elasticbeanstalk.amazonaws.com"})
+    )
     assert not allowed(policy, Request(create, SPOT_ROLE_ARN, {"iam:AWSServiceName": "ec2.amazonaws.com"}))
     assert not allowed(policy, Request(create, SPOT_ROLE_ARN))
     # And the reaper role may not create any.

@@ -13,7 +13,13 @@ from github_double import GitHubDouble, decode_jit_config
 
 from gpu_runner import lifecycle, naming
 from gpu_runner.aws import Aws
-from gpu_runner.errors import CapacityError, LaunchBlockedError, RegistrationTimeout, RunnerError, SettingsError
+from gpu_runner.errors import (
+    CapacityError,
+    LaunchBlockedError,
+    RegistrationTimeout,
+    RunnerError,
+    SettingsError,
+)
 from gpu_runner.github import GitHubRunners
 from gpu_runner.settings import Settings
 
@@ -157,7 +163,9 @@ def test_launch_skips_a_type_not_offered_in_the_region(settings, ctx, aws, githu
     assert_nothing_left(aws, github_double, OTHER_REGION)
 
 
-def test_launch_with_no_offered_type_fails_before_anything_exists(settings, ctx, aws, github, github_double) -> None:
+def test_launch_with_no_offered_type_fails_before_anything_exists(
+    settings, ctx, aws, github, github_double
+) -> None:
     eu = in_other_region(settings, aws, instance_types=("g6.xlarge", "g6e.xlarge"))
     with pytest.raises(SettingsError) as info:
         lifecycle.launch(eu, ctx, aws, github, log=lambda _: None)
@@ -169,14 +177,16 @@ def test_launch_with_no_offered_type_fails_before_anything_exists(settings, ctx,
     assert live_instances(aws, OTHER_REGION) == []
 
 
-def test_launch_skips_a_subnet_whose_zone_does_not_offer_the_type(settings, ctx, aws, github, github_double) -> None:
+def test_launch_skips_a_subnet_whose_zone_does_not_offer_the_type(
+    settings, ctx, aws, github, github_double
+) -> None:
     # us-east-1e offers no g4dn.xlarge (AWS's zone offerings as moto ships them); us-east-1a does.
     client = aws.client("ec2", REGION)
     vpc = client.create_vpc(CidrBlock="10.40.0.0/16")["Vpc"]["VpcId"]
     zone_e, zone_a = (
-        client.create_subnet(VpcId=vpc, CidrBlock=f"10.40.{n}.0/24", AvailabilityZone=f"{REGION}{z}")["Subnet"][
-            "SubnetId"
-        ]
+        client.create_subnet(VpcId=vpc, CidrBlock=f"10.40.{n}.0/24", AvailabilityZone=f"{REGION}{z}")[
+            "Subnet"
+        ]["SubnetId"]
         for n, z in ((1, "e"), (2, "a"))
     )
     placed = dataclasses.replace(settings, instance_types=("g4dn.xlarge",), subnet_ids=(zone_e, zone_a))

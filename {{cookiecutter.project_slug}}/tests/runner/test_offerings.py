@@ -45,7 +45,11 @@ def test_bundled_table_matches_the_published_offerings(moto_endpoint: str, tmp_p
     path.write_text(resources.files("gpu_runner").joinpath(offerings.TABLE_FILE).read_text())
     offerings.refresh_table(boto3.Session(), path, log=lambda _: None)
     assert offerings.load_table(path)["regions"] == TABLE["regions"]
-    assert TABLE["as_of"] and "moto 5.2.5" in TABLE["source"] and "DescribeInstanceTypeOfferings" in TABLE["source"]
+    assert (
+        TABLE["as_of"]
+        and "moto 5.2.5" in TABLE["source"]
+        and "DescribeInstanceTypeOfferings" in TABLE["source"]
+    )
 
 
 def test_a_planted_type_in_the_table_is_caught(moto_endpoint: str, tmp_path) -> None:
@@ -58,7 +62,9 @@ def test_a_planted_type_in_the_table_is_caught(moto_endpoint: str, tmp_path) -> 
 
 def test_check_names_the_field_and_the_alternatives(moto_endpoint: str) -> None:
     ec2 = boto3.Session(region_name=OTHER_REGION).client("ec2")
-    with pytest.raises(SettingsError, match=r"instance_types in configs/gpu-runner.yaml: none of g6.xlarge") as info:
+    with pytest.raises(
+        SettingsError, match=r"instance_types in configs/gpu-runner.yaml: none of g6.xlarge"
+    ) as info:
         offerings.check(ec2, region=OTHER_REGION, instance_types=("g6.xlarge",), log=lambda _: None)
     assert f"as of {TABLE['as_of']}" in str(info.value) and "g4dn.xlarge" in str(info.value)
 

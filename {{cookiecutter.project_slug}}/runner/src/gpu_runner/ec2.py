@@ -43,7 +43,11 @@ NOT_OFFERED_CODES = frozenset({"Unsupported"})
 SUBNET_FULL_CODES = frozenset({"InsufficientFreeAddressesInSubnet"})
 # Spot refused for reasons no other spot pool fixes: on-demand next (not the next spot pool).
 SPOT_ONLY_CODES = frozenset(
-    {"SpotMaxPriceTooLow", "MaxSpotInstanceCountExceeded", "AuthFailure.ServiceLinkedRoleCreationNotPermitted"}
+    {
+        "SpotMaxPriceTooLow",
+        "MaxSpotInstanceCountExceeded",
+        "AuthFailure.ServiceLinkedRoleCreationNotPermitted",
+    }
 )
 # What the one line logged on a spot refusal says to do about it (codes not listed: no fix needed).
 SPOT_FALLBACK_HINTS = {
@@ -301,7 +305,9 @@ def launch_instance(
                     log(f"no capacity for {where} ({code}); trying the next pool")
                     continue
                 if kind == "not-offered":
-                    log(f"{instance_type} is not offered in this zone ({where}, {code}); trying the next pool")
+                    log(
+                        f"{instance_type} is not offered in this zone ({where}, {code}); trying the next pool"
+                    )
                     continue
                 if kind == "subnet-full" and subnet_id:
                     full_subnets.add(subnet_id)
@@ -309,7 +315,10 @@ def launch_instance(
                     continue
                 if kind == "spot-only":
                     hint = SPOT_FALLBACK_HINTS.get(code, "").format(region=region)
-                    log(f"spot refused for {where} ({code}); falling back to on-demand" + (f": {hint}" if hint else ""))
+                    log(
+                        f"spot refused for {where} ({code}); falling back to on-demand"
+                        + (f": {hint}" if hint else "")
+                    )
                     break
                 raise LaunchBlockedError(explain(error, region)) from None
             instance = reply["Instances"][0]

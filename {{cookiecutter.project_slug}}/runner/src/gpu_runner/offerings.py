@@ -57,7 +57,9 @@ class Offered:
         return self.subnet_zones.get(subnet_id) in zones
 
 
-def offered_types(ec2: Any, instance_types: Iterable[str], zones: Iterable[str] = ()) -> dict[str, frozenset[str]]:
+def offered_types(
+    ec2: Any, instance_types: Iterable[str], zones: Iterable[str] = ()
+) -> dict[str, frozenset[str]]:
     """The availability zones (of `zones`, or every zone of the client's region) where each of
     `instance_types` is offered: one DescribeInstanceTypeOfferings, paginated. Types offered nowhere are left out."""
     filters = [{"Name": "instance-type", "Values": sorted(set(instance_types))}]
@@ -143,8 +145,12 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m gpu_runner.offerings", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    refresh = commands.add_parser("refresh-table", help="rewrite the table from DescribeInstanceTypeOfferings")
-    refresh.add_argument("--path", type=Path, default=Path(str(resources.files(__package__).joinpath(TABLE_FILE))))
+    refresh = commands.add_parser(
+        "refresh-table", help="rewrite the table from DescribeInstanceTypeOfferings"
+    )
+    refresh.add_argument(
+        "--path", type=Path, default=Path(str(resources.files(__package__).joinpath(TABLE_FILE)))
+    )
     args = parser.parse_args(argv)
     return 0 if refresh_table(boto3.Session(), args.path) else 1
 
