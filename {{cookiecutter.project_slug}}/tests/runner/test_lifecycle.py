@@ -338,3 +338,19 @@ def test_settings_reject_bad_values() -> None:
         "idle_timeout_minutes: must be shorter",
     ):
         assert fragment in message
+
+
+def test_settings_reject_p3_on_the_default_ami() -> None:
+    """The Deep Learning Base OSS Nvidia Driver AMI's release notes list no P3 among its supported instances."""
+    with pytest.raises(SettingsError) as info:
+        Settings(project="demo", region=REGION, instance_types=("g4dn.xlarge", "p3.2xlarge"))
+    message = str(info.value)
+    assert (
+        "instance_types: 'p3.2xlarge' is a GPU family the Deep Learning Base OSS Nvidia Driver AMI" in message
+    )
+    assert "g4dn.xlarge" not in message.split("'p3.2xlarge'")[0]  # only the unsupported entry is named
+    assert "set ami_id" in message
+    # An own AMI may support it: then it is the user's call.
+    assert Settings(
+        project="demo", region=REGION, instance_types=("p3.2xlarge",), ami_id="ami-0123456789abcdef0"
+    )
