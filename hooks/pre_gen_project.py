@@ -17,6 +17,7 @@ import re
 import sys
 import unicodedata
 from collections.abc import Callable
+from pathlib import Path
 
 ANSWERS: dict[str, object] = json.loads({{ cookiecutter | tojson | tojson }})
 
@@ -45,6 +46,14 @@ DIGITS = re.compile(r"[0-9]+")
 BUCKET_CHARS = re.compile(r"[a-z0-9.-]+")
 
 GPU_FAMILY_PREFIXES = ("g", "p")
+# Must stay equal to DLAMI_GPU_FAMILIES in runner/src/gpu_runner/settings.py (a template test compares them): the GPU
+# families the default AMI (Deep Learning Base OSS Nvidia Driver GPU AMI, Ubuntu 22.04) lists as supported in its
+# release notes of 2026-01-30. P3 is not one of them.
+DLAMI_GPU_FAMILIES = (
+    "g4dn", "g5", "g6", "gr6", "g6e", "g7e", "p4d", "p4de", "p5", "p5e", "p5en", "p6-b200", "p6-b300",
+)  # fmt: skip
+# The bundled, dated table of the GPU types AWS offers per region (DescribeInstanceTypeOfferings, see its "source").
+OFFERINGS_GLOB = "*/runner/src/gpu_runner/offerings.json"
 BUCKET_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
 BUCKET_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
 # Control characters and Unicode line/paragraph separators: they break a one-line answer (and YAML).
@@ -158,7 +167,39 @@ def check_aws_region(value: object) -> str | None:
     return None
 
 
-def check_gpu_instance_types(value: object) -> str | None:
+def offerings_table(repo_dir: object) -> dict[str, object] | None:
+    """The template's offerings table, found from cookiecutter's `_repo_dir`; None when it cannot be read."""
+    if not isinstance(repo_dir, str) or not repo_dir:
+        return None
+    found = sorted(Path(repo_dir).glob(OFFERINGS_GLOB))
+    try:
+        return json.loads(found[0].read_text(encoding="utf-8")) if found else None
+    except (OSError, ValueError):
+        return None
+
+
+def offered_problem(entries: list[str], region: object, table: dict[str, object] | None) -> str | None:
+    """A GPU entry the table says AWS does not offer in `region` (regions it does not list are not judged)."""
+    regions = table.get("regions") if table else None
+    if not isinstance(regions, dict) or region not in regions:
+        return None
+    offered = regions[region]
+    as_of = table.get("as_of", "undated") if table else "undated"
+    for position, entry in enumerate(entries, start=1):
+        if entry.startswith(GPU_FAMILY_PREFIXES) and entry not in offered:
+            if not offered:
+                return f"{region} offers no GPU instance type (AWS, as of {as_of}); choose another aws_region"
+            small = [t for t in offered if t.endswith(".xlarge")] or list(offered)
+            return (
+                f"entry {position} '{entry}' is not offered in {region} (AWS's instance type offerings as of "
+                f"{as_of}); GPU types offered there include {', '.join(small)} (e.g. '{','.join(small[:2])}')"
+            )
+    return None
+
+
+def check_gpu_instance_types(
+    value: object, region: object = None, table: dict[str, object] | None = None
+) -> str | None:
     if not isinstance(value, str) or not value:
         return "list at least one GPU instance type, e.g. 'g4dn.xlarge,g5.xlarge'"
     entries = value.split(",")
@@ -178,7 +219,14 @@ def check_gpu_instance_types(value: object) -> str | None:
         seen.add(entry)
     if not any(entry.startswith(GPU_FAMILY_PREFIXES) for entry in entries):
         return "none of these is a GPU instance type; include a g* or p* family such as 'g4dn.xlarge'"
-    return None
+    for position, entry in enumerate(entries, start=1):
+        family = entry.split(".", 1)[0]
+        if entry.startswith(GPU_FAMILY_PREFIXES) and family not in DLAMI_GPU_FAMILIES:
+            return (
+                f"entry {position} '{entry}': the Deep Learning Base OSS Nvidia Driver AMI does not support the "
+                f"{family} family (it supports {', '.join(DLAMI_GPU_FAMILIES)}); use e.g. 'g4dn.xlarge,g5.xlarge'"
+            )
+    return offered_problem(entries, region, table)
 
 
 def check_use_spot(value: object) -> str | None:
@@ -263,7 +311,9 @@ def validators(answers: dict[str, object]) -> dict[str, Callable[[object], str |
         "author_name": check_author_name,
         "github_owner": check_github_owner,
         "aws_region": check_aws_region,
-        "gpu_instance_types": check_gpu_instance_types,
+        "gpu_instance_types": lambda value: check_gpu_instance_types(
+            value, answers.get("aws_region"), offerings_table(answers.get("_repo_dir"))
+        ),
         "use_spot": check_use_spot,
         "train_branch_prefix": check_train_branch_prefix,
         "max_runtime_minutes": check_max_runtime_minutes,

@@ -120,6 +120,13 @@ REJECTION_CASES = [
     reject("digit-family", "gpu_instance_types", "4g.xlarge", mentions="'4g.xlarge'"),
     reject("duplicate", "gpu_instance_types", "g5.xlarge,g6.xlarge,g5.xlarge", mentions="entry 3 'g5"),
     reject("no-gpu", "gpu_instance_types", "c5.xlarge,m5.large", mentions="GPU"),
+    # Checked against the bundled offerings table (AWS's DescribeInstanceTypeOfferings) for the answered region.
+    reject("not-offered-in-region", "gpu_instance_types", "g4dn.xlarge,g6.xlarge",
+           mentions="entry 2 'g6.xlarge' is not offered in eu-west-1"),  # fmt: skip
+    reject("region-without-gpus", "gpu_instance_types", "g4dn.xlarge", mentions="ap-southeast-4 offers no GPU",
+           aws_region="ap-southeast-4"),  # fmt: skip
+    # The default AMI does not support P3 (its release notes' supported instance list).
+    reject("p3-not-supported-by-the-ami", "gpu_instance_types", "p3.2xlarge", mentions="does not support the p3"),
     # use_spot: only a replay file can deliver a non-boolean (the CLI converts yes/no itself)
     reject("string", "use_spot", "false", replay=True),
     reject("number", "use_spot", 0, replay=True),
@@ -290,9 +297,10 @@ def test_cli_refuses_a_non_boolean_before_the_hook(tmp_path: Path) -> None:
 
 VALID_EDGE_CASES = [
     pytest.param({"aws_region": "us-gov-west-1"}, id="govcloud-region"),
-    pytest.param({"aws_region": "ap-southeast-4"}, id="region-ap-southeast-4"),
+    pytest.param({"aws_region": "ca-central-1"}, id="region-ca-central-1"),
     pytest.param({"gpu_instance_types": "p4d.24xlarge"}, id="single-instance-type"),
-    pytest.param({"gpu_instance_types": "g6e.2xlarge,p5.48xlarge,c5.xlarge"}, id="gpu-then-cpu-types"),
+    pytest.param({"aws_region": "us-east-1", "gpu_instance_types": "g6e.2xlarge,p5.48xlarge,c5.xlarge"},
+                 id="gpu-then-cpu-types"),
     pytest.param({"s3_bucket": "data.ml-project.example"}, id="bucket-with-dots"),
     pytest.param({"s3_bucket": "abc"}, id="bucket-3-chars"),
     pytest.param({"github_owner": "o" * 39, "github_repo": "My.Repo_x-1"}, id="owner-39-repo-dots"),
@@ -330,6 +338,36 @@ def test_hook_license_choices_match_cookiecutter_json() -> None:
     licenses = load_hook("pre_gen_project", default_answers())["LICENSES"]
 
     assert list(licenses) == template_config()["license"]
+
+
+OFFERINGS = TEMPLATE_ROOT / "{{cookiecutter.project_slug}}" / "runner" / "src" / "gpu_runner" / "offerings.json"
+
+
+def test_default_instance_types_are_offered_in_the_default_region() -> None:
+    answers = default_answers()
+    table = json.loads(OFFERINGS.read_text(encoding="utf-8"))
+    check = load_hook("pre_gen_project", answers)["check_gpu_instance_types"]
+    assert check(answers["gpu_instance_types"], answers["aws_region"], table) is None
+    offered = table["regions"][answers["aws_region"]]
+    assert [t for t in answers["gpu_instance_types"].split(",") if t not in offered] == []
+    # The same rule with the table's own data refuses what AWS does not offer there (the control).
+    assert check("g6.xlarge", "eu-west-1", table) is not None
+
+
+def test_hook_finds_the_offerings_table_from_the_repo_dir() -> None:
+    hook = load_hook("pre_gen_project", default_answers())
+    assert hook["offerings_table"](str(TEMPLATE_ROOT)) == json.loads(OFFERINGS.read_text(encoding="utf-8"))
+    assert hook["offerings_table"]("") is None
+
+
+def test_hook_ami_families_match_the_runner_settings() -> None:
+    settings = ast.parse((OFFERINGS.parent / "settings.py").read_text(encoding="utf-8"))
+    (families,) = [
+        ast.literal_eval(node.value)
+        for node in settings.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "DLAMI_GPU_FAMILIES"
+    ]
+    assert load_hook("pre_gen_project", default_answers())["DLAMI_GPU_FAMILIES"] == families
 
 
 def test_default_answers_pass_validation() -> None:

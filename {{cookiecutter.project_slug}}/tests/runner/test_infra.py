@@ -30,7 +30,16 @@ import yaml
 from aws_faults import AwsFaults
 from botocore.exceptions import ClientError
 from github_double import DEFAULT_REPOSITORY, DEFAULT_TOKEN, GitHubDouble
-from iam_requests import Call, Request, allowed, granted_actions, record_calls, requests_for
+from iam_requests import (
+    SPOT_ROLE_ARN,
+    SPOT_SERVICE,
+    Call,
+    Request,
+    allowed,
+    granted_actions,
+    record_calls,
+    requests_for,
+)
 from parliament import analyze_policy_string
 
 from gpu_runner import cli, reaper
@@ -478,8 +487,20 @@ def authorizations(calls: list[Call]) -> list[Request]:
     return [
         r
         for call in calls
-        for r in requests_for(call, instance_tags=instance_tags, profile_role=profile_role)
+        for r in requests_for(
+            call, instance_tags=instance_tags, profile_role=profile_role, spot_role_exists=spot_role_exists
+        )
     ]
+
+
+def spot_role_exists() -> bool:
+    """Whether the account (moto's) has AWSServiceRoleForEC2Spot, through a session of its own."""
+    iam = boto3.Session(region_name=REGION).client("iam")
+    try:
+        iam.get_role(RoleName=SPOT_ROLE_ARN.rsplit("/", 1)[-1])
+    except iam.exceptions.NoSuchEntityException:
+        return False
+    return True
 
 
 def wire_settings(stack: dict[str, Any], path: Path) -> None:
@@ -487,6 +508,14 @@ def wire_settings(stack: dict[str, Any], path: Path) -> None:
     raw = yaml.safe_load(path.read_text())
     raw["instance_profile"] = stack["outputs"]["RunnerInstanceProfile"]
     raw["security_group_ids"] = [stack["outputs"]["RunnerSecurityGroupId"]]
+    # Two subnets of the default VPC (one per zone), as the README suggests for capacity failover: launch then
+    # reads their zones (ec2:DescribeSubnets) to ask for offerings there.
+    subnets = (
+        stack["session"]
+        .client("ec2")
+        .describe_subnets(Filters=[{"Name": "default-for-az", "Values": ["true"]}])["Subnets"]
+    )
+    raw["subnet_ids"] = sorted(s["SubnetId"] for s in subnets)[:2]
     path.write_text(yaml.safe_dump(raw))
 
 
@@ -534,9 +563,13 @@ def test_train_jobs_need_exactly_the_train_policy(
     denied = [r for r in requests if not allowed(train_policy, r)]
     assert denied == [], denied
     used = {r.action for r in requests}
-    # Exactly: every granted action is needed.
+    # Exactly: every granted action is needed. In an account that already has AWSServiceRoleForEC2Spot, EC2 would
+    # not need iam:CreateServiceLinkedRole for the spot launch (moto's account has none).
+    assert not spot_role_exists()
     assert granted_actions(train_policy) == used, sorted(used)
     assert {c.operation for c in calls} >= {
+        "DescribeInstanceTypeOfferings",
+        "DescribeSubnets",
         "RunInstances",
         "TerminateInstances",
         "GetConsoleOutput",
@@ -630,6 +663,34 @@ def test_train_policy_refuses_everything_else(
 ) -> None:
     policy = role_policies(stack, "TrainRoleArn")
     assert not allowed(policy, Request(action, resource, context))
+
+
+def test_train_policy_may_create_only_the_spot_service_linked_role(stack: dict[str, Any]) -> None:
+    policy = role_policies(stack, "TrainRoleArn")
+    create = "iam:CreateServiceLinkedRole"
+    assert allowed(policy, Request(create, SPOT_ROLE_ARN, {"iam:AWSServiceName": SPOT_SERVICE}))
+    # Another service's role, or the spot role's path asked for another service: refused.
+    other = "arn:aws:iam::123456789012:role/aws-service-role/elasticbeanstalk.amazonaws.com/AWSServiceRoleForElasticBeanstalk"
+    assert not allowed(
+        policy, Request(create, other, {"iam:AWSServiceName": "elasticbeanstalk.amazonaws.com"})
+    )
+    assert not allowed(policy, Request(create, SPOT_ROLE_ARN, {"iam:AWSServiceName": "ec2.amazonaws.com"}))
+    assert not allowed(policy, Request(create, SPOT_ROLE_ARN))
+    # And the reaper role may not create any.
+    reaper = role_policies(stack, "ReaperRoleArn")
+    assert not allowed(reaper, Request(create, SPOT_ROLE_ARN, {"iam:AWSServiceName": SPOT_SERVICE}))
+
+
+def test_a_spot_launch_needs_the_service_linked_role_only_while_it_is_missing(stack: dict[str, Any]) -> None:
+    """EC2 creates AWSServiceRoleForEC2Spot during the account's first spot RunInstances, as the caller."""
+    spot = {"InstanceMarketOptions": {"MarketType": "spot"}}
+    missing = {r.action for r in _launch_requests(stack, **spot)}
+    assert "iam:CreateServiceLinkedRole" in missing
+    assert "iam:CreateServiceLinkedRole" not in {r.action for r in _launch_requests(stack)}
+    params = {"ImageId": "ami-12345678", "InstanceType": "g5.xlarge", **spot}
+    call = Call("ec2", "RunInstances", REGION, params)
+    present = requests_for(call, instance_tags=lambda *_: {}, profile_role=str, spot_role_exists=lambda: True)
+    assert "iam:CreateServiceLinkedRole" not in {r.action for r in present}
 
 
 def test_unknown_api_calls_are_not_waved_through(stack: dict[str, Any]) -> None:

@@ -13,7 +13,13 @@ from github_double import GitHubDouble, decode_jit_config
 
 from gpu_runner import lifecycle, naming
 from gpu_runner.aws import Aws
-from gpu_runner.errors import CapacityError, LaunchBlockedError, RegistrationTimeout, RunnerError
+from gpu_runner.errors import (
+    CapacityError,
+    LaunchBlockedError,
+    RegistrationTimeout,
+    RunnerError,
+    SettingsError,
+)
 from gpu_runner.github import GitHubRunners
 from gpu_runner.settings import Settings
 
@@ -125,6 +131,71 @@ def test_bad_ami_parameter_fails_before_anything_exists(settings, ctx, aws, gith
     with pytest.raises(RunnerError, match="ami_parameter '/missing/ami' does not exist"):
         lifecycle.launch(broken, ctx, aws, github, log=lambda _: None)
     assert github_double.calls == []
+
+
+def in_other_region(settings: Settings, aws: Aws, **changes: object) -> Settings:
+    """The settings moved to OTHER_REGION (eu-west-1, the template's default region), with its own AMI."""
+    other_ami = aws.client("ec2", OTHER_REGION).describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    aws.client("ssm", OTHER_REGION).put_parameter(
+        Name=AMI_PARAMETER, Value=other_ami, Type="String", Overwrite=True
+    )
+    return dataclasses.replace(settings, region=OTHER_REGION, **changes)
+
+
+def test_launch_skips_a_type_not_offered_in_the_region(settings, ctx, aws, github, github_double) -> None:
+    """g6.xlarge is not offered in eu-west-1 (moto answers from AWS's published offerings): it is skipped with one
+    line, never tried and never reported as "no capacity"."""
+    eu = in_other_region(settings, aws, instance_types=("g6.xlarge", "g4dn.xlarge"))
+    launches: list[str] = []
+    # Clients created from here on (launch's own) report every RunInstances they send.
+    aws.session.events.register(
+        "provide-client-params.ec2.RunInstances", lambda params, **_: launches.append(params["InstanceType"])
+    )
+    logs: list[str] = []
+    outcome = lifecycle.launch(eu, ctx, aws, github, log=logs.append)
+    assert outcome.launched.instance_type == "g4dn.xlarge"
+    assert launches == ["g4dn.xlarge"]
+    skipped = [line for line in logs if "g6.xlarge" in line]
+    assert len(skipped) == 1 and "not offer" in skipped[0] and OTHER_REGION in skipped[0], logs
+    assert not [line for line in logs if "no capacity" in line]
+    lifecycle.teardown(aws, github, region=OTHER_REGION, instance_id=outcome.launched.instance_id,
+                       runner_id=outcome.runner_id, parameter=outcome.parameter, log=lambda _: None)  # fmt: skip
+    assert_nothing_left(aws, github_double, OTHER_REGION)
+
+
+def test_launch_with_no_offered_type_fails_before_anything_exists(
+    settings, ctx, aws, github, github_double
+) -> None:
+    eu = in_other_region(settings, aws, instance_types=("g6.xlarge", "g6e.xlarge"))
+    with pytest.raises(SettingsError) as info:
+        lifecycle.launch(eu, ctx, aws, github, log=lambda _: None)
+    message = str(info.value)
+    assert "instance_types in configs/gpu-runner.yaml" in message
+    assert "g6.xlarge, g6e.xlarge is offered in eu-west-1" in message
+    assert "g4dn.xlarge" in message and "g5.xlarge" in message  # what the region does offer
+    assert github_double.calls == []  # no runner registered
+    assert live_instances(aws, OTHER_REGION) == []
+
+
+def test_launch_skips_a_subnet_whose_zone_does_not_offer_the_type(
+    settings, ctx, aws, github, github_double
+) -> None:
+    # us-east-1e offers no g4dn.xlarge (AWS's zone offerings as moto ships them); us-east-1a does.
+    client = aws.client("ec2", REGION)
+    vpc = client.create_vpc(CidrBlock="10.40.0.0/16")["Vpc"]["VpcId"]
+    zone_e, zone_a = (
+        client.create_subnet(VpcId=vpc, CidrBlock=f"10.40.{n}.0/24", AvailabilityZone=f"{REGION}{z}")[
+            "Subnet"
+        ]["SubnetId"]
+        for n, z in ((1, "e"), (2, "a"))
+    )
+    placed = dataclasses.replace(settings, instance_types=("g4dn.xlarge",), subnet_ids=(zone_e, zone_a))
+    logs: list[str] = []
+    outcome = lifecycle.launch(placed, ctx, aws, github, log=logs.append)
+    assert (outcome.launched.subnet_id, outcome.launched.availability_zone) == (zone_a, f"{REGION}a")
+    assert [line for line in logs if "g4dn.xlarge in us-east-1e" in line]
+    lifecycle.teardown(aws, github, region=REGION, instance_id=outcome.launched.instance_id,
+                       runner_id=outcome.runner_id, parameter=outcome.parameter, log=lambda _: None)  # fmt: skip
 
 
 def test_wait_returns_when_online(settings, ctx, aws, github, github_double) -> None:
@@ -267,3 +338,19 @@ def test_settings_reject_bad_values() -> None:
         "idle_timeout_minutes: must be shorter",
     ):
         assert fragment in message
+
+
+def test_settings_reject_p3_on_the_default_ami() -> None:
+    """The Deep Learning Base OSS Nvidia Driver AMI's release notes list no P3 among its supported instances."""
+    with pytest.raises(SettingsError) as info:
+        Settings(project="demo", region=REGION, instance_types=("g4dn.xlarge", "p3.2xlarge"))
+    message = str(info.value)
+    assert (
+        "instance_types: 'p3.2xlarge' is a GPU family the Deep Learning Base OSS Nvidia Driver AMI" in message
+    )
+    assert "g4dn.xlarge" not in message.split("'p3.2xlarge'")[0]  # only the unsupported entry is named
+    assert "set ami_id" in message
+    # An own AMI may support it: then it is the user's call.
+    assert Settings(
+        project="demo", region=REGION, instance_types=("p3.2xlarge",), ami_id="ami-0123456789abcdef0"
+    )

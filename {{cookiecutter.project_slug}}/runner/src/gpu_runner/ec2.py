@@ -22,31 +22,49 @@ from .aws import Aws
 from .errors import CapacityError, LaunchBlockedError, SettingsError
 
 Market = Literal["spot", "on-demand"]
+Kind = Literal["capacity", "not-offered", "subnet-full", "spot-only", "fatal"]
 
+# Every code below is one EC2 documents ("Error codes for the Amazon EC2 API",
+# https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html) or, for throttling, one botocore's
+# retry configuration names for EC2; tests/runner/test_error_codes.py holds both lists and checks these tables.
+# No capacity for this type in this zone right now: the next pool may have some.
 CAPACITY_CODES = frozenset(
     {
         "InsufficientInstanceCapacity",
         "InsufficientCapacity",
         "UnfulfillableCapacity",
-        "Unsupported",
         "InsufficientHostCapacity",
         "InsufficientReservedInstanceCapacity",
     }
 )
-SPOT_ONLY_CODES = frozenset({"SpotMaxPriceTooLow", "MaxSpotInstanceCountExceeded"})
-# Worth another try in the same pool: throttling and EC2's own transient failures (not capacity).
-TRANSIENT_CODES = frozenset(
+# The type is not offered in this subnet's zone (EC2: "Unsupported"): never there, but maybe in the next one.
+NOT_OFFERED_CODES = frozenset({"Unsupported"})
+# The subnet has no free private IP address: no instance type fits there, the next subnet may have room.
+SUBNET_FULL_CODES = frozenset({"InsufficientFreeAddressesInSubnet"})
+# Spot refused for reasons no other spot pool fixes: on-demand next (not the next spot pool).
+SPOT_ONLY_CODES = frozenset(
     {
-        "RequestLimitExceeded",
-        "Throttling",
-        "ThrottlingException",
-        "RequestThrottled",
-        "InternalError",
-        "InternalFailure",
-        "ServiceUnavailable",
-        "Unavailable",
+        "SpotMaxPriceTooLow",
+        "MaxSpotInstanceCountExceeded",
+        "AuthFailure.ServiceLinkedRoleCreationNotPermitted",
     }
 )
+# What the one line logged on a spot refusal says to do about it (codes not listed: no fix needed).
+SPOT_FALLBACK_HINTS = {
+    # dstack #886, RunsOn #233, terraform-aws-github-runner #104: the first spot launch in an account creates the
+    # AWSServiceRoleForEC2Spot service-linked role with the caller's permissions.
+    "AuthFailure.ServiceLinkedRoleCreationNotPermitted": (
+        "the account has no AWSServiceRoleForEC2Spot role and this role may not create it: run make bootstrap "
+        "again (infra/gpu-runner.yaml grants iam:CreateServiceLinkedRole for spot.amazonaws.com only), or once "
+        "`aws iam create-service-linked-role --aws-service-name spot.amazonaws.com`"
+    ),
+    "MaxSpotInstanceCountExceeded": "the account's spot request limit is reached in {region}",
+}
+# Throttling: botocore's retry configuration for EC2 (botocore/data/_retry.json "ec2" policies, and the standard
+# mode's throttling codes in botocore/retries/standard.py) names these two for EC2.
+THROTTLING_CODES = frozenset({"RequestLimitExceeded", "EC2ThrottledException"})
+# Worth another try in the same pool: throttling and EC2's own transient server errors (not capacity).
+TRANSIENT_CODES = THROTTLING_CODES | frozenset({"InternalError", "ServiceUnavailable", "Unavailable"})
 RUN_ATTEMPTS_PER_POOL = 6
 MAX_BACKOFF_SECONDS = 20.0
 
@@ -78,6 +96,10 @@ FATAL_HINTS = {
     "InvalidSubnetID.NotFound": (
         "a subnet in subnet_ids does not exist in {region}: fix subnet_ids in configs/gpu-runner.yaml"
     ),
+    "InsufficientFreeAddressesInSubnet": (
+        "the subnet EC2 picked has no free IP address: list subnet_ids with free addresses (one per availability "
+        "zone) in configs/gpu-runner.yaml"
+    ),
     "InvalidGroup.NotFound": (
         "a security group in security_group_ids does not exist in {region}: fix security_group_ids in "
         "configs/gpu-runner.yaml"
@@ -93,11 +115,16 @@ FATAL_HINTS = {
 }
 
 
-def classify(code: str) -> Literal["capacity", "spot-only", "fatal"]:
-    if code in CAPACITY_CODES:
-        return "capacity"
-    if code in SPOT_ONLY_CODES:
-        return "spot-only"
+def classify(code: str) -> Kind:
+    """What a RunInstances error means for the remaining pools."""
+    for kind, codes in (
+        ("capacity", CAPACITY_CODES),
+        ("not-offered", NOT_OFFERED_CODES),
+        ("subnet-full", SUBNET_FULL_CODES),
+        ("spot-only", SPOT_ONLY_CODES),
+    ):
+        if code in codes:
+            return kind  # type: ignore[return-value]
     return "fatal"
 
 
@@ -254,14 +281,19 @@ def launch_instance(
     instance_types: tuple[str, ...],
     subnet_ids: tuple[str, ...],
     use_spot: bool,
+    offered: Callable[[str, str | None], bool] | None = None,
     log: Callable[[str], None] = print,
 ) -> Launched:
     """Launch exactly one instance in the first pool with capacity. Through a single-attempt client: retries
-    are decided here, per error (see _run_instances)."""
+    are decided here, per error (see _run_instances). `offered(type, subnet)` (offerings.Offered.allows) leaves
+    out the pools where EC2 does not offer the type; they were logged when the offerings were read."""
     ec2 = aws.single_attempt_client("ec2", region)
     attempts: list[Attempt] = []
+    full_subnets: set[str | None] = set()
     for market, pools in _pools(instance_types, subnet_ids, use_spot):
         for instance_type, subnet_id in pools:
+            if subnet_id in full_subnets or (offered is not None and not offered(instance_type, subnet_id)):
+                continue
             try:
                 reply = _run_instances(ec2, _run_params(spec, market, instance_type, subnet_id))
             except ClientError as error:
@@ -272,8 +304,21 @@ def launch_instance(
                 if kind == "capacity":
                     log(f"no capacity for {where} ({code}); trying the next pool")
                     continue
+                if kind == "not-offered":
+                    log(
+                        f"{instance_type} is not offered in this zone ({where}, {code}); trying the next pool"
+                    )
+                    continue
+                if kind == "subnet-full" and subnet_id:
+                    full_subnets.add(subnet_id)
+                    log(f"subnet {subnet_id} has no free IP address ({code}); trying the next subnet")
+                    continue
                 if kind == "spot-only":
-                    log(f"spot refused for {where} ({code}); falling back to on-demand")
+                    hint = SPOT_FALLBACK_HINTS.get(code, "").format(region=region)
+                    log(
+                        f"spot refused for {where} ({code}); falling back to on-demand"
+                        + (f": {hint}" if hint else "")
+                    )
                     break
                 raise LaunchBlockedError(explain(error, region)) from None
             instance = reply["Instances"][0]

@@ -19,10 +19,12 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from . import cost, ec2, naming, parameters
+from botocore.exceptions import ClientError
+
+from . import cost, ec2, naming, offerings, parameters
 from .aws import Aws
 from .bootstrap import render_user_data
-from .errors import RegistrationTimeout, RunnerError
+from .errors import LaunchBlockedError, RegistrationTimeout, RunnerError
 from .github import GitHubRunners, Runner
 from .outputs import append_summary, write_outputs
 from .settings import Settings
@@ -79,6 +81,17 @@ def launch(
     ami_id, root_device = ec2.resolve_ami(
         ssm, ec2_client, ami_id=settings.ami_id, ami_parameter=settings.ami_parameter, region=region
     )
+    # Before anything exists: a type EC2 does not offer there is skipped, none offered fails here.
+    try:
+        offered = offerings.check(
+            ec2_client,
+            region=region,
+            instance_types=settings.instance_types,
+            subnet_ids=settings.subnet_ids,
+            log=log,
+        )
+    except ClientError as error:  # an unknown subnet, a missing permission: the same hints as RunInstances
+        raise LaunchBlockedError(ec2.explain(error, region)) from None
     name, label = naming.runner_name(ctx), naming.runner_label(ctx)
     parameter = naming.parameter_name(settings.ssm_prefix, ctx)
     expires_at = now + timedelta(minutes=settings.max_runtime_minutes) + EXPIRY_MARGIN
@@ -115,6 +128,7 @@ def launch(
             instance_types=settings.instance_types,
             subnet_ids=settings.subnet_ids,
             use_spot=settings.use_spot if use_spot is None else use_spot,
+            offered=offered.allows,
             log=log,
         )
         log(

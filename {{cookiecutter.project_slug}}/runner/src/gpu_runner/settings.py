@@ -20,6 +20,13 @@ from .errors import SettingsError
 DEFAULT_AMI_PARAMETER = (
     "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
 )
+# The GPU families the default AMI supports: "supported_ec2_instances" in AWS's release notes of the Deep Learning
+# Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) 20260130 (https://docs.aws.amazon.com/dlami/latest/devguide/
+# aws-deep-learning-ami-gpubaseoss-ul2204-2026-02-03.html, read 2026-12-01): G4dn, G5, G6, Gr6, G6e, G7e, P4d,
+# P4de, P5, P5e, P5en, P6-B200, P6-B300. P3 (V100) is not among them. hooks/pre_gen_project.py keeps a copy.
+DLAMI_GPU_FAMILIES = (
+    "g4dn", "g5", "g6", "gr6", "g6e", "g7e", "p4d", "p4de", "p5", "p5e", "p5en", "p6-b200", "p6-b300",
+)  # fmt: skip
 INSTANCE_TYPE = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9][a-z0-9-]*")
 REGION = re.compile(r"[a-z]{2}(-gov)?-[a-z]+-\d")
 SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -71,6 +78,14 @@ def _problems(s: Settings) -> list[str]:
         for t in s.instance_types
         if not INSTANCE_TYPE.fullmatch(t)
     ]
+    if not s.ami_id and s.ami_parameter == DEFAULT_AMI_PARAMETER:
+        out += [
+            f"instance_types: '{t}' is a GPU family the Deep Learning Base OSS Nvidia Driver AMI does not support "
+            f"(it supports {', '.join(DLAMI_GPU_FAMILIES)}): use e.g. g4dn.xlarge or g5.xlarge, or set ami_id to "
+            "an AMI that supports it"
+            for t in s.instance_types
+            if INSTANCE_TYPE.fullmatch(t) and unsupported_gpu_family(t)
+        ]
     positive = ("root_volume_gb", "max_runtime_minutes", "idle_timeout_minutes", "wait_timeout_seconds")
     for name in (*positive, "max_attempts", "on_demand_after_interruptions"):
         value = getattr(s, name)
@@ -99,6 +114,12 @@ def _problems(s: Settings) -> list[str]:
     if not re.fullmatch(r"[a-z_][a-z0-9_-]{0,31}", s.runner_user):
         out.append(f"runner_user: '{s.runner_user}' is not a valid Linux user name")
     return out
+
+
+def unsupported_gpu_family(instance_type: str) -> bool:
+    """A GPU type (g*/p* family) outside the default AMI's supported families; CPU types are not judged here."""
+    family = instance_type.split(".", 1)[0]
+    return family.startswith(("g", "p")) and family not in DLAMI_GPU_FAMILIES
 
 
 _TUPLE_FIELDS = {"instance_types", "subnet_ids", "security_group_ids"}
