@@ -15,15 +15,16 @@ import os
 import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from . import cost, ec2, naming, parameters
+from . import cost, ec2, naming, parameters, timeline
 from .aws import Aws
 from .bootstrap import render_user_data
 from .errors import RegistrationTimeout, RunnerError
 from .github import GitHubRunners, Runner
+from .mlflow_rest import MlflowRest
 from .outputs import append_summary, write_outputs
 from .settings import Settings
 
@@ -304,6 +305,8 @@ class CostRequest:
     mlflow_run_id: str = ""
     attempt: int | None = 1  # None: not a number (a hand-made dispatch input): not logged to MLflow
     env: Mapping[str, str] | None = None  # MLFLOW_* and GITHUB_STEP_SUMMARY; default os.environ
+    # The workflow's moments of this attempt (timeline.WORKFLOW_PHASES -> epoch seconds).
+    phases: Mapping[str, float] = field(default_factory=dict)
 
 
 def _delete_runner(github: GitHubRunners, runner_id: int) -> str:
@@ -345,7 +348,35 @@ def _account_cost(
         return None
     log(line)
     append_summary(line, env)
+    _account_timeline(instance, request, env, log)
     return estimate
+
+
+def _account_timeline(
+    instance: Mapping[str, Any], request: CostRequest, env: Mapping[str, str], log: Log
+) -> None:
+    """The attempt's phase timeline to MLflow (step = attempt) and the job summary. Never raises."""
+    try:
+        launched = instance["LaunchTime"].timestamp()
+        terminated = (transition_time(instance) or datetime.now(UTC)).timestamp()
+        client = MlflowRest.from_env(env)
+        record: timeline.Timeline | None = None
+        if client is not None and request.mlflow_run_id and request.attempt is not None:
+            training = cost.latest_at_step(
+                client.metric_history(request.mlflow_run_id, cost.TRAINING_SECONDS), request.attempt
+            )
+            record = timeline.log_to_mlflow(
+                client, request.mlflow_run_id, attempt=request.attempt, launched=launched,
+                terminated=terminated, phases=request.phases, training_seconds=training, log=log,
+            )  # fmt: skip
+        if record is None:
+            record = timeline.Timeline(launched, terminated, request.phases)
+        text = timeline.summary(record, attempt=request.attempt or 0)
+    except Exception as error:  # a timeline is not worth a failed teardown
+        log(f"warning: timeline not recorded: {type(error).__name__}: {error}")
+        return
+    log(text.strip())
+    append_summary(text, env)
 
 
 def _delete_parameter(aws: Aws, region: str, parameter: str) -> str:
