@@ -214,7 +214,10 @@ def check_max_runtime_minutes(value: object) -> str | None:
     minutes = whole_number(value)
     low, high = MAX_RUNTIME_RANGE
     if minutes is None or not low <= minutes <= high:
-        return f"use a whole number of minutes from {low} to {high} (48 hours)"
+        return (
+            f"use a whole number of minutes from {low} to {high} (48 hours); the train job times out 15 minutes "
+            "before the instance's max lifetime"
+        )
     return None
 
 
