@@ -215,8 +215,8 @@ def check_max_runtime_minutes(value: object) -> str | None:
     low, high = MAX_RUNTIME_RANGE
     if minutes is None or not low <= minutes <= high:
         return (
-            f"use a whole number of minutes from {low} to {high} (48 hours); the train job times out 15 minutes "
-            "before the instance's max lifetime"
+            f"use a whole number of minutes from {low} to {high} (48 hours); the train job times out "
+            "15 minutes before the instance's max lifetime"
         )
     return None
 
