@@ -59,7 +59,8 @@ BUCKET_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
 # Control characters and Unicode line/paragraph separators: they break a one-line answer (and YAML).
 CONTROL_CATEGORIES = frozenset({"Cc", "Zl", "Zp"})
 
-MAX_RUNTIME_RANGE = (10, 2880)
+# At least 20: train.yml's train job times out 15 minutes before the instance's max lifetime (boot margin).
+MAX_RUNTIME_RANGE = (20, 2880)
 MAX_PACKAGE_LENGTH = 40
 
 
@@ -261,7 +262,10 @@ def check_max_runtime_minutes(value: object) -> str | None:
     minutes = whole_number(value)
     low, high = MAX_RUNTIME_RANGE
     if minutes is None or not low <= minutes <= high:
-        return f"use a whole number of minutes from {low} to {high} (48 hours)"
+        return (
+            f"use a whole number of minutes from {low} to {high} (48 hours); the train job times out "
+            "15 minutes before the instance's max lifetime"
+        )
     return None
 
 

@@ -154,7 +154,7 @@ REJECTION_CASES = [
     reject("word", "max_runtime_minutes", "three hours"),
     reject("negative", "max_runtime_minutes", "-5"),
     reject("decimal", "max_runtime_minutes", "12.5"),
-    reject("below-10", "max_runtime_minutes", "9", idle_timeout_minutes="5"),
+    reject("below-20", "max_runtime_minutes", "19", idle_timeout_minutes="5"),
     reject("above-2880", "max_runtime_minutes", "2881"),
     reject("boolean", "max_runtime_minutes", True, replay=True),
     # idle_timeout_minutes
@@ -305,7 +305,7 @@ VALID_EDGE_CASES = [
     pytest.param({"s3_bucket": "abc"}, id="bucket-3-chars"),
     pytest.param({"github_owner": "o" * 39, "github_repo": "My.Repo_x-1"}, id="owner-39-repo-dots"),
     pytest.param({"train_branch_prefix": "gpu/train-v1.2/"}, id="nested-branch-prefix"),
-    pytest.param({"max_runtime_minutes": "10", "idle_timeout_minutes": "1"}, id="runtime-minimum"),
+    pytest.param({"max_runtime_minutes": "20", "idle_timeout_minutes": "1"}, id="runtime-minimum"),
     pytest.param({"max_runtime_minutes": "2880", "idle_timeout_minutes": "2879"}, id="runtime-maximum"),
     # The longest slug; its derived package name (50 characters) would exceed the 40-character limit.
     pytest.param({"project_slug": "s" * 50, "package_name": "s" * 40}, id="slug-50-chars"),

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import itertools
 import json
+import math
 import os
 import re
 import shutil
@@ -60,7 +61,9 @@ CLI_GLOBAL_OPTIONS = {"--settings"}
 CLI_CONTRACT = {
     "launch": {"--instance-type", "--spot"},
     "wait": {"--region", "--instance-id", "--runner-id"},
-    "teardown": {"--region", "--instance-id", "--runner-id", "--parameter", "--mlflow-run-id", "--attempt"},
+    "teardown": {
+        "--region", "--instance-id", "--runner-id", "--parameter", "--mlflow-run-id", "--attempt", "--phase",
+    },
     "resume": {
         "--ref", "--attempt", "--train-interrupted", "--region", "--instance-id", "--commit", "--config",
         "--instance-type",
@@ -79,6 +82,10 @@ LAUNCH_OUTPUTS = (
     "market",
     "availability-zone",
 )
+# `gpu-runner wait`'s outputs: the timeline's "runner online" moment.
+WAIT_OUTPUTS = ("runner-online-at", "runner-online-seconds")
+# The train job's timeline outputs (<phase>-at, epoch seconds): the boot script's moments and the job's start.
+TIMELINE_PHASES = ("boot", "image-ready", "runner-started", "job-started")
 
 # Every inline `# zizmor: ignore[...]` in the generated project, per file, in order. Each must carry a reason,
 # and test_zizmor_ignores_are_needed proves each suppresses a real finding on its own line and nothing else.
@@ -499,6 +506,13 @@ BENIGN_OUTPUTS = {
     "market": "spot",
     "interrupted": "true",
     "mlflow-run-id": "0123456789abcdef0123456789abcdef",
+    # The timeline's moments (epoch seconds).
+    "runner-online-at": "1796119985",
+    "runner-online-seconds": "131",
+    "boot-at": "1796119890",
+    "image-ready-at": "1796119960",
+    "runner-started-at": "1796119975",
+    "job-started-at": "1796119990",
 }
 BENIGN_INPUTS = {
     "config": "configs/train.yaml", "instance-type": "g5.xlarge", "spot": "true", "attempt": "2",
@@ -1023,7 +1037,10 @@ def test_train_job_graph(baked: Path) -> None:
     # job output, so `stop` knows whatever `start` created even when it failed half-way.
     assert start["runs-on"] == "ubuntu-latest"
     assert start["permissions"] == {"contents": "read", "id-token": "write"}
-    assert start["outputs"] == {name: f"${{{{ steps.launch.outputs.{name} }}}}" for name in LAUNCH_OUTPUTS}
+    assert start["outputs"] == {
+        **{name: f"${{{{ steps.launch.outputs.{name} }}}}" for name in LAUNCH_OUTPUTS},
+        **{name: f"${{{{ steps.wait.outputs.{name} }}}}" for name in WAIT_OUTPUTS},
+    }
     launch = next(s for s in start["steps"] if s.get("id") == "launch")
     assert re.search(r"gpu-runner --settings \S+ launch ", launch["run"])
     wait = start["steps"][start["steps"].index(launch) + 1]
@@ -1036,12 +1053,16 @@ def test_train_job_graph(baked: Path) -> None:
     assert train["container"]["image"] == GPU_IMAGE
     assert "--gpus all" in train["container"]["options"]
     assert train["permissions"] == {"contents": "read"}
-    assert train["timeout-minutes"] == int(answers_of(baked)["max_runtime_minutes"])
     gpu_settings = yaml.safe_load((baked / "configs" / "gpu-runner.yaml").read_text(encoding="utf-8"))
+    # GitHub's timeout ends the job before the instance's max lifetime (counted from boot) ends it under the
+    # job: the job starts up to wait_timeout_seconds after boot, plus minutes for scheduling and cancellation.
+    assert gpu_settings["max_runtime_minutes"] == int(answers_of(baked)["max_runtime_minutes"])
+    boot_margin = math.ceil(gpu_settings["wait_timeout_seconds"] / 60) + 5
+    assert 0 < train["timeout-minutes"] <= gpu_settings["max_runtime_minutes"] - boot_margin
     assert gpu_settings["image"] == GPU_IMAGE, "the instance pre-pulls the image the train job runs in"
     (setup,) = steps_by_uses(train, SETUP_ACTION)
     assert setup["with"] == {"install": "image", "enable-cache": "false"}
-    (train_step,) = [s for s in train["steps"] if "run" in s]
+    train_step = next(s for s in train["steps"] if s.get("id") == "train")
     package = answers_of(baked)["package_name"]
     assert f"python -m {package} train" in train_step["run"]
     assert '--config "${CONFIG}" --checkpoint-uri "${CHECKPOINT_URI}"' in train_step["run"]
@@ -1050,7 +1071,12 @@ def test_train_job_graph(baked: Path) -> None:
     assert train["outputs"] == {
         "interrupted": "${{ steps.train.outputs.interrupted }}",
         "mlflow-run-id": "${{ steps.train.outputs.mlflow-run-id }}",
+        **{f"{p}-at": f"${{{{ steps.timeline.outputs.{p}-at }}}}" for p in TIMELINE_PHASES},
     }
+    # The boot timeline step runs before checkout and passes on only known names with digits.
+    timeline = next(s for s in train["steps"] if s.get("id") == "timeline")
+    assert train["steps"].index(timeline) < train["steps"].index(train_step)
+    assert "job-started-at=$(date +%s)" in timeline["run"] and "=~ ^[0-9]{1,12}$" in timeline["run"]
     env = train_step["env"]
     assert env["CONFIG"] == "${{ inputs.config || 'configs/train.yaml' }}"
     assert env["GPU_INSTANCE_TYPE"] == "${{ needs.start.outputs.instance-type }}"
@@ -1172,7 +1198,7 @@ def test_non_default_answers_reach_the_gpu_workflows(baked_custom: Path) -> None
     docs = gpu_workflows(baked_custom)
     train = docs["train"]
     assert train["on"]["push"] == {"branches": ["gpu/**"]}
-    assert train["jobs"]["train"]["timeout-minutes"] == 95
+    assert train["jobs"]["train"]["timeout-minutes"] == 95 - 15  # the boot margin
     regions = [
         step["with"]["aws-region"]
         for doc in docs.values()
@@ -1180,7 +1206,7 @@ def test_non_default_answers_reach_the_gpu_workflows(baked_custom: Path) -> None
         for step in steps_by_uses(job, AWS_CREDENTIALS)
     ]
     assert regions == ["us-east-2"] * 3
-    train_env = next(s for s in train["jobs"]["train"]["steps"] if "run" in s)["env"]
+    train_env = next(s for s in train["jobs"]["train"]["steps"] if s.get("id") == "train")["env"]
     assert train_env["AWS_REGION"] == train_env["AWS_DEFAULT_REGION"] == "us-east-2"
 
 
@@ -1284,7 +1310,7 @@ def test_hostile_branch_names_and_inputs_stay_data(baked: Path, tmp_path: Path) 
             ), hostile
             if PAYLOAD in env.values():
                 assert hostile, f"{name}.yml {where}: no hostile value reached a command (is the test stale?)"
-    assert ran == 6
+    assert ran == 7
 
 
 def test_injection_harness_catches_an_expression_in_run(baked: Path, tmp_path: Path) -> None:
@@ -1324,8 +1350,14 @@ def test_gpu_runner_calls_follow_the_contract(baked: Path, tmp_path: Path) -> No
         assert call.argv[:2] == ["--settings", "configs/gpu-runner.yaml"], call
         assert call.subcommand in CLI_CONTRACT, call
         assert set(call.options) <= CLI_CONTRACT[call.subcommand], call
-        assert len(call.options) == len(set(call.options)), call
+        repeatable = [o for o in call.options if o != "--phase"]  # one --phase per timeline moment
+        assert len(repeatable) == len(set(repeatable)), call
     assert {c.subcommand: set(c.options) for c in full} == CLI_CONTRACT
+    (full_teardown,) = [c for c in full if c.subcommand == "teardown"]
+    phases = [full_teardown.argv[i + 1] for i, a in enumerate(full_teardown.argv) if a == "--phase"]
+    names = [p.split("=")[0] for p in phases]
+    assert names == ["boot", "image-ready", "runner-started", "runner-online", "job-started"]
+    assert all(p.split("=")[1].isdigit() for p in phases), phases
     # Without inputs, launch falls back to the settings file; teardown passes only the ids it has (and the
     # attempt, 1 for a push: the MLflow step of its cost).
     assert {c.subcommand: set(c.options) for c in bare} == {
@@ -1338,7 +1370,7 @@ def test_gpu_runner_calls_follow_the_contract(baked: Path, tmp_path: Path) -> No
     # The workflows read only outputs launch writes, and the start job passes every one of them on.
     text = (baked / ".github" / "workflows" / "train.yml").read_text(encoding="utf-8")
     assert set(re.findall(r"steps\.launch\.outputs\.([\w-]+)", text)) == set(LAUNCH_OUTPUTS)
-    assert set(re.findall(r"needs\.start\.outputs\.([\w-]+)", text)) <= set(LAUNCH_OUTPUTS)
+    assert set(re.findall(r"needs\.start\.outputs\.([\w-]+)", text)) <= set(LAUNCH_OUTPUTS + WAIT_OUTPUTS)
 
 
 def written_step_outputs(package: Path) -> set[str]:
@@ -1361,7 +1393,7 @@ def written_step_outputs(package: Path) -> set[str]:
 def test_launch_outputs_match_the_runner_sources(baked: Path) -> None:
     written = written_step_outputs(baked / "runner" / "src" / "gpu_runner")
     assert written, "no write_outputs({...}) call found in the gpu_runner sources: update this test"
-    assert written == set(LAUNCH_OUTPUTS)
+    assert written == set(LAUNCH_OUTPUTS + WAIT_OUTPUTS)
 
 
 @pytest.fixture(scope="module")

@@ -64,6 +64,9 @@ def render(report: dict[str, Any]) -> str:
     if "timeline" in report:
         lines.append("timeline of the story (seconds):")
         lines += [f"  {what:42s} {seconds:7.1f}" for what, seconds in report["timeline"].items()]
+    if "phases (from MLflow)" in report:
+        lines.append("phases the stop job logged to the MLflow run (s; target: project overhead <= 60):")
+        lines += [f"  {what:52s} {seconds:7.1f}" for what, seconds in report["phases (from MLflow)"].items()]
     if "story" in report:
         lines += _story(report["story"])
     if report.get("faults"):

@@ -273,6 +273,8 @@ class Simulator:
             (self.bin / name).chmod(0o755)
         (self.bin / "aws").symlink_to(_real_aws_cli())
         self.tarball = _runner_tarball()
+        # The booted instance's phase timeline, where the train job (on this host under act) reads it.
+        self.timeline = self.scratch / "timeline.env"
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -317,6 +319,8 @@ class Simulator:
         if count != 1:
             raise AssertionError("user-data has no single `readonly ROOT=` line")
         (sim_dir / "user-data.sh").write_text(script)
+        self.timeline.unlink(missing_ok=True)
+        self.timeline.symlink_to(root / "timeline.env")
         tar_name = f"actions-runner-linux-x64-{RUNNER_VERSION}.tar.gz"
         (sim_dir / tar_name).write_bytes(self.tarball)
         digest = hashlib.sha256(self.tarball).hexdigest()
@@ -565,6 +569,8 @@ def run_workflow(
         # Keras progress lines reach act (and the harness's triggers) as they are printed.
         "PYTHONUNBUFFERED": "1",
     }
+    if simulator:  # the train job's view of the boot script's timeline (on a runner: its work folder)
+        env_args["GPU_RUNNER_TIMELINE"] = str(simulator.timeline)
     if imds_url:  # the train job's view of the instance metadata service (spot notices)
         env_args["AWS_EC2_METADATA_SERVICE_ENDPOINT"] = imds_url
     cmd = ["timeout", "--kill-after=15", str(ACT_TIMEOUT_SECONDS), act, event_name, "-W", str(workflow)]

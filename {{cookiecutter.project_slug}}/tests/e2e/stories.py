@@ -17,8 +17,10 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 import boto3
 import yaml
@@ -39,6 +41,8 @@ from harness import (
     prepare_repository,
     run_workflow,
 )
+
+from gpu_runner import pricing
 
 PACKAGE = next(p.name for p in (PROJECT / "src").iterdir() if (p / "__init__.py").exists())
 EPOCH = re.compile(r"Epoch (\d+)/(\d+)")
@@ -86,6 +90,35 @@ def make_stack(moto_endpoint: str, mlflow_uri: str, image_bin: Path) -> Stack:
     if bucket not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
         s3.create_bucket(Bucket=bucket)  # infra/ creates it in a real account
     return stack
+
+
+def typical_spot_history(region: str) -> Rule:
+    """moto answers every DescribeSpotPriceHistory with $0.00001 (2006), so the story's cost read $0.00/h. This
+    answers in EC2's shape (EC2 API Reference, DescribeSpotPriceHistory: spotPriceHistorySet of instanceType,
+    productDescription, spotPrice, timestamp, availabilityZone) with the bundled table's typical spot price of
+    the type asked for (gpu_runner/prices.json, read through pricing.load_table), in effect from the window's
+    start: a real-looking price whose source the table names."""
+    typical = pricing.load_table()["regions"][region]["spot_typical_usd_per_hour"]
+
+    def answer(body: str) -> bytes:
+        query = {key: values[0] for key, values in parse_qs(body).items()}
+        instance_type, zone = query.get("InstanceType.1", ""), query.get("AvailabilityZone", "")
+        # The price in effect at the window's start (botocore sends StartTime as ISO 8601, UTC).
+        start = datetime.fromisoformat(query["StartTime"].replace("Z", "+00:00"))
+        at = (start - timedelta(minutes=5)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+        items = "" if instance_type not in typical else (
+            f"<item><instanceType>{instance_type}</instanceType><productDescription>Linux/UNIX</productDescription>"
+            f"<spotPrice>{typical[instance_type]:.6f}</spotPrice><timestamp>{at}</timestamp>"
+            f"<availabilityZone>{zone}</availabilityZone></item>"
+        )  # fmt: skip
+        return (
+            '<?xml version="1.0" encoding="UTF-8"?>'
+            '<DescribeSpotPriceHistoryResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">'
+            f"<requestId>e2e-spot-history</requestId><spotPriceHistorySet>{items}</spotPriceHistorySet>"
+            "<nextToken/></DescribeSpotPriceHistoryResponse>"
+        ).encode()
+
+    return Rule("DescribeSpotPriceHistory", times=-1, answer=answer)
 
 
 @dataclass
@@ -235,7 +268,9 @@ def run_story(stack: Stack, scenario: Scenario, scratch: Path, run_id: str) -> S
 
     with (
         GitHubDouble(repositories=(stack.repository,)) as github,
-        AwsFaultProxy(stack.moto_endpoint, rules=list(scenario.rules)) as proxy,
+        AwsFaultProxy(
+            stack.moto_endpoint, rules=[*scenario.rules, typical_spot_history(stack.region)]
+        ) as proxy,
         ImdsDouble() as imds,
     ):
         story.github, story.proxy, story.imds = github, proxy, imds

@@ -15,6 +15,7 @@ AWS's refusal instead of moto's success, and is recorded in `AwsFaults.refused`.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -81,6 +82,18 @@ def request_params(request: Any) -> dict[str, str]:
     return {key: values[0] for key, values in parse_qs(body).items()}
 
 
+# moto writes "User initiated (2026-12-01 10:11:12 UTC)" where EC2 writes "... GMT)" (real describe-instances
+# output, e.g. "User initiated (2018-06-26 07:19:42 GMT)"; getmoto/moto#7486): answer in EC2's form.
+_MOTO_TRANSITION_TIME = re.compile(rb"(\(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) UTC\)")
+
+
+def ec2_transition_times_in_gmt(response_dict: dict[str, Any], **_: Any) -> None:
+    """`before-parse` hook: rewrite moto's StateTransitionReason times into the form EC2 really sends."""
+    body = response_dict.get("body")
+    if isinstance(body, bytes):
+        response_dict["body"] = _MOTO_TRANSITION_TIME.sub(rb"\1 GMT)", body)
+
+
 class AwsFaults:
     """Registered on a boto3 Session: every client created from it afterwards can be given faults."""
 
@@ -92,6 +105,7 @@ class AwsFaults:
         self._faults: list[_Fault] = []
         self._lock = threading.Lock()
         session.events.register("before-send", self._before_send)
+        session.events.register("before-parse.ec2", ec2_transition_times_in_gmt)
 
     def fail(
         self,

@@ -435,6 +435,21 @@ def test_job_runs_then_the_instance_shuts_down_at_once(sandbox: Sandbox) -> None
     assert_secret_kept(result)
 
 
+def test_boot_script_records_the_phase_timeline(sandbox: Sandbox) -> None:
+    """NAME=EPOCH lines in the runner's work folder: what the train job hands to the stop job's timeline."""
+    result = run_bootstrap(sandbox, mode="job")
+    assert result.returncode == 0, result.dump()
+    lines = (sandbox.root / "runner" / "_work" / "_gpu_runner" / "timeline.env").read_text().splitlines()
+    assert all(re.fullmatch(r"[a-z-]+=\d{10}", line) for line in lines), lines
+    at = dict(line.split("=") for line in lines)
+    assert sorted(at) == ["boot", "image-ready", "runner-exit", "runner-started"], lines
+    assert lines[0].startswith("boot=") and lines[-1].startswith("runner-exit=")
+    assert int(at["boot"]) <= int(at["image-ready"]) and int(at["boot"]) <= int(at["runner-started"])
+    assert int(at["runner-started"]) <= int(at["runner-exit"])
+    # The train job reads it as the runner user: created before the runner's files are handed over.
+    assert result.index("chown") < result.index("run.sh")
+
+
 def test_failing_runner_still_shuts_down_at_once(sandbox: Sandbox) -> None:
     result = run_bootstrap(sandbox, mode="fail")
     assert result.returncode == 1, result.dump()

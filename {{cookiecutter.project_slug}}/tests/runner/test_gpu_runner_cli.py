@@ -56,7 +56,8 @@ def test_teardown_logs_the_cost_to_mlflow_and_the_job_summary(
             "--attempt", "1"]  # fmt: skip
     assert main(args) == 0
     stdout = capsys.readouterr().out
-    (line,) = summary.read_text().splitlines()
+    line, *timeline = summary.read_text().splitlines()
+    assert timeline[0].startswith("**Timeline (attempt 1)**, after launch: launched 0 s"), timeline
     price = load_table()["regions"][REGION]["on_demand_usd_per_hour"]["g5.xlarge"]
     assert line.startswith("**GPU cost (attempt 1)**: $") and " for g5.xlarge on-demand in " + REGION in line
     assert f"(60 s) at ${price}/h (bundled-table-2026-11)" in line and "overhead 45 s" in line, line

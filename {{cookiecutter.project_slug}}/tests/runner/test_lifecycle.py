@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -202,12 +203,77 @@ def test_wait_returns_when_online(settings, ctx, aws, github, github_double) -> 
     outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
     github_double.online_after(outcome.runner_id, polls=2)
     logs: list[str] = []
-    runner = lifecycle.wait(
+    online = lifecycle.wait(
         settings, aws, github, region=REGION, instance_id=outcome.launched.instance_id,
         runner_id=outcome.runner_id, log=logs.append,
     )  # fmt: skip
-    assert runner.status == "online"
-    assert any("online after" in line for line in logs)
+    assert online.runner.status == "online"
+    assert any("s after launch" in line for line in logs)
+
+
+class FakeClock:
+    """wait's clock and sleep: time passes only when wait sleeps. The runner connects at `online_at` seconds
+    (the double is told at the first sleep that crosses it), so each poll's time is exact and no test waits."""
+
+    def __init__(self, github_double: GitHubDouble, runner_id: int, online_at: float) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+        self._connect = lambda: github_double.set_status(runner_id, "online")
+        self.online_at = online_at
+        if online_at <= 0:
+            self._connect()
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        before, self.now = self.now, self.now + seconds
+        self.sleeps.append(seconds)
+        if before < self.online_at <= self.now:
+            self._connect()
+
+
+def runner_polls(github_double: GitHubDouble, runner_id: int) -> int:
+    path = f"/runners/{runner_id}"
+    return sum(1 for c in github_double.calls if c.method == "GET" and c.path.endswith(path))
+
+
+@pytest.mark.parametrize("online_at", [0.0, 0.5, 47.0, 59.9, 131.0])
+def test_wait_notices_online_within_one_poll_interval(
+    settings, ctx, aws, github, github_double, outputs, online_at
+) -> None:
+    outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
+    fake = FakeClock(github_double, outcome.runner_id, online_at)
+    github_double.clear_calls()
+    online = lifecycle.wait(
+        settings, aws, github, region=REGION, instance_id=outcome.launched.instance_id,
+        runner_id=outcome.runner_id, timeout_seconds=600, log=lambda _: None, sleep=fake.sleep, clock=fake.clock,
+    )  # fmt: skip
+    assert online.runner.status == "online"
+    # Noticed at the first poll after it connected: never more than one interval late (the capped backoff
+    # noticed it up to 15 s late: 136 s for a 120 s boot).
+    assert 0 <= fake.now - online_at <= lifecycle.POLL_INTERVAL_SECONDS
+    assert set(fake.sleeps) <= {lifecycle.POLL_INTERVAL_SECONDS}
+    assert runner_polls(github_double, outcome.runner_id) == len(fake.sleeps) + 1
+    assert int(outputs()["runner-online-seconds"]) >= 0
+    assert abs(int(outputs()["runner-online-at"]) - online.online_at.timestamp()) <= 1
+
+
+def test_wait_stays_within_githubs_rate_limit(settings, ctx, aws, github, github_double) -> None:
+    """A runner that never comes online: one GitHub request per interval, for the whole wait_timeout."""
+    outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
+    fake = FakeClock(github_double, outcome.runner_id, online_at=float("inf"))
+    github_double.clear_calls()
+    with pytest.raises(RegistrationTimeout, match="did not come online within 600 s"):
+        lifecycle.wait(
+            settings, aws, github, region=REGION, instance_id=outcome.launched.instance_id,
+            runner_id=outcome.runner_id, timeout_seconds=600, log=lambda _: None, sleep=fake.sleep,
+            clock=fake.clock,
+        )  # fmt: skip
+    polls = runner_polls(github_double, outcome.runner_id)
+    assert polls == 600 / lifecycle.POLL_INTERVAL_SECONDS + 1 == 201
+    # 5,000 requests per hour for a PAT or an App installation (docs.github.com, "Rate limits for the REST API").
+    assert polls < 5000 / 20
 
 
 def test_wait_timeout_prints_the_console_output(settings, ctx, aws, github, github_double) -> None:
@@ -253,24 +319,85 @@ def test_teardown_twice_succeeds(settings, ctx, aws, github, github_double) -> N
     assert_nothing_left(aws, github_double)
 
 
-def test_busy_runner_is_deleted_once_its_job_ends(settings, ctx, aws, github, github_double) -> None:
+class TeardownOrder:
+    """Records, in order, the terminate calls (a botocore event) and the runner deletes (a wrapper), and the
+    instance's state in moto when each delete starts: call order, not wall time."""
+
+    def __init__(self, aws: Aws, github: GitHubRunners, monkeypatch, instance_id: str) -> None:
+        self.calls: list[str] = []
+        self.state_at_delete: list[str] = []
+        events = aws.client("ec2", REGION).meta.events  # the client teardown uses (created by launch)
+        events.register("before-call.ec2.TerminateInstances", lambda **_: self.calls.append("terminate"))
+        delete = github.delete_runner
+
+        def recording_delete(runner_id: int) -> bool:
+            self.calls.append("delete-runner")
+            reply = aws.client("ec2", REGION).describe_instances(InstanceIds=[instance_id])
+            self.state_at_delete.append(reply["Reservations"][0]["Instances"][0]["State"]["Name"])
+            return delete(runner_id)
+
+        monkeypatch.setattr(github, "delete_runner", recording_delete)
+
+
+def test_busy_runner_is_deleted_once_its_job_ends(
+    settings, ctx, aws, github, github_double, monkeypatch
+) -> None:
     outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
+    order = TeardownOrder(aws, github, monkeypatch, outcome.launched.instance_id)
     github_double.stay_busy_for(outcome.runner_id, delete_attempts=2)
     report = teardown_all(aws, github, outcome)
     assert report.runner == "deleted"
     deletes = [c.status for c in github_double.calls if c.method == "DELETE"]
     assert deletes == [422, 422, 204]
+    assert order.calls == ["terminate", "delete-runner"]  # the bill ended before the busy retries began
+    assert order.state_at_delete == ["terminated"]
     assert_nothing_left(aws, github_double)
 
 
-def test_github_outage_still_terminates_the_instance(settings, ctx, aws, github, github_double) -> None:
+def test_busy_runner_is_removed_after_its_instance_is_terminated(
+    settings, ctx, aws, github, github_double, monkeypatch
+) -> None:
+    """A runner busy until busy_timeout_seconds: terminating first ends the job, so GitHub marks the runner
+    offline and the delete goes through. Deleting first kept the GPU billing 271 s longer."""
     outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
-    github_double.fail("DELETE", r"/actions/runners/\d+$", 503, times=1000)
-    with pytest.raises(RunnerError, match="teardown incomplete"):
+    order = TeardownOrder(aws, github, monkeypatch, outcome.launched.instance_id)
+    # The job never ends while its machine runs.
+    github_double.stay_busy_for(outcome.runner_id, delete_attempts=10_000)
+
+    def machine_gone(**_: object) -> None:  # what GitHub does when the runner's machine disappears
+        github_double.set_status(outcome.runner_id, "offline", busy=False)
+
+    aws.client("ec2", REGION).meta.events.register("after-call.ec2.TerminateInstances", machine_gone)
+    report = teardown_all(aws, github, outcome)
+    assert order.calls == ["terminate", "delete-runner"]
+    assert order.state_at_delete == ["terminated"]
+    assert report.runner == "deleted"
+    assert [c.status for c in github_double.calls if c.method == "DELETE"] == [204]
+    assert_nothing_left(aws, github_double)
+
+
+def test_github_outage_still_terminates_the_instance(
+    settings, ctx, aws, github, github_double, monkeypatch
+) -> None:
+    outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
+    order = TeardownOrder(aws, github, monkeypatch, outcome.launched.instance_id)
+    # Every DELETE this teardown sends answers 503: the first try and GithubRetry's 3 retries.
+    github_double.fail("DELETE", r"/actions/runners/\d+$", 503, times=4)
+    with pytest.raises(RunnerError, match=f"teardown incomplete.*runner: .*{outcome.runner_id}"):
         teardown_all(aws, github, outcome)
+    # Terminated before GitHub was asked at all: the outage costs no GPU time (it cost 13 s deleting first).
+    assert order.calls[0] == "terminate"
+    assert order.state_at_delete == ["terminated"]
     assert live_instances(aws) == []
     assert parameter_names(aws) == []
-    assert list(github_double.runners) == [outcome.runner_id]  # the reaper's job now
+    assert list(github_double.runners) == [outcome.runner_id]  # reported above; the reaper's job now
+
+    assert [c.status for c in github_double.calls if c.method == "DELETE"] == [503] * 4
+
+    # GitHub is back: the stop job's re-run removes the registration, and everything else is already gone.
+    again = teardown_all(aws, github, outcome)
+    assert (again.runner, again.instance, again.parameter) == ("deleted", "already gone", "already gone")
+    assert_nothing_left(aws, github_double)
 
 
 def test_github_5xx_during_teardown_is_retried(settings, ctx, aws, github, github_double) -> None:
@@ -319,6 +446,52 @@ def test_billed_seconds_has_a_60_second_minimum() -> None:
         "StateTransitionReason": "User initiated (2026-01-01 00:10:00 GMT)",
     }
     assert lifecycle.billed_seconds(ended, start + timedelta(hours=5)) == 600
+
+
+def test_the_aws_double_states_termination_times_as_ec2_does(settings, ctx, aws, github) -> None:
+    outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
+    client = aws.client("ec2", REGION)
+    client.terminate_instances(InstanceIds=[outcome.launched.instance_id])
+    (instance,) = client.describe_instances(InstanceIds=[outcome.launched.instance_id])["Reservations"][0][
+        "Instances"
+    ]
+    # EC2: "User initiated (2018-06-26 07:19:42 GMT)"; moto itself writes "... UTC)".
+    ec2_form = r"User initiated \(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d GMT\)"
+    assert re.fullmatch(ec2_form, instance["StateTransitionReason"])
+    ended = lifecycle.transition_time(instance)
+    assert ended is not None and abs((ended - instance["LaunchTime"]).total_seconds()) < 120
+
+
+def test_teardown_bills_up_to_ec2s_termination_time(settings, ctx, aws, github) -> None:
+    """With EC2's own termination time readable, `now` (the fallback) does not matter."""
+    outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
+    far_later = datetime.now(UTC) + timedelta(hours=2)
+    report = teardown_all(aws, github, outcome, now=far_later)
+    assert report.billed_seconds == lifecycle.MINIMUM_BILLED_SECONDS  # launched and ended within a minute
+
+
+@pytest.mark.parametrize(
+    ("state", "reason", "billed"),
+    [
+        ("terminated", "User initiated (2026-01-01 00:10:00 GMT)", 600),  # EC2
+        ("terminated", "User initiated (2026-01-01 00:10:00 UTC)", 600),  # moto
+        # Right after TerminateInstances EC2 says shutting-down, already with the time of the request.
+        ("shutting-down", "User initiated (2026-01-01 00:11:40 GMT)", 700),
+    ],
+)
+def test_billed_seconds_reads_the_termination_time(state: str, reason: str, billed: int) -> None:
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    instance = {"LaunchTime": start, "State": {"Name": state}, "StateTransitionReason": reason}
+    assert lifecycle.billed_seconds(instance, start + timedelta(hours=5)) == billed
+
+
+@pytest.mark.parametrize("reason", ["", "User initiated", "User initiated (01/01/2026 00:10)", None])
+def test_unreadable_termination_time_bills_launch_to_now(reason) -> None:
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    instance = {"LaunchTime": start, "State": {"Name": "terminated"}, "StateTransitionReason": reason}
+    logs: list[str] = []
+    assert lifecycle.billed_seconds(instance, start + timedelta(seconds=4321), log=logs.append) == 4321
+    assert logs and "not readable" in logs[0]
 
 
 def test_settings_reject_bad_values() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 from aws_constants import REGION
@@ -103,3 +104,84 @@ def test_reaper_deletes_parameters_older_than_grace_under_our_prefix(settings, a
         == "keep"
     )
     ssm.delete_parameter(Name="/someone-else/20-1/jitconfig")
+
+
+def our_launch(settings, aws: Aws, ami: str, github_double: GitHubDouble, run_id: str, **runner: object):
+    """An instance as launch leaves it, with its JIT registration (`runner`: the double's status and busy)."""
+    ctx = RunContext("octo-org/octo-repo", run_id, "1", "train/x", "abc")
+    registration = github_double.add_runner(naming.runner_name(ctx), **runner)
+    tags = lifecycle.instance_tags(
+        settings, ctx, runner_id=registration["id"], expires_at=datetime.now(UTC) + timedelta(hours=3)
+    )
+    return launch_raw(aws, ami, tags), registration["id"]
+
+
+def test_reaper_ends_an_instance_whose_runner_never_came_online(
+    settings, aws, ami, github, github_double: GitHubDouble
+) -> None:
+    """The start job gave up (wait_timeout_seconds) and its stop job never ran: before, such an instance billed
+    until its expires-at (about 190 minutes)."""
+    never_online, never_online_runner = our_launch(settings, aws, ami, github_double, "30", status="offline")
+    busy, busy_runner = our_launch(settings, aws, ami, github_double, "31", status="online", busy=True)
+    # Offline but busy: the runner lost its connection during a job; GitHub still counts the job as running.
+    lost, lost_runner = our_launch(settings, aws, ami, github_double, "32", status="offline", busy=True)
+    idle, idle_runner = our_launch(settings, aws, ami, github_double, "33", status="online")
+    now = datetime.now(UTC)
+
+    # Within wait_timeout_seconds + margin the runner may still be connecting (or GitHub's API lagging).
+    within = now + timedelta(seconds=settings.wait_timeout_seconds) + reaper.NEVER_ONLINE_MARGIN
+    report = reaper.reap(settings, aws, github, now=within - timedelta(seconds=1), **SILENT)
+    assert report.terminated == [] and state(aws, never_online) == "running"
+
+    report = reaper.reap(settings, aws, github, now=within + timedelta(seconds=1), **SILENT)
+    assert report.terminated == [never_online]
+    assert state(aws, never_online) in {"shutting-down", "terminated"}
+    assert never_online_runner not in github_double.runners
+    assert report.runners_deleted == ["gpu-runner-30-1"]
+    for kept, runner_id in ((busy, busy_runner), (lost, lost_runner), (idle, idle_runner)):
+        assert state(aws, kept) == "running"
+        assert runner_id in github_double.runners
+    # Deregistered before terminated, and only that one runner.
+    deletes = [c for c in github_double.calls if c.method == "DELETE"]
+    assert [c.path.rsplit("/", 1)[1] for c in deletes] == [str(never_online_runner)]
+
+
+def test_reaper_keeps_the_instance_when_its_runner_turns_busy_at_the_last_moment(
+    settings, aws, ami, github, github_double: GitHubDouble
+) -> None:
+    """Between the reaper's look (offline, idle) and its delete, a job starts: GitHub refuses the delete (422),
+    and the instance is kept."""
+    instance, runner_id = our_launch(settings, aws, ami, github_double, "34", status="offline")
+    github_double.fail("DELETE", rf"/actions/runners/{runner_id}$", 422, times=1000)
+    later = datetime.now(UTC) + timedelta(seconds=settings.wait_timeout_seconds) + timedelta(minutes=6)
+    report = reaper.reap(settings, aws, github, now=later, **SILENT)
+    assert report.terminated == []
+    assert state(aws, instance) == "running"
+    assert runner_id in github_double.runners
+
+
+def test_reaper_ignores_our_tags_on_an_instance_without_our_profile(
+    settings, aws, ami, github, github_double: GitHubDouble
+) -> None:
+    """Anyone who may tag can copy our tags; with an instance profile configured, only instances launched with
+    it are the reaper's to end."""
+    iam = aws.client("iam", REGION)
+    for name in ("gpu-runner-demo", "someone-else"):
+        iam.create_instance_profile(InstanceProfileName=name)
+    ours_profile = dataclasses.replace(settings, instance_profile="gpu-runner-demo")
+    expired = ours(settings, "40", 1, datetime.now(UTC) - timedelta(minutes=1))
+    client = aws.client("ec2", REGION)
+
+    def launch_with(profile: str) -> str:
+        reply = client.run_instances(
+            ImageId=ami, InstanceType="g4dn.xlarge", MinCount=1, MaxCount=1, IamInstanceProfile={"Name": profile},
+            TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in expired.items()]}],
+        )  # fmt: skip
+        return reply["Instances"][0]["InstanceId"]
+
+    mine, theirs = launch_with("gpu-runner-demo"), launch_with("someone-else")
+    report = reaper.reap(ours_profile, aws, github, **SILENT)
+    assert report.terminated == [mine]
+    assert state(aws, theirs) == "running"
+    for name in ("gpu-runner-demo", "someone-else"):
+        iam.delete_instance_profile(InstanceProfileName=name)

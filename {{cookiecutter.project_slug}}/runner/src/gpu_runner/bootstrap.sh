@@ -25,6 +25,9 @@ readonly RETRY_DELAY=${GPU_RUNNER_RETRY_DELAY_SECONDS:-5}
 
 readonly RUNNER_DIR=$ROOT/runner
 readonly LOG_FILE=$ROOT/bootstrap.log
+# The phase timeline: NAME=EPOCH lines, hard-linked into the runner's work folder before the runner starts. The
+# train job reads them there (a container job sees that folder as /__w) and hands them to the stop job.
+readonly TIMELINE=$ROOT/timeline.env
 mkdir -p "$ROOT"
 
 # 1. stdout reaches the instance console (cloud-init), which `gpu-runner wait` prints on timeout.
@@ -33,6 +36,11 @@ log() {
   shift
   printf '[gpu-runner %s] %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$phase" "$*" | tee -a "$LOG_FILE"
 }
+
+mark() { # phase: when it happened, for the timeline (never fails the boot)
+  printf '%s=%s\n' "$1" "$(date +%s)" >>"$TIMELINE" || log timeline "WARNING: could not record $1"
+}
+mark boot
 
 shutdown_requested=false
 watchdog_pid=""
@@ -74,6 +82,7 @@ log image "pulling $IMAGE in the background"
   for attempt in 1 2 3 4 5; do
     if docker pull --quiet "$IMAGE" >/dev/null; then
       log image "pulled $IMAGE in $(($(date +%s) - started)) s"
+      mark image-ready
       exit 0
     fi
     log image "pull attempt $attempt failed (is dockerd up yet?)"
@@ -169,6 +178,9 @@ if ! ldconfig -p | grep libicu >/dev/null; then
   log runner "installing the runner's system dependencies"
   "$RUNNER_DIR/bin/installdependencies.sh"
 fi
+# Before the chown: the runner must own its work folder to create the job's directories in it.
+mkdir -p "$RUNNER_DIR/_work/_gpu_runner"
+ln -f "$TIMELINE" "$RUNNER_DIR/_work/_gpu_runner/timeline.env"
 chown -R "$RUNNER_USER:" "$RUNNER_DIR"
 
 # 6. One-time JIT config. Boot-time credentials can lag a few seconds, hence the retries.
@@ -226,12 +238,14 @@ runuser -u "$RUNNER_USER" -- ./run.sh --jitconfig "$jit" > >(prefix_output) 2>&1
 runner_pid=$!
 unset jit
 log runner "started $RUNNER_NAME as $RUNNER_USER"
+mark runner-started
 # Waits for run.sh alone: a stray process still holding its output open cannot delay the shutdown.
 code=0
 wait "$runner_pid" || code=$?
 
 # 9. The job is over: stop the GPU bill now instead of waiting for the workflow's stop job.
 log runner "exited with code $code"
+mark runner-exit
 halt_now "runner finished"
 # Conditional on purpose: a bare final `exit` hides the EXIT trap from shellcheck (SC2329, koalaman/shellcheck#3385).
 if ((code != 0)); then exit "$code"; fi

@@ -63,6 +63,11 @@ def _parser() -> argparse.ArgumentParser:
     teardown.add_argument(
         "--attempt", default="1", help="this attempt's number (the MLflow step of the cost)"
     )
+    # The moments the workflow saw (boot script, wait, train job), for the timeline logged beside the cost.
+    teardown.add_argument(
+        "--phase", action="append", default=[], metavar="NAME=EPOCH",
+        help="a moment of this attempt (boot, image-ready, runner-started, runner-online, job-started); repeatable",
+    )  # fmt: skip
 
     resume = commands.add_parser(
         "resume", help="after a spot interruption: dispatch the next attempt of train.yml"
@@ -103,7 +108,7 @@ def _raise_on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 def run(args: argparse.Namespace, settings: Settings) -> None:
     # Imported lazily so `--help` stays fast.
-    from . import lifecycle, reaper
+    from . import lifecycle, reaper, timeline
 
     ctx = RunContext.from_env()
     aws = Aws()
@@ -123,7 +128,8 @@ def run(args: argparse.Namespace, settings: Settings) -> None:
         )  # fmt: skip
     elif args.command == "teardown":
         attempt = int(args.attempt) if args.attempt.strip().isdigit() else None
-        request = lifecycle.CostRequest(settings.root_volume_gb, args.mlflow_run_id, attempt)
+        phases = timeline.parse_phases(args.phase)
+        request = lifecycle.CostRequest(settings.root_volume_gb, args.mlflow_run_id, attempt, phases=phases)
         lifecycle.teardown(
             aws, github, region=args.region or settings.region, instance_id=args.instance_id,
             runner_id=args.runner_id, parameter=args.parameter, cost_request=request,

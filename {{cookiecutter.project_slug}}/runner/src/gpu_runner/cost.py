@@ -130,10 +130,10 @@ def log_to_mlflow(
         if run.get("info", {}).get("lifecycle_stage") == "deleted":
             log(f"warning: cost not logged: MLflow run {run_id} is deleted")
             return None
-        training = _latest(client.metric_history(run_id, TRAINING_SECONDS), attempt)
+        training = latest_at_step(client.metric_history(run_id, TRAINING_SECONDS), attempt)
         overhead = overhead_seconds(cost.billed_seconds, training or 0.0)
         # A re-run of the stop job must not add this attempt twice (the cost report sums the attempts).
-        if _latest(client.metric_history(run_id, "billed_seconds"), attempt) is not None:
+        if latest_at_step(client.metric_history(run_id, "billed_seconds"), attempt) is not None:
             log(f"cost of attempt {attempt} already logged to MLflow run {run_id}: not logged again")
             return overhead
         metrics, tags = mlflow_record(cost, overhead)
@@ -145,7 +145,7 @@ def log_to_mlflow(
     return overhead
 
 
-def _latest(history: list[dict[str, Any]], step: int) -> float | None:
+def latest_at_step(history: list[dict[str, Any]], step: int) -> float | None:
     """The value logged last at `step` (MLflow keeps every point; a retried write leaves several)."""
     points = [m for m in history if int(m.get("step", 0)) == step]
     latest = max(points, key=lambda m: int(m.get("timestamp", 0)), default=None)

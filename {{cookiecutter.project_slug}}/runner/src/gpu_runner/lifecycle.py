@@ -15,17 +15,18 @@ import os
 import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from botocore.exceptions import ClientError
 
-from . import cost, ec2, naming, offerings, parameters
+from . import cost, ec2, naming, offerings, parameters, timeline
 from .aws import Aws
 from .bootstrap import render_user_data
 from .errors import LaunchBlockedError, RegistrationTimeout, RunnerError
 from .github import GitHubRunners, Runner
+from .mlflow_rest import MlflowRest
 from .outputs import append_summary, write_outputs
 from .settings import Settings
 
@@ -33,6 +34,8 @@ Log = Callable[[str], None]
 # The instance must outlive its own max-lifetime shutdown a little before the reaper calls it expired.
 EXPIRY_MARGIN = timedelta(minutes=10)
 MINIMUM_BILLED_SECONDS = 60
+# The states after a terminate or stop call: StateTransitionReason then says when it was asked for.
+_ENDING_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
 
 
 @dataclass(frozen=True)
@@ -178,6 +181,24 @@ def _undo_launch(
             log(f"cleanup: {what} FAILED ({error}); the scheduled reaper will retry")
 
 
+# Between "is the runner online?" polls once the instance runs. Every second between the runner connecting and
+# `wait` noticing is billed GPU time before the train job can be scheduled, so the interval is short and fixed
+# (a backoff capped at 15 s noticed it up to 15 s late). Rate limit: GitHub gives a PAT or an App installation
+# token 5,000 requests per hour ("Rate limits for the REST API", docs.github.com, read 2026-12-01); one wait
+# costs at most wait_timeout_seconds / 3 + 1 requests (201 with the default 600 s), 4% of that budget.
+POLL_INTERVAL_SECONDS = 3.0
+_DEAD_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped", "gone"})
+
+
+@dataclass(frozen=True)
+class Online:
+    """The runner `wait` saw online, and when (the timeline's "runner online" phase)."""
+
+    runner: Runner
+    online_at: datetime  # when wait noticed it (at most POLL_INTERVAL_SECONDS after it connected)
+    seconds_after_launch: float  # online_at - the instance's LaunchTime
+
+
 def wait(
     settings: Settings,
     aws: Aws,
@@ -188,43 +209,96 @@ def wait(
     runner_id: int,
     timeout_seconds: float | None = None,
     log: Log = print,
-) -> Runner:
-    """Poll until the runner is online; fail fast when the instance dies; print its console on failure."""
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> Online:
+    """Poll until the runner is online; fail fast when the instance dies; print its console on failure.
+
+    GitHub is asked only once the instance is running (before that the runner cannot have connected), then
+    every POLL_INTERVAL_SECONDS. Writes runner-online-at (epoch seconds) and runner-online-seconds (after
+    launch) to the step outputs, for the stop job's timeline."""
     ec2_client = aws.client("ec2", region)
     timeout = settings.wait_timeout_seconds if timeout_seconds is None else timeout_seconds
-
-    def on_poll(elapsed: float, runner: Runner | None) -> None:
-        status = runner.status if runner else "not registered yet"
-        log(f"[{elapsed:5.0f} s] runner {runner_id}: {status}")
-        instance = ec2.describe(ec2_client, instance_id)
-        state = instance["State"]["Name"] if instance else "gone"
-        if state in {"shutting-down", "terminated", "stopping", "stopped", "gone"}:
-            reason = (instance or {}).get("StateReason", {}).get("Message", "")
-            raise RunnerError(f"instance {instance_id} is {state} ({reason}) before its runner came online")
-
-    started = time.monotonic()
+    started = clock()
+    seen = "instance not running yet"
     try:
-        runner = github.wait_until_online(runner_id, timeout, on_poll)
+        while True:
+            instance = _alive(ec2_client, instance_id)
+            elapsed = clock() - started
+            status = f"instance {instance['State']['Name']}"
+            if instance["State"]["Name"] == "running":
+                runner = github.get_runner(runner_id)
+                status = f"runner {runner.status}" if runner else "runner not registered (deleted?)"
+                if runner is not None and runner.status == "online":
+                    return _online(runner, instance, elapsed, log)
+            if status != seen:  # one line per change, not one per poll
+                log(f"[{elapsed:5.0f} s] runner {runner_id}: {status}")
+                seen = status
+            remaining = timeout - elapsed
+            if remaining <= 0:
+                raise RegistrationTimeout(
+                    f"runner {runner_id} did not come online within {timeout:.0f} s (last seen: {seen}). Check "
+                    "the instance's console output: the runner download, the JIT config hand-over or the network "
+                    "may have failed."
+                )
+            sleep(min(POLL_INTERVAL_SECONDS, remaining))
     except (RegistrationTimeout, RunnerError):
         log(f"--- console output of {instance_id} ---")
         log(ec2.console_output(ec2_client, instance_id) or "(empty: the instance has not written any yet)")
         log("--- end of console output ---")
         raise
-    log(f"runner {runner.name} online after {time.monotonic() - started:.0f} s")
-    return runner
 
 
-_TRANSITION_TIME = re.compile(r"\((\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) GMT\)")
+def _alive(ec2_client: Any, instance_id: str) -> dict[str, Any]:
+    """The instance as EC2 describes it; RunnerError when it is already going away (fail fast, not at timeout)."""
+    instance = ec2.describe(ec2_client, instance_id)
+    state = instance["State"]["Name"] if instance else "gone"
+    if instance is None or state in _DEAD_STATES:
+        reason = (instance or {}).get("StateReason", {}).get("Message", "")
+        raise RunnerError(f"instance {instance_id} is {state} ({reason}) before its runner came online")
+    return instance
 
 
-def billed_seconds(instance: dict[str, Any], now: datetime) -> int:
-    """Per-second billing from launch to termination (or now), with EC2's 60-second minimum."""
+def _online(runner: Runner, instance: Mapping[str, Any], waited: float, log: Log) -> Online:
+    online_at = datetime.now(UTC)
+    after_launch = max(0.0, (online_at - instance["LaunchTime"]).total_seconds())
+    log(
+        f"runner {runner.name} online {after_launch:.0f} s after launch (waited {waited:.0f} s, "
+        f"polling every {POLL_INTERVAL_SECONDS:.0f} s)"
+    )
+    write_outputs(
+        {"runner-online-at": f"{online_at.timestamp():.0f}", "runner-online-seconds": f"{after_launch:.0f}"}
+    )
+    return Online(runner, online_at, after_launch)
+
+
+# EC2 puts the time of a user-initiated stop or termination into StateTransitionReason, in GMT:
+# "User initiated (2018-06-26 07:19:42 GMT)" (real `aws ec2 describe-instances` output; the EC2 API reference,
+# Instance.StateTransitionReason, only says "The reason for the most recent state transition. This might be an
+# empty string"). moto writes UTC instead (getmoto/moto#7486 and moto/ec2/models/instances.py): both mean UTC+0.
+_TRANSITION_TIME = re.compile(r"\((\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) (?:GMT|UTC)\)")
+
+
+def transition_time(instance: Mapping[str, Any]) -> datetime | None:
+    """When EC2 says the instance was stopped or terminated, or None when the reason carries no time."""
+    match = _TRANSITION_TIME.search(str(instance.get("StateTransitionReason") or ""))
+    if match is None:
+        return None
+    return datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
+
+
+def billed_seconds(instance: Mapping[str, Any], now: datetime, log: Log | None = None) -> int:
+    """Per-second billing from launch to termination, with EC2's 60-second minimum.
+
+    The end is EC2's own termination time; when the reason carries none (still running, or a form we cannot
+    read), it is `now`: never less than launch-to-now, so an unreadable reason cannot shrink the bill."""
     launched: datetime = instance["LaunchTime"]
-    end = now
-    if instance["State"]["Name"] == "terminated":
-        match = _TRANSITION_TIME.search(instance.get("StateTransitionReason", ""))
-        if match:
-            end = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
+    end = transition_time(instance) if instance["State"]["Name"] in _ENDING_STATES else None
+    if end is None:
+        if instance["State"]["Name"] in _ENDING_STATES and log is not None:
+            reason = instance.get("StateTransitionReason") or "(empty)"
+            log(f"termination time not readable from {reason!r}: billed up to now")
+        end = now
     return max(MINIMUM_BILLED_SECONDS, math.ceil((end - launched).total_seconds()))
 
 
@@ -245,6 +319,8 @@ class CostRequest:
     mlflow_run_id: str = ""
     attempt: int | None = 1  # None: not a number (a hand-made dispatch input): not logged to MLflow
     env: Mapping[str, str] | None = None  # MLFLOW_* and GITHUB_STEP_SUMMARY; default os.environ
+    # The workflow's moments of this attempt (timeline.WORKFLOW_PHASES -> epoch seconds).
+    phases: Mapping[str, float] = field(default_factory=dict)
 
 
 def _delete_runner(github: GitHubRunners, runner_id: int) -> str:
@@ -254,8 +330,12 @@ def _delete_runner(github: GitHubRunners, runner_id: int) -> str:
 def _terminate(aws: Aws, region: str, instance_id: str) -> tuple[str, dict[str, Any] | None]:
     """The state after terminating, and the instance as described afterwards (None when already gone)."""
     client = aws.client("ec2", region)
-    if ec2.describe(client, instance_id) is None:
+    before = ec2.describe(client, instance_id)
+    if before is None:
         return "already gone", None
+    # A re-run: nothing to end, but still priced from EC2's record.
+    if before["State"]["Name"] == "terminated":
+        return "already gone", before
     state = ec2.terminate(client, instance_id)
     return state, ec2.describe(client, instance_id)
 
@@ -282,7 +362,35 @@ def _account_cost(
         return None
     log(line)
     append_summary(line, env)
+    _account_timeline(instance, request, env, log)
     return estimate
+
+
+def _account_timeline(
+    instance: Mapping[str, Any], request: CostRequest, env: Mapping[str, str], log: Log
+) -> None:
+    """The attempt's phase timeline to MLflow (step = attempt) and the job summary. Never raises."""
+    try:
+        launched = instance["LaunchTime"].timestamp()
+        terminated = (transition_time(instance) or datetime.now(UTC)).timestamp()
+        client = MlflowRest.from_env(env)
+        record: timeline.Timeline | None = None
+        if client is not None and request.mlflow_run_id and request.attempt is not None:
+            training = cost.latest_at_step(
+                client.metric_history(request.mlflow_run_id, cost.TRAINING_SECONDS), request.attempt
+            )
+            record = timeline.log_to_mlflow(
+                client, request.mlflow_run_id, attempt=request.attempt, launched=launched,
+                terminated=terminated, phases=request.phases, training_seconds=training, log=log,
+            )  # fmt: skip
+        if record is None:
+            record = timeline.Timeline(launched, terminated, request.phases)
+        text = timeline.summary(record, attempt=request.attempt or 0)
+    except Exception as error:  # a timeline is not worth a failed teardown
+        log(f"warning: timeline not recorded: {type(error).__name__}: {error}")
+        return
+    log(text.strip())
+    append_summary(text, env)
 
 
 def _delete_parameter(aws: Aws, region: str, parameter: str) -> str:
@@ -301,9 +409,14 @@ def teardown(
     now: datetime | None = None,
     log: Log = print,
 ) -> TeardownReport:
-    """Idempotent: deregister, terminate, delete the parameter; each step runs even when another one failed.
-    With a cost request, then price the terminated instance and log it (never failing the teardown)."""
-    now = now or datetime.now(UTC)
+    """Idempotent: terminate, deregister, delete the parameter; each step runs even when another one failed.
+    With a cost request, then price the terminated instance and log it (never failing the teardown).
+
+    Terminate first: it ends the bill and any job on the instance. Deregistering first kept a GPU billing while
+    GitHub was slow (13 s longer when every DELETE answered 503, 271 s longer while a busy runner answered 422
+    until busy_timeout_seconds, measured beside machulav/ec2-github-runner, which terminates first). Once its
+    machine is gone a busy runner goes offline, so the delete's 422 retries end by themselves.
+    `now` (tests): the time the termination is billed up to when EC2's own termination time is unreadable."""
     problems: dict[str, str] = {}
     states = {"runner": "not given", "instance": "not given", "parameter": "not given"}
     billed: int | None = None
@@ -312,27 +425,25 @@ def teardown(
     def attempt(what: str, step: Callable[[], str]) -> None:
         try:
             states[what] = step()
-            problems.pop(what, None)
         except Exception as error:  # never skip the remaining steps: each one removes something
             states[what] = f"FAILED ({error})"
             problems[what] = str(error)
 
-    if runner_id is not None:
-        attempt("runner", lambda: _delete_runner(github, runner_id))
     if instance_id:
 
         def terminate_step() -> str:
             nonlocal billed, described
             state, described = _terminate(aws, region, instance_id)
-            billed = billed_seconds(described, now) if described else None
+            # Taken after the terminate call: a fallback end time never bills less than launch-to-now.
+            ended = now or datetime.now(UTC)
+            billed = billed_seconds(described, ended, log=log) if described else None
             return state
 
         attempt("instance", terminate_step)
+    if runner_id is not None:
+        attempt("runner", lambda: _delete_runner(github, runner_id))
     if parameter:
         attempt("parameter", lambda: _delete_parameter(aws, region, parameter))
-    if "runner" in problems and runner_id is not None:
-        # A busy runner whose machine is now gone turns offline and can be deleted: one more try.
-        attempt("runner", lambda: _delete_runner(github, runner_id))
 
     report = TeardownReport(states["runner"], states["instance"], states["parameter"], billed)
     log(

@@ -1,7 +1,14 @@
 """The scheduled safety net: remove what a crashed or skipped `stop` job left behind.
 
-It only ever looks at resources that carry our marks: instances tagged gpu-runner:managed-by + this project,
+It only ever looks at resources that carry our marks: instances tagged gpu-runner:managed-by + this project (and
+launched with our instance profile, when one is configured: tags alone can be copied by anyone who may tag),
 runners whose name starts with our prefix, parameters below our SSM prefix. Anything else is invisible to it.
+
+An instance is terminated when it is past its expires-at, when its runner is gone, or when its runner registered
+but never came online within wait_timeout_seconds plus a margin (the start job failed and its stop job never ran:
+without this rule it billed until its expiry, ~190 minutes). It never touches a busy runner's instance: that
+runner is deregistered first, which GitHub refuses (422) while a job runs, and only then is the instance
+terminated (terraform-aws-github-runner#4391 killed running jobs as orphans; #5085: deregister before terminate).
 """
 
 from __future__ import annotations
@@ -13,10 +20,14 @@ from typing import Any
 
 from . import ec2, naming, parameters
 from .aws import Aws
-from .github import GitHubRunners
+from .errors import RunnerError
+from .github import GitHubRunners, Runner
 from .settings import Settings
 
 LIVE_STATES = ["pending", "running", "stopping", "stopped"]
+# After wait_timeout_seconds the start job has given up on the runner; the margin covers GitHub's runners API
+# lagging behind a fresh registration (terraform-aws-github-runner#4391) and the wait step's last poll.
+NEVER_ONLINE_MARGIN = timedelta(minutes=5)
 
 
 @dataclass
@@ -49,6 +60,53 @@ def _expired(tags: dict[str, str], now: datetime) -> bool:
     return expires <= now
 
 
+def launched_with_profile(instance: dict[str, Any], profile: str) -> bool:
+    """True when no profile is configured, or the instance carries it (by ARN, or by name at the ARN's end)."""
+    if not profile:
+        return True
+    arn = str(instance.get("IamInstanceProfile", {}).get("Arn", ""))
+    return arn == profile if profile.startswith("arn:") else arn.rpartition("/")[2] == profile
+
+
+def _never_came_online(runner: Runner, tags: dict[str, str]) -> bool:
+    """Registered for this very instance (same name), offline and idle: no job can be running on it."""
+    return runner.name == tags.get("Name") and runner.status == "offline" and not runner.busy
+
+
+def _why_orphaned(
+    github: GitHubRunners,
+    instance: dict[str, Any],
+    tags: dict[str, str],
+    now: datetime,
+    grace: timedelta,
+    never_online_after: timedelta,
+    report: ReapReport,
+    log: Callable[[str], None],
+) -> str | None:
+    """Why this instance of ours should be terminated, or None to keep it."""
+    if _expired(tags, now):
+        return "past its expires-at"
+    runner_id, age = tags.get(naming.TAG_RUNNER_ID, ""), now - instance["LaunchTime"]
+    if not runner_id.isdigit() or age <= min(grace, never_online_after):
+        return None
+    runner = github.get_runner(int(runner_id))
+    if runner is None:
+        return "its runner is gone" if age > grace else None
+    if age <= never_online_after or not _never_came_online(runner, tags):
+        return None
+    # Deregister first: GitHub refuses while a job runs (422), and a deleted runner can take no job, so the
+    # instance cannot have become busy between our look and its termination.
+    try:
+        github.delete_runner(runner.id)
+    except RunnerError as error:
+        log(f"kept {instance['InstanceId']}: its runner {runner.name} could not be removed ({error})")
+        return None
+    report.runners_deleted.append(runner.name)
+    log(f"deleted runner {runner.name} (id {runner.id}): registered but never online")
+    minutes = never_online_after.total_seconds() / 60
+    return f"its runner registered but was not online {minutes:.0f} min after launch"
+
+
 def reap(
     settings: Settings,
     aws: Aws,
@@ -60,6 +118,7 @@ def reap(
 ) -> ReapReport:
     now = now or datetime.now(UTC)
     grace = timedelta(minutes=settings.reap_grace_minutes)
+    never_online_after = timedelta(seconds=settings.wait_timeout_seconds) + NEVER_ONLINE_MARGIN
     report = ReapReport()
     live_run_keys: set[str] = set()
 
@@ -67,13 +126,11 @@ def reap(
         client = aws.client("ec2", region)
         for instance in our_instances(client, settings.project):
             tags, instance_id = _tags(instance), instance["InstanceId"]
-            runner_id = tags.get(naming.TAG_RUNNER_ID, "")
-            old_enough = now - instance["LaunchTime"] > grace
-            if _expired(tags, now):
-                reason = "past its expires-at"
-            elif old_enough and runner_id.isdigit() and github.get_runner(int(runner_id)) is None:
-                reason = "its runner is gone"
-            else:
+            if not launched_with_profile(instance, settings.instance_profile):
+                log(f"ignored {instance_id} in {region}: our tags but not our instance profile")
+                continue
+            reason = _why_orphaned(github, instance, tags, now, grace, never_online_after, report, log)
+            if reason is None:
                 live_run_keys.add(naming.run_key_of_runner(tags.get(naming.TAG_LABEL, "")) or "")
                 report.kept.append(instance_id)
                 continue
