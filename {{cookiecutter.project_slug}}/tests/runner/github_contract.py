@@ -24,11 +24,11 @@ from openapi_schema_validator import OAS30Validator, oas30_format_checker
 
 CONTRACT_FILE = Path(__file__).resolve().parents[1] / "contracts" / "github-openapi.json"
 
-# Error statuses GitHub can answer on any endpoint although an operation's description does not list them
-# (docs.github.com "Troubleshooting the REST API", read 2026-12-01: 401 bad credentials, 403 missing permission
-# or secondary rate limit, 404 for a resource (or repository) the credential cannot see, 422 validation,
-# 429 rate limit, 5xx server errors). Their body is the description's `basic-error`. Any other status an
-# operation does not list (a 200 from a DELETE, a 201 from a dispatch, a redirect) is a violation.
+# Error statuses GitHub can answer on any endpoint although an operation's description does not list them:
+# 403/429 for a primary or secondary rate limit and 404 for a private resource the credential cannot see
+# (docs.github.com "Troubleshooting the REST API", read 2026-12-01), and GitHub's generic 400/401/422/5xx.
+# Their body is the description's `basic-error`. Any other status an operation does not list (a 200 from a
+# DELETE, a 201 from a dispatch, a redirect) is a violation.
 GENERIC_ERROR_STATUSES = frozenset({400, 401, 403, 404, 422, 429, 500, 502, 503, 504})
 
 

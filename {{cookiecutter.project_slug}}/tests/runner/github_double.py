@@ -481,7 +481,8 @@ class GitHubDouble:
         if permissions.get(name) == "write" or (level == "read" and permissions.get(name) == "read"):
             return
         # GitHub's wording differs by token kind, and it names the permission it wanted in a header
-        # (docs.github.com "Troubleshooting the REST API": X-Accepted-GitHub-Permissions).
+        # (X-Accepted-GitHub-Permissions: docs.github.com "Permissions required for fine-grained personal
+        # access tokens").
         kind = "personal access token" if credential.startswith("github_pat_") else "integration"
         raise _HttpError(
             403,
@@ -579,9 +580,9 @@ class GitHubDouble:
             "login": login, "id": 1, "node_id": "MDEyOk9yZ2FuaXphdGlvbjE=", "type": kind, "site_admin": False,
             "avatar_url": "https://avatars.githubusercontent.com/u/1?v=4", "gravatar_id": "",
             "url": api, "html_url": f"https://github.com/{login}", "followers_url": f"{api}/followers",
-            "following_url": f"{api}/following{{/other_user}}", "gists_url": f"{api}/gists{{/gist_id}}",
-            "starred_url": f"{api}/starred{{/owner}}{{/repo}}", "subscriptions_url": f"{api}/subscriptions",
-            "organizations_url": f"{api}/orgs", "repos_url": f"{api}/repos", "events_url": f"{api}/events{{/privacy}}",
+            "following_url": api + "/following{/other_user}", "gists_url": api + "/gists{/gist_id}",
+            "starred_url": api + "/starred{/owner}{/repo}", "subscriptions_url": f"{api}/subscriptions",
+            "organizations_url": f"{api}/orgs", "repos_url": f"{api}/repos", "events_url": api + "/events{/privacy}",
             "received_events_url": f"{api}/received_events",
         }  # fmt: skip
 
