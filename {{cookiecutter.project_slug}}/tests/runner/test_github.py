@@ -407,7 +407,7 @@ def test_dispatch_answers_as_the_description_says(github_double: GitHubDouble) -
         (None, r"GitHub answered 404 Not Found \(octo-org/octo-repo has no workflow nope.yml"),
         (
             (422, "Workflow does not have 'workflow_dispatch' trigger"),
-            r"GitHub answered 422 Workflow does not have 'workflow_dispatch' trigger \(train.yml on train/demo",
+            r"GitHub answered 422 Workflow does not have 'workflow_dispatch' trigger \(train/demo does not exist",
         ),
         (
             (503, "Service Unavailable"),

@@ -413,9 +413,12 @@ def _dispatch_refusal(error: GithubException, repository: str, workflow: str, re
         401: "the GITHUB_TOKEN passed to the stop job is wrong or expired",
         403: "the stop job needs `permissions: actions: write`",
         404: f"{repository} has no workflow {workflow} visible to this token",
-        422: f"{workflow} on {ref} has no workflow_dispatch trigger, or an input it does not declare was sent",
+        422: f"{ref} does not exist, {workflow} there has no workflow_dispatch trigger, or an input it does "
+        "not declare was sent",
     }.get(status, "GitHub may be degraded (https://www.githubstatus.com); rerun the stop job")
-    if status >= 500:
+    if isinstance(error, RateLimitExceededException) or status == 429:
+        hint = "GitHub's rate limit for this token is exhausted; rerun the stop job later"
+    elif status >= 500:
         hint = f"still failing after {_HTTP_ATTEMPTS} attempts: {hint}"
     return f"could not re-dispatch {workflow} on {ref}: GitHub answered {status} {_github_message(error)} ({hint})"
 
