@@ -57,10 +57,12 @@ DEFAULT_TOKENS: dict[str, dict[str, str]] = {
     READ_ONLY_TOKEN: {"administration": "read", "metadata": "read"},
     WORKFLOW_TOKEN: {"actions": "write", "metadata": "read"},
 }
-# The permission each operation asks of a token (docs.github.com "Permissions required for fine-grained
-# personal access tokens" and each endpoint's "Fine-grained access tokens for ..." section, read 2026-12-01:
-# self-hosted runners = "Administration" read to list/get, write to create/delete; "Create a workflow
-# dispatch event" = "Actions" write). Keyed by the description's operationIds.
+# The permission each operation asks of a token, keyed by the description's operationIds: the endpoint pages'
+# "Fine-grained access tokens for ..." sections and docs.github.com "Permissions required for fine-grained
+# personal access tokens" (self-hosted runners = "Administration": read to list/get, write to create/delete;
+# "Create a workflow dispatch event" = "Actions": write). Not machine-checked: the OpenAPI description does not
+# carry permissions, and the dispatch row was taken from the issue (#12) and the GITHUB_TOKEN docs
+# ("actions: write"), not re-read verbatim on 2026-12-01.
 REQUIRED_PERMISSIONS: dict[str, tuple[str, str]] = {
     "actions/list-self-hosted-runners-for-repo": ("administration", "read"),
     "actions/get-self-hosted-runner-for-repo": ("administration", "read"),
