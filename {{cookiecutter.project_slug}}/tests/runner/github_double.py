@@ -5,10 +5,17 @@ codes and headers follow docs.github.com ("REST API endpoints for self-hosted ru
 with `labels: [{id, name, type}]`, `{"total_count", "runners"}` pages with a `Link` header, 201/204/404/409/422
 where GitHub answers them, `x-ratelimit-*` headers on every response, 401 "Bad credentials" for unknown tokens.
 GitHub App auth is checked for real: the JWT must be RS256-signed with the App key (generated at runtime, never
-stored) before an installation token is issued, and runner endpoints accept only known tokens.
+stored) and follow GitHub's claim rules before an installation token is issued, and every endpoint asks the
+permission GitHub asks of the token presented.
+
+Every request and every response is checked against GitHub's REST description (tests/contracts/
+github-openapi.json, extracted from npm `@octokit/openapi` by scripts/extract_github_openapi.py; see
+github_contract.py): a request the description refuses is answered 422 as GitHub does, a response it does not
+allow becomes a 500, and both are recorded as violations that `stop()` raises unless a test took them with
+`take_violations()`. A route outside the description is never served.
 
 Test controls are plain, thread-safe methods: `set_status`, `stay_busy_for`, `online_after`, `fail`, plus the
-`runners`, `calls`, `requests` and `issued_jit_configs` views.
+`runners`, `calls`, `requests`, `dispatches` and `issued_jit_configs` views.
 """
 
 from __future__ import annotations
@@ -34,12 +41,50 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+from github_contract import Contract, ContractViolation, Operation, default_contract
 from jit_config_double import encoded_jit_config
 
 DEFAULT_REPOSITORY = "octo-org/octo-repo"
-DEFAULT_TOKEN = "github_pat_test_0123456789abcdef"  # fake fine-grained PAT with Administration: write
-READ_ONLY_TOKEN = "github_pat_readonly_0123456789"  # fake PAT with Administration: read only
+# Fake fine-grained PATs, each with the repository permissions GitHub would have granted it.
+# Administration: write + Actions: write (the tests' all-rounder: the harness passes it as both tokens)
+DEFAULT_TOKEN = "github_pat_test_0123456789abcdef"
+RUNNERS_TOKEN = "github_pat_runners_0123456789ab"  # Administration: write only (what the README asks for)
+READ_ONLY_TOKEN = "github_pat_readonly_0123456789"  # Administration: read only
+# The workflow's GITHUB_TOKEN with `permissions: actions: write`: an installation token of the Actions app.
+WORKFLOW_TOKEN = "ghs_workflow_0123456789abcdefghijklmnop"
+DEFAULT_TOKENS: dict[str, dict[str, str]] = {
+    DEFAULT_TOKEN: {"administration": "write", "actions": "write", "metadata": "read"},
+    RUNNERS_TOKEN: {"administration": "write", "metadata": "read"},
+    READ_ONLY_TOKEN: {"administration": "read", "metadata": "read"},
+    WORKFLOW_TOKEN: {"actions": "write", "metadata": "read"},
+}
+# The permission each operation asks of a token, keyed by the description's operationIds: the endpoint pages'
+# "Fine-grained access tokens for ..." sections and docs.github.com "Permissions required for fine-grained
+# personal access tokens" (self-hosted runners = "Administration": read to list/get, write to create/delete;
+# "Create a workflow dispatch event" = "Actions": write). Not machine-checked: the OpenAPI description does not
+# carry permissions, and the dispatch row was taken from the issue (#12) and the GITHUB_TOKEN docs
+# ("actions: write"), not re-read verbatim on 2026-12-01.
+REQUIRED_PERMISSIONS: dict[str, tuple[str, str]] = {
+    "actions/list-self-hosted-runners-for-repo": ("administration", "read"),
+    "actions/get-self-hosted-runner-for-repo": ("administration", "read"),
+    "actions/generate-runner-jitconfig-for-repo": ("administration", "write"),
+    "actions/delete-self-hosted-runner-from-repo": ("administration", "write"),
+    "actions/create-workflow-dispatch": ("actions", "write"),
+}
 DEFAULT_APP_ID = 424242
+DEFAULT_CLIENT_ID = "Iv23liGpuRunnerTest01"  # a GitHub App's client id (Iv23li...), the recommended JWT `iss`
+# docs.github.com "Generating a JSON Web Token (JWT) for a GitHub App" (read 2026-12-01): `exp` "must be no more
+# than 10 minutes into the future"; `iat` is the creation time, which clients set 60 s in the past against clock
+# drift (PyGithub does); `iss` is "the client ID or application ID". GitHub's tolerance for an `iat` ahead of its
+# clock is not documented: the double allows none beyond PyJWT's leeway, so a client that follows the docs
+# passes and one that does not fails here rather than on a real clock. An exp of exactly 600 s from a clock a
+# few seconds behind GitHub's is refused for real (Link-/gh-token#69, 2026-03).
+JWT_MAX_LIFETIME_SECONDS = 600
+JWT_LEEWAY_SECONDS = 5
+# GitHub Actions' pagination: per_page above 100 is reduced to 100 without an error (docs.github.com "Using
+# pagination in the REST API"); 0 or a negative value falls back to the default 30 (observed 2026-01-12 on
+# the issues list, derrickscottux-collab/github-issues-openapi-portfolio "Pagination and Filtering").
+PER_PAGE_DEFAULT, PER_PAGE_MAX = 30, 100
 DOCS = "https://docs.github.com/rest/actions/self-hosted-runners"
 # Labels the runner application sets itself; GitHub reports them as "read-only", everything else as "custom".
 DEFAULT_LABELS = {"self-hosted", "linux", "x64", "arm64", "arm", "windows", "macos"}
@@ -87,14 +132,21 @@ class _OnlineRule:
 
 
 class _HttpError(Exception):
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None, body: Any = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        headers: dict[str, str] | None = None,
+        body: Any = None,
+        documentation_url: str = DOCS,
+    ):
         super().__init__(message)
         self.status = status
         self.headers = headers or {}
         self.body = (
             body
             if body is not None
-            else {"message": message, "documentation_url": DOCS, "status": str(status)}
+            else {"message": message, "documentation_url": documentation_url, "status": str(status)}
         )
 
 
@@ -126,17 +178,23 @@ class GitHubDouble:
     def __init__(
         self,
         repositories: Iterable[str] = (DEFAULT_REPOSITORY,),
-        tokens: dict[str, str] | None = None,
+        tokens: dict[str, str | dict[str, str]] | None = None,
         app_id: int = DEFAULT_APP_ID,
         app_repositories: Iterable[str] | None = None,
         app_permissions: dict[str, str] | None = None,
+        contract: Contract | None = None,
     ) -> None:
-        """`tokens` maps a PAT to its Administration permission ("write" or "read"); the App is installed on
-        `app_repositories` (default: all) with `app_permissions` (default: administration write)."""
+        """`tokens` maps a token to its repository permissions ({"administration": "write", ...}; a plain
+        "write"/"read" is the Administration permission alone); the App is installed on `app_repositories`
+        (default: all) with `app_permissions` (default: administration write). `contract` is GitHub's REST
+        description for our operations (default: tests/contracts/github-openapi.json)."""
         self._lock = threading.RLock()
         self.repositories = {r.lower(): r for r in repositories}
-        self.tokens: dict[str, str] = dict(tokens or {DEFAULT_TOKEN: "write", READ_ONLY_TOKEN: "read"})
+        self.tokens: dict[str, str | dict[str, str]] = dict(tokens or DEFAULT_TOKENS)
+        self.contract = contract or default_contract()
+        self._violations: list[str] = []
         self.app_id = app_id
+        self.client_id = DEFAULT_CLIENT_ID
         self.app_repositories = {r.lower() for r in (app_repositories or self.repositories)}
         self.app_permissions = dict(app_permissions or {"administration": "write", "metadata": "read"})
         self.installation_ids = {
@@ -159,6 +217,9 @@ class GitHubDouble:
         # workflow_dispatch: the repository's workflow files, and every dispatch accepted (in order).
         self.workflows = {"train.yml": 161335, "reap.yml": 161336}
         self.dispatches: list[dict[str, Any]] = []
+        self._run_ids = itertools.count(30433642)
+        # The run ids handed out, for the dispatches that asked for return_run_details.
+        self.dispatched_runs: list[int] = []
 
     # ------------------------------------------------------------------ server lifecycle
     def start(self) -> GitHubDouble:
@@ -172,8 +233,20 @@ class GitHubDouble:
         return self
 
     def stop(self) -> None:
-        if self._server is None:
-            return
+        """Stop serving; raise ContractViolation if a request or response broke GitHub's description and no
+        test took the violation (take_violations)."""
+        if self._server is not None:
+            self._shutdown()
+        with self._lock:
+            violations, self._violations = self._violations, []
+        if violations:
+            raise ContractViolation(
+                "the GitHub double saw requests or responses GitHub's REST description does not allow:\n- "
+                + "\n- ".join(violations)
+            )
+
+    def _shutdown(self) -> None:
+        assert self._server is not None
         self._server.shutdown()
         with self._lock:
             connections = list(self._connections)
@@ -285,6 +358,12 @@ class GitHubDouble:
                 _Fault(method.upper(), re.compile(path_regex), status, times, headers or {}, body)
             )
 
+    def take_violations(self) -> list[str]:
+        """The contract violations seen so far (and forget them): a test that plants one asserts on it here."""
+        with self._lock:
+            violations, self._violations = self._violations, []
+        return violations
+
     def revoke(self, token: str) -> None:
         with self._lock:
             self.tokens.pop(token, None)
@@ -303,53 +382,125 @@ class GitHubDouble:
             body = raw_body.decode(errors="replace")
         scheme, _, credential = (headers.get("Authorization") or "").partition(" ")
         scheme = scheme.lower()
+        matched = self.contract.match(method, path)
+        op, path_params = matched if matched else (None, {})
         with self._lock:
             try:
                 if not isinstance(body, dict | None):
                     raise _HttpError(400, "Problems parsing JSON")
-                status, extra, payload = self._dispatch(method, path, query, body, scheme, credential)
+                status, extra, payload = self._dispatch(
+                    method, path, query, body, scheme, credential, op, path_params
+                )
             except _HttpError as error:
                 status, extra, payload = error.status, error.headers, error.body
+            problems = self.contract.check_response(op, status, payload)
+            if problems:  # a double bug: never let the client see an answer GitHub would not give
+                where = op.operation_id if op else f"{method} {path}"
+                self._violations += [f"response of {where} ({status}): {p}" for p in problems]
+                status, extra = 500, {}
+                payload = {"message": f"GitHub double: answer violates GitHub's REST description: {problems}"}
             self._requests.append(Request(method, path, query, body, status, scheme, credential))
             extra = {**self._rate_headers(credential), **extra}
         return status, extra, payload
 
     def _dispatch(
-        self, method: str, path: str, query: dict[str, str], body: dict | None, scheme: str, credential: str
+        self,
+        method: str,
+        path: str,
+        query: dict[str, str],
+        body: dict | None,
+        scheme: str,
+        credential: str,
+        op: Operation | None,
+        path_params: dict[str, str],
     ) -> tuple[int, dict[str, str], Any]:
         for fault in self._faults:
             if fault.times > 0 and fault.method == method and fault.path.search(path):
                 fault.times -= 1
                 default = {"message": _REASONS.get(fault.status, "Error"), "documentation_url": DOCS}
                 return fault.status, fault.headers, fault.body if fault.body is not None else default
-
+        # A route outside the description still reaches the handlers (so a route added to the double without
+        # its operation in scripts/extract_github_openapi.py is caught by handle(), not hidden behind a 404).
         if path.startswith("/app/") or re.fullmatch(r"/repos/[^/]+/[^/]+/installation", path):
-            return self._app_endpoint(method, path, scheme, credential)
+            self._verify_jwt(scheme, credential)
+            if op is not None:
+                self._check_request(op, path_params, query, body)
+            return self._app_endpoint(method, path)
 
-        permission = self._authenticate(scheme, credential)
+        permissions = self._authenticate(scheme, credential)
         if match := re.fullmatch(r"/repos/([^/]+)/([^/]+)(/.*)?", path):
             repo = f"{match[1]}/{match[2]}".lower()
             if repo not in self.repositories or not self._can_see(credential, repo):
                 raise _HttpError(404, "Not Found")
-            return self._repo_endpoint(method, repo, match[3] or "", query, body, permission)
+            if op is not None:
+                self._authorize(op, credential, permissions)
+                self._check_request(op, path_params, query, body)
+            return self._repo_endpoint(method, repo, match[3] or "", query, body)
         raise _HttpError(404, "Not Found")
 
+    def _check_request(
+        self, op: Operation, path_params: dict[str, str], query: dict[str, str], body: dict | None
+    ) -> None:
+        """A request the description refuses: recorded (a client bug or a planted one) and answered as GitHub
+        answers a body its schema refuses, 422 with the reasons."""
+        problems = self.contract.check_request(op, path_params, query, body)
+        if problems:
+            self._violations += [f"request to {op.operation_id}: {p}" for p in problems]
+            message = "Invalid request.\n\n" + "\n".join(problems)
+            raise _HttpError(
+                422,
+                message,
+                body={
+                    "message": message,
+                    "errors": problems,
+                    "documentation_url": op.documentation_url,
+                    "status": "422",
+                },
+            )
+
     # ------------------------------------------------------------------ auth
-    def _authenticate(self, scheme: str, credential: str) -> str:
+    def _authenticate(self, scheme: str, credential: str) -> dict[str, str]:
+        """The repository permissions of the token presented (401 for none, or an unknown or expired one)."""
         if scheme not in ("token", "bearer") or not credential:
             raise _HttpError(401, "Requires authentication")
         if credential in self.tokens:
-            return self.tokens[credential]
+            granted = self.tokens[credential]
+            return (
+                dict(granted)
+                if isinstance(granted, dict)
+                else {"administration": granted, "metadata": "read"}
+            )
         expiry = self.installation_tokens.get(credential)
         if expiry is not None and expiry > datetime.now(UTC):
-            return self.app_permissions.get("administration", "none")
+            return dict(self.app_permissions)
         raise _HttpError(401, "Bad credentials")
+
+    def _authorize(self, op: Operation, credential: str, permissions: dict[str, str]) -> None:
+        """403 unless the token holds the permission GitHub asks for this operation (write includes read)."""
+        needed = REQUIRED_PERMISSIONS.get(op.operation_id)
+        if needed is None:
+            return
+        name, level = needed
+        if permissions.get(name) == "write" or (level == "read" and permissions.get(name) == "read"):
+            return
+        # GitHub's wording differs by token kind, and it names the permission it wanted in a header
+        # (X-Accepted-GitHub-Permissions: docs.github.com "Permissions required for fine-grained personal
+        # access tokens").
+        kind = "personal access token" if credential.startswith("github_pat_") else "integration"
+        raise _HttpError(
+            403,
+            f"Resource not accessible by {kind}",
+            headers={"X-Accepted-GitHub-Permissions": f"{name}={level}"},
+            documentation_url=op.documentation_url,
+        )
 
     def _can_see(self, credential: str, repo: str) -> bool:
         # An installation token only reaches the repositories the App is installed on.
         return credential not in self.installation_tokens or repo in self.app_repositories
 
     def _verify_jwt(self, scheme: str, credential: str) -> None:
+        """GitHub's rules for an App JWT (see JWT_MAX_LIFETIME_SECONDS), with GitHub's 401 messages (as
+        clients quote them: rocq-prover/bot#204, octokit/auth-app.js's tests)."""
         if scheme != "bearer" or not credential:
             raise _HttpError(401, "A JSON web token could not be decoded")
         try:
@@ -357,20 +508,29 @@ class GitHubDouble:
                 credential,
                 app_private_key().public_key(),
                 algorithms=["RS256"],
-                options={"require": ["iat", "exp", "iss"]},
-                leeway=5,
+                options={"require": ["iat", "exp", "iss"], "verify_exp": False, "verify_iat": False},
             )
         except jwt.PyJWTError as error:
             raise _HttpError(401, f"A JSON web token could not be decoded ({type(error).__name__})") from None
-        if str(claims["iss"]) != str(self.app_id):
-            raise _HttpError(401, "Integration not found")
-        if claims["exp"] - claims["iat"] > 660:  # GitHub: at most 10 minutes (PyGithub backdates iat 60 s)
+        now = time.time()
+        iat, exp = claims["iat"], claims["exp"]
+        if not isinstance(iat, int) or iat > now + JWT_LEEWAY_SECONDS:
+            raise _HttpError(
+                401,
+                "'Issued at' claim ('iat') must be an Integer representing the time that the assertion was issued",
+            )
+        if not isinstance(exp, int | float) or exp <= now:
+            raise _HttpError(
+                401,
+                "'Expiration time' claim ('exp') must be a numeric value representing the future time at which "
+                "the assertion expires",
+            )
+        if exp > now + JWT_MAX_LIFETIME_SECONDS:
             raise _HttpError(401, "'Expiration time' claim ('exp') is too far in the future")
+        if str(claims["iss"]) not in (str(self.app_id), self.client_id):
+            raise _HttpError(401, "Integration not found")
 
-    def _app_endpoint(
-        self, method: str, path: str, scheme: str, credential: str
-    ) -> tuple[int, dict[str, str], Any]:
-        self._verify_jwt(scheme, credential)
+    def _app_endpoint(self, method: str, path: str) -> tuple[int, dict[str, str], Any]:
         if method == "GET" and (match := re.fullmatch(r"/repos/([^/]+)/([^/]+)/installation", path)):
             repo = f"{match[1]}/{match[2]}".lower()
             if repo not in self.app_repositories:
@@ -396,7 +556,7 @@ class GitHubDouble:
         installation_id = self.installation_ids[repo]
         return {
             "id": installation_id,
-            "account": {"login": owner, "id": 1, "type": "Organization", "url": f"{self.url}/users/{owner}"},
+            "account": self._simple_user(owner, "Organization"),
             "repository_selection": "selected",
             "access_tokens_url": f"{self.url}/app/installations/{installation_id}/access_tokens",
             "repositories_url": f"{self.url}/installation/repositories",
@@ -416,41 +576,30 @@ class GitHubDouble:
             "suspended_at": None,
         }
 
+    def _simple_user(self, login: str, kind: str) -> dict[str, Any]:
+        """The description's `simple-user` (an installation's account), every required field present."""
+        api = f"{self.url}/users/{login}"
+        return {
+            "login": login, "id": 1, "node_id": "MDEyOk9yZ2FuaXphdGlvbjE=", "type": kind, "site_admin": False,
+            "avatar_url": "https://avatars.githubusercontent.com/u/1?v=4", "gravatar_id": "",
+            "url": api, "html_url": f"https://github.com/{login}", "followers_url": f"{api}/followers",
+            "following_url": api + "/following{/other_user}", "gists_url": api + "/gists{/gist_id}",
+            "starred_url": api + "/starred{/owner}{/repo}", "subscriptions_url": f"{api}/subscriptions",
+            "organizations_url": f"{api}/orgs", "repos_url": f"{api}/repos", "events_url": api + "/events{/privacy}",
+            "received_events_url": f"{api}/received_events",
+        }  # fmt: skip
+
     # ------------------------------------------------------------------ repository endpoints
     def _repo_endpoint(
-        self, method: str, repo: str, rest: str, query: dict[str, str], body: dict | None, permission: str
+        self, method: str, repo: str, rest: str, query: dict[str, str], body: dict | None
     ) -> tuple[int, dict[str, str], Any]:
-        if rest == "" and method == "GET":
-            owner, _, name = self.repositories[repo].partition("/")
-            return 200, {}, {
-                "id": 1296269,
-                "name": name,
-                "full_name": self.repositories[repo],
-                "owner": {"login": owner, "id": 1, "type": "Organization"},
-                "private": True,
-                "html_url": f"https://github.com/{self.repositories[repo]}",
-                "url": f"{self.url}/repos/{self.repositories[repo]}",
-            }  # fmt: skip
+        """Runs after authentication, visibility, permission and the request's schema were checked."""
         if rest.startswith("/actions/workflows/"):
-            return self._workflow_endpoint(method, repo, rest, body, permission)
-        if not rest.startswith("/actions/runners"):
-            raise _HttpError(404, "Not Found")
-        if permission not in ("read", "write"):
-            raise _HttpError(403, "Resource not accessible by integration")
-        writes = method in ("POST", "DELETE", "PUT", "PATCH")
-        if writes and permission != "write":
-            raise _HttpError(403, "Resource not accessible by personal access token")
-
+            return self._workflow_endpoint(method, repo, rest, body or {})
         if rest == "/actions/runners" and method == "GET":
             return self._list(repo, query)
         if rest == "/actions/runners/generate-jitconfig" and method == "POST":
             return self._generate_jitconfig(repo, body or {})
-        if (
-            rest in ("/actions/runners/registration-token", "/actions/runners/remove-token")
-            and method == "POST"
-        ):
-            expires = (datetime.now(UTC) + timedelta(hours=1)).isoformat(timespec="milliseconds")
-            return 201, {}, {"token": secrets.token_hex(15).upper(), "expires_at": expires}
         if match := re.fullmatch(r"/actions/runners/(\d+)", rest):
             runner_id = int(match[1])
             runner = self._runners.get(runner_id) if self._runner_repo.get(runner_id) == repo else None
@@ -464,44 +613,39 @@ class GitHubDouble:
         raise _HttpError(404, "Not Found")
 
     def _workflow_endpoint(
-        self, method: str, repo: str, rest: str, body: dict | None, permission: str
+        self, method: str, repo: str, rest: str, body: dict[str, Any]
     ) -> tuple[int, dict[str, str], Any]:
-        """GET /actions/workflows/{id or file} and POST .../dispatches, as GitHub answers them."""
-        match = re.fullmatch(r"/actions/workflows/([^/]+)(/dispatches)?", rest)
-        if not match:
-            raise _HttpError(404, "Not Found")
-        key = match[1]
+        """POST /actions/workflows/{id or file}/dispatches as GitHub answers it (API version 2022-11-28, the
+        one a client gets without an X-GitHub-Api-Version header): 204 and no body, or 200 with the run's id
+        and URLs when `return_run_details` is true (the description's `workflow-dispatch-response`)."""
+        match = re.fullmatch(r"/actions/workflows/([^/]+)/dispatches", rest)
+        key = match[1] if match else ""
         name = next((f for f, i in self.workflows.items() if key in (f, str(i))), None)
-        if name is None:
+        if name is None or method != "POST":
             raise _HttpError(404, "Not Found")
-        url = f"{self.url}/repos/{self.repositories[repo]}/actions/workflows/{self.workflows[name]}"
-        if match[2] is None and method == "GET":
-            return 200, {}, {
-                "id": self.workflows[name], "node_id": f"W_{self.workflows[name]}", "name": name,
-                "path": f".github/workflows/{name}", "state": "active", "url": url,
-                "html_url": f"https://github.com/{self.repositories[repo]}/blob/main/.github/workflows/{name}",
-                "badge_url": f"https://github.com/{self.repositories[repo]}/workflows/{name}/badge.svg",
-                "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z",
-            }  # fmt: skip
-        if match[2] and method == "POST":
-            if permission != "write":
-                raise _HttpError(403, "Resource not accessible by integration")
-            body = body or {}
-            inputs = body.get("inputs") or {}
-            if not isinstance(body.get("ref"), str) or not body["ref"]:
-                raise _HttpError(422, 'Invalid request.\n\n"ref" wasn\'t supplied.')
-            if not isinstance(inputs, dict) or len(inputs) > 25:
-                raise _HttpError(422, "inputs must be an object of at most 25 properties")
-            self.dispatches.append({"workflow": name, "ref": body["ref"], "inputs": dict(inputs)})
+        self.dispatches.append(
+            {"workflow": name, "ref": body["ref"], "inputs": dict(body.get("inputs") or {})}
+        )
+        if not body.get("return_run_details"):
             return 204, {}, None
-        raise _HttpError(404, "Not Found")
+        run_id = next(self._run_ids)
+        self.dispatched_runs.append(run_id)
+        full_name = self.repositories[repo]
+        return (
+            200,
+            {},
+            {
+                "workflow_run_id": run_id,
+                "run_url": f"{self.url}/repos/{full_name}/actions/runs/{run_id}",
+                "html_url": f"https://github.com/{full_name}/actions/runs/{run_id}",
+            },
+        )
 
     def _list(self, repo: str, query: dict[str, str]) -> tuple[int, dict[str, str], Any]:
-        try:
-            per_page = min(int(query.get("per_page", 30)), 100)
-            page = max(int(query.get("page", 1)), 1)
-        except ValueError:
-            raise _HttpError(422, "Validation Failed") from None
+        # The schema check already refused a non-integer; out-of-range values are GitHub's (PER_PAGE_MAX).
+        per_page = int(query.get("per_page", PER_PAGE_DEFAULT))
+        per_page = PER_PAGE_DEFAULT if per_page < 1 else min(per_page, PER_PAGE_MAX)
+        page = max(int(query.get("page", 1)), 1)
         matching = [
             runner
             for rid, runner in sorted(self._runners.items())
@@ -525,18 +669,10 @@ class GitHubDouble:
         return 200, headers, {"total_count": len(matching), "runners": chunk}
 
     def _generate_jitconfig(self, repo: str, body: dict[str, Any]) -> tuple[int, dict[str, str], Any]:
-        for key in ("name", "runner_group_id", "labels"):
-            if key not in body:
-                raise _HttpError(422, f"Invalid input: object is missing required key: {key}")
+        # Types, required keys and the 1-100 labels were checked against the description's schema already.
         name, labels, group = body["name"], body["labels"], body["runner_group_id"]
-        if not isinstance(name, str) or not name or not isinstance(group, int):
-            raise _HttpError(422, "Invalid request.")
-        if (
-            not isinstance(labels, list)
-            or not 1 <= len(labels) <= 100
-            or not all(isinstance(x, str) for x in labels)
-        ):
-            raise _HttpError(422, "Invalid request.\n\nlabels must have between 1 and 100 items.")
+        if not name:
+            raise _HttpError(422, "Invalid request.\n\nname can't be blank.")
         if group != 1:
             raise _HttpError(404, "Not Found")
         if any(r["name"] == name and self._runner_repo[rid] == repo for rid, r in self._runners.items()):

@@ -6,20 +6,24 @@ import logging
 import time
 from collections.abc import Iterator
 
+import jwt
 import pytest
 import requests
 from github import Auth
 from github_double import (
+    DEFAULT_CLIENT_ID,
     DEFAULT_REPOSITORY,
     DEFAULT_TOKEN,
     READ_ONLY_TOKEN,
+    RUNNERS_TOKEN,
+    WORKFLOW_TOKEN,
     GitHubDouble,
     app_private_key_pem,
     decode_jit_config,
 )
 
 from gpu_runner.errors import RegistrationTimeout, RunnerError, SettingsError
-from gpu_runner.github import GitHubRunners, JitConfig, Runner
+from gpu_runner.github import GitHubRunners, JitConfig, Runner, dispatch_workflow
 
 RUNNERS_PATH = f"/repos/{DEFAULT_REPOSITORY}/actions/runners"
 JIT_PATH = f"{RUNNERS_PATH}/generate-jitconfig"
@@ -70,6 +74,9 @@ def test_labels_are_required(gh: GitHubRunners, github_double: GitHubDouble) -> 
         timeout=5,
     )
     assert response.status_code == 422
+    assert github_double.take_violations() == [
+        "request to actions/generate-runner-jitconfig-for-repo: Invalid property /labels: [] should be non-empty."
+    ]
 
 
 def test_jit_config_repr_hides_the_secret(gh: GitHubRunners, github_double: GitHubDouble) -> None:
@@ -358,3 +365,201 @@ def test_a_broken_app_key_is_a_settings_error(github_double: GitHubDouble) -> No
         GitHubRunners.from_env(DEFAULT_REPOSITORY, env=env)
     assert "bm90IGEga2V5" not in str(raised.value)
     assert github_double.calls == []
+
+
+# ---------------------------------------------------------------------- workflow_dispatch (resume after spot)
+def dispatch(double: GitHubDouble, token: str = WORKFLOW_TOKEN, workflow: str = "train.yml") -> str | None:
+    inputs = {"attempt": "2", "commit": "c" * 40}
+    return dispatch_workflow(DEFAULT_REPOSITORY, workflow, "train/demo", inputs, token, double.url, 0.01)
+
+
+def test_dispatch_starts_the_run_and_returns_its_url(github_double: GitHubDouble) -> None:
+    url = dispatch(github_double)
+
+    (run_id,) = github_double.dispatched_runs
+    assert url == f"https://github.com/{DEFAULT_REPOSITORY}/actions/runs/{run_id}"
+    assert github_double.dispatches == [
+        {"workflow": "train.yml", "ref": "train/demo", "inputs": {"attempt": "2", "commit": "c" * 40}}
+    ]
+    assert [(c.method, c.path, c.status) for c in github_double.calls] == [
+        ("POST", f"/repos/{DEFAULT_REPOSITORY}/actions/workflows/train.yml/dispatches", 200)
+    ]
+
+
+def test_dispatch_answers_as_the_description_says(github_double: GitHubDouble) -> None:
+    """204 and no body without `return_run_details` (API version 2022-11-28), 200 with the run's ids with it."""
+    url = f"{github_double.url}/repos/{DEFAULT_REPOSITORY}/actions/workflows/train.yml/dispatches"
+    headers = {"Authorization": f"Bearer {WORKFLOW_TOKEN}"}
+    plain = requests.post(url, json={"ref": "main"}, headers=headers, timeout=5)
+    detailed = requests.post(
+        url, json={"ref": "main", "return_run_details": True}, headers=headers, timeout=5
+    )
+
+    assert (plain.status_code, plain.content) == (204, b"")
+    assert detailed.status_code == 200
+    assert set(detailed.json()) == {"workflow_run_id", "run_url", "html_url"}
+    assert detailed.json()["workflow_run_id"] == github_double.dispatched_runs[0]
+
+
+@pytest.mark.parametrize(
+    ("fault", "expected"),
+    [
+        (None, r"GitHub answered 404 Not Found \(octo-org/octo-repo has no workflow nope.yml"),
+        (
+            (422, "Workflow does not have 'workflow_dispatch' trigger"),
+            r"GitHub answered 422 Workflow does not have 'workflow_dispatch' trigger \(train/demo does not exist",
+        ),
+        (
+            (503, "Service Unavailable"),
+            r"GitHub answered 503 Service Unavailable \(still failing after 4 attempts",
+        ),
+    ],
+    ids=["404-unknown-workflow", "422-no-trigger", "503-after-retries"],
+)
+def test_a_refused_dispatch_raises_with_githubs_status_and_message(
+    github_double: GitHubDouble, fault: tuple[int, str] | None, expected: str
+) -> None:
+    workflow = "nope.yml" if fault is None else "train.yml"
+    if fault is not None:
+        status, message = fault
+        body = {"message": message, "documentation_url": "https://docs.github.com/rest"}
+        github_double.fail("POST", "/dispatches$", status, times=10, body=body)
+
+    with pytest.raises(RunnerError, match=expected):
+        dispatch(github_double, workflow=workflow)
+    assert github_double.dispatches == []
+    assert len(github_double.calls) == (4 if fault and fault[0] >= 500 else 1)
+
+
+def test_dispatch_needs_actions_write_not_administration(github_double: GitHubDouble) -> None:
+    """Attacker view: the runner-managing PAT (Administration: write) cannot start workflows, and the workflow's
+    GITHUB_TOKEN (Actions: write) cannot register runners."""
+    with pytest.raises(
+        RunnerError, match=r"403 Resource not accessible by personal access token .*actions: write"
+    ):
+        dispatch(github_double, token=RUNNERS_TOKEN)
+    (refused,) = github_double.calls
+    assert refused.status == 403 and github_double.dispatches == []
+    response = requests.post(
+        f"{github_double.url}/repos/{DEFAULT_REPOSITORY}/actions/workflows/train.yml/dispatches",
+        json={"ref": "main"},
+        headers={"Authorization": f"token {RUNNERS_TOKEN}"},
+        timeout=5,
+    )
+    assert response.headers["X-Accepted-GitHub-Permissions"] == "actions=write"
+
+    with (
+        client(github_double, token=WORKFLOW_TOKEN) as gh,
+        pytest.raises(RunnerError, match="403 Resource not"),
+    ):
+        gh.create_jit_config(NAME, [NAME])
+    assert dispatch(github_double, token=WORKFLOW_TOKEN)
+
+
+# ---------------------------------------------------------------------- generate-jitconfig body types
+@pytest.mark.parametrize(
+    ("field", "value", "line"),
+    [
+        ("runner_group_id", "1", 'Invalid property /runner_group_id: "1" is not of type integer.'),
+        ("runner_group_id", 1.5, "Invalid property /runner_group_id: 1.5 is not of type integer."),
+        ("runner_group_id", True, "Invalid property /runner_group_id: true is not of type integer."),
+        ("work_folder", 7, "Invalid property /work_folder: 7 is not of type string."),
+        ("work_folder", None, "Invalid property /work_folder: null is not of type string."),
+    ],
+)
+def test_generate_jitconfig_refuses_wrong_types_as_github_does(
+    github_double: GitHubDouble, field: str, value: object, line: str
+) -> None:
+    body = {"name": NAME, "runner_group_id": 1, "labels": [NAME], "work_folder": "_work", field: value}
+    response = requests.post(
+        github_double.url + JIT_PATH,
+        json=body,
+        headers={"Authorization": f"token {DEFAULT_TOKEN}"},
+        timeout=5,
+    )
+
+    assert response.status_code == 422
+    assert response.json() == {
+        "message": f"Invalid request.\n\n{line}",
+        "errors": [line],
+        "documentation_url": "https://docs.github.com/rest/actions/self-hosted-runners"
+        "#create-configuration-for-a-just-in-time-runner-for-a-repository",
+        "status": "422",
+    }
+    assert github_double.runners == {}
+    assert github_double.take_violations() == [
+        f"request to actions/generate-runner-jitconfig-for-repo: {line}"
+    ]
+
+
+# ---------------------------------------------------------------------- pagination limits
+@pytest.mark.parametrize(
+    ("per_page", "served"), [("0", 30), ("-5", 30), ("1", 1), ("100", 100), ("101", 100), ("1000", 100)]
+)
+def test_per_page_outside_1_to_100_is_answered_as_github_does(
+    github_double: GitHubDouble, per_page: str, served: int
+) -> None:
+    """Above 100: reduced to 100, no error; 0 or negative: the default 30 (see PER_PAGE_MAX in the double)."""
+    for n in range(120):
+        github_double.add_runner(f"gpu-runner-{n}-1")
+    response = requests.get(
+        f"{github_double.url}{RUNNERS_PATH}?per_page={per_page}",
+        headers={"Authorization": f"token {DEFAULT_TOKEN}"},
+        timeout=5,
+    )
+
+    assert response.status_code == 200
+    assert response.json()["total_count"] == 120
+    assert len(response.json()["runners"]) == served
+    assert f"per_page={served}&page=2" in response.headers["Link"]
+
+
+# ---------------------------------------------------------------------- GitHub App JWT rules
+def app_jwt(double: GitHubDouble, iat: float, exp: float, iss: object = None) -> str:
+    claims = {"iat": int(iat), "exp": int(exp), "iss": str(double.app_id) if iss is None else iss}
+    return jwt.encode(claims, app_private_key_pem(), algorithm="RS256")
+
+
+@pytest.mark.parametrize(
+    ("iat", "exp", "iss", "status", "message"),
+    [
+        (-60, 300, None, 200, None),  # what PyGithub sends: iat backdated 60 s, 5 minutes
+        (-60, 595, None, 200, None),
+        (0, 595, DEFAULT_CLIENT_ID, 200, None),  # the client id is an accepted issuer (GitHub recommends it)
+        (0, 650, None, 401, "'Expiration time' claim ('exp') is too far in the future"),
+        (-300, 3600, None, 401, "'Expiration time' claim ('exp') is too far in the future"),
+        (120, 300, None, 401, "'Issued at' claim ('iat') must be an Integer"),
+        (
+            -700,
+            -10,
+            None,
+            401,
+            "'Expiration time' claim ('exp') must be a numeric value representing the future",
+        ),
+        (-60, 300, "1", 401, "Integration not found"),
+    ],
+    ids=[
+        "pygithub",
+        "just-under-10-min",
+        "client-id",
+        "exp-650s",
+        "exp-1h",
+        "iat-future",
+        "expired",
+        "other-app",
+    ],
+)
+def test_app_jwt_follows_githubs_claim_rules(
+    github_double: GitHubDouble, iat: int, exp: int, iss: object, status: int, message: str | None
+) -> None:
+    now = time.time()
+    response = requests.get(
+        f"{github_double.url}/repos/{DEFAULT_REPOSITORY}/installation",
+        headers={"Authorization": f"Bearer {app_jwt(github_double, now + iat, now + exp, iss)}"},
+        timeout=5,
+    )
+    assert response.status_code == status, response.text
+    if message:
+        assert response.json()["message"].startswith(message)
+    else:
+        assert response.json()["app_id"] == github_double.app_id

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
+from urllib.parse import quote
 
 import requests
 import tenacity
@@ -370,23 +371,56 @@ def dispatch_workflow(
     inputs: Mapping[str, str],
     token: str,
     base_url: str = DEFAULT_BASE_URL,
-) -> None:
+    backoff_seconds: float = 2.0,
+) -> str | None:
     """Start `workflow` on `ref` with `inputs` (workflow_dispatch), with the workflow run's own GITHUB_TOKEN
-    (`actions: write`): a run started that way is allowed to start another."""
-    client = Github(auth=Auth.Token(token), **_client_options(base_url.rstrip("/"), 2.0))
+    (`actions: write`): a run started that way is allowed to start another. Returns the new run's URL when
+    GitHub reports it; raises RunnerError with GitHub's status and message when GitHub refuses (404, 422, or
+    5xx after the retries).
+
+    One POST through the requester, not PyGithub's Workflow.create_dispatch: that returns False and drops
+    GitHub's answer unless throw=True, and needs two GETs first (the repository, then the workflow).
+    """
+    base_url = base_url.rstrip("/")
+    owner, _, repo = _check_repository(repository).partition("/")
+    body: dict[str, Any] = {"ref": ref, "inputs": dict(inputs)}
+    # The run's id and URL come back (200 instead of 204) on github.com and GHE.com; GitHub Enterprise Server
+    # (API at /api/v3) does not know the field in its REST description up to 3.19, so it is not sent there.
+    if not base_url.endswith("/api/v3"):
+        body["return_run_details"] = True
+    client = Github(auth=Auth.Token(token), **_client_options(base_url, backoff_seconds))
+    path = f"/repos/{owner}/{repo}/actions/workflows/{quote(workflow, safe='')}/dispatches"
     try:
-        started = (
-            client.get_repo(_check_repository(repository))
-            .get_workflow(workflow)
-            .create_dispatch(ref, dict(inputs))
-        )
+        _, data = client.requester.requestJsonAndCheck("POST", path, input=body)
     except GithubException as error:
+        raise RunnerError(_dispatch_refusal(error, repository, workflow, ref)) from error
+    except requests.RequestException as error:
         raise RunnerError(
-            f"could not re-dispatch {workflow} on {ref}: {_github_message(error)} (the stop job needs "
-            "`permissions: actions: write` and the workflow a workflow_dispatch trigger)"
+            f"could not re-dispatch {workflow} on {ref}: cannot reach the GitHub API at {base_url} "
+            f"({type(error).__name__})"
         ) from error
-    if not started:
-        raise RunnerError(f"GitHub refused to dispatch {workflow} on {ref}")
+    finally:
+        client.close()
+    run_url = str(data["html_url"]) if isinstance(data, dict) and data.get("html_url") else None
+    log.info("dispatched %s on %s%s", workflow, ref, f": {run_url}" if run_url else "")
+    return run_url
+
+
+def _dispatch_refusal(error: GithubException, repository: str, workflow: str, ref: str) -> str:
+    """GitHub's status and message, and what each usually means for a dispatch."""
+    status = error.status
+    hint = {
+        401: "the GITHUB_TOKEN passed to the stop job is wrong or expired",
+        403: "the stop job needs `permissions: actions: write`",
+        404: f"{repository} has no workflow {workflow} visible to this token",
+        422: f"{ref} does not exist, {workflow} there has no workflow_dispatch trigger, or an input it does "
+        "not declare was sent",
+    }.get(status, "GitHub may be degraded (https://www.githubstatus.com); rerun the stop job")
+    if isinstance(error, RateLimitExceededException) or status == 429:
+        hint = "GitHub's rate limit for this token is exhausted; rerun the stop job later"
+    elif status >= 500:
+        hint = f"still failing after {_HTTP_ATTEMPTS} attempts: {hint}"
+    return f"could not re-dispatch {workflow} on {ref}: GitHub answered {status} {_github_message(error)} ({hint})"
 
 
 def _check_repository(repository: str) -> str:

@@ -1,0 +1,195 @@
+"""The GitHub double and client against GitHub's REST description (tests/contracts/github-openapi.json).
+
+The file is committed so the default run is offline; where npm's `@octokit/openapi` is installed (the version
+the file records), it is extracted again and must match. Each planted mismatch below is one the double must not
+let through: a response missing a required field, a status the operation does not answer, a request of the
+wrong type, a route that is not in the file.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import requests
+from github import Auth
+from github_contract import CONTRACT_FILE, Contract, ContractViolation, default_contract
+from github_double import (
+    DEFAULT_REPOSITORY,
+    DEFAULT_TOKEN,
+    REQUIRED_PERMISSIONS,
+    GitHubDouble,
+)
+
+from gpu_runner.errors import RunnerError
+from gpu_runner.github import GitHubRunners
+
+PROJECT = Path(__file__).resolve().parents[2]
+RUNNERS_PATH = f"/repos/{DEFAULT_REPOSITORY}/actions/runners"
+AUTH = {"Authorization": f"token {DEFAULT_TOKEN}"}
+
+
+def extractor() -> ModuleType:
+    path = PROJECT / "scripts" / "extract_github_openapi.py"
+    spec = importlib.util.spec_from_file_location("extract_github_openapi", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def runners(double: GitHubDouble) -> GitHubRunners:
+    return GitHubRunners(
+        DEFAULT_REPOSITORY, Auth.Token(DEFAULT_TOKEN), base_url=double.url, backoff_seconds=0.01
+    )
+
+
+# ---------------------------------------------------------------------- the extracted file
+def test_committed_file_matches_a_fresh_extraction() -> None:
+    script = extractor()
+    package = script.package_dir()
+    committed = json.loads(CONTRACT_FILE.read_text())
+    if package is None:
+        pytest.skip(
+            f"{script.PACKAGE} is not installed (npm install {script.PACKAGE}@{committed['source']['version']}, then "
+            f"set {script.ENV_PACKAGE_DIR} to its node_modules/{script.PACKAGE}); the committed file is used as is"
+        )
+    fresh = script.extract(package)
+    assert fresh["source"]["version"] == committed["source"]["version"], (
+        "the installed package is another version than the committed file records: install the pinned one, or "
+        "rerun scripts/extract_github_openapi.py to move the pin"
+    )
+    assert script.render(fresh) == CONTRACT_FILE.read_text(), "rerun scripts/extract_github_openapi.py"
+
+
+def test_the_file_holds_exactly_the_operations_the_script_lists() -> None:
+    """Adding an operation to OPERATIONS without extracting again fails here, offline."""
+    committed = json.loads(CONTRACT_FILE.read_text())
+    assert sorted(committed["operations"]) == sorted(extractor().OPERATIONS)
+    assert committed["source"]["package"] == "@octokit/openapi"
+    assert committed["source"]["version"] == "23.0.2"  # the pin: move it with the script, never by hand
+
+
+def test_every_token_operation_asks_a_permission() -> None:
+    """A repository operation the double serves without a permission check would accept any token."""
+    token_ops = {op for op, data in default_contract().operations.items() if data.path.startswith("/repos/")}
+    token_ops -= {"apps/get-repo-installation"}  # authenticated by the App's JWT, not a token
+    assert token_ops == set(REQUIRED_PERMISSIONS)
+
+
+# ---------------------------------------------------------------------- planted mismatches
+def test_a_response_missing_a_required_field_fails_loudly(github_double: GitHubDouble) -> None:
+    runner = github_double.add_runner("gpu-runner-1-1")
+    # A runner without `os`, `busy` and `labels`, which the description requires.
+    github_double.fail("GET", r"/actions/runners/\d+$", 200, times=10, body={"id": runner["id"], "name": "x"})
+
+    with runners(github_double) as gh, pytest.raises(RunnerError, match="500"):
+        gh.get_runner(runner["id"])
+
+    violations = github_double.take_violations()
+    assert violations
+    assert all("actions/get-self-hosted-runner-for-repo (200)" in v for v in violations)
+    assert "'os' is a required property" in violations[0]
+
+
+def test_a_status_the_operation_does_not_answer_fails_loudly(github_double: GitHubDouble) -> None:
+    runner = github_double.add_runner("gpu-runner-1-1")
+    github_double.fail("DELETE", r"/actions/runners/\d+$", 200, body={})
+
+    response = requests.delete(f"{github_double.url}{RUNNERS_PATH}/{runner['id']}", headers=AUTH, timeout=5)
+
+    assert response.status_code == 500
+    assert github_double.take_violations() == [
+        "response of actions/delete-self-hosted-runner-from-repo (200): status 200 is not a documented answer "
+        "of actions/delete-self-hosted-runner-from-repo ([204, 422])"
+    ]
+
+
+def test_a_request_of_the_wrong_type_is_refused_and_recorded(github_double: GitHubDouble) -> None:
+    response = requests.get(f"{github_double.url}{RUNNERS_PATH}?per_page=ten", headers=AUTH, timeout=5)
+    assert response.status_code == 422
+    assert github_double.take_violations() == [
+        "request to actions/list-self-hosted-runners-for-repo: Invalid query parameter per_page: (root): "
+        "'ten' is not of type 'integer'"
+    ]
+    response = requests.post(
+        f"{github_double.url}/repos/{DEFAULT_REPOSITORY}/actions/workflows/train.yml/dispatches",
+        json={"inputs": {"attempt": "2"}},
+        headers=AUTH,
+        timeout=5,
+    )
+    assert response.status_code == 422
+    assert response.json()["message"] == 'Invalid request.\n\n"ref" wasn\'t supplied.'
+    assert github_double.take_violations() == [
+        'request to actions/create-workflow-dispatch: "ref" wasn\'t supplied.'
+    ]
+    assert github_double.dispatches == []
+
+
+def test_a_route_outside_the_file_is_never_served() -> None:
+    """What happens when the double gains a route whose operation nobody extracted (here: by removing it)."""
+    contract = default_contract().without("actions/get-self-hosted-runner-for-repo")
+    double = GitHubDouble(contract=contract).start()
+    runner = double.add_runner("gpu-runner-1-1")
+
+    response = requests.get(f"{double.url}{RUNNERS_PATH}/{runner['id']}", headers=AUTH, timeout=5)
+
+    assert response.status_code == 500
+    with pytest.raises(ContractViolation, match="a route that is not in the description file"):
+        double.stop()
+
+
+def test_an_unread_violation_fails_the_test_that_caused_it() -> None:
+    """The double raises at stop(): a violation no test took cannot pass silently (fixtures stop it)."""
+    with (
+        pytest.raises(ContractViolation, match=r"Invalid property /runner_group_id"),
+        GitHubDouble() as double,
+    ):
+        requests.post(
+            f"{double.url}{RUNNERS_PATH}/generate-jitconfig",
+            json={"name": "r", "runner_group_id": "one", "labels": ["r"]},
+            headers=AUTH,
+            timeout=5,
+        )
+
+
+# ---------------------------------------------------------------------- the client's own requests
+def test_the_clients_requests_and_the_doubles_answers_are_all_described(github_double: GitHubDouble) -> None:
+    """A whole lifecycle through the real client: every call matched an operation and nothing was refused."""
+    github_double.online_after(polls=1)
+    with runners(github_double) as gh:
+        jit = gh.create_jit_config("gpu-runner-9-1", ["gpu-runner-9-1"])
+        gh.wait_until_online(jit.runner.id, timeout_seconds=5)
+        assert gh.list_runners(name="gpu-runner-9-1")
+        assert gh.delete_runner(jit.runner.id) is True
+        assert gh.delete_runner(jit.runner.id) is False
+
+    contract = default_contract()
+    seen = {contract.match(c.method, c.path)[0].operation_id for c in github_double.calls}  # type: ignore[index]
+    assert seen == {
+        "actions/generate-runner-jitconfig-for-repo",
+        "actions/get-self-hosted-runner-for-repo",
+        "actions/list-self-hosted-runners-for-repo",
+        "actions/delete-self-hosted-runner-from-repo",
+    }
+    assert github_double.take_violations() == []
+
+
+def test_contract_rejects_what_the_description_rejects() -> None:
+    """The checks themselves, without a server: a control that each one can fail."""
+    contract = Contract.load()
+    op, params = contract.match("POST", f"{RUNNERS_PATH}/generate-jitconfig") or (None, {})
+    assert op is not None and params == {"owner": "octo-org", "repo": "octo-repo"}
+    good = {"name": "r", "runner_group_id": 1, "labels": ["r"]}
+    assert contract.check_request(op, params, {}, good) == []
+    assert contract.check_request(op, params, {}, {**good, "labels": ["x"] * 101}) != []
+    assert contract.check_request(op, params, {"page": "2"}, good) == [
+        "Unknown query parameter 'page' for actions/generate-runner-jitconfig-for-repo."
+    ]
+    assert contract.check_response(op, 418, {"message": "teapot"}) != []
+    assert contract.check_response(op, 503, {"message": "Service Unavailable"}) == []
+    assert contract.check_response(op, 503, {"message": 503}) != []
+    assert contract.match("GET", "/repos/octo-org/octo-repo/actions/secrets") is None
