@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
+import signal
+import socket
 import subprocess
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from conftest import write_config
 from cookiecutter.main import cookiecutter
 
 ROOT = Path(__file__).resolve().parent.parent
+READ_BACK = Path(__file__).resolve().parent / "quick_start_read_back.py"
 
 pytestmark = pytest.mark.generated
 
@@ -30,17 +40,163 @@ COMBINATIONS = {
 }
 
 
+def project_env(**extra: str) -> dict[str, str]:
+    """A baked project is its own world: no outer venv, no MAKEFLAGS/MAKELEVEL from the template's make, and
+    no MLFLOW_TRACKING_URI, so `make train` logs to the README's default local store."""
+    inherited = ("VIRTUAL_ENV", "UV_PROJECT", "MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MLFLOW_TRACKING_URI")
+    return {**{k: v for k, v in os.environ.items() if not k.startswith(inherited)}, **extra}
+
+
 def make(project: Path, *targets: str) -> subprocess.CompletedProcess:
-    # A baked project is its own world: no outer venv, no MAKEFLAGS/MAKELEVEL from the template's make.
-    inherited = ("VIRTUAL_ENV", "UV_PROJECT", "MAKEFLAGS", "MAKELEVEL", "MFLAGS")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(inherited)}
     result = subprocess.run(
-        ["make", *targets], cwd=project, capture_output=True, text=True, env=env, timeout=1200
+        ["make", *targets], cwd=project, capture_output=True, text=True, env=project_env(), timeout=1200
     )
     assert result.returncode == 0, (
         f"make {' '.join(targets)} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
     )
     return result
+
+
+# ---------------------------------------------------------------------- the README's quick start, as written
+def quick_start_targets(readme: str) -> list[str]:
+    """The make targets of the README's numbered quick start (`1. `make install` — ...`), in order."""
+    match = re.search(r"^## Quick start\b.*?$(.*?)^#", readme, flags=re.MULTILINE | re.DOTALL)
+    assert match, "the generated README has no '## Quick start' section"
+    commands = re.findall(r"^\d+\. `([^`]+)`", match.group(1), flags=re.MULTILINE)
+    assert commands, f"no numbered `command` steps in the quick start:\n{match.group(1)}"
+    targets = []
+    for command in commands:
+        words = command.split()
+        assert len(words) == 2 and words[0] == "make", f"quick-start step {command!r} is not `make <target>`"
+        targets.append(words[1])
+    return targets
+
+
+def flat_keys(data: dict[str, Any], prefix: str = "") -> set[str]:
+    """Dotted keys of a nested mapping (lists are leaves), as the run logs the config as params."""
+    keys: set[str] = set()
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        keys |= flat_keys(value, f"{name}.") if isinstance(value, dict) else {name}
+    return keys
+
+
+def train_step(project: Path, state: dict[str, Any]) -> None:
+    """`make train`: trains, logs to sqlite:///mlflow.db, ends with the run id, metrics and how to open it."""
+    started = time.monotonic()
+    out = make(project, "train").stdout
+    state["train_seconds"] = time.monotonic() - started
+    tail = "\n".join(out.splitlines()[-20:])
+    run = re.search(r"^MLflow run ([0-9a-f]{32})$", tail, flags=re.MULTILINE)
+    assert run, f"make train did not end with the run id:\n{tail}"
+    assert "tracking: sqlite:///mlflow.db" in tail and "test_accuracy" in tail and "open:" in tail, tail
+    assert (project / "mlflow.db").is_file()
+    state["run_id"] = run.group(1)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serving(project: Path, target: str, timeout: float = 180.0) -> Iterator[str]:
+    """`make <target> MLFLOW_PORT=<free>` in its own process group, up once /health answers; stopped after."""
+    port = free_port()
+    log = project / f"{target}.log"
+    # Machine load only, not what is served: job execution spawns workers (~2 GB of memory) the UI does not
+    # need to show a run; one web worker (MLFLOW_WORKERS, the variable of `--workers`) starts faster than 4.
+    env = project_env(MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false", MLFLOW_WORKERS="1")
+    with log.open("w") as handle:
+        process = subprocess.Popen(
+            ["make", target, f"MLFLOW_PORT={port}"],
+            cwd=project,
+            env=env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            assert process.poll() is None, (
+                f"make {target} exited {process.returncode}:\n{log.read_text()[-3000:]}"
+            )
+            assert time.monotonic() < deadline, (
+                f"make {target} not up in {timeout:.0f} s:\n{log.read_text()[-3000:]}"
+            )
+            try:
+                with urllib.request.urlopen(f"{uri}/health", timeout=2):
+                    break
+            except OSError:
+                time.sleep(0.5)
+        yield uri
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def mlflow_ui_step(project: Path, state: dict[str, Any]) -> None:
+    """`make mlflow-ui`: the run `make train` printed is there as the README lists it: the whole resolved
+    config as params, per-epoch and system metrics, plots, exports, the logged model and the champion."""
+    with serving(project, "mlflow-ui") as uri:
+        out = subprocess.run(
+            [str(project / ".venv" / "bin" / "python"), str(READ_BACK), uri, state["run_id"]],
+            cwd=project, capture_output=True, text=True, env=project_env(), timeout=300, check=False,
+        )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-4000:]
+    run = json.loads(out.stdout.splitlines()[-1])
+    assert run["status"] == "FINISHED"
+    resolved = yaml.safe_load((project / "outputs" / "resolved_config.yaml").read_text(encoding="utf-8"))
+    assert flat_keys(resolved) <= set(run["params"]), flat_keys(resolved) - set(run["params"])
+    assert run["params"]["data.source"] == "digits"
+    metrics = run["metrics"]
+    assert metrics["test_accuracy"] > 0.5, metrics  # chance is 0.1
+    assert run["val_loss_points"] == metrics["epochs_run"] >= 1
+    assert any(name.startswith("system/") for name in metrics), sorted(metrics)
+    expected = {"plots/confusion_matrix.png", "plots/learning_curves.png", "exports/model.tflite"}
+    assert expected <= set(run["artifacts"]), run["artifacts"]
+    assert "exports/saved_model/saved_model.pb" in run["artifacts"], run["artifacts"]
+    assert run["logged_models"] == ["model"]
+    # A fresh project: its first run is the first version and holds the alias, and says so in strings.
+    assert run["tags"]["champion.decision"] == "first", run["tags"]
+    assert run["tags"]["registry.version"] == "1"
+    assert run["champion"] == {
+        "version": "1",
+        "run_id": state["run_id"],
+        "tags": {"decision": "first", "decision.reason": "no version held 'champion' yet"},
+    }
+
+
+# What this test does for each quick-start step after `make install` and `make test` (which every combination
+# runs); a step the README adds fails the test until it is checked here.
+QUICK_START_STEPS: dict[str, Callable[[Path, dict[str, Any]], None]] = {
+    "train": train_step,
+    "mlflow-ui": mlflow_ui_step,
+}
+
+
+def check_test_summary(result: subprocess.CompletedProcess) -> None:
+    summary = re.findall(r"^=*\s*(\d+ passed.*?)\s*=*$", result.stdout, flags=re.MULTILINE)
+    assert summary, result.stdout[-2000:]
+    assert "failed" not in summary[-1] and "error" not in summary[-1], summary[-1]
+
+
+def test_quick_start_targets_are_read_from_the_readme() -> None:
+    readme = (ROOT / "{{cookiecutter.project_slug}}" / "README.md").read_text(encoding="utf-8")
+    targets = quick_start_targets(readme)
+    assert targets[:2] == ["install", "test"], targets
+    assert set(targets[2:]) <= set(QUICK_START_STEPS), set(targets[2:]) - set(QUICK_START_STEPS)
+    planted = readme.replace("3. `make train`", "3. `make train-everything`")
+    assert quick_start_targets(planted)[2] == "train-everything"
+    with pytest.raises(AssertionError, match="is not `make <target>`"):
+        quick_start_targets(readme.replace("3. `make train`", "3. `uv run train`"))
 
 
 @pytest.mark.parametrize("name", COMBINATIONS)
@@ -55,10 +211,19 @@ def test_baked_project_installs_lints_and_passes_its_own_tests(name: str, tmp_pa
         )
     )
     subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    steps = quick_start_targets((project / "README.md").read_text(encoding="utf-8"))
+    assert steps[:2] == ["install", "test"], steps
     make(project, "lock-check")
     make(project, "install")
     make(project, "lint")
-    result = make(project, "test", "PYTEST_ARGS=-q -p no:cacheprovider")
-    summary = re.findall(r"^=*\s*(\d+ passed.*?)\s*=*$", result.stdout, flags=re.MULTILINE)
-    assert summary, result.stdout[-2000:]
-    assert "failed" not in summary[-1] and "error" not in summary[-1], summary[-1]
+    check_test_summary(make(project, "test", "PYTEST_ARGS=-q -p no:cacheprovider"))
+    if name != "defaults":
+        return
+    # The rest of the README's quick start on the defaults, against the default local store (no server).
+    state: dict[str, Any] = {}
+    for target in steps[2:]:
+        assert target in QUICK_START_STEPS, (
+            f"the README's quick start runs `make {target}`, which no test checks"
+        )
+        QUICK_START_STEPS[target](project, state)
+    print(f"make train: {state.get('train_seconds', 0):.0f} s")

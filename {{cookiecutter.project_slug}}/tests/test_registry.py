@@ -1,5 +1,6 @@
-"""Model registry and champion alias against a real MLflow server: the decision rules on runs and versions made
-with MlflowClient (fast, deterministic values), then two real trainings through train()."""
+"""Model registry and champion alias: the decision rules on runs and versions made with MlflowClient (fast,
+deterministic values) against both stores a user has, a real MLflow server and the local sqlite store that `make
+train` uses by default; then two real trainings through train()."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
-from {{ cookiecutter.package_name }} import registry
+from {{ cookiecutter.package_name }} import registry, tracking
 from {{ cookiecutter.package_name }}.config import (
     HEADLINE_METRICS,
     ConfigError,
@@ -21,17 +22,36 @@ from {{ cookiecutter.package_name }}.train import train
 _names = itertools.count(1)
 
 
+@pytest.fixture(scope="module")
+def local_store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The store `make train` logs to without MLFLOW_TRACKING_URI (tracking.DEFAULT_TRACKING_URI), in tmp.
+
+    It is not the server's store behind REST: its ModelVersion.version is an int where the server's is a str,
+    and it checks tag values with len(), so an unconverted int fails here and nowhere else."""
+    return f"sqlite:///{tmp_path_factory.mktemp('local-store') / 'mlflow.db'}"
+
+
+@pytest.fixture(params=["server", "local sqlite"])
+def store(request: pytest.FixtureRequest) -> str:
+    return request.getfixturevalue("mlflow_server" if request.param == "server" else "local_store")
+
+
 @pytest.fixture
-def client(mlflow_server: str) -> MlflowClient:
+def client(store: str) -> MlflowClient:
     # mlflow.register_model talks to the global tracking URI.
-    mlflow.set_tracking_uri(mlflow_server)
-    return MlflowClient(mlflow_server)
+    mlflow.set_tracking_uri(store)
+    return MlflowClient(store)
 
 
 @pytest.fixture
-def experiment_id(client: MlflowClient) -> str:
+def experiment_id(client: MlflowClient, store: str, tmp_path_factory: pytest.TempPathFactory) -> str:
     experiment = client.get_experiment_by_name("registry-decisions")
-    return experiment.experiment_id if experiment else client.create_experiment("registry-decisions")
+    if experiment:
+        return experiment.experiment_id
+    # The local store would put artifacts under ./mlruns of the working directory; the server has its own root.
+    local = store.startswith("sqlite:")
+    artifacts = tmp_path_factory.mktemp("local-artifacts").as_uri() if local else None
+    return client.create_experiment("registry-decisions", artifact_location=artifacts)
 
 
 def registry_cfg(**values: object) -> RegistryConfig:
@@ -59,7 +79,8 @@ def train_and_decide(
 
 
 def alias_version(client: MlflowClient, cfg: RegistryConfig) -> str:
-    return client.get_model_version_by_alias(cfg.model_name, cfg.alias).version
+    # str(): MLflow's own entity says int for the local store and str behind REST.
+    return str(client.get_model_version_by_alias(cfg.model_name, cfg.alias).version)
 
 
 # ---------------------------------------------------------------------- decisions on real runs and versions
@@ -128,7 +149,7 @@ def test_a_finish_repeated_by_the_same_run_registers_once(client: MlflowClient, 
     registry.log_decision(client, run_id, once)
     again = registry.decide(client, cfg, run_id, model_id, {"test_accuracy": 0.9})
 
-    assert [v.version for v in client.search_model_versions(f"name = '{cfg.model_name}'")] == ["1"]
+    assert [str(v.version) for v in client.search_model_versions(f"name = '{cfg.model_name}'")] == ["1"]
     assert (again.outcome, again.version) == ("first", "1")
     assert alias_version(client, cfg) == "1"
 
@@ -319,3 +340,10 @@ def test_no_logged_model_skips_registration(trained: dict) -> None:
         "Decision: **skipped (tracking.log_model is false)**"
         in (trained["workdir"] / "no-model.md").read_text()
     )
+
+
+def test_tag_values_are_converted_once_and_none_is_refused() -> None:
+    tags = tracking.run_tag_entities({"registry.version": 3, "a": "b"})
+    assert [(t.key, t.value) for t in tags] == [("registry.version", "3"), ("a", "b")]
+    with pytest.raises(ValueError, match=r"'champion\.previous_version' has no value"):
+        tracking.tag_value("champion.previous_version", None)

@@ -10,11 +10,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import mlflow
-from mlflow.entities import Metric, RunTag
+from mlflow.entities import Metric
 from mlflow.entities.model_registry import ModelVersion
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from . import tracking
 from .config import RegistryConfig
 
 # Model version tags: the same words as the run's champion.decision / champion.reason, readable in the registry.
@@ -88,6 +89,12 @@ def beats(candidate: float, champion: float, direction: str) -> bool:
     return candidate > champion if direction == "maximize" else candidate < champion
 
 
+def version_number(version: ModelVersion) -> str:
+    """A version's number as a str, whatever the store: MLflow's local sqlite store answers an int, a tracking
+    server (REST, protobuf) a str. Decision holds it as a str, so comparisons and tags do not depend on the store."""
+    return str(version.version)
+
+
 def version_of_run(client: MlflowClient, name: str, run_id: str) -> ModelVersion | None:
     """The version this run registered already, if any: a resumed or repeated finish must not add a second one."""
     versions = client.search_model_versions(f"name = '{name}' and run_id = '{run_id}'")
@@ -131,11 +138,12 @@ def compare(
     held: float | None,
 ) -> Decision:
     """The decision alone, no side effects: first / promoted / kept, with the reason in words."""
-    base = Decision("", "", cfg.metric, cfg.direction, cfg.model_name, cfg.alias, candidate.version, value)
+    number = version_number(candidate)
+    base = Decision("", "", cfg.metric, cfg.direction, cfg.model_name, cfg.alias, number, value)
     if holder is None:
         return _with(base, "first", f"no version held '{cfg.alias}' yet")
-    previous = {"previous_version": holder.version, "previous_value": held}
-    if holder.version == candidate.version:
+    previous = {"previous_version": version_number(holder), "previous_value": held}
+    if version_number(holder) == number:
         # Only when an earlier attempt of this run registered and promoted it already.
         outcome = (holder.tags or {}).get(VERSION_DECISION_TAG, "promoted")
         return _with(base, outcome, f"v{holder.version} (this run) holds '{cfg.alias}' already", **previous)
@@ -177,7 +185,7 @@ def decide(
         held = run_metric(client, holder.run_id, cfg.metric) if holder else None
         decision = compare(cfg, candidate, value, holder, held)
         if decision.outcome in ("first", "promoted"):
-            client.set_registered_model_alias(cfg.model_name, cfg.alias, candidate.version)
+            client.set_registered_model_alias(cfg.model_name, cfg.alias, decision.version)
     except MlflowException as error:
         # First line only, and bounded: it becomes a tag value, and server errors can carry whole pages.
         message = (str(error).splitlines() or [type(error).__name__])[0][:300]
@@ -191,15 +199,13 @@ def log_decision(client: MlflowClient, run_id: str, decision: Decision) -> None:
     client.log_batch(
         run_id,
         metrics=[Metric(name, value, now, 0) for name, value in decision.run_metrics().items()],
-        tags=[RunTag(name, value) for name, value in decision.run_tags().items()],
+        tags=tracking.run_tag_entities(decision.run_tags()),
     )
     if decision.version is not None:
-        client.set_model_version_tag(
-            decision.model_name, decision.version, VERSION_DECISION_TAG, decision.outcome
-        )
-        client.set_model_version_tag(
-            decision.model_name, decision.version, VERSION_REASON_TAG, decision.reason
-        )
+        for key, value in ((VERSION_DECISION_TAG, decision.outcome), (VERSION_REASON_TAG, decision.reason)):
+            client.set_model_version_tag(
+                decision.model_name, decision.version, key, tracking.tag_value(key, value)
+            )
 
 
 def version_link(uri: str, name: str, version: str) -> str:

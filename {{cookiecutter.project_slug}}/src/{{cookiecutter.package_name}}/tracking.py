@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 import mlflow
 import tensorflow as tf
+from mlflow.entities import RunTag
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 
@@ -15,6 +16,23 @@ DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 def tracking_uri() -> str:
     """MLFLOW_TRACKING_URI when set (CI, GPU runner, shared server), else a local sqlite store."""
     return os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+def tag_value(key: str, value: object) -> str:
+    """The one conversion every MLflow tag value goes through on its way out of this package.
+
+    MLflow stores tag values as strings, but only some paths convert: the REST store's protobuf refuses a non-str
+    and MLflow's local sqlite store (this project's default store) checks `len(value)`, so an int such as a model
+    version fails there with a TypeError (`MlflowClient.log_batch` and `create_run` pass RunTag values through
+    unconverted). None is refused: it would become the tag "None"."""
+    if value is None:
+        raise ValueError(f"MLflow tag {key!r} has no value (None); leave the tag out instead")
+    return value if isinstance(value, str) else str(value)
+
+
+def run_tag_entities(tags: Mapping[str, object]) -> list[RunTag]:
+    """RunTag entities for `MlflowClient.log_batch`, each value through tag_value."""
+    return [RunTag(key, tag_value(key, value)) for key, value in tags.items()]
 
 
 def _git(*args: str) -> str | None:
