@@ -74,6 +74,26 @@ def test_run_has_params_metrics_and_tags(smoke_run, mlflow_server: str) -> None:
     assert any(name.startswith("system/cpu_utilization") for name in run.data.metrics)
 
 
+def test_run_says_it_had_no_gpu(smoke_run, mlflow_server: str) -> None:
+    _, result, _ = smoke_run
+    run = MlflowClient(mlflow_server).get_run(result.run_id)
+    tags = {k: v for k, v in run.data.tags.items() if k.startswith(("gpu.", "tf."))}
+    assert tags == {
+        "gpu.instance_type": "g4dn.xlarge",
+        "gpu.market": "spot",
+        "gpu.count": "0",
+        "gpu.name": "none",
+        "gpu.memory_mib": "0",
+        "gpu.driver": "none",
+        "gpu.driver_cuda": "none",
+        "tf.build_cuda": "none (CPU build)",
+        "tf.build_cudnn": "none (CPU build)",
+        "gpu.allow_cpu": "false",
+    }
+    # No GPU, no GPU system metrics (MLflow's NVML monitor found none); the CPU ones are there.
+    assert not [name for name in run.data.metrics if name.startswith("system/gpu_")]
+
+
 def test_artifacts_are_logged_and_stored_in_s3(smoke_run, mlflow_server: str, artifact_bucket: str) -> None:
     _, result, _ = smoke_run
     client = MlflowClient(mlflow_server)

@@ -1,4 +1,5 @@
-"""Command line: `python -m <package> train --config configs/train.yaml`, `check-config`, `cost-report`."""
+"""Command line: `python -m <package> train --config configs/train.yaml`, `check-config`, `cost-report`,
+`gpu-preflight`."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 from pathlib import Path
 
 from .config import ConfigError, config_from_dict, load_config
-from .errors import EXIT_INTERRUPTED, DataError, ExportError, TrainingInterrupted
+from .errors import EXIT_INTERRUPTED, EXIT_NO_GPU, DataError, ExportError, TrainingInterrupted
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,7 +52,36 @@ def _parser() -> argparse.ArgumentParser:
         "used instance type, from the runs' cost.on_demand_usd_per_hour tag)",
     )
     cost.add_argument("--out", type=Path, default=Path("outputs/cost-report"), help="for .md and .png")
+    preflight = commands.add_parser(
+        "gpu-preflight",
+        help=f"fail fast (exit {EXIT_NO_GPU}) unless TensorFlow lists a GPU and runs a matmul on it",
+    )
+    preflight.add_argument(
+        "--config", type=Path, default=Path("configs/train.yaml"), help="for training.allow_cpu"
+    )
+    preflight.add_argument(
+        "--allow-cpu",
+        default="",
+        help="the workflow's allow-cpu dispatch input: true lets a GPU runner train on its CPU (debugging)",
+    )
     return parser
+
+
+def _gpu_preflight(args: argparse.Namespace) -> int:
+    # Imported here: it imports TensorFlow, which the other commands' --help must not pay for.
+    from . import gpu_preflight
+    from .tracking import append_job_summary, write_step_output
+
+    allow_cpu = gpu_preflight.parse_flag(args.allow_cpu) or load_config(args.config).training.allow_cpu
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    report = gpu_preflight.probe(image=os.environ.get("GPU_RUNTIME_IMAGE", ""), allow_cpu=allow_cpu)
+    write_step_output("gpu-preflight", report.result)
+    append_job_summary(gpu_preflight.summary(report))
+    if report.gpu_ok:
+        print(gpu_preflight.summary(report).splitlines()[-1])
+        return 0
+    print(f"{'warning' if allow_cpu else 'error'}: {gpu_preflight.message(report)}", file=sys.stderr)
+    return 0 if allow_cpu else EXIT_NO_GPU
 
 
 def _cost_report(args: argparse.Namespace) -> int:
@@ -79,6 +109,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return _cost_report(args)
         except (ConfigError, CostReportError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+    if args.command == "gpu-preflight":
+        try:
+            return _gpu_preflight(args)
+        except (ConfigError, ValueError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
     try:
