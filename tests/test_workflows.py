@@ -90,8 +90,8 @@ EXPECTED_ZIZMOR_IGNORES = {
 }
 ZIZMOR_IGNORE_RE = re.compile(r"#\s*zizmor:\s*ignore\[(?P<rules>[^\]]*)\](?P<reason>.*)$")
 # Known findings of the pedantic persona in the GPU workflow files (the regular persona reports none):
-# (file, audit, offending line stripped). None: the train job runs in host mode (no container image to pin; its
-# wheels are sha256-pinned in uv.lock). A user's `container:` must be pinned by digest, or zizmor flags it here.
+# (file, audit, offending line stripped). None: the train job runs in host mode (no container image to pin;
+# its wheels are sha256-pinned in uv.lock). A user's `container:` must be pinned by digest (zizmor flags it).
 EXPECTED_PEDANTIC_GPU_FINDINGS: set[tuple[str, str, str]] = set()
 
 BAD_WORKFLOW = """\
@@ -941,15 +941,17 @@ def test_setup_action_meaning(baked: Path, tmp_path: Path) -> None:
     assert install("image", uv_prints="2.16.1\n")[0] != 0
     assert install("everything")[0] != 0
 
-    # `gpu` (the GPU runner, host mode): the locked gpu extra when python3 holds no TensorFlow 2.15 (the AMI's)...
+    # `gpu` (GPU runner, host mode): the locked gpu extra when python3 has no TensorFlow 2.15 (the AMI)...
     assert install("gpu") == (0, [["sync", "--locked", "--extra", "gpu", "--no-dev"]])
-    # ...and the python3's own TensorFlow 2.15 when it has one (a TF image as the job's container, a baked AMI).
+    # ...and python3's own TensorFlow 2.15 when it has one (a TF image as the job's container, a baked AMI).
     image_python = tmp_path / "image-python"
     image_python.mkdir()
     (image_python / "python3").write_text("#!/bin/sh\necho True\n", encoding="utf-8")
     (image_python / "python3").chmod(0o755)
     env = {"INSTALL": "gpu", "ENABLE_CACHE": "false", "EXTRA": "cpu"}
-    env["PATH"] = f"{tmp_path / 'gpu-image' / 'bin'}{os.pathsep}{image_python}{os.pathsep}/usr/bin{os.pathsep}/bin"
+    env["PATH"] = os.pathsep.join(
+        [str(tmp_path / "gpu-image" / "bin"), str(image_python), "/usr/bin", "/bin"]
+    )
     code, calls = run_bash(sync_step["run"], env, tmp_path / "gpu-image", uv_prints="2.15.0\n")
     assert code == 0, calls
     assert calls[0] == ["venv", "--system-site-packages", "--python", str(image_python / "python3")]
@@ -1060,7 +1062,7 @@ def test_train_job_graph(baked: Path) -> None:
     assert setup["with"] == {"install": "gpu", "enable-cache": "false"}
     package = answers_of(baked)["package_name"]
     # The GPU preflight comes right after the install, before training, and nothing lets the job skip past it:
-    # no `if:`, no continue-on-error; only the allow-cpu dispatch input (or the config) lets it pass without GPU.
+    # no `if:`, no continue-on-error; only the allow-cpu dispatch input (or the config) lets it pass on CPU.
     names = [s.get("name") for s in train["steps"]]
     preflight = train["steps"][names.index("GPU preflight")]
     assert names.index("GPU preflight") == train["steps"].index(setup) + 1 < names.index("Train")
