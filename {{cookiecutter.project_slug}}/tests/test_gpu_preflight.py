@@ -103,12 +103,20 @@ def test_a_cuda_error_in_the_matmul_is_reported_not_raised() -> None:
 
 def test_the_fix_follows_what_is_missing() -> None:
     no_gpu = FakeGpuTf([])
-    # Driver there, TensorFlow a CUDA build that cannot use it: the #62412 case (the 2.15.0-gpu image).
-    text = gpu_preflight.message(gpu_preflight.probe(no_gpu, driver=T4))
+    # Driver there, TensorFlow in an image a CUDA build that cannot use it: the #62412 case (2.15.0-gpu).
+    image = "tensorflow/tensorflow:2.15.0-gpu@sha256:" + "0" * 64
+    text = gpu_preflight.message(gpu_preflight.probe(no_gpu, driver=T4, image=image))
     assert "driver:       595.91.07 via NVML, supports CUDA up to 13.2" in text
     assert "GPUs (driver): Tesla T4 (15360 MiB)" in text
     assert "built for CUDA 12.2, cuDNN 8" in text
     assert "tensorflow/tensorflow#62412" in text and "tensorflow[and-cuda]==2.15.1" in text
+    # The same on the host (the gpu extra installed): the CUDA libraries it did not load.
+    assert "reinstall the locked `gpu` extra" in gpu_preflight.fix(gpu_preflight.probe(no_gpu, driver=T4))
+    # A driver older than the CUDA TensorFlow was built for.
+    old = gpu_preflight.Driver(version="470.256.02", cuda_version="11.4", gpus=T4.gpus, source="NVML")
+    assert "supports CUDA up to 11.4, older than the CUDA 12.2" in gpu_preflight.fix(
+        gpu_preflight.probe(no_gpu, driver=old)
+    )
 
     class CpuBuild(FakeGpuTf):
         def build_info(self) -> dict:

@@ -217,12 +217,32 @@ def fix(report: Report) -> str:
             "(`uv sync --locked --extra gpu`: tensorflow[and-cuda]==2.15.1 with its CUDA 12 libraries), or use an "
             "image whose TensorFlow is a CUDA build"
         )
+    built_major = _major(str(report.build.get("cuda_version", "")))
+    driver_major = _major(report.driver.cuda_version)
+    if built_major and driver_major and driver_major < built_major:
+        return (
+            f"the driver {report.driver.version} supports CUDA up to {report.driver.cuda_version}, older than the "
+            f"CUDA {report.build.get('cuda_version')} TensorFlow was built for: use a current Deep Learning Base "
+            "OSS Nvidia Driver AMI (ami_parameter) or a driver for CUDA 12"
+        )
+    if report.image:
+        return (
+            f"TensorFlow in {report.image} was built for {_built_for(report.build)} but could not use the GPU: "
+            "remove the container and use host mode (the locked `gpu` extra, tensorflow[and-cuda]==2.15.1, brings "
+            "exactly those CUDA/cuDNN libraries as pip wheels); tensorflow/tensorflow:2.15.0-gpu is known not to "
+            "see the GPU (tensorflow/tensorflow#62412). See docs/gpu-runtime.md"
+        )
     return (
-        f"TensorFlow was built for {_built_for(report.build)} but could not use it here: install the locked `gpu` "
-        "extra (tensorflow[and-cuda]==2.15.1 brings exactly those CUDA/cuDNN libraries as pip wheels) instead of "
-        "an image's TensorFlow; tensorflow/tensorflow:2.15.0-gpu is known not to see the GPU "
-        "(tensorflow/tensorflow#62412). See docs/gpu-runtime.md"
+        f"TensorFlow was built for {_built_for(report.build)} but did not load it (found: "
+        f"{', '.join(report.loaded) or 'no CUDA library'}): reinstall the locked `gpu` extra "
+        "(`uv sync --locked --extra gpu`: its nvidia-*-cu12 wheels hold those libraries) and check that nothing "
+        "sets LD_LIBRARY_PATH to other CUDA libraries. See docs/gpu-runtime.md"
     )
+
+
+def _major(version: str) -> int:
+    head = version.split(".", 1)[0]
+    return int(head) if head.isdigit() else 0
 
 
 def message(report: Report) -> str:
