@@ -26,6 +26,8 @@ GITHUB_ENV = {
     "GITHUB_RUN_ATTEMPT": "1",
     "GPU_INSTANCE_TYPE": "g4dn.xlarge",
     "GPU_MARKET": "spot",
+    # As train.yml passes the allow-cpu dispatch input: this CPU machine plays the GPU runner.
+    "GPU_ALLOW_CPU": "true",
 }
 
 
@@ -88,7 +90,7 @@ def test_run_says_it_had_no_gpu(smoke_run, mlflow_server: str) -> None:
         "gpu.driver_cuda": "none",
         "tf.build_cuda": "none (CPU build)",
         "tf.build_cudnn": "none (CPU build)",
-        "gpu.allow_cpu": "false",
+        "gpu.allow_cpu": "true",
     }
     # No GPU, no GPU system metrics (MLflow's NVML monitor found none); the CPU ones are there.
     assert not [name for name in run.data.metrics if name.startswith("system/gpu_")]

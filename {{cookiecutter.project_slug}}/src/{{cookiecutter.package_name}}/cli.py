@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from .config import ConfigError, config_from_dict, load_config
-from .errors import EXIT_INTERRUPTED, EXIT_NO_GPU, DataError, ExportError, TrainingInterrupted
+from .errors import EXIT_INTERRUPTED, EXIT_NO_GPU, DataError, ExportError, NoGpuError, TrainingInterrupted
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -135,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, DataError, ExportError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except NoGpuError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_NO_GPU
     except TrainingInterrupted as stopped:
         print(f"interrupted: {stopped}", file=sys.stderr)
         from .tracking import append_job_summary  # TensorFlow is loaded by now

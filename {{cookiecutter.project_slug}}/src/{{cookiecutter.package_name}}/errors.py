@@ -15,6 +15,10 @@ EXIT_INTERRUPTED = 75
 EXIT_NO_GPU = 78
 
 
+class NoGpuError(RuntimeError):
+    """On the GPU runner TensorFlow sees no GPU and CPU training was not allowed (exit status EXIT_NO_GPU)."""
+
+
 class TrainingInterrupted(RuntimeError):
     """EC2 is taking the instance back; the last checkpoint is in S3 and the next attempt resumes from it."""
 
