@@ -14,7 +14,7 @@ from cookiecutter.main import cookiecutter
 from test_generated_project import make
 
 ROOT = Path(__file__).resolve().parent.parent
-SCENARIOS = 13
+SCENARIOS = 14
 
 pytestmark = pytest.mark.e2e
 

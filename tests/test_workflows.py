@@ -49,7 +49,6 @@ AWS_CREDENTIALS = "aws-actions/configure-aws-credentials"
 # Actions that restore or save a dependency cache: the `with:` key that switches it, and whether it is on when
 # unset (setup-uv's default "auto" caches on GitHub-hosted runners).
 CACHE_ACTIONS = {"astral-sh/setup-uv": ("enable-cache", True), "actions/setup-python": ("cache", False)}
-GPU_IMAGE = "tensorflow/tensorflow:2.15.0-gpu"
 RUNNER_CLI = REPO_ROOT / "{{cookiecutter.project_slug}}" / "runner" / "src" / "gpu_runner" / "cli.py"
 
 # The gpu-runner CLI contract the workflows are written against:
@@ -98,10 +97,9 @@ EXPECTED_ZIZMOR_IGNORES = {
 }
 ZIZMOR_IGNORE_RE = re.compile(r"#\s*zizmor:\s*ignore\[(?P<rules>[^\]]*)\](?P<reason>.*)$")
 # Known findings of the pedantic persona in the GPU workflow files (the regular persona reports none):
-# (file, audit, offending line stripped). The GPU image is pinned by tag, not by digest (an open question).
-EXPECTED_PEDANTIC_GPU_FINDINGS = {
-    (".github/workflows/train.yml", "unpinned-images", f'image: "{GPU_IMAGE}"'),
-}
+# (file, audit, offending line stripped). None: the train job runs in host mode (no container image to pin;
+# its wheels are sha256-pinned in uv.lock). A user's `container:` must be pinned by digest (zizmor flags it).
+EXPECTED_PEDANTIC_GPU_FINDINGS: set[tuple[str, str, str]] = set()
 
 BAD_WORKFLOW = """\
 name: bad
@@ -513,10 +511,11 @@ BENIGN_OUTPUTS = {
     "image-ready-at": "1796119960",
     "runner-started-at": "1796119975",
     "job-started-at": "1796119990",
+    "gpu-preflight": "ok",
 }
 BENIGN_INPUTS = {
     "config": "configs/train.yaml", "instance-type": "g5.xlarge", "spot": "true", "attempt": "2",
-    "commit": "0123456789abcdef0123456789abcdef01234567",
+    "commit": "0123456789abcdef0123456789abcdef01234567", "allow-cpu": "false",
 }  # fmt: skip
 
 
@@ -956,6 +955,22 @@ def test_setup_action_meaning(baked: Path, tmp_path: Path) -> None:
     assert install("image", uv_prints="2.16.1\n")[0] != 0
     assert install("everything")[0] != 0
 
+    # `gpu` (GPU runner, host mode): the locked gpu extra when python3 has no TensorFlow 2.15 (the AMI)...
+    assert install("gpu") == (0, [["sync", "--locked", "--extra", "gpu", "--no-dev"]])
+    # ...and python3's own TensorFlow 2.15 when it has one (a TF image as the job's container, a baked AMI).
+    image_python = tmp_path / "image-python"
+    image_python.mkdir()
+    (image_python / "python3").write_text("#!/bin/sh\necho True\n", encoding="utf-8")
+    (image_python / "python3").chmod(0o755)
+    env = {"INSTALL": "gpu", "ENABLE_CACHE": "false", "EXTRA": "cpu"}
+    env["PATH"] = os.pathsep.join(
+        [str(tmp_path / "gpu-image" / "bin"), str(image_python), "/usr/bin", "/bin"]
+    )
+    code, calls = run_bash(sync_step["run"], env, tmp_path / "gpu-image", uv_prints="2.15.0\n")
+    assert code == 0, calls
+    assert calls[0] == ["venv", "--system-site-packages", "--python", str(image_python / "python3")]
+    assert calls[1] == ["sync", "--locked", "--no-dev"]
+
 
 def test_dependabot_meaning(baked: Path, baked_files: dict[str, list[Path]]) -> None:
     config = load_yaml(baked / ".github" / "dependabot.yml")
@@ -1021,8 +1036,12 @@ def test_train_triggers_and_concurrency(baked: Path) -> None:
         # Set by the stop job's re-dispatch after a spot interruption.
         "attempt": "1",
         "commit": "",
+        # Debugging only: train on the CPU when the GPU preflight finds no GPU. A dispatch needs write access,
+        # and train.yml has no pull_request trigger (above): a fork's pull request cannot set it.
+        "allow-cpu": "false",
     }
     assert inputs["spot"]["type"] == "choice" and inputs["spot"]["options"] == ["default", "true", "false"]
+    assert inputs["allow-cpu"]["type"] == "choice" and inputs["allow-cpu"]["options"] == ["false", "true"]
     # One training per branch; a running one is never cancelled.
     assert train["concurrency"] == {"group": "train-${{ github.ref }}", "cancel-in-progress": False}
     assert train["permissions"] == {}
@@ -1047,11 +1066,11 @@ def test_train_job_graph(baked: Path) -> None:
     assert re.search(r"gpu-runner --settings \S+ wait ", wait["run"])
     assert 0 < start["timeout-minutes"] <= 30
 
-    # train: on this run's own runner label, in the TensorFlow GPU image with all GPUs, only `contents: read`.
+    # train: on this run's own runner label, on the host (docs/gpu-runtime.md: no container, the locked gpu
+    # extra), only `contents: read`.
     assert train["needs"] == "start"
     assert train["runs-on"] == "${{ needs.start.outputs.label }}"
-    assert train["container"]["image"] == GPU_IMAGE
-    assert "--gpus all" in train["container"]["options"]
+    assert "container" not in train
     assert train["permissions"] == {"contents": "read"}
     gpu_settings = yaml.safe_load((baked / "configs" / "gpu-runner.yaml").read_text(encoding="utf-8"))
     # GitHub's timeout ends the job before the instance's max lifetime (counted from boot) ends it under the
@@ -1059,11 +1078,24 @@ def test_train_job_graph(baked: Path) -> None:
     assert gpu_settings["max_runtime_minutes"] == int(answers_of(baked)["max_runtime_minutes"])
     boot_margin = math.ceil(gpu_settings["wait_timeout_seconds"] / 60) + 5
     assert 0 < train["timeout-minutes"] <= gpu_settings["max_runtime_minutes"] - boot_margin
-    assert gpu_settings["image"] == GPU_IMAGE, "the instance pre-pulls the image the train job runs in"
+    assert gpu_settings["image"] == "", "host mode: no image to pre-pull"
     (setup,) = steps_by_uses(train, SETUP_ACTION)
-    assert setup["with"] == {"install": "image", "enable-cache": "false"}
-    train_step = next(s for s in train["steps"] if s.get("id") == "train")
+    assert setup["with"] == {"install": "gpu", "enable-cache": "false"}
     package = answers_of(baked)["package_name"]
+    # The GPU preflight comes right after the install, before training, and nothing lets the job skip past it:
+    # no `if:`, no continue-on-error; only the allow-cpu dispatch input (or the config) lets it pass on CPU.
+    names = [s.get("name") for s in train["steps"]]
+    preflight = train["steps"][names.index("GPU preflight")]
+    assert names.index("GPU preflight") == train["steps"].index(setup) + 1 < names.index("Train")
+    assert "if" not in preflight and "continue-on-error" not in preflight
+    assert f"python -m {package} gpu-preflight" in preflight["run"]
+    assert preflight["run"].lstrip().startswith("code=0\ntimeout ")
+    assert preflight["env"] == {
+        "ALLOW_CPU": "${{ inputs.allow-cpu }}",
+        "CONFIG": "${{ inputs.config || 'configs/train.yaml' }}",
+    }
+    assert "if" not in train["steps"][names.index("Train")]
+    train_step = train["steps"][names.index("Train")]
     assert f"python -m {package} train" in train_step["run"]
     assert '--config "${CONFIG}" --checkpoint-uri "${CHECKPOINT_URI}"' in train_step["run"]
     # Exit status 75 (spot interruption notice) becomes the job output the stop job's resume step reads.
@@ -1072,6 +1104,7 @@ def test_train_job_graph(baked: Path) -> None:
         "interrupted": "${{ steps.train.outputs.interrupted }}",
         "mlflow-run-id": "${{ steps.train.outputs.mlflow-run-id }}",
         **{f"{p}-at": f"${{{{ steps.timeline.outputs.{p}-at }}}}" for p in TIMELINE_PHASES},
+        "gpu-preflight": "${{ steps.preflight.outputs.gpu-preflight }}",
     }
     # The boot timeline step runs before checkout and passes on only known names with digits.
     timeline = next(s for s in train["steps"] if s.get("id") == "timeline")
@@ -1108,6 +1141,9 @@ def test_train_job_graph(baked: Path) -> None:
         assert teardown["env"][name] == f"${{{{ needs.start.outputs.{output} }}}}"
     # After teardown, the attempt's cost goes to the training run: its id, the attempt (its step) and MLflow.
     assert teardown["env"]["MLFLOW_RUN_ID"] == "${{ needs.train.outputs.mlflow-run-id }}"
+    # The stop job's summary says when the preflight stopped the training.
+    assert teardown["env"]["GPU_PREFLIGHT"] == "${{ needs.train.outputs.gpu-preflight }}"
+    assert '"${GPU_PREFLIGHT}" == "no-gpu"' in teardown["run"] and "no GPU visible" in teardown["run"]
     assert teardown["env"]["ATTEMPT"] == "${{ inputs.attempt || '1' }}"
     assert teardown["env"]["MLFLOW_TRACKING_URI"] == "${{ vars.MLFLOW_TRACKING_URI }}"
     for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):

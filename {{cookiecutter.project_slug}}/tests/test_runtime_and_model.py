@@ -2,8 +2,9 @@ import pytest
 import tensorflow as tf
 
 from {{ cookiecutter.package_name }}.config import ModelConfig, TrainingConfig
+from {{ cookiecutter.package_name }}.errors import NoGpuError
 from {{ cookiecutter.package_name }}.model import build_model
-from {{ cookiecutter.package_name }}.runtime import configure, plan_runtime
+from {{ cookiecutter.package_name }}.runtime import configure, plan_runtime, require_gpu_on_gpu_runner
 
 
 @pytest.mark.parametrize(
@@ -40,3 +41,25 @@ def test_model_outputs_one_probability_per_class(shape: tuple[int, int, int], cl
     assert out.shape == (3, classes)
     assert out.dtype == tf.float32
     assert tf.reduce_all(tf.abs(tf.reduce_sum(out, axis=-1) - 1.0) < 1e-4)
+
+
+def test_no_gpu_on_the_gpu_runner_stops_before_training() -> None:
+    # The guard behind the preflight step: train.yml sets GPU_INSTANCE_TYPE on the GPU runner.
+    on_runner = {"GPU_INSTANCE_TYPE": "g5.xlarge"}
+    with pytest.raises(NoGpuError, match=r"no GPU visible to TensorFlow on the GPU runner \(g5.xlarge\)"):
+        require_gpu_on_gpu_runner(0, TrainingConfig(), on_runner)
+    require_gpu_on_gpu_runner(1, TrainingConfig(), on_runner)
+    require_gpu_on_gpu_runner(0, TrainingConfig(allow_cpu=True), on_runner)
+    require_gpu_on_gpu_runner(0, TrainingConfig(), {**on_runner, "GPU_ALLOW_CPU": "true"})
+    require_gpu_on_gpu_runner(0, TrainingConfig(), {})  # a laptop or CI: CPU is the point
+
+
+def test_train_cli_refuses_cpu_on_the_gpu_runner(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from {{ cookiecutter.package_name }}.cli import main
+
+    (tmp_path / "train.yaml").write_text("")
+    monkeypatch.setenv("GPU_INSTANCE_TYPE", "g4dn.xlarge")
+    monkeypatch.delenv("GPU_ALLOW_CPU", raising=False)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert main(["train", "--config", str(tmp_path / "train.yaml")]) == 78
+    assert not (tmp_path / "mlflow.db").exists()  # stopped before any MLflow run

@@ -3,9 +3,11 @@ from pathlib import Path
 
 import pytest
 
+from {{ cookiecutter.package_name }}.gpu_preflight import Driver
 from {{ cookiecutter.package_name }}.tracking import (
     append_job_summary,
     format_summary,
+    gpu_tags,
     job_summary,
     run_link,
     run_tags,
@@ -33,6 +35,31 @@ def test_tags_in_github_actions_link_the_workflow_run() -> None:
 def test_tags_name_the_gpu_hardware() -> None:
     tags = run_tags({"GPU_INSTANCE_TYPE": "g5.xlarge", "GPU_MARKET": "spot"})
     assert (tags["gpu.instance_type"], tags["gpu.market"]) == ("g5.xlarge", "spot")
+
+
+def test_gpu_tags_name_the_gpus_driver_and_tensorflow_build() -> None:
+    a10g = {"name": "NVIDIA A10G", "memory_total_mib": "23028"}
+    driver = Driver(version="595.91.07", cuda_version="13.2", gpus=(a10g, a10g), source="NVML")
+    build = {"is_cuda_build": True, "cuda_version": "12.2", "cudnn_version": "8"}
+    assert gpu_tags(2, build, driver, allow_cpu=False) == {
+        "gpu.count": "2",
+        "gpu.name": "NVIDIA A10G",
+        "gpu.memory_mib": "23028, 23028",
+        "gpu.driver": "595.91.07",
+        "gpu.driver_cuda": "13.2",
+        "tf.build_cuda": "12.2",
+        "tf.build_cudnn": "8",
+        "gpu.allow_cpu": "false",
+    }
+
+
+def test_mlflow_system_metrics_can_read_nvidia_gpus() -> None:
+    # MLflow's GPU monitor imports `pynvml` (nvidia-ml-py) and refuses to start without it; with it installed,
+    # on this machine without a driver, it gets as far as NVML, which finds no GPU.
+    from mlflow.system_metrics.metrics import gpu_monitor
+
+    with pytest.raises(RuntimeError, match="Failed to initialize NVML"):
+        gpu_monitor.GPUMonitor()
 
 
 def test_tags_outside_actions_come_from_git(in_tmp: Path) -> None:

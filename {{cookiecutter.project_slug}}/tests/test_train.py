@@ -26,6 +26,8 @@ GITHUB_ENV = {
     "GITHUB_RUN_ATTEMPT": "1",
     "GPU_INSTANCE_TYPE": "g4dn.xlarge",
     "GPU_MARKET": "spot",
+    # As train.yml passes the allow-cpu dispatch input: this CPU machine plays the GPU runner.
+    "GPU_ALLOW_CPU": "true",
 }
 
 
@@ -72,6 +74,26 @@ def test_run_has_params_metrics_and_tags(smoke_run, mlflow_server: str) -> None:
     assert run.data.metrics["test_accuracy"] == pytest.approx(result.metrics["test_accuracy"])
     assert run.data.metrics["tflite_agreement"] >= 0.95
     assert any(name.startswith("system/cpu_utilization") for name in run.data.metrics)
+
+
+def test_run_says_it_had_no_gpu(smoke_run, mlflow_server: str) -> None:
+    _, result, _ = smoke_run
+    run = MlflowClient(mlflow_server).get_run(result.run_id)
+    tags = {k: v for k, v in run.data.tags.items() if k.startswith(("gpu.", "tf."))}
+    assert tags == {
+        "gpu.instance_type": "g4dn.xlarge",
+        "gpu.market": "spot",
+        "gpu.count": "0",
+        "gpu.name": "none",
+        "gpu.memory_mib": "0",
+        "gpu.driver": "none",
+        "gpu.driver_cuda": "none",
+        "tf.build_cuda": "none (CPU build)",
+        "tf.build_cudnn": "none (CPU build)",
+        "gpu.allow_cpu": "true",
+    }
+    # No GPU, no GPU system metrics (MLflow's NVML monitor found none); the CPU ones are there.
+    assert not [name for name in run.data.metrics if name.startswith("system/gpu_")]
 
 
 def test_artifacts_are_logged_and_stored_in_s3(smoke_run, mlflow_server: str, artifact_bucket: str) -> None:

@@ -1,4 +1,5 @@
-"""Command line: `python -m <package> train --config configs/train.yaml`, `check-config`, `cost-report`."""
+"""Command line: `python -m <package> train --config configs/train.yaml`, `check-config`, `cost-report`,
+`gpu-preflight`."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 from pathlib import Path
 
 from .config import ConfigError, config_from_dict, load_config
-from .errors import EXIT_INTERRUPTED, DataError, ExportError, TrainingInterrupted
+from .errors import EXIT_INTERRUPTED, EXIT_NO_GPU, DataError, ExportError, NoGpuError, TrainingInterrupted
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,7 +52,36 @@ def _parser() -> argparse.ArgumentParser:
         "used instance type, from the runs' cost.on_demand_usd_per_hour tag)",
     )
     cost.add_argument("--out", type=Path, default=Path("outputs/cost-report"), help="for .md and .png")
+    preflight = commands.add_parser(
+        "gpu-preflight",
+        help=f"fail fast (exit {EXIT_NO_GPU}) unless TensorFlow lists a GPU and runs a matmul on it",
+    )
+    preflight.add_argument(
+        "--config", type=Path, default=Path("configs/train.yaml"), help="for training.allow_cpu"
+    )
+    preflight.add_argument(
+        "--allow-cpu",
+        default="",
+        help="the workflow's allow-cpu dispatch input: true lets a GPU runner train on its CPU (debugging)",
+    )
     return parser
+
+
+def _gpu_preflight(args: argparse.Namespace) -> int:
+    # Imported here: it imports TensorFlow, which the other commands' --help must not pay for.
+    # Not .tracking: importing MLflow costs seconds of the preflight's 25 s budget on a busy machine.
+    from . import gpu_preflight
+
+    allow_cpu = gpu_preflight.parse_flag(args.allow_cpu) or load_config(args.config).training.allow_cpu
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    report = gpu_preflight.probe(image=os.environ.get("GPU_RUNTIME_IMAGE", ""), allow_cpu=allow_cpu)
+    gpu_preflight.write_github_file("GITHUB_OUTPUT", f"gpu-preflight={report.result}\n")
+    gpu_preflight.write_github_file("GITHUB_STEP_SUMMARY", gpu_preflight.summary(report) + "\n")
+    if report.gpu_ok:
+        print(gpu_preflight.summary(report).splitlines()[-1])
+        return 0
+    print(f"{'warning' if allow_cpu else 'error'}: {gpu_preflight.message(report)}", file=sys.stderr)
+    return 0 if allow_cpu else EXIT_NO_GPU
 
 
 def _cost_report(args: argparse.Namespace) -> int:
@@ -81,6 +111,12 @@ def main(argv: list[str] | None = None) -> int:
         except (ConfigError, CostReportError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
+    if args.command == "gpu-preflight":
+        try:
+            return _gpu_preflight(args)
+        except (ConfigError, ValueError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     try:
         cfg = load_config(args.config)
         if getattr(args, "checkpoint_uri", None) is not None:
@@ -99,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, DataError, ExportError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except NoGpuError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_NO_GPU
     except TrainingInterrupted as stopped:
         print(f"interrupted: {stopped}", file=sys.stderr)
         from .tracking import append_job_summary  # TensorFlow is loaded by now

@@ -117,6 +117,9 @@ class TrainingConfig(_Strict):
     # Only take effect when a GPU is visible: on CPU both are slower or unsupported.
     mixed_precision: bool = True
     xla: bool = True
+    # On a GPU runner, train on the CPU when TensorFlow sees no GPU (debugging only; the GPU still bills). Without
+    # it the GPU preflight (gpu_preflight.py) stops the job in seconds. The run is tagged gpu.allow_cpu.
+    allow_cpu: bool = False
 
     @field_validator("checkpoint_uri")
     @classmethod
@@ -190,7 +193,13 @@ class Config(_Strict):
         """What decides the training's path (data, model, training), without where files go or how it is
         watched: a re-run on another machine must find the same checkpoint."""
         dumped = self.model_dump(mode="json")
-        local = {"checkpoint_dir", "checkpoint_uri", "watch_interruptions", "interruption_poll_seconds"}
+        local = {
+            "checkpoint_dir",
+            "checkpoint_uri",
+            "watch_interruptions",
+            "interruption_poll_seconds",
+            "allow_cpu",
+        }
         return {
             "data": {k: v for k, v in dumped["data"].items() if k != "cache_dir"},
             "model": dumped["model"],

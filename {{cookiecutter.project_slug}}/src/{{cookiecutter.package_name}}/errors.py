@@ -11,6 +11,12 @@ class ExportError(RuntimeError):
 
 # EX_TEMPFAIL: try again. The workflow's stop job re-dispatches the training when the train step exits with it.
 EXIT_INTERRUPTED = 75
+# EX_CONFIG: the GPU preflight found no GPU TensorFlow can use (gpu_preflight.py); the job stops before training.
+EXIT_NO_GPU = 78
+
+
+class NoGpuError(RuntimeError):
+    """On the GPU runner TensorFlow sees no GPU and CPU training was not allowed (exit status EXIT_NO_GPU)."""
 
 
 class TrainingInterrupted(RuntimeError):

@@ -5,11 +5,14 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import tensorflow as tf
 
 from .config import TrainingConfig
+from .errors import NoGpuError
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,25 @@ def plan_runtime(gpus: int, cfg: TrainingConfig) -> RuntimePlan:
     )
 
 
+def cpu_allowed(cfg: TrainingConfig, env: Mapping[str, str] | None = None) -> bool:
+    """training.allow_cpu, or train.yml's allow-cpu dispatch input (GPU_ALLOW_CPU)."""
+    env = os.environ if env is None else env
+    return cfg.allow_cpu or env.get("GPU_ALLOW_CPU", "").strip().lower() == "true"
+
+
+def require_gpu_on_gpu_runner(gpus: int, cfg: TrainingConfig, env: Mapping[str, str] | None = None) -> None:
+    """The second guard behind the GPU preflight step: on the GPU runner (train.yml sets GPU_INSTANCE_TYPE) a
+    training that finds no GPU stops before its first epoch, also when a branch dropped the preflight step."""
+    env = os.environ if env is None else env
+    instance_type = env.get("GPU_INSTANCE_TYPE", "")
+    if gpus == 0 and instance_type and not cpu_allowed(cfg, env):
+        raise NoGpuError(
+            f"no GPU visible to TensorFlow on the GPU runner ({instance_type}): not training on its CPU. Run "
+            "`gpu-preflight` for the driver, CUDA and fix (docs/gpu-runtime.md); to train on the CPU anyway "
+            "(debugging), set training.allow_cpu: true or the allow-cpu dispatch input"
+        )
+
+
 def configure(cfg: TrainingConfig) -> tuple[RuntimePlan, tf.distribute.Strategy]:
     """Apply seeds and the runtime plan to this process; returns the plan and the strategy to build under."""
     tf.keras.utils.set_random_seed(cfg.seed)
@@ -47,6 +69,7 @@ def configure(cfg: TrainingConfig) -> tuple[RuntimePlan, tf.distribute.Strategy]
     for device in devices:
         # Without it TF grabs all GPU memory at start, which breaks a second process on the same GPU.
         tf.config.experimental.set_memory_growth(device, True)
+    require_gpu_on_gpu_runner(len(devices), cfg)
     plan = plan_runtime(len(devices), cfg)
     # Set the policy explicitly both ways: it is process-global and a previous run may have changed it.
     tf.keras.mixed_precision.set_global_policy("mixed_float16" if plan.mixed_precision else "float32")

@@ -10,6 +10,8 @@ import mlflow
 import tensorflow as tf
 from mlflow.entities import RunTag
 
+from . import gpu_preflight
+
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 
 
@@ -73,6 +75,35 @@ def run_tags(env: Mapping[str, str] | None = None) -> dict[str, str]:
         if env.get(variable):
             tags[tag] = env[variable]
     return tags
+
+
+def gpu_tags(
+    gpus: int, build: Mapping[str, object], driver: gpu_preflight.Driver, allow_cpu: bool
+) -> dict[str, str]:
+    """What the run really ran on: the GPUs the driver reports, the driver, and the CUDA/cuDNN TensorFlow was
+    built for (`tf.sysconfig.get_build_info()`). On a machine without a GPU they say so, never stay unset."""
+    names = sorted({g["name"] for g in driver.gpus})
+    tags = {
+        "gpu.count": str(gpus),
+        "gpu.name": ", ".join(names)
+        if gpus and names
+        else ("unknown (no NVIDIA driver)" if gpus else "none"),
+        "gpu.memory_mib": ", ".join(g["memory_total_mib"] for g in driver.gpus)
+        if gpus and driver.gpus
+        else "0",
+        "gpu.driver": driver.version or "none",
+        "gpu.driver_cuda": driver.cuda_version or "none",
+        "tf.build_cuda": str(build.get("cuda_version", "none (CPU build)")),
+        "tf.build_cudnn": str(build.get("cudnn_version", "none (CPU build)")),
+        "gpu.allow_cpu": str(allow_cpu).lower(),
+    }
+    return tags
+
+
+def gpu_tags_here(allow_cpu: bool) -> dict[str, str]:
+    """gpu_tags for this process (TensorFlow's GPUs and build, the driver through NVML or nvidia-smi)."""
+    boundary = gpu_preflight.TfBoundary()
+    return gpu_tags(len(boundary.list_gpus()), boundary.build_info(), gpu_preflight.find_driver(), allow_cpu)
 
 
 class MlflowEpochLogger(tf.keras.callbacks.Callback):

@@ -246,6 +246,8 @@ def train(cfg: Config, config_path: Path | None = None) -> TrainResult:
     ) as run:
         # At once, also when resumed: the stop job logs this attempt's cost to the run even if training dies.
         tracking.write_step_output("mlflow-run-id", run.info.run_id)
+        # Per attempt (a resumed attempt may run on other hardware): what this machine really is.
+        mlflow.set_tags(tracking.gpu_tags_here(runtime.cpu_allowed(cfg.training)))
         if resume_id:
             # Params are write-once in MLflow and the first attempt logged them; this machine may differ.
             mlflow.set_tags(

@@ -146,6 +146,9 @@ class Scenario:
     aws_credentials: tuple[str, str] = AWS_TEST_CREDENTIALS
     github_token: str = DEFAULT_TOKEN  # GPU_RUNNER_TOKEN and GITHUB_TOKEN; the double accepts it for writes
     secrets: dict[str, str] = field(default_factory=dict)  # repository secrets besides the GitHub tokens
+    # The simulated instance has no GPU: the story passes the CPU flag (training.allow_cpu) so the GPU preflight
+    # lets it train; scenario 14 does not, and the preflight stops the job.
+    allow_cpu: bool = True
 
 
 @dataclass
@@ -256,8 +259,12 @@ def run_story(stack: Stack, scenario: Scenario, scratch: Path, run_id: str) -> S
     story = Story(scenario, stack, scratch, run_id)
     # Fault stories skip the install-time bytecode compilation (~15 s of each train job here): they are about
     # the machinery around training. The happy story keeps it, so its timeline is the real one.
+    train = scenario.train
+    if scenario.allow_cpu:
+        train = {**train, "training": {**train.get("training", {}), "allow_cpu": True}}
+    # Scenario 14 keeps it too: it measures the GPU preflight (the import of TensorFlow) as a real runner runs it.
     repo, workflow, story.head_sha = prepare_repository(
-        scratch, scenario.gpu_runner, scenario.train, compile_bytecode=scenario.number == 0,
+        scratch, scenario.gpu_runner, train, compile_bytecode=scenario.number in (0, 14),
         branch=scenario.branch,
     )  # fmt: skip
 
@@ -453,4 +460,6 @@ SCENARIOS = [
              map_label=False, idle_seconds=2),
     Scenario(13, "spot interruption mid-training", "checkpoint, exit 75; stop dispatches attempt 2, which resumes",
              trigger=spot_notice_mid_training, follow_dispatch=True),
+    Scenario(14, "no GPU visible, no CPU flag (GPU preflight)", "train fails in seconds (exit 78); stop: no GPU visible",
+             allow_cpu=False),
 ]  # fmt: skip

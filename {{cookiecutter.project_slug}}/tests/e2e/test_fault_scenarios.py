@@ -147,7 +147,24 @@ def check_13(story: Story) -> None:
     assert "**GPU cost (attempt 2)**" in "".join(second.summaries.get("stop", [])), second.summaries
 
 
-CHECKS = {n: globals()[f"check_{n}"] for n in range(1, 14)}
+def check_14(story: Story) -> None:
+    run = story.run
+    assert run and run.results == {"start": "success", "train": "failure", "stop": "success"}, (
+        run.results if run else None
+    )
+    log = _log(story)
+    # The preflight's own exit status and message: what TensorFlow was built for, the driver, the fix.
+    assert "exit status 78" in log, "the preflight did not end the job with its status 78"
+    for part in ("no GPU visible to TensorFlow: TensorFlow lists no GPU", "driver:       not found", "fix:"):
+        assert part in log, part
+    # It ended the job within seconds, before any training.
+    assert run.step_seconds("train", "GPU preflight") < 30
+    assert story.epochs_started == 0
+    assert run.outputs.get("train", {}).get("gpu-preflight") == "no-gpu"
+    assert "no GPU visible" in "".join(run.summaries.get("stop", [])), run.summaries.get("stop")
+
+
+CHECKS = {n: globals()[f"check_{n}"] for n in range(1, 15)}
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[f"{s.number:02d}" for s in SCENARIOS])

@@ -59,6 +59,13 @@ def test_train_workflow_end_to_end(stack: Stack, tmp_path: Path) -> None:
     start_outputs = run.outputs["start"]
     assert tags["gpu.instance_type"] == start_outputs["instance-type"] == settings["instance_types"][0]
     assert tags["gpu.market"] == start_outputs["market"]
+    # The simulated instance has no GPU: the story passes training.allow_cpu, and the run says so.
+    assert (tags["gpu.allow_cpu"], tags["gpu.count"], tags["tf.build_cuda"]) == (
+        "true",
+        "0",
+        "none (CPU build)",
+    )
+    assert run.outputs["train"]["gpu-preflight"] == "cpu-allowed"
     epochs = int(mlrun.data.metrics["epochs_run"])
     for metric in ("loss", "accuracy", "val_loss", "val_accuracy"):
         assert [m.step for m in client.get_metric_history(run_id, metric)] == list(range(epochs)), metric

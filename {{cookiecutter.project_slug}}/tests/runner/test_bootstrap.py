@@ -391,19 +391,23 @@ def test_user_data_fits_ec2_limit_and_oversize_is_refused() -> None:
         render(make_settings(), Path("/opt/gpu-runner"), expires_at="1700000000")
 
 
+# An image the train job's container could use (the default is host mode: no image).
+IMAGE = "tensorflow/tensorflow:2.15.0.post1-gpu@sha256:" + "0" * 64
+
+
 def test_job_runs_then_the_instance_shuts_down_at_once(sandbox: Sandbox) -> None:
-    result = run_bootstrap(sandbox, mode="job")
+    result = run_bootstrap(sandbox, make_settings(image=IMAGE), mode="job")
     assert result.returncode == 0, result.dump()
     calls = result.calls
     # 2. the max lifetime is scheduled before anything else happens
     assert calls[0].is_("shutdown", "-h +180"), result.dump()
     # 3. the image pull overlaps the runner download
-    pull = result.find("docker", "pull --quiet tensorflow/tensorflow:2.15.0-gpu")
+    pull = result.find("docker", f"pull --quiet {IMAGE}")
     tarball_url = f"https://github.com/actions/runner/releases/download/v{LATEST}/"
     download_done = result.find("curl-done", tarball_url)
     assert pull.at < download_done.at, result.dump()
     assert result.find("docker-done").at > result.find("curl", "").at
-    assert "image: pulled tensorflow/tensorflow:2.15.0-gpu" in result.log_file
+    assert f"image: pulled {IMAGE}" in result.log_file
     # 4. a non-root user in the docker group owns the runner
     assert result.index("useradd", "--create-home --shell /bin/bash runner") < result.index("run.sh")
     assert result.find("usermod").args == "-aG docker runner"
@@ -574,3 +578,11 @@ def test_shellcheck_is_clean(tmp_path: Path, which: str) -> None:
     script.write_text(text, encoding="utf-8")
     checked = subprocess.run([shellcheck, str(script)], capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_host_mode_pulls_no_image(sandbox: Sandbox) -> None:
+    # The default (docs/gpu-runtime.md): the train job installs TensorFlow itself; nothing to pull at boot.
+    result = run_bootstrap(sandbox, mode="job")
+    assert result.returncode == 0, result.dump()
+    assert not [c for c in result.calls if c.is_("docker")], result.dump()
+    assert "image: none (host mode): nothing to pull" in result.log_file

@@ -65,7 +65,7 @@ trap 'exit 143' TERM
 # BASH_COMMAND is the unexpanded source text, so it never contains the JIT config's value.
 trap 'log error "line $LINENO failed: $BASH_COMMAND"' ERR
 
-log start "runner $RUNNER_NAME, region $REGION, image $IMAGE"
+log start "runner $RUNNER_NAME, region $REGION, image ${IMAGE:-none (host mode)}"
 
 # 2. Hard lifetime first: whatever hangs later, the instance goes away. Never past the launcher's expires-at tag.
 lifetime=$MAX_RUNTIME_MINUTES
@@ -76,20 +76,26 @@ shutdown -h "+$lifetime"
 log lifetime "shutdown scheduled in $lifetime min"
 
 # 3. Pull time is billed GPU time: overlap it with the runner set-up. A failed pull is not fatal (the job pulls).
-log image "pulling $IMAGE in the background"
-(
-  started=$(date +%s)
-  for attempt in 1 2 3 4 5; do
-    if docker pull --quiet "$IMAGE" >/dev/null; then
-      log image "pulled $IMAGE in $(($(date +%s) - started)) s"
-      mark image-ready
-      exit 0
-    fi
-    log image "pull attempt $attempt failed (is dockerd up yet?)"
-    sleep "$RETRY_DELAY"
-  done
-  log image "WARNING: could not pull $IMAGE; the job will pull it"
-) &
+# No image (host mode, the default): the train job installs TensorFlow itself and there is nothing to pull.
+if [[ -z "$IMAGE" ]]; then
+  log image "none (host mode): nothing to pull"
+  mark image-ready # nothing to wait for: the job's own set-up installs TensorFlow
+else
+  log image "pulling $IMAGE in the background"
+  (
+    started=$(date +%s)
+    for attempt in 1 2 3 4 5; do
+      if docker pull --quiet "$IMAGE" >/dev/null; then
+        log image "pulled $IMAGE in $(($(date +%s) - started)) s"
+        mark image-ready
+        exit 0
+      fi
+      log image "pull attempt $attempt failed (is dockerd up yet?)"
+      sleep "$RETRY_DELAY"
+    done
+    log image "WARNING: could not pull $IMAGE; the job will pull it"
+  ) &
+fi
 
 # 4. The runner never runs as root; the docker group lets jobs start their container.
 if id -u "$RUNNER_USER" >/dev/null 2>&1; then

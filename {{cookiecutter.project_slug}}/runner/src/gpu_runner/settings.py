@@ -47,7 +47,8 @@ class Settings:
     max_runtime_minutes: int = 180
     idle_timeout_minutes: int = 15
     ssm_prefix: str = "/gpu-runner"
-    image: str = "tensorflow/tensorflow:2.15.0-gpu"
+    # "" = host mode (nothing to pre-pull); else the train job's container image, pulled at boot (docs/gpu-runtime.md).
+    image: str = ""
     runner_version: str = "latest"
     runner_sha256: str = ""
     runner_mirror: str = ""
