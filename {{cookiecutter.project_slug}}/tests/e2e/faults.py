@@ -68,7 +68,7 @@ class Rule:
     kill: tuple[str, ...] = ()  # SIGKILL the processes matching these needles (the caller crashes)
     forward: bool = True  # with `kill`: crash after the call reached AWS (True) or before (False)
     hits: int = 0
-    answer: Callable[[str], bytes] | None = None  # a successful EC2 (XML) answer built from the request body
+    answer: Callable[[str], bytes] | None = None  # a successful answer (EC2 XML, or JSON) built from the body
 
 
 @dataclass
@@ -143,7 +143,9 @@ class AwsFaultProxy(LocalHttpServer):
             return
         if rule and rule.answer:
             self.calls.append(ProxyCall(action, 200, "answered"))
-            self._reply(handler, 200, [("Content-Type", "text/xml")], rule.answer(body))
+            json_protocol = bool(handler.headers.get("X-Amz-Target"))
+            content_type = "application/x-amz-json-1.1" if json_protocol else "text/xml"
+            self._reply(handler, 200, [("Content-Type", content_type)], rule.answer(body))
             return
         refusal = aws_limits.check(action, body)  # a rule with an error answered above
         if refusal is not None:

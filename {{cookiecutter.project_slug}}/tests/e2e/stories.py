@@ -41,6 +41,7 @@ from harness import (
     prepare_repository,
     run_workflow,
 )
+from price_answers import get_products_answer, price_list_product, spot_history_xml
 
 from gpu_runner import pricing
 
@@ -92,31 +93,47 @@ def make_stack(moto_endpoint: str, mlflow_uri: str, image_bin: Path) -> Stack:
     return stack
 
 
+def story_prices(region: str) -> dict[str, dict[str, float]]:
+    """The prices the story's account answers with: the bundled table's (gpu_runner/prices.json, through
+    pricing.load_table) for the region, or us-east-1's where the table has none for it. The table lists only
+    prices it can source, and the only dated list reachable offline covers us-east-1 (see its `source`): so the
+    default region's story shows us-east-1's list prices, real-looking figures, not eu-west-1's real ones."""
+    regions = pricing.load_table()["regions"]
+    kinds = ("on_demand_usd_per_hour", "spot_typical_usd_per_hour")
+    return {kind: regions.get(region, {}).get(kind) or regions["us-east-1"][kind] for kind in kinds}
+
+
+def on_demand_price_list(region: str) -> Rule:
+    """moto has no Price List API: GetProducts answered as AWS answers it (price_answers.price_list_product),
+    with the story's on-demand price of the type asked for, so the stop job takes the path a real run takes."""
+    on_demand = story_prices(region)["on_demand_usd_per_hour"]
+
+    def answer(body: str) -> bytes:
+        filters = {f["Field"]: f["Value"] for f in json.loads(body).get("Filters", [])}
+        instance_type = filters.get("instanceType", "")
+        products = [] if instance_type not in on_demand else [
+            price_list_product(instance_type, filters.get("regionCode", region), f"{on_demand[instance_type]:.10f}")
+        ]  # fmt: skip
+        return json.dumps(get_products_answer(*products)).encode()
+
+    return Rule("GetProducts", times=-1, answer=answer)
+
+
 def typical_spot_history(region: str) -> Rule:
     """moto answers every DescribeSpotPriceHistory with $0.00001 (2006), so the story's cost read $0.00/h. This
-    answers in EC2's shape (EC2 API Reference, DescribeSpotPriceHistory: spotPriceHistorySet of instanceType,
-    productDescription, spotPrice, timestamp, availabilityZone) with the bundled table's typical spot price of
-    the type asked for (gpu_runner/prices.json, read through pricing.load_table), in effect from the window's
-    start: a real-looking price whose source the table names."""
-    typical = pricing.load_table()["regions"][region]["spot_typical_usd_per_hour"]
+    answers in EC2's shape (price_answers.spot_history_xml) with the story's typical spot price of the type asked
+    for, in effect from five minutes before the window's start."""
+    typical = story_prices(region)["spot_typical_usd_per_hour"]
 
     def answer(body: str) -> bytes:
         query = {key: values[0] for key, values in parse_qs(body).items()}
         instance_type, zone = query.get("InstanceType.1", ""), query.get("AvailabilityZone", "")
         # The price in effect at the window's start (botocore sends StartTime as ISO 8601, UTC).
-        start = datetime.fromisoformat(query["StartTime"].replace("Z", "+00:00"))
-        at = (start - timedelta(minutes=5)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
-        items = "" if instance_type not in typical else (
-            f"<item><instanceType>{instance_type}</instanceType><productDescription>Linux/UNIX</productDescription>"
-            f"<spotPrice>{typical[instance_type]:.6f}</spotPrice><timestamp>{at}</timestamp>"
-            f"<availabilityZone>{zone}</availabilityZone></item>"
-        )  # fmt: skip
-        return (
-            '<?xml version="1.0" encoding="UTF-8"?>'
-            '<DescribeSpotPriceHistoryResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">'
-            f"<requestId>e2e-spot-history</requestId><spotPriceHistorySet>{items}</spotPriceHistorySet>"
-            "<nextToken/></DescribeSpotPriceHistoryResponse>"
-        ).encode()
+        start = datetime.fromisoformat(query["StartTime"].replace("Z", "+00:00")).astimezone(UTC)
+        records = [] if instance_type not in typical else [
+            (zone, f"{typical[instance_type]:.6f}", start - timedelta(minutes=5))
+        ]  # fmt: skip
+        return spot_history_xml(records, instance_type)
 
     return Rule("DescribeSpotPriceHistory", times=-1, answer=answer)
 
@@ -276,7 +293,7 @@ def run_story(stack: Stack, scenario: Scenario, scratch: Path, run_id: str) -> S
     with (
         GitHubDouble(repositories=(stack.repository,)) as github,
         AwsFaultProxy(
-            stack.moto_endpoint, rules=[*scenario.rules, typical_spot_history(stack.region)]
+            stack.moto_endpoint, rules=[*scenario.rules, on_demand_price_list(stack.region), typical_spot_history(stack.region)]
         ) as proxy,
         ImdsDouble() as imds,
     ):

@@ -12,7 +12,7 @@ import pytest
 from e2e_report import record
 from harness import BRANCH, act_time
 from mlflow.tracking import MlflowClient
-from stories import Scenario, Stack, run_story
+from stories import Scenario, Stack, run_story, story_prices
 
 from gpu_runner.pricing import load_table
 
@@ -106,16 +106,17 @@ def test_train_workflow_end_to_end(stack: Stack, tmp_path: Path) -> None:
     assert tags["cost.availability_zone"] == start_outputs["availability-zone"]
     assert tags["cost.region"] == start_outputs["region"]
     assert tags["cost.volume_gb"] == str(settings.get("root_volume_gb", 100))
-    # moto has no Price List API: the on-demand price is the bundled table's, and says so; a type the table
-    # cannot source for the region (prices.json lists only sourced prices) is logged as 'unknown'. Its spot price
-    # history answers 0.00001 for every zone, which a spot instance is then priced at.
-    listed = load_table()["regions"][tags["cost.region"]].get("on_demand_usd_per_hour", {})
-    expected_source = "bundled-table-" if tags["cost.instance_type"] in listed else "unknown"
-    assert tags["cost.on_demand_source"].startswith(expected_source)
+    # moto has no Price List API and answers $0.00001 spot prices: the story's account answers both as AWS
+    # does (stories.story_prices: the bundled table's sourced prices), so the stop job takes a real run's path.
+    prices = story_prices(tags["cost.region"])
+    assert tags["cost.on_demand_source"] == "aws-pricing-api"
+    assert float(tags["cost.on_demand_usd_per_hour"]) == pytest.approx(
+        prices["on_demand_usd_per_hour"][tags["cost.instance_type"]]
+    )
     if tags["cost.market"] == "spot":
         assert tags["cost.price_source"] == "ec2-spot-price-history"
-        typical = load_table()["regions"][tags["cost.region"]]["spot_typical_usd_per_hour"]
-        assert metrics["price_usd_per_hour"] == pytest.approx(typical[tags["cost.instance_type"]])
+        typical = prices["spot_typical_usd_per_hour"][tags["cost.instance_type"]]
+        assert metrics["price_usd_per_hour"] == pytest.approx(typical)
         assert metrics["price_usd_per_hour"] > 0.01
     else:
         assert tags["cost.price_source"] == tags["cost.on_demand_source"]
