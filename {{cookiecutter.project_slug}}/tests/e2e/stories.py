@@ -293,7 +293,8 @@ def run_story(stack: Stack, scenario: Scenario, scratch: Path, run_id: str) -> S
     with (
         GitHubDouble(repositories=(stack.repository,)) as github,
         AwsFaultProxy(
-            stack.moto_endpoint, rules=[*scenario.rules, on_demand_price_list(stack.region), typical_spot_history(stack.region)]
+            stack.moto_endpoint,
+            rules=[*scenario.rules, on_demand_price_list(stack.region), typical_spot_history(stack.region)],
         ) as proxy,
         ImdsDouble() as imds,
     ):
