@@ -62,8 +62,8 @@ FALLBACK_PRICES = {"on_demand": 0.526, "spot": 0.2104, "gp3": 0.08, "as_of": "20
 # Root volume: configs/gpu-runner.yaml's root_volume_gb, billed only while the instance exists.
 ROOT_VOLUME_GB = 100
 # ASSUMPTION for what the offline story cannot measure: a real EC2 boot of the Deep Learning AMI to a
-# registered runner (~1.5 min) plus pulling tensorflow/tensorflow:2.15.0-gpu (~3 GB compressed) and starting
-# it (~2.5 min).
+# registered runner (~1.5 min) plus the train job installing the locked `gpu` extra on the host (host mode,
+# docs/gpu-runtime.md of the generated project: ~2.6 GB of wheels, ~2.5 min; a pre-baked AMI skips it).
 REAL_BOOT_AND_PULL_SECONDS = 240.0
 # The story's timeline rows that are per-job machine time around the training itself (see bench_story).
 STORY_OVERHEAD_PHASES = (
@@ -384,7 +384,7 @@ def bench_cost(
             "unit": "s",
         },
         {
-            "figure": "cost: overhead per job, real EC2 boot + image pull (assumed)",
+            "figure": "cost: overhead per job, real EC2 boot + TensorFlow install (assumed)",
             "value": REAL_BOOT_AND_PULL_SECONDS,
             "unit": "s",
         },
@@ -429,7 +429,7 @@ def bench_cost(
         "g4dn.xlarge us-east-1 spot USD/h (typical, not a quote)": spot_price,
         "prices as of": prices["as_of"],
         "root volume": f"{ROOT_VOLUME_GB} GB gp3 at ${gp3}/GB-month",
-        "per-job overhead s (story + assumed boot/pull)": round(overhead_s, 1),
+        "per-job overhead s (story + assumed boot/install)": round(overhead_s, 1),
         "jobs x hours": f"{jobs} x {JOB_HOURS:g} h",
         "month": f"{core.HOURS_PER_MONTH:g} h",
         "not counted": "spot interruptions (a resumed attempt pays the overhead again), S3, traffic, "
