@@ -1346,7 +1346,7 @@ def test_hostile_branch_names_and_inputs_stay_data(baked: Path, tmp_path: Path) 
             ), hostile
             if PAYLOAD in env.values():
                 assert hostile, f"{name}.yml {where}: no hostile value reached a command (is the test stale?)"
-    assert ran == 7
+    assert ran == 8
 
 
 def test_injection_harness_catches_an_expression_in_run(baked: Path, tmp_path: Path) -> None:
