@@ -38,6 +38,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 DEFAULT_REPOSITORY = "octo-org/octo-repo"
 DEFAULT_TOKEN = "github_pat_test_0123456789abcdef"  # fake fine-grained PAT with Administration: write
 READ_ONLY_TOKEN = "github_pat_readonly_0123456789"  # fake PAT with Administration: read only
+# Fake token of a repository admin (as `gh auth token` gives), allowed to read Actions variables and secrets.
+ADMIN_TOKEN = "gho_admin_0123456789abcdef"
 DEFAULT_APP_ID = 424242
 DOCS = "https://docs.github.com/rest/actions/self-hosted-runners"
 # Labels the runner application sets itself; GitHub reports them as "read-only", everything else as "custom".
@@ -158,6 +160,13 @@ class GitHubDouble:
         # workflow_dispatch: the repository's workflow files, and every dispatch accepted (in order).
         self.workflows = {"train.yml": 161335, "reap.yml": 161336}
         self.dispatches: list[dict[str, Any]] = []
+        # Actions variables and secrets (gpu-runner doctor): per repository, and who may read them.
+        self.variables: dict[str, dict[str, str]] = {repo: {} for repo in self.repositories}
+        self.secrets: dict[str, set[str]] = {repo: set() for repo in self.repositories}
+        self.settings_permissions: dict[str, dict[str, str]] = {
+            ADMIN_TOKEN: {"variables": "read", "secrets": "read"}
+        }
+        self.tokens.setdefault(ADMIN_TOKEN, "write")
 
     # ------------------------------------------------------------------ server lifecycle
     def start(self) -> GitHubDouble:
@@ -330,6 +339,8 @@ class GitHubDouble:
             repo = f"{match[1]}/{match[2]}".lower()
             if repo not in self.repositories or not self._can_see(credential, repo):
                 raise _HttpError(404, "Not Found")
+            if method == "GET" and match[3] in _ACTIONS_SETTINGS:
+                return self._actions_settings(repo, match[3], query, credential)
             return self._repo_endpoint(method, repo, match[3] or "", query, body, permission)
         raise _HttpError(404, "Not Found")
 
@@ -625,6 +636,60 @@ class GitHubDouble:
             if polls_done and time_done and runner["status"] != "online":
                 runner.update(status="online", busy=rule.busy, os="linux")
 
+    # ------------------------------------------------------------------ Actions variables and secrets
+    # (added for gpu-runner doctor; operations actions/list-repo-variables and actions/list-repo-secrets)
+    def set_variable(self, name: str, value: str, repository: str = DEFAULT_REPOSITORY) -> None:
+        with self._lock:
+            self.variables[repository.lower()][name] = value
+
+    def set_secret(self, name: str, repository: str = DEFAULT_REPOSITORY) -> None:
+        """Only the name: GitHub never returns a secret's value."""
+        with self._lock:
+            self.secrets[repository.lower()].add(name)
+
+    def _actions_settings(
+        self, repo: str, rest: str, query: dict[str, str], credential: str
+    ) -> tuple[int, dict[str, str], Any]:
+        """GET /repos/{owner}/{repo}/actions/variables | /actions/secrets (docs.github.com, "REST API endpoints
+        for GitHub Actions variables" / "... secrets"): `{"total_count", "variables": [{name, value, created_at,
+        updated_at}]}` (per_page default 10, max 30) and `{"total_count", "secrets": [{name, created_at,
+        updated_at}]}` (default 30, max 100); the "Variables" / "Secrets" repository permission (read)."""
+        kind, default, maximum = _ACTIONS_SETTINGS[rest]
+        granted = self._settings_permission(credential, kind)
+        accepted = {"x-accepted-github-permissions": f"{kind}=read"}
+        if granted not in ("read", "write"):
+            raise _HttpError(403, "Resource not accessible by personal access token", accepted)
+        try:
+            per_page = min(int(query.get("per_page", default)), maximum)
+            page = max(int(query.get("page", 1)), 1)
+        except ValueError:
+            raise _HttpError(422, "Validation Failed") from None
+        stamp = "2026-01-01T00:00:00Z"
+        if kind == "variables":
+            items = [
+                {"name": n, "value": v, "created_at": stamp, "updated_at": stamp}
+                for n, v in sorted(self.variables[repo].items())
+            ]
+        else:
+            items = [
+                {"name": n, "created_at": stamp, "updated_at": stamp} for n in sorted(self.secrets[repo])
+            ]
+        chunk = items[(page - 1) * per_page : page * per_page]
+        last = max(1, -(-len(items) // per_page))
+        base = f"{self.url}/repos/{self.repositories[repo]}{rest}"
+        links = [
+            f'<{base}?{urlencode({"per_page": per_page, "page": to})}>; rel="{rel}"'
+            for to, rel, show in ((page + 1, "next", page < last), (last, "last", page < last))
+            if show
+        ]
+        headers = {**accepted, **({"Link": ", ".join(links)} if links else {})}
+        return 200, headers, {"total_count": len(items), kind: chunk}
+
+    def _settings_permission(self, credential: str, kind: str) -> str:
+        if credential in self.installation_tokens:
+            return self.app_permissions.get(kind, "none")
+        return self.settings_permissions.get(credential, {}).get(kind, "none")
+
     def _rate_headers(self, credential: str) -> dict[str, str]:
         used = self._rate_used[credential] = self._rate_used.get(credential, 0) + 1
         return {
@@ -635,6 +700,9 @@ class GitHubDouble:
             "x-ratelimit-resource": "core",
         }
 
+
+# path -> (permission and list key, default per_page, maximum per_page)
+_ACTIONS_SETTINGS = {"/actions/variables": ("variables", 10, 30), "/actions/secrets": ("secrets", 30, 100)}
 
 _REASONS = {
     401: "Bad credentials",

@@ -1,0 +1,50 @@
+"""The MLflow check of `gpu-runner doctor`: the tracking server the train job will log to answers.
+
+The URI is the repository variable MLFLOW_TRACKING_URI (what the train job gets; read by the repository settings
+check), else MLFLOW_TRACKING_URI of this shell. Credentials from MLFLOW_TRACKING_USERNAME/PASSWORD (or
+MLFLOW_TRACKING_TOKEN) in this shell, as MLflow's clients take them. One authenticated read:
+GET /api/2.0/mlflow/experiments/search?max_results=1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from .aws import Aws
+from .doctor import Check, Outcome, Target, failed, passed
+from .mlflow_rest import MlflowError, MlflowRest
+
+
+def check_mlflow(target: Target, aws: Aws) -> Iterator[Outcome]:
+    check = "MLflow"
+    from_repository = target.repo_variables.get("MLFLOW_TRACKING_URI", "")
+    uri = from_repository or target.env.get("MLFLOW_TRACKING_URI", "")
+    if not uri:
+        yield passed(check, "MLFLOW_TRACKING_URI is not set: runs are kept as a workflow artifact")
+        return
+    client = MlflowRest.from_env({**target.env, "MLFLOW_TRACKING_URI": uri})
+    if client is None:
+        if not from_repository:
+            yield passed(check, f"{uri} in this shell is a local store (the repository variable is not set)")
+            return
+        yield failed(
+            check,
+            f"the repository variable MLFLOW_TRACKING_URI is {uri!r}, a store on the GPU instance that ends with it",
+            "set it to https://<your MLflow server>, or delete it (runs are then kept as a workflow artifact)",
+        )
+        return
+    try:
+        client.search_experiments(max_results=1)
+    except MlflowError as error:
+        denied = "HTTP 401" in str(error) or "HTTP 403" in str(error)
+        fix = (
+            "export MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (the repository's secrets) and run again"
+            if denied
+            else "check the URI and that the server is up and reachable from the internet"
+        )
+        yield failed(check, f"{uri}: {error}", fix)
+        return
+    yield passed(check, f"{uri} answers (experiments/search)")
+
+
+CHECKS: list[tuple[str, Check]] = [("MLflow", check_mlflow)]
