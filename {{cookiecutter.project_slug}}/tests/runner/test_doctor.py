@@ -20,6 +20,7 @@ import re
 import shlex
 import socket
 import uuid
+from collections.abc import Iterator
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
@@ -115,7 +116,11 @@ def spot_role(moto_endpoint: str) -> str:
         trust = {
             "Version": "2012-10-17",
             "Statement": [
-                {"Effect": "Allow", "Principal": {"Service": "spot.amazonaws.com"}, "Action": "sts:AssumeRole"}
+                {
+                    "Effect": "Allow",
+                    "Principal": {"Service": "spot.amazonaws.com"},
+                    "Action": "sts:AssumeRole",
+                }
             ],
         }
         iam.create_role(
@@ -128,7 +133,10 @@ def spot_role(moto_endpoint: str) -> str:
 
 def quota_body(code: str, value: float) -> dict[str, Any]:
     """A GetServiceQuota / GetAWSDefaultServiceQuota answer, every key a member of botocore's ServiceQuota shape."""
-    names = {doctor_aws.ON_DEMAND_QUOTA[0]: doctor_aws.ON_DEMAND_QUOTA[1], doctor_aws.SPOT_QUOTA[0]: doctor_aws.SPOT_QUOTA[1]}
+    names = {
+        doctor_aws.ON_DEMAND_QUOTA[0]: doctor_aws.ON_DEMAND_QUOTA[1],
+        doctor_aws.SPOT_QUOTA[0]: doctor_aws.SPOT_QUOTA[1],
+    }
     return {
         "Quota": {
             "ServiceCode": "ec2",
@@ -143,7 +151,12 @@ def quota_body(code: str, value: float) -> dict[str, Any]:
             "UsageMetric": {
                 "MetricNamespace": "AWS/Usage",
                 "MetricName": "ResourceCount",
-                "MetricDimensions": {"Class": "Standard/OnDemand", "Resource": "vCPU", "Service": "EC2", "Type": "Resource"},
+                "MetricDimensions": {
+                    "Class": "Standard/OnDemand",
+                    "Resource": "vCPU",
+                    "Service": "EC2",
+                    "Type": "Resource",
+                },
                 "MetricStatisticRecommendation": "Maximum",
             },
             "QuotaAppliedAtLevel": "ACCOUNT",
@@ -192,19 +205,30 @@ class World:
 
 
 def github_env(double: GitHubDouble, **extra: str) -> dict[str, str]:
-    return {"GITHUB_API_URL": double.url, "GPU_RUNNER_TOKEN": DEFAULT_TOKEN, "GITHUB_TOKEN": ADMIN_TOKEN, **extra}
+    return {
+        "GITHUB_API_URL": double.url,
+        "GPU_RUNNER_TOKEN": DEFAULT_TOKEN,
+        "GITHUB_TOKEN": ADMIN_TOKEN,
+        **extra,
+    }
 
 
 @pytest.fixture
 def world(
-    deployed: dict[str, Any], spot_role: str, session: boto3.Session, faults: AwsFaults, github_double: GitHubDouble
+    deployed: dict[str, Any],
+    spot_role: str,
+    session: boto3.Session,
+    faults: AwsFaults,
+    github_double: GitHubDouble,
 ) -> World:
     outputs = deployed["outputs"]
     github_double.set_variable("AWS_ROLE_ARN", outputs["TrainRoleArn"])
     github_double.set_variable("AWS_REAPER_ROLE_ARN", outputs["ReaperRoleArn"])
     github_double.set_secret("GPU_RUNNER_TOKEN")
     target = Target(
-        settings=settings_from_mapping(deployed["raw"]), repository=DEFAULT_REPOSITORY, env=github_env(github_double)
+        settings=settings_from_mapping(deployed["raw"]),
+        repository=DEFAULT_REPOSITORY,
+        env=github_env(github_double),
     )
     return World(target, Aws(session), session, faults, github_double, deployed)
 
@@ -232,7 +256,11 @@ def run(world: World, checks: list[doctor.Check] | None = None) -> list[Outcome]
             malformed = [line for line in lines[:-1] if not LINE.fullmatch(line)]
             assert not malformed, malformed
         else:
-            outcomes = [o for check in checks for o in doctor.guarded("check", lambda c=check: c(world.target, world.aws), REGION)]
+            outcomes = [
+                o
+                for check in checks
+                for o in doctor.guarded("check", lambda c=check: c(world.target, world.aws), REGION)
+            ]
     finally:
         world.session.events.unregister("before-call", recorder)
     mutating = [op for op in recorder.operations if not READ_ONLY_OPERATION.fullmatch(op.split(":")[1])]
@@ -242,6 +270,20 @@ def run(world: World, checks: list[doctor.Check] | None = None) -> list[Outcome]
     assert world.github.runners == runners_before  # nothing registered, nothing deleted
     assert not world.github.issued_jit_configs
     return outcomes
+
+
+def test_the_read_only_guard_catches_a_mutating_call(world: World) -> None:
+    """The control of `run`'s assertion: a check that writes (here an SSM parameter) fails the test."""
+
+    def writes(target: Target, aws: Aws) -> Iterator[Outcome]:
+        aws.client("ssm", REGION).put_parameter(
+            Name="/doctor/planted", Value="x", Type="String", Overwrite=True
+        )
+        yield doctor.passed("planted", "wrote")
+
+    with pytest.raises(AssertionError, match="ssm:PutParameter"):
+        run(world, [writes])
+    world.session.client("ssm", region_name=REGION).delete_parameter(Name="/doctor/planted")
 
 
 def one(outcomes: list[Outcome], check: str) -> Outcome:
@@ -332,7 +374,12 @@ def test_no_aws_credentials_is_one_cross_and_github_is_still_checked(
     outcomes = run(world)
     identity = one(outcomes, "AWS credentials")
     assert not identity.ok and "no AWS credentials" in identity.found and "aws sso login" in identity.fix
-    assert {o.check for o in outcomes} == {"AWS credentials", "runner credential", "repository variables and secrets", "MLflow"}
+    assert {o.check for o in outcomes} == {
+        "AWS credentials",
+        "runner credential",
+        "repository variables and secrets",
+        "MLflow",
+    }
 
 
 def test_a_missing_stack_is_a_cross_with_the_bootstrap_fix(world: World) -> None:
@@ -340,7 +387,9 @@ def test_a_missing_stack_is_a_cross_with_the_bootstrap_fix(world: World) -> None
     answer_quotas(world.faults, on_demand=8, spot=8)
     outcomes = run(world)
     stack = one(outcomes, "stack")
-    assert not stack.ok and "does not exist in ap-northeast-1" in stack.found and "make bootstrap" in stack.fix
+    assert (
+        not stack.ok and "does not exist in ap-northeast-1" in stack.found and "make bootstrap" in stack.fix
+    )
     # The checks that need its outputs are not run (no KeyError); the others still are.
     assert not {"OIDC provider", "train role trust", "bucket"} & {o.check for o in outcomes}
     assert one(outcomes, "AMI").ok
@@ -378,14 +427,24 @@ def _role_with_trust(world: World, subjects: list[str], audience: str | None = "
         ],
     }
     name = f"doctor-trust-{uuid.uuid4().hex[:8]}"
-    role = world.session.client("iam").create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(document))
+    role = world.session.client("iam").create_role(
+        RoleName=name, AssumeRolePolicyDocument=json.dumps(document)
+    )
     return role["Role"]["Arn"]
 
 
 TRAIN_TRUST_FAULTS = {
-    "every repository of the owner": ([f"repo:{OWNER}/*:ref:refs/heads/train/*"], "sts.amazonaws.com", "also trusts"),
+    "every repository of the owner": (
+        [f"repo:{OWNER}/*:ref:refs/heads/train/*"],
+        "sts.amazonaws.com",
+        "also trusts",
+    ),
     "every branch": ([f"repo:{OWNER}/{NAME}:*"], "sts.amazonaws.com", "also trusts"),
-    "another branch prefix": ([f"repo:{OWNER}/{NAME}:ref:refs/heads/experiments/*"], "sts.amazonaws.com", "does not trust"),
+    "another branch prefix": (
+        [f"repo:{OWNER}/{NAME}:ref:refs/heads/experiments/*"],
+        "sts.amazonaws.com",
+        "does not trust",
+    ),
     "no audience condition": ([f"repo:{OWNER}/{NAME}:ref:refs/heads/train/*"], None, "lacks"),
     "another audience": ([f"repo:{OWNER}/{NAME}:ref:refs/heads/train/*"], "example.com", "does not trust"),
 }
@@ -418,7 +477,9 @@ def test_a_deleted_role_fails(world: World) -> None:
 def test_the_deployed_roles_trust_exactly_the_train_branches_and_main(world: World) -> None:
     stack_checks(world)
     outcomes = run(world, [doctor_aws.check_role_trust])
-    assert one(outcomes, "train role trust").ok and "branches train/*" in one(outcomes, "train role trust").found
+    assert (
+        one(outcomes, "train role trust").ok and "branches train/*" in one(outcomes, "train role trust").found
+    )
     assert one(outcomes, "reaper role trust").ok and "branch main" in one(outcomes, "reaper role trust").found
 
 
@@ -431,7 +492,10 @@ def test_spot_role_missing(world: World) -> None:
     )
     outcome = one(run(world, [doctor_aws.check_spot_role]), "spot service-linked role")
     assert not outcome.ok
-    assert outcome.fix == "aws iam create-service-linked-role --aws-service-name spot.amazonaws.com (once per account)"
+    assert (
+        outcome.fix
+        == "aws iam create-service-linked-role --aws-service-name spot.amazonaws.com (once per account)"
+    )
 
 
 def test_spot_role_present_or_not_needed(world: World) -> None:
@@ -458,7 +522,9 @@ def test_quotas_below_the_largest_type_fail(world: World) -> None:
 def test_a_quota_without_an_applied_value_falls_back_to_the_default(world: World) -> None:
     """moto answers GetServiceQuota for ec2 with NoSuchResourceException, as AWS does when only the default
     exists; the default (GetAWSDefaultServiceQuota, not in moto) is answered through the hook: 0 in a new account."""
-    world.faults.answer("service-quotas", "GetAWSDefaultServiceQuota", quota_body("L-DB2E81BA", 0.0), times=-1)
+    world.faults.answer(
+        "service-quotas", "GetAWSDefaultServiceQuota", quota_body("L-DB2E81BA", 0.0), times=-1
+    )
     world.target.settings = world.settings(use_spot=False)
     outcome = one(run(world, [doctor_aws.check_quotas]), "vCPU quota L-DB2E81BA")
     assert not outcome.ok and "is 0 vCPUs, g4dn.xlarge needs 4" in outcome.found
@@ -508,7 +574,9 @@ def test_types_offered_in_every_subnets_zone_pass(world: World) -> None:
 def test_a_root_snapshot_larger_than_the_volume_fails(world: World) -> None:
     world.target.settings = world.settings(root_volume_gb=10)  # moto's Amazon Linux snapshot is 15 GB
     outcome = one(run(world, [doctor_aws.check_ami]), "AMI")
-    assert not outcome.ok and "root snapshot is 15 GB" in outcome.found and "root_volume_gb: 15" in outcome.fix
+    assert (
+        not outcome.ok and "root snapshot is 15 GB" in outcome.found and "root_volume_gb: 15" in outcome.fix
+    )
 
 
 def test_an_ami_parameter_that_does_not_resolve_fails(world: World) -> None:
@@ -527,8 +595,12 @@ def test_the_ami_resolves_and_fits(world: World) -> None:
 
 def test_a_group_with_an_inbound_rule_fails(world: World) -> None:
     ec2 = world.session.client("ec2", region_name=REGION)
-    group = ec2.create_security_group(GroupName=f"open-{uuid.uuid4().hex[:6]}", Description="ssh open")["GroupId"]
-    ec2.authorize_security_group_ingress(GroupId=group, IpProtocol="tcp", FromPort=22, ToPort=22, CidrIp="0.0.0.0/0")
+    group = ec2.create_security_group(GroupName=f"open-{uuid.uuid4().hex[:6]}", Description="ssh open")[
+        "GroupId"
+    ]
+    ec2.authorize_security_group_ingress(
+        GroupId=group, IpProtocol="tcp", FromPort=22, ToPort=22, CidrIp="0.0.0.0/0"
+    )
     world.target.settings = world.settings(security_group_ids=[group])
     outcome = one(run(world, [doctor_aws.check_security_groups]), "security group")
     assert not outcome.ok and f"{group} has inbound rules" in outcome.found
@@ -577,7 +649,9 @@ def test_the_instance_profile_exists_with_its_role(world: World) -> None:
 
 
 def app_env(double: GitHubDouble) -> dict[str, str]:
-    env = github_env(double, GPU_RUNNER_APP_ID=str(DEFAULT_APP_ID), GPU_RUNNER_APP_PRIVATE_KEY=app_private_key_pem())
+    env = github_env(
+        double, GPU_RUNNER_APP_ID=str(DEFAULT_APP_ID), GPU_RUNNER_APP_PRIVATE_KEY=app_private_key_pem()
+    )
     del env["GPU_RUNNER_TOKEN"]
     return env
 
@@ -635,7 +709,9 @@ def workflow_uses() -> dict[str, str]:
     for workflow in (PROJECT_DIR / ".github" / "workflows").glob("*.yml"):
         text = workflow.read_text(encoding="utf-8")
         uses |= {name: "variable" for name in re.findall(r"\bvars\.([A-Z_]+)", text)}
-        uses |= {name: "secret" for name in re.findall(r"\bsecrets\.([A-Z_]+)", text) if name != "GITHUB_TOKEN"}
+        uses |= {
+            name: "secret" for name in re.findall(r"\bsecrets\.([A-Z_]+)", text) if name != "GITHUB_TOKEN"
+        }
     return uses
 
 
