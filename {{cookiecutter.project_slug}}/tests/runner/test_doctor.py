@@ -243,6 +243,13 @@ class CallRecorder:
         self.operations.append(f"{model.service_model.service_name}:{model.name}")
 
 
+def check_name(check: doctor.Check) -> str:
+    """The name doctor gives a check's failure line (the CHECKS tables; check_identity runs first)."""
+    table = [("AWS credentials", doctor_aws.check_identity), *doctor_aws.CHECKS, *doctor_github.CHECKS,
+             *doctor_mlflow.CHECKS]  # fmt: skip
+    return next((n for n, f in table if check in (f, getattr(f, "__wrapped__", None))), check.__name__)
+
+
 def run(world: World, checks: list[doctor.Check] | None = None) -> list[Outcome]:
     """The whole doctor (or only `checks`), asserting it stayed read-only on AWS and GitHub."""
     recorder = CallRecorder()
@@ -259,7 +266,7 @@ def run(world: World, checks: list[doctor.Check] | None = None) -> list[Outcome]
             outcomes = [
                 o
                 for check in checks
-                for o in doctor.guarded("check", lambda c=check: c(world.target, world.aws), REGION)
+                for o in doctor.guarded(check_name(check), lambda c=check: c(world.target, world.aws), REGION)
             ]
     finally:
         world.session.events.unregister("before-call", recorder)
@@ -380,6 +387,29 @@ def test_no_aws_credentials_is_one_cross_and_github_is_still_checked(
         "repository variables and secrets",
         "MLflow",
     }
+
+
+def test_an_unreachable_region_is_one_cross_naming_the_region(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A region without an endpoint (a typo such as eu-west-9) cannot be connected to; here the endpoint is a
+    closed port, which botocore reports the same way (EndpointConnectionError)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{sock.getsockname()[1]}")
+    world.session = boto3.Session(region_name=REGION)
+    world.aws = Aws(world.session)
+    identity = one(run(world, [doctor_aws.check_identity]), "AWS credentials")
+    assert not identity.ok and "AWS unreachable" in identity.found and "region ap-northeast-1" in identity.fix
+
+
+def test_an_unreachable_github_api_is_a_cross_not_a_traceback(world: World) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    world.target.env = {**world.target.env, "GITHUB_API_URL": dead}
+    outcome = one(run(world, [doctor_github.check_repository_settings]), "repository variables and secrets")
+    assert not outcome.ok and f"cannot reach the GitHub API at {dead}" in outcome.found
 
 
 def test_a_missing_stack_is_a_cross_with_the_bootstrap_fix(world: World) -> None:
@@ -660,6 +690,8 @@ def test_an_app_with_administration_write_passes(world: World) -> None:
     world.target.env = app_env(world.github)
     outcome = one(run(world, [doctor_github.check_runner_credential]), "runner credential")
     assert outcome.ok and "grants Administration: write" in outcome.found
+    installation = [c for c in world.github.calls if c.path == f"/repos/{DEFAULT_REPOSITORY}/installation"]
+    assert installation and all(c.method == "GET" and c.status == 200 for c in installation)
 
 
 def test_an_app_with_administration_read_fails(deployed: dict[str, Any], spot_role: str, session: boto3.Session,

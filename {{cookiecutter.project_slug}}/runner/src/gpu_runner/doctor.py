@@ -13,7 +13,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import requests
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
+from github import GithubException
 
 from .aws import Aws
 from .errors import RunnerError
@@ -104,6 +106,19 @@ def guarded(check_name: str, run: Callable[[], Iterable[Outcome]], region: str) 
         return [failed(check_name, str(error).replace("\n", " "), "see the message")]
     except (ClientError, BotoCoreError) as error:
         return [aws_failure(check_name, error, region)]
+    except GithubException as error:
+        detail = error.data.get("message", "") if isinstance(error.data, dict) else ""
+        return [
+            failed(check_name, f"GitHub answered {error.status} {detail}".strip(), "see GitHub's message")
+        ]
+    except requests.RequestException as error:
+        return [
+            failed(
+                check_name,
+                f"network error ({type(error).__name__}): {error}",
+                "check GITHUB_API_URL (unset for github.com), MLFLOW_TRACKING_URI and the network",
+            )
+        ]
 
 
 def run_checks(target: Target, aws: Aws, print_line: Callable[[str], Any] = print) -> list[Outcome]:

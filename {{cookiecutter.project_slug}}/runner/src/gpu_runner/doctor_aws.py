@@ -9,6 +9,7 @@ ssm:GetParameter, s3:HeadBucket (s3:ListBucket permission), sts:GetCallerIdentit
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -44,7 +45,8 @@ BOOTSTRAP_FIX = "make bootstrap (it deploys infra/gpu-runner.yaml and prints the
 
 
 def check_identity(target: Target, aws: Aws) -> Iterator[Outcome]:
-    arn = aws.client("sts", target.settings.region).get_caller_identity()["Arn"]
+    # The quick-giving-up client: a region that does not exist (no endpoint) fails in seconds, not minutes.
+    arn = aws.lookup_client("sts", target.settings.region).get_caller_identity()["Arn"]
     yield passed("AWS credentials", f"{arn} in {target.settings.region}")
 
 
@@ -506,6 +508,7 @@ def check_instance_profile(target: Target, aws: Aws) -> Iterator[Outcome]:
 def _needs_stack(check: Check) -> Check:
     """Checks that read the stack's outputs say so, instead of a KeyError, when the stack check failed."""
 
+    @functools.wraps(check)
     def run(target: Target, aws: Aws) -> Iterator[Outcome]:
         if not target.outputs:
             return iter(())  # the stack line already said what to fix

@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from github import Auth, Github, GithubException, GithubIntegration
+import requests
+from github import Auth, Github, GithubException, GithubIntegration, GithubRetry
 
 from .aws import Aws
 from .doctor import Check, Outcome, Target, failed, passed
@@ -151,7 +152,8 @@ def _pages(client: Github, path: str, key: str, per_page: int) -> list[dict[str,
 
 def _repository_names(target: Target, token: str) -> tuple[dict[str, str], set[str]]:
     """GET /repos/{owner}/{repo}/actions/variables and .../actions/secrets (names; secrets have no value)."""
-    client = Github(auth=Auth.Token(token), base_url=_base_url(target.env))
+    # Two retries: enough for a blip, and a wrong GITHUB_API_URL fails in seconds.
+    client = Github(auth=Auth.Token(token), base_url=_base_url(target.env), retry=GithubRetry(total=2))
     base = f"/repos/{target.repository}/actions"
     try:
         variables = _pages(client, f"{base}/variables", "variables", VARIABLES_PER_PAGE)
@@ -210,6 +212,13 @@ def check_repository_settings(target: Target, aws: Aws) -> Iterator[Outcome]:
         return
     try:
         variables, secrets = _repository_names(target, token)
+    except requests.RequestException as error:
+        yield failed(
+            check,
+            f"cannot reach the GitHub API at {_base_url(target.env)} ({type(error).__name__})",
+            f"check {ENV_API_URL} (unset for github.com) and the network",
+        )
+        return
     except GithubException as error:
         yield failed(
             check,
