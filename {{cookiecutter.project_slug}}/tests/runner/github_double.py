@@ -167,6 +167,10 @@ class GitHubDouble:
             ADMIN_TOKEN: {"variables": "read", "secrets": "read"}
         }
         self.tokens.setdefault(ADMIN_TOKEN, "write")
+        # Whose user is not an admin of the repositories (GET /repos/{o}/{r} `permissions.admin` false), and the
+        # scopes of classic tokens (sent as X-OAuth-Scopes, which GitHub sends for OAuth and classic tokens only).
+        self.non_admin_tokens: set[str] = set()
+        self.classic_scopes: dict[str, str] = {}
 
     # ------------------------------------------------------------------ server lifecycle
     def start(self) -> GitHubDouble:
@@ -320,6 +324,8 @@ class GitHubDouble:
                 status, extra, payload = error.status, error.headers, error.body
             self._requests.append(Request(method, path, query, body, status, scheme, credential))
             extra = {**self._rate_headers(credential), **extra}
+            if credential in self.classic_scopes:
+                extra["X-OAuth-Scopes"] = self.classic_scopes[credential]
         return status, extra, payload
 
     def _dispatch(
@@ -341,7 +347,7 @@ class GitHubDouble:
                 raise _HttpError(404, "Not Found")
             if method == "GET" and match[3] in _ACTIONS_SETTINGS:
                 return self._actions_settings(repo, match[3], query, credential)
-            return self._repo_endpoint(method, repo, match[3] or "", query, body, permission)
+            return self._repo_endpoint(method, repo, match[3] or "", query, body, permission, credential)
         raise _HttpError(404, "Not Found")
 
     # ------------------------------------------------------------------ auth
@@ -428,7 +434,14 @@ class GitHubDouble:
 
     # ------------------------------------------------------------------ repository endpoints
     def _repo_endpoint(
-        self, method: str, repo: str, rest: str, query: dict[str, str], body: dict | None, permission: str
+        self,
+        method: str,
+        repo: str,
+        rest: str,
+        query: dict[str, str],
+        body: dict | None,
+        permission: str,
+        credential: str = "",
     ) -> tuple[int, dict[str, str], Any]:
         if rest == "" and method == "GET":
             owner, _, name = self.repositories[repo].partition("/")
@@ -438,6 +451,8 @@ class GitHubDouble:
                 "full_name": self.repositories[repo],
                 "owner": {"login": owner, "id": 1, "type": "Organization"},
                 "private": True,
+                # The authenticated user's role on the repository (added for gpu-runner doctor).
+                "permissions": self._repository_role(credential),
                 "html_url": f"https://github.com/{self.repositories[repo]}",
                 "url": f"{self.url}/repos/{self.repositories[repo]}",
             }  # fmt: skip
@@ -684,6 +699,10 @@ class GitHubDouble:
         ]
         headers = {**accepted, **({"Link": ", ".join(links)} if links else {})}
         return 200, headers, {"total_count": len(items), kind: chunk}
+
+    def _repository_role(self, credential: str) -> dict[str, bool]:
+        admin = credential not in self.non_admin_tokens
+        return {"admin": admin, "maintain": admin, "push": True, "triage": True, "pull": True}
 
     def _settings_permission(self, credential: str, kind: str) -> str:
         if credential in self.installation_tokens:

@@ -710,6 +710,25 @@ def test_a_pat_that_lists_runners_passes_and_says_what_it_cannot_check(world: Wo
     assert outcome.ok and "lists the 1 runner(s)" in outcome.found and "cannot be read back" in outcome.found
 
 
+def test_a_classic_token_with_the_repo_scope_passes(world: World) -> None:
+    world.github.classic_scopes[DEFAULT_TOKEN] = "repo, workflow"
+    outcome = one(run(world, [doctor_github.check_runner_credential]), "runner credential")
+    assert outcome.ok and "has the `repo` scope" in outcome.found
+
+
+@pytest.mark.parametrize("fault", ["user is not an admin", "classic token without repo"])
+def test_a_pat_that_can_never_create_runners_fails(world: World, fault: str) -> None:
+    """Read-only evidence against write: the user's role (GET /repos permissions.admin) and classic scopes."""
+    if fault == "user is not an admin":
+        world.github.non_admin_tokens.add(DEFAULT_TOKEN)
+    else:
+        world.github.classic_scopes[DEFAULT_TOKEN] = "public_repo, read:org"
+    outcome = one(run(world, [doctor_github.check_runner_credential]), "runner credential")
+    assert not outcome.ok and (
+        "not an admin" in outcome.found if "admin" in fault else "`repo`" in outcome.found
+    )
+
+
 @pytest.mark.parametrize("fault", ["none set", "revoked", "not installed"])
 def test_a_runner_credential_that_cannot_list_runners_fails(world: World, fault: str) -> None:
     if fault == "none set":
@@ -812,9 +831,10 @@ def test_mlflow_from_the_repository_variable_that_does_not_answer_fails(world: W
     with socket.socket() as sock:  # a port nobody listens on once the socket is closed
         sock.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    world.target.repo_variables = {"MLFLOW_TRACKING_URI": dead}
+    world.target.repo_variables = {"MLFLOW_TRACKING_URI": dead.replace("http://", "http://ml:s3cret@")}
     outcome = one(run(world, [doctor_mlflow.check_mlflow]), "MLflow")
-    assert not outcome.ok and dead in outcome.found and "unreachable" in outcome.found
+    assert not outcome.ok and "unreachable" in outcome.found
+    assert dead.replace("http://", "http://***@") in outcome.found and "s3cret" not in outcome.line()
 
 
 @pytest.mark.parametrize(

@@ -4,9 +4,11 @@ Two credentials, because they are two different things:
 - the runner credential the workflows use (GPU_RUNNER_APP_ID + GPU_RUNNER_APP_PRIVATE_KEY, or GPU_RUNNER_TOKEN),
   exported in this shell with the same values as the repository's secrets. It must list the repository's runners
   (Administration: read) and may create JIT configs (Administration: write). For an App the installation's
-  granted permissions are read back (GET /repos/{owner}/{repo}/installation, `permissions`). A fine-grained PAT's
-  permissions cannot be read back through the API: listing the runners proves read, and write is only proven by
-  a registration, which doctor never makes (the first launch names the fix if it is missing).
+  granted permissions are read back (GET /repos/{owner}/{repo}/installation, `permissions`). For a PAT what can be
+  read is read: its user's role (GET /repos/{owner}/{repo}, `permissions.admin`) and a classic token's scopes
+  (X-OAuth-Scopes). A fine-grained PAT's own permissions cannot be read back through the API: listing the runners
+  proves read, and write is only proven by a registration, which doctor never makes (the first launch names the
+  fix if it is missing).
 - the admin's own token (GITHUB_TOKEN, e.g. from `gh auth token`) to list the names of the repository's variables
   and secrets: fine-grained "Variables: read" and "Secrets: read" on the repository, or the `repo` scope of a
   classic token / the gh CLI (docs.github.com, "REST API endpoints for GitHub Actions variables" and "... secrets").
@@ -80,6 +82,44 @@ def _app_permissions(target: Target) -> dict[str, str]:
     return {str(k): str(v) for k, v in (installation.raw_data.get("permissions") or {}).items()}
 
 
+def _pat_outcome(target: Target, count: int) -> Outcome:
+    """What can be read back about a PAT without a write: its user's role on the repository (GET /repos:
+    `permissions.admin`; the runner endpoints need admin access, and a token never exceeds its user) and, for a
+    classic token, its scopes (X-OAuth-Scopes; the runner endpoints need `repo`). A fine-grained PAT's own
+    permissions are not readable through the API, so its Administration: write stays unproven."""
+    check = "runner credential"
+    client = Github(
+        auth=Auth.Token(target.env[ENV_TOKEN].strip()),
+        base_url=_base_url(target.env),
+        retry=GithubRetry(total=2),
+    )
+    try:
+        _, repo = client.requester.requestJsonAndCheck("GET", f"/repos/{target.repository}")
+        scopes = client.oauth_scopes
+    finally:
+        client.close()
+    if not (repo.get("permissions") or {}).get("admin", False):
+        return failed(
+            check,
+            f"{ENV_TOKEN}'s user is not an admin of {target.repository}, so it can never create runners",
+            f"a repository admin creates the token (or grant that user the admin role), then gh secret set {ENV_TOKEN}",
+        )
+    if scopes is not None and "repo" not in scopes:
+        return failed(
+            check,
+            f"{ENV_TOKEN} is a classic token with scopes {', '.join(scopes) or 'none'}: runners need `repo`",
+            "a fine-grained PAT with Administration: Read and write on this repository (README), or add `repo`",
+        )
+    lists = f"{ENV_TOKEN} lists the {count} runner(s) of {target.repository}; its user is an admin"
+    if scopes is not None:
+        return passed(check, f"{lists} and the classic token has the `repo` scope")
+    return passed(
+        check,
+        f"{lists}; a fine-grained PAT's Administration: write cannot be read back without registering a runner "
+        "(the first launch names it if missing): grant Repository permissions > Administration: Read and write",
+    )
+
+
 def check_runner_credential(target: Target, aws: Aws) -> Iterator[Outcome]:
     check = "runner credential"
     env = target.env
@@ -102,12 +142,7 @@ def check_runner_credential(target: Target, aws: Aws) -> Iterator[Outcome]:
         yield failed(check, str(error), "see the message (README: 'GitHub App', or the PAT alternative)")
         return
     if uses_token:
-        yield passed(
-            check,
-            f"{ENV_TOKEN} lists the {count} runner(s) of {target.repository} (Administration: read); write, needed "
-            "to create JIT configs, cannot be read back from a PAT without registering a runner: the token must "
-            "have Repository permissions > Administration: Read and write",
-        )
+        yield _pat_outcome(target, count)
         return
     try:
         permissions = _app_permissions(target)

@@ -9,20 +9,30 @@ GET /api/2.0/mlflow/experiments/search?max_results=1.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from urllib.parse import urlsplit, urlunsplit
 
 from .aws import Aws
 from .doctor import Check, Outcome, Target, failed, passed
 from .mlflow_rest import MlflowError, MlflowRest
 
 
+def shown(uri: str) -> str:
+    """The URI as printed: a `user:password@` in it is replaced, so the line can go into a ticket or a log."""
+    parts = urlsplit(uri)
+    if "@" not in parts.netloc:
+        return uri
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
+
+
 def check_mlflow(target: Target, aws: Aws) -> Iterator[Outcome]:
     check = "MLflow"
     from_repository = target.repo_variables.get("MLFLOW_TRACKING_URI", "")
-    uri = from_repository or target.env.get("MLFLOW_TRACKING_URI", "")
-    if not uri:
+    raw = from_repository or target.env.get("MLFLOW_TRACKING_URI", "")
+    uri = shown(raw)
+    if not raw:
         yield passed(check, "MLFLOW_TRACKING_URI is not set: runs are kept as a workflow artifact")
         return
-    client = MlflowRest.from_env({**target.env, "MLFLOW_TRACKING_URI": uri})
+    client = MlflowRest.from_env({**target.env, "MLFLOW_TRACKING_URI": raw})
     if client is None:
         if not from_repository:
             yield passed(check, f"{uri} in this shell is a local store (the repository variable is not set)")
@@ -42,7 +52,7 @@ def check_mlflow(target: Target, aws: Aws) -> Iterator[Outcome]:
             if denied
             else "check the URI and that the server is up and reachable from the internet"
         )
-        yield failed(check, f"{uri}: {error}", fix)
+        yield failed(check, f"{uri}: {str(error).replace(raw.rstrip('/'), uri.rstrip('/'))}", fix)
         return
     yield passed(check, f"{uri} answers (experiments/search)")
 
