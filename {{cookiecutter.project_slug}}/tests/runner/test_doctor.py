@@ -173,8 +173,9 @@ def test_quota_bodies_are_shaped_as_botocore_says() -> None:
         assert set(body) <= set(output.members)
         assert set(body["Quota"]) <= set(quota.members)
         assert set(body["Quota"]["UsageMetric"]) <= set(quota.members["UsageMetric"].members)
-    # The control: a misspelt key is caught.
-    assert "Valeu" not in model.shape_for("ServiceQuota").members
+    # The control: the same comparison catches a misspelt key (botocore would silently drop it, leaving no Value).
+    misspelt = {**quota_body("L-DB2E81BA", 8.0)["Quota"], "Valeu": 8.0}
+    assert not set(misspelt) <= set(model.shape_for("ServiceQuota").members)
 
 
 def answer_quotas(faults: AwsFaults, on_demand: float, spot: float) -> None:
@@ -260,8 +261,7 @@ def run(world: World, checks: list[doctor.Check] | None = None) -> list[Outcome]
         if checks is None:
             lines: list[str] = []
             outcomes = doctor.run_checks(world.target, world.aws, lines.append)
-            malformed = [line for line in lines[:-1] if not LINE.fullmatch(line)]
-            assert not malformed, malformed
+            assert lines[:-1] == [o.line() for o in outcomes]  # printed as found, one line each
         else:
             outcomes = [
                 o
@@ -270,6 +270,11 @@ def run(world: World, checks: list[doctor.Check] | None = None) -> list[Outcome]
             ]
     finally:
         world.session.events.unregister("before-call", recorder)
+    # The format: `✓ <check>: <found>` or `✗ <check>: <found>; fix: <fix>`, one line each.
+    malformed = [
+        o.line() for o in outcomes if not LINE.fullmatch(o.line()) or ("; fix: " in o.line()) == o.ok
+    ]
+    assert not malformed, malformed
     mutating = [op for op in recorder.operations if not READ_ONLY_OPERATION.fullmatch(op.split(":")[1])]
     assert not mutating, mutating
     writes = [c for c in world.github.calls if c.method != "GET" and not c.path.endswith("/access_tokens")]
