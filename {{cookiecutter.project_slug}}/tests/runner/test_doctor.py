@@ -554,6 +554,12 @@ def test_quotas_below_the_largest_type_fail(world: World) -> None:
     assert not spot.ok and "is 0 vCPUs" in spot.found
 
 
+def test_an_unknown_gpu_type_is_named(world: World) -> None:
+    world.target.settings = world.settings(instance_types=["g4dn.xlarge", "g5.xlargee"])
+    outcome = one(run(world, [doctor_aws.check_quotas]), "vCPU quota")
+    assert not outcome.ok and "do not exist: [g5.xlargee]" in outcome.found
+
+
 def test_a_quota_without_an_applied_value_falls_back_to_the_default(world: World) -> None:
     """moto answers GetServiceQuota for ec2 with NoSuchResourceException, as AWS does when only the default
     exists; the default (GetAWSDefaultServiceQuota, not in moto) is answered through the hook: 0 in a new account."""
@@ -568,9 +574,13 @@ def test_a_quota_without_an_applied_value_falls_back_to_the_default(world: World
 
 def test_quotas_that_cover_the_largest_type_pass(world: World) -> None:
     answer_quotas(world.faults, on_demand=8, spot=8)
+    world.target.settings = world.settings(instance_types=["g4dn.xlarge", "g5.xlarge", "p3.2xlarge"])
     outcomes = run(world, [doctor_aws.check_quotas])
     assert one(outcomes, "vCPU quota L-DB2E81BA").ok and one(outcomes, "vCPU quota L-3819A6DF").ok
-    assert "needs 4" in one(outcomes, "vCPU quota L-DB2E81BA").found
+    assert (
+        "needs 4 (p3.2xlarge: other families' quotas are not checked)"
+        in one(outcomes, "vCPU quota L-DB2E81BA").found
+    )
 
 
 # --- 4. instance type offerings -------------------------------------------------------------------------------------

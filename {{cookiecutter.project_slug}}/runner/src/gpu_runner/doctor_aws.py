@@ -253,12 +253,10 @@ def check_spot_role(target: Target, aws: Aws) -> Iterator[Outcome]:
     yield passed("spot service-linked role", f"{SPOT_ROLE} exists")
 
 
-def _vcpus(target: Target, aws: Aws) -> dict[str, int]:
+def _vcpus(target: Target, aws: Aws, types: Sequence[str]) -> dict[str, int]:
     ec2 = aws.client("ec2", target.settings.region)
     found: dict[str, int] = {}
-    for page in ec2.get_paginator("describe_instance_types").paginate(
-        InstanceTypes=list(target.settings.instance_types)
-    ):
+    for page in ec2.get_paginator("describe_instance_types").paginate(InstanceTypes=list(types)):
         for item in page["InstanceTypes"]:
             found[item["InstanceType"]] = int(item["VCpuInfo"]["DefaultVCpus"])
     return found
@@ -282,17 +280,25 @@ def check_quotas(target: Target, aws: Aws) -> Iterator[Outcome]:
     if not gpu_types:
         yield passed("vCPU quota", "no G or VT instance type configured (other families are not checked)")
         return
-    vcpus = _vcpus(target, aws)
+    reason = ""
+    try:
+        vcpus = _vcpus(target, aws, gpu_types)
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") != "InvalidInstanceType":
+            raise
+        vcpus, reason = {}, error.response["Error"].get("Message", "")
     unknown = [t for t in gpu_types if t not in vcpus]
     if unknown:
         yield failed(
             "vCPU quota",
-            f"EC2 does not know {', '.join(unknown)}",
-            "fix instance_types in configs/gpu-runner.yaml",
+            f"EC2 in {target.settings.region} refused instance_types {', '.join(gpu_types)}: {reason}",
+            "fix instance_types in configs/gpu-runner.yaml (spelling, e.g. g4dn.xlarge)",
         )
         return
     largest = max(gpu_types, key=lambda t: vcpus[t])
     needed = vcpus[largest]
+    others = [t for t in target.settings.instance_types if t not in gpu_types]
+    unchecked = f" ({', '.join(others)}: other families' quotas are not checked)" if others else ""
     quotas = [ON_DEMAND_QUOTA, *([SPOT_QUOTA] if target.settings.use_spot else [])]
     for code, title in quotas:
         value = _quota_value(target, aws, code)
@@ -305,7 +311,9 @@ def check_quotas(target: Target, aws: Aws) -> Iterator[Outcome]:
                 f"--desired-value {max(needed, 8)} --region {target.settings.region}",
             )
         else:
-            yield passed(check, f"'{title}' is {value:g} vCPUs, the largest type {largest} needs {needed}")
+            yield passed(
+                check, f"'{title}' is {value:g} vCPUs, the largest type {largest} needs {needed}{unchecked}"
+            )
 
 
 def _offered(target: Target, aws: Aws, location_type: str, locations: Iterable[str]) -> set[tuple[str, str]]:
