@@ -376,6 +376,18 @@ def test_a_settings_error_is_a_cross_line_not_a_traceback(tmp_path: Path) -> Non
     assert line.startswith("✗ settings: ") and "region: 'nowhere'" in line and "; fix: correct " in line
 
 
+def test_a_bad_repository_is_a_cross_line(world: World, tmp_path: Path) -> None:
+    path = tmp_path / "gpu-runner.yaml"
+    path.write_text(yaml.safe_dump(world.deployed["raw"]))
+    out = io.StringIO()
+    with redirect_stdout(out), redirect_stderr(io.StringIO()):
+        code = cli.main(["--settings", str(path), "doctor", "--repository", "not a repo"])
+    assert code == 1
+    assert out.getvalue().splitlines() == [
+        "✗ repository: 'not a repo' is not owner/name; fix: pass --repository owner/name"
+    ]
+
+
 def test_no_aws_credentials_is_one_cross_and_github_is_still_checked(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:

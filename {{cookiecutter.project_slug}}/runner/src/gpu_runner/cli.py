@@ -157,8 +157,11 @@ def _bootstrap(args: argparse.Namespace, settings: Settings, aws: Aws) -> None:
 
 
 def _doctor(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
-    from . import doctor
+    from . import doctor, infra
 
+    if not infra.REPOSITORY.fullmatch(args.repository):
+        print(f"✗ repository: '{args.repository}' is not owner/name; fix: pass --repository owner/name")
+        return 1
     target = doctor.Target(
         settings=settings, repository=args.repository, train_branch_prefix=args.branch_prefix,
         default_branch=args.default_branch,
