@@ -325,6 +325,22 @@ def test_a_healthy_account_passes_every_check(world: World) -> None:
     ]  # fmt: skip
 
 
+def test_the_readme_lists_every_check(world: World) -> None:
+    """The README's Preflight table names exactly the checks a run prints (the quota row names both codes)."""
+    answer_quotas(world.faults, on_demand=8, spot=8)
+    printed = {o.check for o in run(world)}
+    text = (PROJECT_DIR / "README.md").read_text(encoding="utf-8")
+    section = text.split("### Preflight: `make doctor`", 1)[1].split("\n#", 1)[0]
+    rows = re.findall(r"^\| ([^|]+?) \| ", section, flags=re.MULTILINE)[1:]  # after the header
+    listed = set()
+    for row in rows:
+        if row.startswith("vCPU quota"):
+            listed |= {f"vCPU quota {code}" for code in re.findall(r"`(L-[0-9A-F]+)`", row)}
+        else:
+            listed.add(row)
+    assert listed == printed
+
+
 def test_make_doctor_prints_one_line_per_check_and_fails_on_any_cross(
     world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
