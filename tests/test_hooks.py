@@ -120,13 +120,24 @@ REJECTION_CASES = [
     reject("digit-family", "gpu_instance_types", "4g.xlarge", mentions="'4g.xlarge'"),
     reject("duplicate", "gpu_instance_types", "g5.xlarge,g6.xlarge,g5.xlarge", mentions="entry 3 'g5"),
     reject("no-gpu", "gpu_instance_types", "c5.xlarge,m5.large", mentions="GPU"),
-    # Checked against the bundled offerings table (AWS's DescribeInstanceTypeOfferings) for the answered region.
-    reject("not-offered-in-region", "gpu_instance_types", "g4dn.xlarge,g6.xlarge",
-           mentions="entry 2 'g6.xlarge' is not offered in eu-west-1"),  # fmt: skip
-    reject("region-without-gpus", "gpu_instance_types", "g4dn.xlarge", mentions="ap-southeast-4 offers no GPU",
-           aws_region="ap-southeast-4"),  # fmt: skip
+    # Checked against the bundled offerings table (AWS's DescribeInstanceTypeOfferings) for the region.
+    reject(
+        "not-offered-in-region",
+        "gpu_instance_types",
+        "g4dn.xlarge,g6.xlarge",
+        mentions="entry 2 'g6.xlarge' is not offered in eu-west-1",
+    ),
+    reject(
+        "region-without-gpus",
+        "gpu_instance_types",
+        "g4dn.xlarge",
+        mentions="ap-southeast-4 offers no GPU",
+        aws_region="ap-southeast-4",
+    ),
     # The default AMI does not support P3 (its release notes' supported instance list).
-    reject("p3-not-supported-by-the-ami", "gpu_instance_types", "p3.2xlarge", mentions="does not support the p3"),
+    reject(
+        "p3-not-supported-by-the-ami", "gpu_instance_types", "p3.2xlarge", mentions="does not support the p3"
+    ),
     # use_spot: only a replay file can deliver a non-boolean (the CLI converts yes/no itself)
     reject("string", "use_spot", "false", replay=True),
     reject("number", "use_spot", 0, replay=True),
@@ -299,8 +310,10 @@ VALID_EDGE_CASES = [
     pytest.param({"aws_region": "us-gov-west-1"}, id="govcloud-region"),
     pytest.param({"aws_region": "ca-central-1"}, id="region-ca-central-1"),
     pytest.param({"gpu_instance_types": "p4d.24xlarge"}, id="single-instance-type"),
-    pytest.param({"aws_region": "us-east-1", "gpu_instance_types": "g6e.2xlarge,p5.48xlarge,c5.xlarge"},
-                 id="gpu-then-cpu-types"),
+    pytest.param(
+        {"aws_region": "us-east-1", "gpu_instance_types": "g6e.2xlarge,p5.48xlarge,c5.xlarge"},
+        id="gpu-then-cpu-types",
+    ),
     pytest.param({"s3_bucket": "data.ml-project.example"}, id="bucket-with-dots"),
     pytest.param({"s3_bucket": "abc"}, id="bucket-3-chars"),
     pytest.param({"github_owner": "o" * 39, "github_repo": "My.Repo_x-1"}, id="owner-39-repo-dots"),
@@ -340,7 +353,7 @@ def test_hook_license_choices_match_cookiecutter_json() -> None:
     assert list(licenses) == template_config()["license"]
 
 
-OFFERINGS = TEMPLATE_ROOT / "{{cookiecutter.project_slug}}" / "runner" / "src" / "gpu_runner" / "offerings.json"
+OFFERINGS = TEMPLATE_ROOT / "{{cookiecutter.project_slug}}" / "runner/src/gpu_runner/offerings.json"
 
 
 def test_default_instance_types_are_offered_in_the_default_region() -> None:
