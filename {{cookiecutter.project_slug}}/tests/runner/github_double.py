@@ -1,4 +1,5 @@
-"""A local stand-in for the GitHub REST API: the self-hosted runner and GitHub App endpoints, over real HTTP.
+"""A local stand-in for the GitHub REST API over real HTTP: the self-hosted runner, workflow dispatch and GitHub
+App endpoints, and what gpu-runner doctor reads (the repository, its Actions variables and secret names).
 
 Real clients (PyGithub, curl, the gpu-runner CLI) talk to it through `GITHUB_API_URL`. Response bodies, status
 codes and headers follow docs.github.com ("REST API endpoints for self-hosted runners", "Apps"): runner objects
@@ -14,8 +15,9 @@ github_contract.py): a request the description refuses is answered 422 as GitHub
 allow becomes a 500, and both are recorded as violations that `stop()` raises unless a test took them with
 `take_violations()`. A route outside the description is never served.
 
-Test controls are plain, thread-safe methods: `set_status`, `stay_busy_for`, `online_after`, `fail`, plus the
-`runners`, `calls`, `requests`, `dispatches` and `issued_jit_configs` views.
+Test controls are plain, thread-safe methods: `set_status`, `stay_busy_for`, `online_after`, `fail`,
+`set_variable`, `set_secret`, plus the `runners`, `calls`, `requests`, `dispatches` and `issued_jit_configs` views
+and the `non_admin_tokens` / `classic_scopes` settings.
 """
 
 from __future__ import annotations
