@@ -39,6 +39,10 @@ OPERATIONS = (
     # GitHub App authentication (PyGithub's GithubIntegration / AppInstallationAuth)
     "apps/get-repo-installation",
     "apps/create-installation-access-token",
+    # Preflight (gpu_runner.doctor_github): the token's role on the repository, the settings' names
+    "repos/get",
+    "actions/list-repo-variables",
+    "actions/list-repo-secrets",
 )
 # Prose and samples: they do not constrain a request or a response, and they are most of the file's size.
 _PROSE = frozenset({"description", "summary", "example", "examples", "title", "externalDocs"})

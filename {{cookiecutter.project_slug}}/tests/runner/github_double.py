@@ -1,4 +1,5 @@
-"""A local stand-in for the GitHub REST API: the self-hosted runner and GitHub App endpoints, over real HTTP.
+"""A local stand-in for the GitHub REST API over real HTTP: the self-hosted runner, workflow dispatch and GitHub
+App endpoints, and what gpu-runner doctor reads (the repository, its Actions variables and secret names).
 
 Real clients (PyGithub, curl, the gpu-runner CLI) talk to it through `GITHUB_API_URL`. Response bodies, status
 codes and headers follow docs.github.com ("REST API endpoints for self-hosted runners", "Apps"): runner objects
@@ -14,8 +15,9 @@ github_contract.py): a request the description refuses is answered 422 as GitHub
 allow becomes a 500, and both are recorded as violations that `stop()` raises unless a test took them with
 `take_violations()`. A route outside the description is never served.
 
-Test controls are plain, thread-safe methods: `set_status`, `stay_busy_for`, `online_after`, `fail`, plus the
-`runners`, `calls`, `requests`, `dispatches` and `issued_jit_configs` views.
+Test controls are plain, thread-safe methods: `set_status`, `stay_busy_for`, `online_after`, `fail`,
+`set_variable`, `set_secret`, plus the `runners`, `calls`, `requests`, `dispatches` and `issued_jit_configs` views
+and the `non_admin_tokens` / `classic_scopes` settings.
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ DEFAULT_REPOSITORY = "octo-org/octo-repo"
 DEFAULT_TOKEN = "github_pat_test_0123456789abcdef"
 RUNNERS_TOKEN = "github_pat_runners_0123456789ab"  # Administration: write only (what the README asks for)
 READ_ONLY_TOKEN = "github_pat_readonly_0123456789"  # Administration: read only
+# A repository admin's own token (as `gh auth token` gives, an OAuth token): what gpu-runner doctor lists the
+# repository's Actions variables and secrets with.
+ADMIN_TOKEN = "gho_admin_0123456789abcdef"
 # The workflow's GITHUB_TOKEN with `permissions: actions: write`: an installation token of the Actions app.
 WORKFLOW_TOKEN = "ghs_workflow_0123456789abcdefghijklmnop"
 DEFAULT_TOKENS: dict[str, dict[str, str]] = {
@@ -57,6 +62,7 @@ DEFAULT_TOKENS: dict[str, dict[str, str]] = {
     RUNNERS_TOKEN: {"administration": "write", "metadata": "read"},
     READ_ONLY_TOKEN: {"administration": "read", "metadata": "read"},
     WORKFLOW_TOKEN: {"actions": "write", "metadata": "read"},
+    ADMIN_TOKEN: {"administration": "write", "variables": "read", "secrets": "read", "metadata": "read"},
 }
 # The permission each operation asks of a token, keyed by the description's operationIds: the endpoint pages'
 # "Fine-grained access tokens for ..." sections and docs.github.com "Permissions required for fine-grained
@@ -70,6 +76,12 @@ REQUIRED_PERMISSIONS: dict[str, tuple[str, str]] = {
     "actions/generate-runner-jitconfig-for-repo": ("administration", "write"),
     "actions/delete-self-hosted-runner-from-repo": ("administration", "write"),
     "actions/create-workflow-dispatch": ("actions", "write"),
+    # gpu-runner doctor's reads, from the same "Permissions required for fine-grained personal access tokens"
+    # page: "Get a repository" = "Metadata": read, "List repository variables" = "Variables": read, "List
+    # repository secrets" = "Secrets": read (as issue #12 quotes it; not re-read verbatim on 2026-12-01).
+    "repos/get": ("metadata", "read"),
+    "actions/list-repo-variables": ("variables", "read"),
+    "actions/list-repo-secrets": ("secrets", "read"),
 }
 DEFAULT_APP_ID = 424242
 DEFAULT_CLIENT_ID = "Iv23liGpuRunnerTest01"  # a GitHub App's client id (Iv23li...), the recommended JWT `iss`
@@ -220,6 +232,14 @@ class GitHubDouble:
         self._run_ids = itertools.count(30433642)
         # The run ids handed out, for the dispatches that asked for return_run_details.
         self.dispatched_runs: list[int] = []
+        # Actions variables and secrets (gpu-runner doctor), per repository; who may list them is the tokens'
+        # `variables` / `secrets` permissions (REQUIRED_PERMISSIONS).
+        self.variables: dict[str, dict[str, str]] = {repo: {} for repo in self.repositories}
+        self.secrets: dict[str, set[str]] = {repo: set() for repo in self.repositories}
+        # Whose user is not an admin of the repositories (GET /repos/{o}/{r} `permissions.admin` false), and the
+        # scopes of classic tokens (sent as X-OAuth-Scopes, which GitHub sends for OAuth and classic tokens only).
+        self.non_admin_tokens: set[str] = set()
+        self.classic_scopes: dict[str, str] = {}
 
     # ------------------------------------------------------------------ server lifecycle
     def start(self) -> GitHubDouble:
@@ -401,6 +421,8 @@ class GitHubDouble:
                 payload = {"message": f"GitHub double: answer violates GitHub's REST description: {problems}"}
             self._requests.append(Request(method, path, query, body, status, scheme, credential))
             extra = {**self._rate_headers(credential), **extra}
+            if credential in self.classic_scopes:
+                extra["X-OAuth-Scopes"] = self.classic_scopes[credential]
         return status, extra, payload
 
     def _dispatch(
@@ -435,7 +457,7 @@ class GitHubDouble:
             if op is not None:
                 self._authorize(op, credential, permissions)
                 self._check_request(op, path_params, query, body)
-            return self._repo_endpoint(method, repo, match[3] or "", query, body)
+            return self._repo_endpoint(method, repo, match[3] or "", query, body, credential)
         raise _HttpError(404, "Not Found")
 
     def _check_request(
@@ -589,11 +611,59 @@ class GitHubDouble:
             "received_events_url": f"{api}/received_events",
         }  # fmt: skip
 
+    def _full_repository(self, repo: str, credential: str) -> dict[str, Any]:
+        """GET /repos/{owner}/{repo}: the description's `full-repository`, every required field present, with
+        `permissions`, the authenticated user's role on the repository (what gpu-runner doctor reads)."""
+        full_name = self.repositories[repo]
+        owner, _, name = full_name.partition("/")
+        api, web = f"{self.url}/repos/{full_name}", f"https://github.com/{full_name}"
+        stamp = "2024-01-01T00:00:00Z"
+        templated = {  # the `{...}` parts are RFC 6570 templates, as GitHub sends them
+            "archive_url": "/{archive_format}{/ref}", "assignees_url": "/assignees{/user}", "blobs_url": "/git/blobs{/sha}",
+            "branches_url": "/branches{/branch}", "collaborators_url": "/collaborators{/collaborator}",
+            "comments_url": "/comments{/number}", "commits_url": "/commits{/sha}", "compare_url": "/compare/{base}...{head}",
+            "contents_url": "/contents/{+path}", "git_commits_url": "/git/commits{/sha}", "git_refs_url": "/git/refs{/sha}",
+            "git_tags_url": "/git/tags{/sha}", "issue_comment_url": "/issues/comments{/number}",
+            "issue_events_url": "/issues/events{/number}", "issues_url": "/issues{/number}", "keys_url": "/keys{/key_id}",
+            "labels_url": "/labels{/name}", "milestones_url": "/milestones{/number}",
+            "notifications_url": "/notifications{?since,all,participating}", "pulls_url": "/pulls{/number}",
+            "releases_url": "/releases{/id}", "statuses_url": "/statuses/{sha}", "trees_url": "/git/trees{/sha}",
+        }  # fmt: skip
+        plain = (
+            "contributors", "deployments", "downloads", "events", "forks", "hooks", "languages", "merges",
+            "stargazers", "subscribers", "subscription", "tags", "teams",
+        )  # fmt: skip
+        counts = ("forks", "forks_count", "network_count", "open_issues", "open_issues_count", "size",
+                  "stargazers_count", "subscribers_count", "watchers", "watchers_count")  # fmt: skip
+        return {
+            "id": 1296269, "node_id": "MDEwOlJlcG9zaXRvcnkxMjk2MjY5", "name": name, "full_name": full_name,
+            "owner": self._simple_user(owner, "Organization"), "private": True, "description": None, "fork": False,
+            "url": api, "html_url": web, "git_url": f"git://github.com/{full_name}.git",
+            "ssh_url": f"git@github.com:{full_name}.git", "clone_url": f"{web}.git", "svn_url": web,
+            "homepage": None, "language": "Python", "mirror_url": None, "license": None, "default_branch": "main",
+            "archived": False, "disabled": False, "has_issues": True, "has_projects": False, "has_wiki": False,
+            "has_pages": False, "has_discussions": False, "pushed_at": stamp, "created_at": stamp,
+            "updated_at": stamp, "permissions": self._repository_role(credential),
+            **{key: api + suffix for key, suffix in templated.items()},
+            **{f"{key}_url": f"{api}/{key}" for key in plain},
+            **dict.fromkeys(counts, 0),
+        }  # fmt: skip
+
     # ------------------------------------------------------------------ repository endpoints
     def _repo_endpoint(
-        self, method: str, repo: str, rest: str, query: dict[str, str], body: dict | None
+        self,
+        method: str,
+        repo: str,
+        rest: str,
+        query: dict[str, str],
+        body: dict | None,
+        credential: str,
     ) -> tuple[int, dict[str, str], Any]:
         """Runs after authentication, visibility, permission and the request's schema were checked."""
+        if rest == "" and method == "GET":
+            return 200, {}, self._full_repository(repo, credential)
+        if rest in _ACTIONS_SETTINGS and method == "GET":
+            return self._actions_settings(repo, rest, query)
         if rest.startswith("/actions/workflows/"):
             return self._workflow_endpoint(method, repo, rest, body or {})
         if rest == "/actions/runners" and method == "GET":
@@ -738,6 +808,53 @@ class GitHubDouble:
             if polls_done and time_done and runner["status"] != "online":
                 runner.update(status="online", busy=rule.busy, os="linux")
 
+    # ------------------------------------------------------------------ Actions variables and secrets
+    # (added for gpu-runner doctor; operations actions/list-repo-variables and actions/list-repo-secrets)
+    def set_variable(self, name: str, value: str, repository: str = DEFAULT_REPOSITORY) -> None:
+        with self._lock:
+            self.variables[repository.lower()][name] = value
+
+    def set_secret(self, name: str, repository: str = DEFAULT_REPOSITORY) -> None:
+        """Only the name: GitHub never returns a secret's value."""
+        with self._lock:
+            self.secrets[repository.lower()].add(name)
+
+    def _actions_settings(
+        self, repo: str, rest: str, query: dict[str, str]
+    ) -> tuple[int, dict[str, str], Any]:
+        """GET /repos/{owner}/{repo}/actions/variables | /actions/secrets (docs.github.com, "REST API endpoints
+        for GitHub Actions variables" / "... secrets"): `{"total_count", "variables": [{name, value, created_at,
+        updated_at}]}` (per_page default 10, max 30) and `{"total_count", "secrets": [{name, created_at,
+        updated_at}]}` (default 30, max 100). The token's Variables / Secrets permission was checked already."""
+        kind, default, maximum = _ACTIONS_SETTINGS[rest]
+        # The schema check already refused a non-integer.
+        per_page = min(int(query.get("per_page", default)), maximum)
+        page = max(int(query.get("page", 1)), 1)
+        stamp = "2026-01-01T00:00:00Z"
+        if kind == "variables":
+            items = [
+                {"name": n, "value": v, "created_at": stamp, "updated_at": stamp}
+                for n, v in sorted(self.variables[repo].items())
+            ]
+        else:
+            items = [
+                {"name": n, "created_at": stamp, "updated_at": stamp} for n in sorted(self.secrets[repo])
+            ]
+        chunk = items[(page - 1) * per_page : page * per_page]
+        last = max(1, -(-len(items) // per_page))
+        base = f"{self.url}/repos/{self.repositories[repo]}{rest}"
+        links = [
+            f'<{base}?{urlencode({"per_page": per_page, "page": to})}>; rel="{rel}"'
+            for to, rel, show in ((page + 1, "next", page < last), (last, "last", page < last))
+            if show
+        ]
+        headers = {"Link": ", ".join(links)} if links else {}
+        return 200, headers, {"total_count": len(items), kind: chunk}
+
+    def _repository_role(self, credential: str) -> dict[str, bool]:
+        admin = credential not in self.non_admin_tokens
+        return {"admin": admin, "maintain": admin, "push": True, "triage": True, "pull": True}
+
     def _rate_headers(self, credential: str) -> dict[str, str]:
         used = self._rate_used[credential] = self._rate_used.get(credential, 0) + 1
         return {
@@ -748,6 +865,9 @@ class GitHubDouble:
             "x-ratelimit-resource": "core",
         }
 
+
+# path -> (permission and list key, default per_page, maximum per_page)
+_ACTIONS_SETTINGS = {"/actions/variables": ("variables", 10, 30), "/actions/secrets": ("secrets", 30, 100)}
 
 _REASONS = {
     401: "Bad credentials",

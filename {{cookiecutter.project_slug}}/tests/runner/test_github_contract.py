@@ -192,4 +192,4 @@ def test_contract_rejects_what_the_description_rejects() -> None:
     assert contract.check_response(op, 418, {"message": "teapot"}) != []
     assert contract.check_response(op, 503, {"message": "Service Unavailable"}) == []
     assert contract.check_response(op, 503, {"message": 503}) != []
-    assert contract.match("GET", "/repos/octo-org/octo-repo/actions/secrets") is None
+    assert contract.match("GET", "/repos/octo-org/octo-repo/actions/secrets/public-key") is None

@@ -58,17 +58,15 @@ def test_teardown_logs_the_cost_to_mlflow_and_the_job_summary(
     stdout = capsys.readouterr().out
     line, *timeline = summary.read_text().splitlines()
     assert timeline[0].startswith("**Timeline (attempt 1)**, after launch: launched 0 s"), timeline
-    price = load_table()["regions"][REGION]["on_demand_usd_per_hour"]["g5.xlarge"]
+    table = load_table()
+    price = table["regions"][REGION]["on_demand_usd_per_hour"]["g5.xlarge"]
+    source = f"bundled-table-{table['as_of']}"
     assert line.startswith("**GPU cost (attempt 1)**: $") and " for g5.xlarge on-demand in " + REGION in line
-    assert f"(60 s) at ${price}/h (bundled-table-2026-11)" in line and "overhead 45 s" in line, line
+    assert f"(60 s) at ${price}/h ({source})" in line and "overhead 45 s" in line, line
     assert line in stdout and f"cost logged to MLflow run {run_id} (attempt 1)" in stdout
     run = client.get_run(run_id)
     assert run.data.metrics["billed_seconds"] == 60 and run.data.metrics["overhead_seconds"] == 45
-    assert (
-        run.data.tags["cost.price_source"]
-        == run.data.tags["cost.on_demand_source"]
-        == "bundled-table-2026-11"
-    )
+    assert run.data.tags["cost.price_source"] == run.data.tags["cost.on_demand_source"] == source
     assert run.data.tags["cost.market"] == "on-demand"
 
 

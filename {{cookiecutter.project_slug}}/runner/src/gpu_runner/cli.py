@@ -1,4 +1,5 @@
-"""`gpu-runner launch | wait | teardown | resume | reap` (what train.yml and reap.yml run) and `bootstrap`."""
+"""`gpu-runner launch | wait | teardown | resume | reap` (what train.yml and reap.yml run), `bootstrap` and
+`doctor`."""
 
 from __future__ import annotations
 
@@ -98,6 +99,13 @@ def _parser() -> argparse.ArgumentParser:
     boot.add_argument("--vpc-id", default="", help="VPC of the runner subnets (default VPC when empty)")
     boot.add_argument("--checkpoint-retention-days", type=int, default=30)
     boot.add_argument("--template", type=Path, default=Path("infra/gpu-runner.yaml"))
+
+    doctor = commands.add_parser(
+        "doctor", help="read-only preflight of the AWS account and GitHub repository (one line per check)"
+    )
+    doctor.add_argument("--repository", required=True, help="owner/name of the GitHub repository")
+    doctor.add_argument("--branch-prefix", default="train/", help="branches the train role must trust")
+    doctor.add_argument("--default-branch", default="main", help="the branch the reaper role must trust")
     return parser
 
 
@@ -106,18 +114,21 @@ def _raise_on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)
 
 
-def run(args: argparse.Namespace, settings: Settings) -> None:
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    """Run one command; returns its exit status (non-zero only from doctor, the others raise)."""
     # Imported lazily so `--help` stays fast.
     from . import lifecycle, reaper, timeline
 
     ctx = RunContext.from_env()
     aws = Aws()
+    if args.command == "doctor":
+        return _doctor(args, settings, aws)
     if args.command == "bootstrap":
         _bootstrap(args, settings, aws)
-        return
+        return 0
     if args.command == "resume":
         _resume(args, settings, ctx, aws)
-        return
+        return 0
     github = GitHubRunners.from_env(ctx.repository)
     if args.command == "launch":
         lifecycle.launch(settings, ctx, aws, github, use_spot=args.spot)
@@ -136,6 +147,7 @@ def run(args: argparse.Namespace, settings: Settings) -> None:
         )  # fmt: skip
     elif args.command == "reap":
         reaper.reap(settings, aws, github, regions=tuple(args.region))
+    return 0
 
 
 def _bootstrap(args: argparse.Namespace, settings: Settings, aws: Aws) -> None:
@@ -148,6 +160,20 @@ def _bootstrap(args: argparse.Namespace, settings: Settings, aws: Aws) -> None:
         checkpoint_retention_days=args.checkpoint_retention_days,
     )  # fmt: skip
     infra.bootstrap(settings, aws.client("cloudformation", settings.region), inputs, template=args.template)
+
+
+def _doctor(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
+    from . import doctor, infra
+
+    if not infra.REPOSITORY.fullmatch(args.repository):
+        print(f"✗ repository: '{args.repository}' is not owner/name; fix: pass --repository owner/name")
+        return 1
+    target = doctor.Target(
+        settings=settings, repository=args.repository, train_branch_prefix=args.branch_prefix,
+        default_branch=args.default_branch,
+    )  # fmt: skip
+    outcomes = doctor.run_checks(target, aws)
+    return 0 if all(outcome.ok for outcome in outcomes) else 1
 
 
 def _resume(args: argparse.Namespace, settings: Settings, ctx: RunContext, aws: Aws) -> None:
@@ -190,13 +216,16 @@ def main(argv: list[str] | None = None) -> int:
         overrides = {"instance_types": args.instance_type} if getattr(args, "instance_type", "") else {}
         settings = load_settings(args.settings, overrides)
         region = settings.region
-        # bootstrap runs from a laptop (the repository is a flag); every other command runs in a workflow.
-        if args.command != "bootstrap" and not os.environ.get("GITHUB_REPOSITORY"):
+        # bootstrap and doctor run from a laptop (the repository is a flag); the others run in a workflow.
+        if args.command not in ("bootstrap", "doctor") and not os.environ.get("GITHUB_REPOSITORY"):
             raise RunnerError(
                 "GITHUB_REPOSITORY is not set: GitHub Actions sets it; by hand, export GITHUB_REPOSITORY=owner/name"
             )
-        run(args, settings)
+        return run(args, settings)
     except RunnerError as error:
+        if args.command == "doctor":  # doctor speaks in check lines, also about its own settings
+            print(f"✗ settings: {' '.join(str(error).split())}; fix: correct {args.settings} and run again")
+            return 1
         print(f"error: {error}", file=sys.stderr)
         return 1
     except ClientError as error:
@@ -208,7 +237,6 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    return 0
 
 
 if __name__ == "__main__":

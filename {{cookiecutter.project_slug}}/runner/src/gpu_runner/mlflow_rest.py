@@ -106,3 +106,9 @@ class MlflowRest:
             "tags": [{"key": key, "value": value} for key, value in tags.items()],
         }
         self._call("POST", "runs/log-batch", json=body)
+
+    def search_experiments(self, max_results: int = 1) -> list[dict[str, Any]]:
+        """A cheap authenticated read (`gpu-runner doctor` asks it to see that the server answers)."""
+        return self._call("GET", "experiments/search", params={"max_results": max_results}).get(
+            "experiments", []
+        )

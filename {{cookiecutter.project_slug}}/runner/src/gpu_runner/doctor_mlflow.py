@@ -1,0 +1,60 @@
+"""The MLflow check of `gpu-runner doctor`: the tracking server the train job will log to answers.
+
+The URI is the repository variable MLFLOW_TRACKING_URI (what the train job gets; read by the repository settings
+check), else MLFLOW_TRACKING_URI of this shell. Credentials from MLFLOW_TRACKING_USERNAME/PASSWORD (or
+MLFLOW_TRACKING_TOKEN) in this shell, as MLflow's clients take them. One authenticated read:
+GET /api/2.0/mlflow/experiments/search?max_results=1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+from .aws import Aws
+from .doctor import Check, Outcome, Target, failed, passed
+from .mlflow_rest import MlflowError, MlflowRest
+
+
+def shown(uri: str) -> str:
+    """The URI as printed: a `user:password@` in it is replaced, so the line can go into a ticket or a log."""
+    parts = urlsplit(uri)
+    if "@" not in parts.netloc:
+        return uri
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
+
+
+def check_mlflow(target: Target, aws: Aws) -> Iterator[Outcome]:
+    check = "MLflow"
+    from_repository = target.repo_variables.get("MLFLOW_TRACKING_URI", "")
+    raw = from_repository or target.env.get("MLFLOW_TRACKING_URI", "")
+    uri = shown(raw)
+    if not raw:
+        yield passed(check, "MLFLOW_TRACKING_URI is not set: runs are kept as a workflow artifact")
+        return
+    client = MlflowRest.from_env({**target.env, "MLFLOW_TRACKING_URI": raw})
+    if client is None:
+        if not from_repository:
+            yield passed(check, f"{uri} in this shell is a local store (the repository variable is not set)")
+            return
+        yield failed(
+            check,
+            f"the repository variable MLFLOW_TRACKING_URI is {uri!r}, a store on the GPU instance that ends with it",
+            "set it to https://<your MLflow server>, or delete it (runs are then kept as a workflow artifact)",
+        )
+        return
+    try:
+        client.search_experiments(max_results=1)
+    except MlflowError as error:
+        denied = "HTTP 401" in str(error) or "HTTP 403" in str(error)
+        fix = (
+            "export MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (the repository's secrets) and run again"
+            if denied
+            else "check the URI and that the server is up and reachable from the internet"
+        )
+        yield failed(check, f"{uri}: {str(error).replace(raw.rstrip('/'), uri.rstrip('/'))}", fix)
+        return
+    yield passed(check, f"{uri} answers (experiments/search)")
+
+
+CHECKS: list[tuple[str, Check]] = [("MLflow", check_mlflow)]
