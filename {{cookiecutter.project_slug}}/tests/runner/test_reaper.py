@@ -23,9 +23,13 @@ def launch_raw(aws: Aws, ami: str, tags: dict[str, str]) -> str:
     return reply["Instances"][0]["InstanceId"]
 
 
-def state(aws: Aws, instance_id: str) -> str:
+def described(aws: Aws, instance_id: str) -> dict:
     reply = aws.client("ec2", REGION).describe_instances(InstanceIds=[instance_id])
-    return reply["Reservations"][0]["Instances"][0]["State"]["Name"]
+    return reply["Reservations"][0]["Instances"][0]
+
+
+def state(aws: Aws, instance_id: str) -> str:
+    return described(aws, instance_id)["State"]["Name"]
 
 
 def ours(settings, run_id: str, runner_id: int, expires_at: datetime) -> dict[str, str]:
@@ -126,10 +130,12 @@ def test_reaper_ends_an_instance_whose_runner_never_came_online(
     # Offline but busy: the runner lost its connection during a job; GitHub still counts the job as running.
     lost, lost_runner = our_launch(settings, aws, ami, github_double, "32", status="offline", busy=True)
     idle, idle_runner = our_launch(settings, aws, ami, github_double, "33", status="online")
-    now = datetime.now(UTC)
+    # The reaper ages an instance from its LaunchTime, so the bounds are taken from it (not from the clock after
+    # four launches: on a loaded 2-core machine those took more than the 1 s margin below).
+    launched = described(aws, never_online)["LaunchTime"]
 
     # Within wait_timeout_seconds + margin the runner may still be connecting (or GitHub's API lagging).
-    within = now + timedelta(seconds=settings.wait_timeout_seconds) + reaper.NEVER_ONLINE_MARGIN
+    within = launched + timedelta(seconds=settings.wait_timeout_seconds) + reaper.NEVER_ONLINE_MARGIN
     report = reaper.reap(settings, aws, github, now=within - timedelta(seconds=1), **SILENT)
     assert report.terminated == [] and state(aws, never_online) == "running"
 
