@@ -15,6 +15,7 @@ import yaml
 from aws_constants import AMI_PARAMETER, REGION
 from aws_faults import AwsFaults
 from github_double import DEFAULT_REPOSITORY, DEFAULT_TOKEN, GitHubDouble
+from stack_deploy import oidc_provider_arn
 
 from gpu_runner.aws import Aws
 from gpu_runner.github import GitHubRunners
@@ -36,6 +37,11 @@ def github(github_double: GitHubDouble) -> Iterator[GitHubRunners]:
         DEFAULT_REPOSITORY, env=env, backoff_seconds=0.01, busy_timeout_seconds=2
     ) as client:
         yield client
+
+
+@pytest.fixture(scope="module")
+def oidc_provider(moto_endpoint: str) -> str:
+    return oidc_provider_arn()
 
 
 @pytest.fixture

@@ -28,6 +28,7 @@ from typing import Any
 import boto3
 import botocore.session
 import pytest
+import stack_deploy
 import yaml
 from aws_faults import AwsFaults
 from botocore.exceptions import ClientError
@@ -39,6 +40,7 @@ from github_double import (
     GitHubDouble,
     app_private_key_pem,
 )
+from stack_deploy import OIDC_URL, PROJECT_DIR
 
 from gpu_runner import cli, doctor, doctor_aws, doctor_github, doctor_mlflow
 from gpu_runner.aws import Aws
@@ -48,32 +50,13 @@ from gpu_runner.settings import Settings, settings_from_mapping
 # A region of its own: the other runner tests count what is left in theirs. moto's offerings there (from AWS's
 # published data): g4dn.xlarge and g5.xlarge in the region; ap-northeast-1d offers g4dn.xlarge but not g5.xlarge.
 REGION = "ap-northeast-1"
-PROJECT_DIR = Path(__file__).resolve().parents[2]
-TEMPLATE = PROJECT_DIR / "infra" / "gpu-runner.yaml"
 PUBLIC_AMI_PARAMETER = "/aws/service/ami-amazon-linux-latest/amzn2-ami-hvm-x86_64-gp2"
-OIDC_URL = "token.actions.githubusercontent.com"
 OWNER, NAME = DEFAULT_REPOSITORY.split("/")
 LINE = re.compile(r"(✓|✗) [A-Za-z0-9 ./-]+: \S.*")
 READ_ONLY_OPERATION = re.compile(r"(Get|List|Describe|Head)[A-Za-z]*")
 
 
 # --- the account: the stack as bootstrap deploys it ----------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def oidc_provider(moto_endpoint: str) -> str:
-    """moto's CloudFormation skips AWS::IAM::OIDCProvider, so the provider is made here (the account's own)."""
-    iam = boto3.Session(region_name=REGION).client("iam")
-    found = [
-        p["Arn"]
-        for p in iam.list_open_id_connect_providers()["OpenIDConnectProviderList"]
-        if p["Arn"].endswith(f"oidc-provider/{OIDC_URL}")
-    ]
-    if found:
-        return found[0]
-    return iam.create_open_id_connect_provider(
-        Url=f"https://{OIDC_URL}", ClientIDList=["sts.amazonaws.com"], ThumbprintList=["0" * 40]
-    )["OpenIDConnectProviderArn"]
 
 
 @pytest.fixture(scope="module")
@@ -89,15 +72,10 @@ def deployed(tmp_path_factory: pytest.TempPathFactory, oidc_provider: str) -> di
     path = tmp_path_factory.mktemp("doctor") / "gpu-runner.yaml"
     path.write_text(yaml.safe_dump(raw))
     bucket = f"doctor-test-{uuid.uuid4().hex[:12]}"
-    argv = ["--settings", str(path), "bootstrap", "--repository", DEFAULT_REPOSITORY, "--bucket", bucket,
-            "--oidc-provider-arn", oidc_provider, "--template", str(TEMPLATE)]  # fmt: skip
-    err = io.StringIO()
-    with pytest.MonkeyPatch.context() as patch, redirect_stdout(io.StringIO()), redirect_stderr(err):
-        patch.delenv("GITHUB_REPOSITORY", raising=False)
-        assert cli.main(argv) == 0, err.getvalue()
-    cfn = boto3.Session(region_name=REGION).client("cloudformation")
-    stack = cfn.describe_stacks(StackName=f"gpu-runner-{raw['project']}")["Stacks"][0]
-    outputs = {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]}
+    outputs = stack_deploy.bootstrap(
+        path, project=raw["project"], region=REGION, repository=DEFAULT_REPOSITORY, bucket=bucket,
+        oidc_provider=oidc_provider,
+    ).outputs  # fmt: skip
     wired = {
         **raw,
         "instance_profile": outputs["RunnerInstanceProfile"],

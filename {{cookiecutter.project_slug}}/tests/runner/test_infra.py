@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import io
 import json
 import re
 import shlex
@@ -19,13 +18,13 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
-from contextlib import redirect_stderr, redirect_stdout
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
+import stack_deploy
 import yaml
 from aws_faults import AwsFaults
 from botocore.exceptions import ClientError
@@ -41,6 +40,7 @@ from iam_requests import (
     requests_for,
 )
 from parliament import analyze_policy_string
+from stack_deploy import OIDC_URL, PROJECT_DIR, TEMPLATE
 
 from gpu_runner import cli, reaper
 from gpu_runner.aws import Aws
@@ -51,9 +51,6 @@ from gpu_runner.settings import load_settings
 # A region of its own: reading AWS's public parameters makes moto list them beside ours in that region, which
 # the other runner tests (counting what is left under their prefix) must not see.
 REGION = "ca-central-1"
-PROJECT_DIR = Path(__file__).resolve().parents[2]
-TEMPLATE = PROJECT_DIR / "infra" / "gpu-runner.yaml"
-OIDC_URL = "token.actions.githubusercontent.com"
 # The project's own package (tests/runner is copied verbatim, so its name is looked up, not written).
 PACKAGE = next(p.name for p in (PROJECT_DIR / "src").iterdir() if (p / "__init__.py").exists())
 BOOT_SCRIPT = PROJECT_DIR / "runner" / "src" / "gpu_runner" / "bootstrap.sh"
@@ -193,43 +190,21 @@ def ami_for_infra(moto_endpoint: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def oidc_provider(moto_endpoint: str) -> str:
-    iam = boto3.Session(region_name=REGION).client("iam")
-    existing = [p["Arn"] for p in iam.list_open_id_connect_providers()["OpenIDConnectProviderList"]]
-    found = [arn for arn in existing if arn.endswith(f"oidc-provider/{OIDC_URL}")]
-    if found:
-        return found[0]
-    return iam.create_open_id_connect_provider(
-        Url=f"https://{OIDC_URL}", ClientIDList=["sts.amazonaws.com"], ThumbprintList=["0" * 40]
-    )["OpenIDConnectProviderArn"]
-
-
-@pytest.fixture(scope="module")
 def stack(settings_file: Path, oidc_provider: str) -> Iterator[dict[str, Any]]:
     """`gpu-runner bootstrap` as a user runs it (reusing the account's OIDC provider, with the immutable ids)."""
     bucket = f"infra-test-{uuid.uuid4().hex[:12]}"
-    argv = ["--settings", str(settings_file), "bootstrap", "--repository", DEFAULT_REPOSITORY, "--bucket", bucket,
-            "--oidc-provider-arn", oidc_provider, "--owner-id", "1001", "--repository-id", "2002",
-            "--template", str(TEMPLATE)]  # fmt: skip
-    out, err = io.StringIO(), io.StringIO()
-    with pytest.MonkeyPatch.context() as patch, redirect_stdout(out), redirect_stderr(err):
-        patch.delenv("GITHUB_REPOSITORY", raising=False)
-        assert cli.main(argv) == 0, err.getvalue()
-    printed = out.getvalue()
     settings = load_settings(settings_file)
+    deployed = stack_deploy.bootstrap(
+        settings_file, project=settings.project, region=REGION, repository=DEFAULT_REPOSITORY, bucket=bucket,
+        oidc_provider=oidc_provider, extra=("--owner-id", "1001", "--repository-id", "2002"),
+    )  # fmt: skip
     session = boto3.Session(region_name=REGION)
-    cfn = session.client("cloudformation")
-    stack_name = f"gpu-runner-{settings.project}"
-    outputs = {
-        o["OutputKey"]: o["OutputValue"]
-        for o in cfn.describe_stacks(StackName=stack_name)["Stacks"][0]["Outputs"]
-    }
-    yield {"argv": argv, "printed": printed, "outputs": outputs, "settings": settings, "bucket": bucket,
-           "session": session, "oidc": oidc_provider, "name": stack_name}  # fmt: skip
+    yield {"argv": deployed.argv, "printed": deployed.printed, "outputs": deployed.outputs, "settings": settings,
+           "bucket": bucket, "session": session, "oidc": oidc_provider, "name": deployed.stack_name}  # fmt: skip
     # Best effort: moto deletes a stack's resources in template order, so a role with an attached policy
     # refuses (DeleteConflict). Names are unique per module, so a leftover stack cannot affect another test.
     with contextlib.suppress(ClientError):
-        cfn.delete_stack(StackName=stack_name)
+        session.client("cloudformation").delete_stack(StackName=deployed.stack_name)
 
 
 def role_of(session: boto3.Session, arn: str) -> dict[str, Any]:

@@ -1,0 +1,56 @@
+"""`gpu-runner bootstrap` as a user runs it, against the moto server: the one way the runner tests deploy the stack
+(test_infra checks what it builds, test_doctor checks an account built by it)."""
+
+from __future__ import annotations
+
+import io
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
+
+import boto3
+import pytest
+
+from gpu_runner import cli
+
+PROJECT_DIR = Path(__file__).resolve().parents[2]
+TEMPLATE = PROJECT_DIR / "infra" / "gpu-runner.yaml"
+OIDC_URL = "token.actions.githubusercontent.com"
+
+
+def oidc_provider_arn() -> str:
+    """The account's GitHub OIDC provider, made once (moto's CloudFormation skips AWS::IAM::OIDCProvider, and an
+    account holds one provider per URL: a second create answers EntityAlreadyExists)."""
+    iam = boto3.Session(region_name="us-east-1").client("iam")  # IAM is global; its endpoint is us-east-1
+    for provider in iam.list_open_id_connect_providers()["OpenIDConnectProviderList"]:
+        if provider["Arn"].endswith(f"oidc-provider/{OIDC_URL}"):
+            return provider["Arn"]
+    return iam.create_open_id_connect_provider(
+        Url=f"https://{OIDC_URL}", ClientIDList=["sts.amazonaws.com"], ThumbprintList=["0" * 40]
+    )["OpenIDConnectProviderArn"]
+
+
+@dataclass(frozen=True)
+class Deployed:
+    argv: list[str]
+    printed: str  # what bootstrap printed (the settings and secrets to wire)
+    stack_name: str
+    outputs: dict[str, str]
+
+
+def bootstrap(
+    settings_path: Path, *, project: str, region: str, repository: str, bucket: str, oidc_provider: str,
+    extra: tuple[str, ...] = (),
+) -> Deployed:  # fmt: skip
+    """Run the CLI's bootstrap (outside a workflow: no GITHUB_REPOSITORY) and read the stack's outputs back."""
+    argv = ["--settings", str(settings_path), "bootstrap", "--repository", repository, "--bucket", bucket,
+            "--oidc-provider-arn", oidc_provider, *extra, "--template", str(TEMPLATE)]  # fmt: skip
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, redirect_stdout(out), redirect_stderr(err):
+        patch.delenv("GITHUB_REPOSITORY", raising=False)
+        assert cli.main(argv) == 0, err.getvalue()
+    stack_name = f"gpu-runner-{project}"
+    cfn = boto3.Session(region_name=region).client("cloudformation")
+    stack = cfn.describe_stacks(StackName=stack_name)["Stacks"][0]
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]}
+    return Deployed(argv, out.getvalue(), stack_name, outputs)
