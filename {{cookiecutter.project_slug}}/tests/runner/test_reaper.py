@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from aws_constants import REGION
 from github_double import GitHubDouble
 
@@ -42,8 +43,9 @@ def test_reaper_terminates_only_our_stale_instances(
 ) -> None:
     now = datetime.now(UTC)
     live = github_double.add_runner("gpu-runner-1-1", status="online", busy=True)
+    healthy_runner = github_double.add_runner("gpu-runner-2-1", status="online", busy=True)
     expired = launch_raw(aws, ami, ours(settings, "1", live["id"], now - timedelta(minutes=1)))
-    healthy = launch_raw(aws, ami, ours(settings, "2", live["id"], now + timedelta(hours=2)))
+    healthy = launch_raw(aws, ami, ours(settings, "2", healthy_runner["id"], now + timedelta(hours=2)))
     orphan = launch_raw(
         aws, ami, ours(settings, "3", 999_999, now + timedelta(hours=2))
     )  # its runner is gone
@@ -51,6 +53,12 @@ def test_reaper_terminates_only_our_stale_instances(
     other_project = launch_raw(
         aws, ami, {**ours(settings, "4", 1, now - timedelta(days=1)), naming.TAG_PROJECT: "other"}
     )
+    # Another repository baked with the same slug tags the same project: not ours either.
+    elsewhere = {
+        **ours(settings, "6", 1, now - timedelta(days=1)),
+        naming.TAG_REPOSITORY: "other-org/octo-repo",
+    }
+    other_repository = launch_raw(aws, ami, elsewhere)
     unmanaged = launch_raw(
         aws,
         ami,
@@ -69,7 +77,7 @@ def test_reaper_terminates_only_our_stale_instances(
     later = now + timedelta(minutes=settings.reap_grace_minutes + 1)
     report = reaper.reap(settings, aws, github, now=later, **SILENT)
     assert report.terminated == [orphan]
-    for survivor in (healthy, untagged, other_project, unmanaged):
+    for survivor in (healthy, untagged, other_project, other_repository, unmanaged):
         assert state(aws, survivor) == "running"
 
 
@@ -191,3 +199,65 @@ def test_reaper_ignores_our_tags_on_an_instance_without_our_profile(
     assert state(aws, theirs) == "running"
     for name in ("gpu-runner-demo", "someone-else"):
         iam.delete_instance_profile(InstanceProfileName=name)
+
+
+# --- tags are the launcher's word: none of them keeps an instance alive ---------------------------------------------
+
+FOREVER = datetime(2099, 1, 1, tzinfo=UTC)
+
+
+def test_forged_tags_do_not_keep_an_instance(settings, aws, ami, github, github_double: GitHubDouble) -> None:
+    """The issue's instance (expires-at=2099, runner-id=none), one without a runner-id, one whose runner-id names a
+    long-lived busy runner that is not its registration: all orphaned once the grace period is over. Before, all
+    three were kept until 2099 (a runner id that is not a number was never looked up, a found runner was trusted).
+    One test for the three: each reaper test pays seconds of fixture setup on a loaded 2-core machine."""
+    permanent = github_double.add_runner("build-box-1", status="online", busy=True)
+    forged = launch_raw(aws, ami, {**ours(settings, "50", 1, FOREVER), naming.TAG_RUNNER_ID: "none"})
+    missing = launch_raw(
+        aws, ami, {k: v for k, v in ours(settings, "51", 1, FOREVER).items() if k != naming.TAG_RUNNER_ID}
+    )
+    borrowed = launch_raw(aws, ami, ours(settings, "52", permanent["id"], FOREVER))
+    launched = described(aws, forged)["LaunchTime"]
+    grace = timedelta(minutes=settings.reap_grace_minutes)
+
+    # Within the grace period it may still be registering: kept.
+    report = reaper.reap(settings, aws, github, now=launched + grace - timedelta(seconds=1), **SILENT)
+    assert report.terminated == []
+    report = reaper.reap(settings, aws, github, now=launched + grace + timedelta(minutes=1), **SILENT)
+    assert sorted(report.terminated) == sorted([forged, missing, borrowed])
+    assert permanent["id"] in github_double.runners  # the other runner is left alone
+
+
+def test_the_deadline_is_launch_time_plus_max_runtime_whatever_expires_at_says(
+    settings, aws, ami, github, github_double: GitHubDouble
+) -> None:
+    """A healthy-looking instance (its own runner, online and busy) tagged to expire in 2099 ends at LaunchTime +
+    max_runtime_minutes (of the settings the reaper runs with) + the margin; an earlier expires-at still wins."""
+    ctx = RunContext("octo-org/octo-repo", "60", "1", "train/x", "abc")
+    runner = github_double.add_runner(naming.runner_name(ctx), status="online", busy=True)
+    tags = lifecycle.instance_tags(settings, ctx, runner_id=runner["id"], expires_at=FOREVER)
+    long_tagged = launch_raw(aws, ami, tags)
+    launched = described(aws, long_tagged)["LaunchTime"]
+    limit = launched + timedelta(minutes=settings.max_runtime_minutes) + reaper.DEADLINE_MARGIN
+
+    report = reaper.reap(settings, aws, github, now=limit - timedelta(seconds=1), **SILENT)
+    assert report.terminated == [] and state(aws, long_tagged) == "running"
+    report = reaper.reap(settings, aws, github, now=limit + timedelta(seconds=1), **SILENT)
+    assert report.terminated == [long_tagged]
+
+    # The tag can shorten the deadline (launch wrote it from the same settings), never lengthen it.
+    early = datetime(2026, 1, 1, tzinfo=UTC)
+    instance = {"LaunchTime": early}
+    assert reaper.deadline(instance, {naming.TAG_EXPIRES_AT: "2026-01-01T00:30:00Z"}, timedelta(hours=3)) == (
+        early + timedelta(minutes=30)
+    )
+    for unreadable in ("2099-01-01", "soon", ""):
+        assert reaper.deadline(instance, {naming.TAG_EXPIRES_AT: unreadable}, timedelta(hours=3)) == (
+            early + timedelta(hours=3) + reaper.DEADLINE_MARGIN
+        )
+
+
+@pytest.mark.parametrize("value", ["none", "", "0", "-1", "007", "1e3", " 12", "12345678901234567890"])
+def test_runner_id_tags_launch_never_writes_are_malformed(value: str) -> None:
+    assert reaper.runner_id_of({naming.TAG_RUNNER_ID: value}) is None
+    assert reaper.runner_id_of({naming.TAG_RUNNER_ID: "42"}) == 42

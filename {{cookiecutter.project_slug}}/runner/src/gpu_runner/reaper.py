@@ -1,18 +1,25 @@
 """The scheduled safety net: remove what a crashed or skipped `stop` job left behind.
 
-It only ever looks at resources that carry our marks: instances tagged gpu-runner:managed-by + this project (and
-launched with our instance profile, when one is configured: tags alone can be copied by anyone who may tag),
-runners whose name starts with our prefix, parameters below our SSM prefix. Anything else is invisible to it.
+It only ever looks at resources that carry our marks: instances tagged gpu-runner:managed-by + this project + this
+repository (and launched with our instance profile, when one is configured: tags alone can be copied by anyone who
+may tag), runners whose name starts with our prefix, parameters below our SSM prefix. Anything else is invisible
+to it.
 
-An instance is terminated when it is past its expires-at, when its runner is gone, or when its runner registered
-but never came online within wait_timeout_seconds plus a margin (the start job failed and its stop job never ran:
-without this rule it billed until its expiry, ~190 minutes). It never touches a busy runner's instance: that
+Tags are the launcher's word, so none of them can keep an instance alive: its deadline is its LaunchTime (set by
+EC2) plus max_runtime_minutes from the settings the reaper runs with (the default branch's: reap.yml runs only
+there) plus a margin, and the expires-at tag can only bring that deadline earlier. A missing or malformed runner-id
+tag, or one naming another runner, means orphaned (terminated after the grace period).
+
+An instance is terminated when it is past its deadline, when its runner is gone or unknown, or when its runner
+registered but never came online within wait_timeout_seconds plus a margin (the start job failed and its stop job
+never ran: without this rule it billed until its expiry, ~190 minutes). It never touches a busy runner's instance: that
 runner is deregistered first, which GitHub refuses (422) while a job runs, and only then is the instance
 terminated (terraform-aws-github-runner#4391 killed running jobs as orphans; #5085: deregister before terminate).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -28,6 +35,20 @@ LIVE_STATES = ["pending", "running", "stopping", "stopped"]
 # After wait_timeout_seconds the start job has given up on the runner; the margin covers GitHub's runners API
 # lagging behind a fresh registration (terraform-aws-github-runner#4391) and the wait step's last poll.
 NEVER_ONLINE_MARGIN = timedelta(minutes=5)
+# The instance halts itself max_runtime_minutes after its boot script starts, a little after LaunchTime; launch
+# tags expires-at with the same 10-minute margin (lifecycle.EXPIRY_MARGIN, not imported: the reaper stays free of
+# the launch code).
+DEADLINE_MARGIN = timedelta(minutes=10)
+EXPIRES_AT_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+# GitHub's runner ids are positive integers; anything else in the tag (none, -1, 007, 1e3) was not written by launch.
+_RUNNER_ID = re.compile(r"[1-9][0-9]{0,18}")
+
+
+@dataclass(frozen=True)
+class _Limits:
+    grace: timedelta
+    never_online_after: timedelta
+    max_runtime: timedelta
 
 
 @dataclass
@@ -38,10 +59,12 @@ class ReapReport:
     kept: list[str] = field(default_factory=list)
 
 
-def our_instances(client: Any, project: str) -> list[dict[str, Any]]:
+def our_instances(client: Any, project: str, repository: str) -> list[dict[str, Any]]:
+    """Live instances tagged as this project's of this repository (two repositories may share a project slug)."""
     filters = [
         {"Name": f"tag:{naming.MANAGED_BY_KEY}", "Values": [naming.MANAGED_BY_VALUE]},
         {"Name": f"tag:{naming.TAG_PROJECT}", "Values": [project]},
+        {"Name": f"tag:{naming.TAG_REPOSITORY}", "Values": [naming.tag_value(repository)]},
         {"Name": "instance-state-name", "Values": LIVE_STATES},
     ]
     pages = client.get_paginator("describe_instances").paginate(Filters=filters)
@@ -52,12 +75,20 @@ def _tags(instance: dict[str, Any]) -> dict[str, str]:
     return {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
 
 
-def _expired(tags: dict[str, str], now: datetime) -> bool:
+def deadline(instance: dict[str, Any], tags: dict[str, str], max_runtime: timedelta) -> datetime:
+    """LaunchTime + max runtime + margin; an earlier expires-at tag wins, a later or unreadable one is ignored."""
+    computed = instance["LaunchTime"] + max_runtime + DEADLINE_MARGIN
     try:
-        expires = datetime.strptime(tags[naming.TAG_EXPIRES_AT], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    except (KeyError, ValueError):
-        return True  # ours but without a readable expiry: it cannot be trusted to end by itself
-    return expires <= now
+        tagged = datetime.strptime(tags.get(naming.TAG_EXPIRES_AT, ""), EXPIRES_AT_FORMAT).replace(tzinfo=UTC)
+    except ValueError:
+        return computed
+    return min(computed, tagged)
+
+
+def runner_id_of(tags: dict[str, str]) -> int | None:
+    """The runner-id tag as launch writes it (a positive integer), else None."""
+    value = tags.get(naming.TAG_RUNNER_ID, "")
+    return int(value) if _RUNNER_ID.fullmatch(value) else None
 
 
 def launched_with_profile(instance: dict[str, Any], profile: str) -> bool:
@@ -78,20 +109,25 @@ def _why_orphaned(
     instance: dict[str, Any],
     tags: dict[str, str],
     now: datetime,
-    grace: timedelta,
-    never_online_after: timedelta,
+    limits: _Limits,
     report: ReapReport,
     log: Callable[[str], None],
 ) -> str | None:
     """Why this instance of ours should be terminated, or None to keep it."""
-    if _expired(tags, now):
-        return "past its expires-at"
-    runner_id, age = tags.get(naming.TAG_RUNNER_ID, ""), now - instance["LaunchTime"]
-    if not runner_id.isdigit() or age <= min(grace, never_online_after):
+    grace, never_online_after = limits.grace, limits.never_online_after
+    if deadline(instance, tags, limits.max_runtime) <= now:
+        return "past its deadline (launch time + max_runtime_minutes, or an earlier expires-at)"
+    runner_id, age = runner_id_of(tags), now - instance["LaunchTime"]
+    if runner_id is None:
+        return "its runner-id tag is missing or malformed" if age > grace else None
+    if age <= min(grace, never_online_after):
         return None
-    runner = github.get_runner(int(runner_id))
+    runner = github.get_runner(runner_id)
     if runner is None:
         return "its runner is gone" if age > grace else None
+    if runner.name != tags.get("Name"):
+        # A runner-id of some other runner (a long-lived one, say) must not keep this instance alive.
+        return f"its runner-id names another runner ({runner.name})" if age > grace else None
     if age <= never_online_after or not _never_came_online(runner, tags):
         return None
     # Deregister first: GitHub refuses while a job runs (422), and a deleted runner can take no job, so the
@@ -118,18 +154,22 @@ def reap(
 ) -> ReapReport:
     now = now or datetime.now(UTC)
     grace = timedelta(minutes=settings.reap_grace_minutes)
-    never_online_after = timedelta(seconds=settings.wait_timeout_seconds) + NEVER_ONLINE_MARGIN
+    limits = _Limits(
+        grace=grace,
+        never_online_after=timedelta(seconds=settings.wait_timeout_seconds) + NEVER_ONLINE_MARGIN,
+        max_runtime=timedelta(minutes=settings.max_runtime_minutes),
+    )
     report = ReapReport()
     live_run_keys: set[str] = set()
 
     for region in dict.fromkeys((settings.region, *regions)):
         client = aws.client("ec2", region)
-        for instance in our_instances(client, settings.project):
+        for instance in our_instances(client, settings.project, github.repository):
             tags, instance_id = _tags(instance), instance["InstanceId"]
             if not launched_with_profile(instance, settings.instance_profile):
                 log(f"ignored {instance_id} in {region}: our tags but not our instance profile")
                 continue
-            reason = _why_orphaned(github, instance, tags, now, grace, never_online_after, report, log)
+            reason = _why_orphaned(github, instance, tags, now, limits, report, log)
             if reason is None:
                 live_run_keys.add(naming.run_key_of_runner(tags.get(naming.TAG_LABEL, "")) or "")
                 report.kept.append(instance_id)
