@@ -27,6 +27,9 @@ class Call:
     operation: str  # API operation: RunInstances, ...
     region: str
     params: Mapping[str, Any]
+    # The parsed answer, filled in after the call (what EC2 said at launch: the instance's profile ARN, which
+    # moto no longer describes once the instance is terminated).
+    reply: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -35,7 +38,8 @@ class Request:
 
     action: str
     resource: str
-    context: Mapping[str, str] = field(default_factory=dict)
+    # A list for a multivalued key (aws:TagKeys), a string otherwise.
+    context: Mapping[str, str | list[str]] = field(default_factory=dict)
     call: str = ""
 
 
@@ -51,9 +55,24 @@ def record_calls(session: boto3.Session) -> list[Call]:
     def keep_params(params: Any, context: Any, **_: Any) -> None:
         context["api_params"] = dict(params)
 
+    def after_call(parsed: Any, **_: Any) -> None:
+        if calls and isinstance(parsed, dict):
+            calls[-1].reply.update(parsed)
+
     session.events.register("provide-client-params", keep_params)
     session.events.register("before-call", before_call)
+    session.events.register("after-call", after_call)
     return calls
+
+
+def launched_profiles(calls: Iterable[Call]) -> dict[str, str]:
+    """Instance id -> the ARN of the instance profile EC2 reported when it launched the instance."""
+    return {
+        instance["InstanceId"]: instance.get("IamInstanceProfile", {}).get("Arn", "")
+        for call in calls
+        if call.operation == "RunInstances"
+        for instance in call.reply.get("Instances", [])
+    }
 
 
 def _ec2_arn(region: str, kind: str, ident: str = "*", account: str = ACCOUNT) -> str:
@@ -67,8 +86,12 @@ def _tags(specs: Iterable[Mapping[str, Any]], resource_type: str) -> dict[str, s
     return {}
 
 
-def _request_tags(tags: Mapping[str, str]) -> dict[str, str]:
-    return {f"aws:RequestTag/{k}": v for k, v in tags.items()}
+def _request_tags(tags: Mapping[str, str]) -> dict[str, str | list[str]]:
+    """aws:RequestTag/<key> per tag, and aws:TagKeys (multivalued: every key of the request)."""
+    context: dict[str, str | list[str]] = {f"aws:RequestTag/{k}": v for k, v in tags.items()}
+    if tags:
+        context["aws:TagKeys"] = list(tags)
+    return context
 
 
 def _run_instances(
@@ -76,7 +99,7 @@ def _run_instances(
 ) -> list[Request]:
     p, region = call.params, call.region
     specs = p.get("TagSpecifications", [])
-    instance_ctx = {
+    instance_ctx: dict[str, str | list[str]] = {
         **_request_tags(_tags(specs, "instance")),
         "ec2:InstanceType": p["InstanceType"],
         "ec2:MetadataHttpTokens": p.get("MetadataOptions", {}).get("HttpTokens", "optional"),
@@ -109,31 +132,39 @@ def _run_instances(
             requests.append(
                 Request("iam:CreateServiceLinkedRole", SPOT_ROLE_ARN, {"iam:AWSServiceName": SPOT_SERVICE})
             )
-    # Tags given at launch are a CreateTags authorization on each tagged resource.
+    # Tags given at launch are a CreateTags authorization on each tagged resource, with the same tag keys.
     requests += [
         Request(
-            "ec2:CreateTags", _ec2_arn(region, spec["ResourceType"]), {"ec2:CreateAction": "RunInstances"}
+            "ec2:CreateTags",
+            _ec2_arn(region, spec["ResourceType"]),
+            {"ec2:CreateAction": "RunInstances", **_request_tags(_tags(specs, spec["ResourceType"]))},
         )
         for spec in specs
     ]
     if profile:
-        role = profile_role(instance_ctx["ec2:InstanceProfile"])
+        role = profile_role(str(instance_ctx["ec2:InstanceProfile"]))
         requests.append(Request("iam:PassRole", role, {"iam:PassedToService": "ec2.amazonaws.com"}))
     return requests
 
 
 def _on_instances(
-    call: Call, action: str, instance_tags: Callable[[str, str], dict[str, str]]
+    call: Call,
+    action: str,
+    instance_tags: Callable[[str, str], dict[str, str]],
+    instance_profile: Callable[[str, str], str],
 ) -> list[Request]:
     ids = call.params.get("InstanceIds") or [call.params["InstanceId"]]
-    return [
-        Request(
-            action,
-            _ec2_arn(call.region, "instance", instance_id),
-            {f"ec2:ResourceTag/{k}": v for k, v in instance_tags(call.region, instance_id).items()},
-        )
-        for instance_id in ids
-    ]
+    requests = []
+    for instance_id in ids:
+        context: dict[str, str | list[str]] = {
+            f"ec2:ResourceTag/{k}": v for k, v in instance_tags(call.region, instance_id).items()
+        }
+        # ec2:InstanceProfile: the ARN of the instance's profile; absent for an instance launched without one.
+        profile = instance_profile(call.region, instance_id)
+        if profile:
+            context["ec2:InstanceProfile"] = profile
+        requests.append(Request(action, _ec2_arn(call.region, "instance", instance_id), context))
+    return requests
 
 
 def _parameter_arn(region: str, name: str) -> str:
@@ -172,13 +203,17 @@ def requests_for(
     instance_tags: Callable[[str, str], dict[str, str]],
     profile_role: Callable[[str], str],
     spot_role_exists: Callable[[], bool],
+    instance_profile: Callable[[str, str], str] = lambda region, instance_id: "",
 ) -> list[Request]:
-    """The IAM authorizations one API call needs. Unknown operations raise: extend the mapping, never skip."""
+    """The IAM authorizations one API call needs. Unknown operations raise: extend the mapping, never skip.
+
+    `instance_profile(region, id)` is the ARN of the instance's profile ("" for none: a policy that requires
+    ec2:InstanceProfile then refuses, as IAM does when the key is missing)."""
     key = f"{call.service}:{call.operation}"
     if key == "ec2:RunInstances":
         requests = _run_instances(call, profile_role, spot_role_exists)
     elif key in {"ec2:TerminateInstances", "ec2:GetConsoleOutput"}:
-        requests = _on_instances(call, key, instance_tags)
+        requests = _on_instances(call, key, instance_tags, instance_profile)
     elif key in {
         "ec2:DescribeInstances",
         "ec2:DescribeImages",
@@ -207,10 +242,20 @@ def _values(value: Any) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list) else [str(value)]
 
 
-def _condition_holds(operator: str, key: str, expected: Any, context: Mapping[str, str]) -> bool:
+def _condition_holds(operator: str, key: str, expected: Any, context: Mapping[str, str | list[str]]) -> bool:
+    if operator.startswith("ForAllValues:"):
+        # Every value of the multivalued key must match; "also returns true if there are no context keys in the
+        # request" (IAM User Guide, "Multivalued context key examples", read 2026-12-01).
+        base = operator.partition(":")[2]
+        values = _values(context.get(key, []))
+        return all(_condition_holds(base, key, expected, {key: value}) for value in values)
+    if operator.startswith(("ForAnyValue:", "Null")) or operator.endswith("IfExists"):
+        raise ValueError(f"condition operator {operator} is not supported by this evaluator: add it")
     if key not in context:
         return False  # no IfExists operators in our policies: a missing key never matches
     actual = context[key]
+    if isinstance(actual, list):
+        raise ValueError(f"{key} is multivalued: a policy must test it with ForAllValues/ForAnyValue")
     wanted = _values(expected)
     if operator in {"StringEquals", "ArnEquals"}:
         return actual in wanted

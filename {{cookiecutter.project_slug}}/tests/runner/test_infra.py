@@ -36,13 +36,14 @@ from iam_requests import (
     Request,
     allowed,
     granted_actions,
+    launched_profiles,
     record_calls,
     requests_for,
 )
 from parliament import analyze_policy_string
 from stack_deploy import OIDC_URL, PROJECT_DIR, TEMPLATE
 
-from gpu_runner import cli, reaper
+from gpu_runner import cli, lifecycle, reaper
 from gpu_runner.aws import Aws
 from gpu_runner.github import GitHubRunners
 from gpu_runner.naming import RunContext, parameter_name
@@ -438,19 +439,26 @@ def recorded(
         ec2.terminate_instances(InstanceIds=ids)
 
 
-def authorizations(calls: list[Call]) -> list[Request]:
+def authorizations(calls: list[Call], history: list[Call] | None = None) -> list[Request]:
+    """The authorizations of `calls`; `history` (default: `calls`) holds the launches whose instances they act on."""
     # Look-ups through a session of their own: the recorded one must hold only gpu-runner's calls.
     lookup = boto3.Session(region_name=REGION)
     iam = lookup.client("iam")
 
-    def instance_tags(region: str, instance_id: str) -> dict[str, str]:
+    def described(region: str, instance_id: str) -> dict[str, Any]:
         reservations = lookup.client("ec2", region_name=region).describe_instances(InstanceIds=[instance_id])
-        return {
-            t["Key"]: t["Value"]
-            for r in reservations["Reservations"]
-            for i in r["Instances"]
-            for t in i.get("Tags", [])
-        }
+        return reservations["Reservations"][0]["Instances"][0]
+
+    def instance_tags(region: str, instance_id: str) -> dict[str, str]:
+        return {t["Key"]: t["Value"] for t in described(region, instance_id).get("Tags", [])}
+
+    launched = launched_profiles(calls if history is None else history)
+
+    def instance_profile(region: str, instance_id: str) -> str:
+        # moto forgets a terminated instance's profile; EC2 checks it at call time.
+        if instance_id in launched:
+            return launched[instance_id]
+        return str(described(region, instance_id).get("IamInstanceProfile", {}).get("Arn", ""))
 
     def profile_role(profile_arn: str) -> str:
         try:
@@ -463,7 +471,11 @@ def authorizations(calls: list[Call]) -> list[Request]:
         r
         for call in calls
         for r in requests_for(
-            call, instance_tags=instance_tags, profile_role=profile_role, spot_role_exists=spot_role_exists
+            call,
+            instance_tags=instance_tags,
+            profile_role=profile_role,
+            spot_role_exists=spot_role_exists,
+            instance_profile=instance_profile,
         )
     ]
 
@@ -573,7 +585,7 @@ def test_reaper_needs_exactly_the_reaper_policy(
         report = reaper.reap(settings, Aws(session), github, now=datetime.now(UTC) + timedelta(days=1))
     assert len(report.terminated) == 1 and len(report.parameters_deleted) == 1, report
 
-    requests = authorizations(calls[launch_calls:])
+    requests = authorizations(calls[launch_calls:], history=calls)
     reaper_policy = role_policies(stack, "ReaperRoleArn")
     denied = [r for r in requests if not allowed(reaper_policy, r)]
     assert denied == [], denied
@@ -583,18 +595,28 @@ def test_reaper_needs_exactly_the_reaper_policy(
     assert not [r for r in launch if r.action == "ec2:RunInstances" and allowed(reaper_policy, r)]
 
 
-def _launch_requests(stack: dict[str, Any], **changes: Any) -> list[Request]:
-    """The authorizations of one RunInstances as launch makes it, with one detail changed."""
+# A tag key launch never writes (one a reaper or an operator might trust).
+EXTRA_TAG = {"Key": "gpu-runner:keep-until", "Value": "2099-01-01T00:00:00Z"}
+
+
+def _launch_requests(stack: dict[str, Any], extra_tag_on: str = "", **changes: Any) -> list[Request]:
+    """The authorizations of one RunInstances as launch makes it (all of its tags), with one detail changed:
+    `extra_tag_on` adds EXTRA_TAG to that resource type's tags."""
     profile = stack["outputs"]["RunnerInstanceProfile"]
-    tags = [
-        {"Key": "gpu-runner:managed-by", "Value": "gpu-runner"},
-        {"Key": "gpu-runner:project", "Value": stack["settings"].project},
+    ctx = RunContext(DEFAULT_REPOSITORY, "9090", "1", "train/infra", "a" * 40)
+    launch_tags = lifecycle.instance_tags(
+        stack["settings"], ctx, runner_id=42, expires_at=datetime(2026, 12, 1, tzinfo=UTC)
+    )
+    tags = [{"Key": k, "Value": v} for k, v in launch_tags.items()]
+    specs = [
+        {"ResourceType": kind, "Tags": [*tags, EXTRA_TAG] if kind == extra_tag_on else tags}
+        for kind in ("instance", "volume")
     ]
     params: dict[str, Any] = {
         "ImageId": "ami-12345678", "InstanceType": "g5.xlarge", "MetadataOptions": {"HttpTokens": "required"},
         "IamInstanceProfile": {"Name": profile},
         "BlockDeviceMappings": [{"DeviceName": "/dev/sda1", "Ebs": {"Encrypted": True}}],
-        "TagSpecifications": [{"ResourceType": "instance", "Tags": tags}, {"ResourceType": "volume", "Tags": tags}],
+        "TagSpecifications": specs,
     }  # fmt: skip
     params.update(changes)
     return authorizations([Call("ec2", "RunInstances", REGION, params)])
@@ -608,6 +630,9 @@ def _launch_requests(stack: dict[str, Any], **changes: Any) -> list[Request]:
         pytest.param({"MetadataOptions": {"HttpTokens": "optional"}}, id="imdsv1"),
         pytest.param({"IamInstanceProfile": {"Name": "admin-profile"}}, id="other-instance-profile"),
         pytest.param({"BlockDeviceMappings": [{"DeviceName": "/dev/sda1", "Ebs": {"Encrypted": False}}]}, id="unencrypted"),
+        # A tag key launch never writes, on the instance or on its volume.
+        pytest.param({"extra_tag_on": "instance"}, id="extra-instance-tag-key"),
+        pytest.param({"extra_tag_on": "volume"}, id="extra-volume-tag-key"),
     ],
 )  # fmt: skip
 def test_train_policy_refuses_launches_outside_its_limits(
@@ -638,6 +663,49 @@ def test_train_policy_refuses_everything_else(
 ) -> None:
     policy = role_policies(stack, "TrainRoleArn")
     assert not allowed(policy, Request(action, resource, context))
+
+
+def test_an_extra_tag_key_is_refused_on_every_authorization_that_carries_tags(stack: dict[str, Any]) -> None:
+    """RunInstances with one tag key more than launch writes: the instance (or volume) and its CreateTags are
+    refused, whatever the values. Before the aws:TagKeys condition, the whole launch was allowed."""
+    policy = role_policies(stack, "TrainRoleArn")
+    for kind in ("instance", "volume"):
+        requests = _launch_requests(stack, extra_tag_on=kind)
+        denied = [r for r in requests if not allowed(policy, r)]
+        refused = {(r.action, r.resource.split(":")[-1].split("/")[0]) for r in denied}
+        assert refused == {("ec2:RunInstances", kind), ("ec2:CreateTags", kind)}, refused
+
+
+def test_the_tag_keys_the_policy_allows_are_exactly_those_launch_writes(stack: dict[str, Any]) -> None:
+    """One list per statement in the template; launch's keys (lifecycle.instance_tags) must equal each."""
+    ctx = RunContext(DEFAULT_REPOSITORY, "1", "1", "train/x", "a" * 40)
+    written = set(lifecycle.instance_tags(stack["settings"], ctx, runner_id=1, expires_at=datetime.now(UTC)))
+    (document,) = role_policies(stack, "TrainRoleArn")
+    lists = {
+        s["Sid"]: set(s["Condition"]["ForAllValues:StringEquals"]["aws:TagKeys"])
+        for s in document["Statement"]
+        if "ForAllValues:StringEquals" in s.get("Condition", {})
+    }
+    assert set(lists) == {"LaunchTaggedInstances", "LaunchTaggedEncryptedVolumes", "TagOnlyAtLaunch"}
+    assert all(keys == written for keys in lists.values()), (lists, written)
+
+
+@pytest.mark.parametrize("role", ["TrainRoleArn", "ReaperRoleArn"])
+def test_only_instances_of_this_stacks_profile_can_be_terminated(stack: dict[str, Any], role: str) -> None:
+    """Our tags are copyable by anyone who may tag; the instance profile is not. Another stack's profile (another
+    repository with the same project slug), or none: refused. Before, the tags alone sufficed."""
+    policy = role_policies(stack, role)
+    iam = stack["session"].client("iam")
+    name = stack["outputs"]["RunnerInstanceProfile"]
+    profile = iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]["Arn"]
+    tags = {"ec2:ResourceTag/gpu-runner:managed-by": "gpu-runner",
+            "ec2:ResourceTag/gpu-runner:project": stack["settings"].project}  # fmt: skip
+    instance = f"arn:aws:ec2:{REGION}:123456789012:instance/i-0123456789abcdef0"
+    terminate = "ec2:TerminateInstances"
+    assert allowed(policy, Request(terminate, instance, {**tags, "ec2:InstanceProfile": profile}))
+    other = "arn:aws:iam::123456789012:instance-profile/gpu-runner-demo-0badc0de-RunnerInstanceProfile-X"
+    assert not allowed(policy, Request(terminate, instance, {**tags, "ec2:InstanceProfile": other}))
+    assert not allowed(policy, Request(terminate, instance, tags))
 
 
 def test_train_policy_may_create_only_the_spot_service_linked_role(stack: dict[str, Any]) -> None:
