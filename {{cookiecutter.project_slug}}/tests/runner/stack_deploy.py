@@ -11,7 +11,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from gpu_runner import cli
+from gpu_runner import cli, infra
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 TEMPLATE = PROJECT_DIR / "infra" / "gpu-runner.yaml"
@@ -49,7 +49,7 @@ def bootstrap(
     with pytest.MonkeyPatch.context() as patch, redirect_stdout(out), redirect_stderr(err):
         patch.delenv("GITHUB_REPOSITORY", raising=False)
         assert cli.main(argv) == 0, err.getvalue()
-    stack_name = f"gpu-runner-{project}"
+    stack_name = infra.stack_name(project, repository)
     cfn = boto3.Session(region_name=region).client("cloudformation")
     stack = cfn.describe_stacks(StackName=stack_name)["Stacks"][0]
     outputs = {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]}

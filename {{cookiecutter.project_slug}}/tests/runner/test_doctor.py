@@ -67,7 +67,7 @@ def deployed(tmp_path_factory: pytest.TempPathFactory, oidc_provider: str) -> di
         "region": REGION,
         "instance_types": ["g4dn.xlarge", "g5.xlarge"],
         "ami_parameter": PUBLIC_AMI_PARAMETER,
-        "ssm_prefix": "/gpu-runner/doctor-test",
+        "ssm_prefix": f"/gpu-runner/{DEFAULT_REPOSITORY}",
     }
     path = tmp_path_factory.mktemp("doctor") / "gpu-runner.yaml"
     path.write_text(yaml.safe_dump(raw))

@@ -43,7 +43,7 @@ from iam_requests import (
 from parliament import analyze_policy_string
 from stack_deploy import OIDC_URL, PROJECT_DIR, TEMPLATE
 
-from gpu_runner import cli, lifecycle, reaper
+from gpu_runner import cli, infra, lifecycle, reaper
 from gpu_runner.aws import Aws
 from gpu_runner.github import GitHubRunners
 from gpu_runner.naming import RunContext, parameter_name
@@ -157,7 +157,7 @@ def test_parliament_catches_a_bad_policy() -> None:
 
 
 def write_settings(path: Path) -> Path:
-    """A settings file with a project of its own: the stack name (gpu-runner-<project>) is unique to it."""
+    """A settings file with a project of its own: the stack name (gpu-runner-<project>-<hash>) is unique to it."""
     path.write_text(
         yaml.safe_dump(
             {
@@ -165,7 +165,7 @@ def write_settings(path: Path) -> Path:
                 "region": REGION,
                 "instance_types": ["g4dn.xlarge", "g5.xlarge"],
                 "ami_parameter": PUBLIC_AMI_PARAMETER,
-                "ssm_prefix": "/gpu-runner/infra-test",
+                "ssm_prefix": f"/gpu-runner/{DEFAULT_REPOSITORY}",
                 "wait_timeout_seconds": 5,
             }
         )
@@ -363,6 +363,78 @@ def test_bootstrap_refuses_bad_input_before_any_call(
     assert cli.main(argv) == 1
     assert message in capsys.readouterr().err
     assert calls == []
+
+
+def test_stack_names_are_unique_per_repository_and_within_cloudformations_rules() -> None:
+    """Two repositories baked with the same slug: two stacks (and so two instance profiles the policies name)."""
+    names = {infra.stack_name("ml-project", repo) for repo in ("octo-org/octo-repo", "other-org/octo-repo")}
+    assert len(names) == 2
+    # GitHub names are case-insensitive: one repository, one stack.
+    assert infra.stack_name("ml-project", "Octo-Org/Octo-Repo") == infra.stack_name(
+        "ml-project", DEFAULT_REPOSITORY
+    )
+    for project in ("ml-project", "ml_project.v2", "p" * 300):
+        name = infra.stack_name(project, DEFAULT_REPOSITORY)
+        # botocore's CloudFormation model: alphanumerics and hyphens, a letter first, at most 128 characters.
+        assert re.fullmatch(r"[A-Za-z][A-Za-z0-9-]{0,127}", name), name
+        assert name.endswith("-" + infra.repository_key(DEFAULT_REPOSITORY))
+
+
+def test_bootstrap_refuses_a_prefix_another_repository_could_share(
+    moto_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`/gpu-runner/<slug>` (the old default) is the same in every repository baked with that slug."""
+    settings_file = write_settings(tmp_path / "gpu-runner.yaml")
+    raw = yaml.safe_load(settings_file.read_text())
+    session = boto3.Session(region_name=REGION)
+    calls = record_calls(session)
+    monkeypatch.setattr(cli, "Aws", lambda: Aws(session))
+    argv = ["--settings", str(settings_file), "bootstrap", "--repository", DEFAULT_REPOSITORY, "--bucket",
+            "good-bucket", "--template", str(TEMPLATE)]  # fmt: skip
+    for prefix in ("/gpu-runner/ml-project", "/gpu-runner/other-org/octo-repo", "/octo-org/octo-repo"):
+        settings_file.write_text(yaml.safe_dump({**raw, "ssm_prefix": prefix}))
+        assert cli.main(argv) == 1
+        err = capsys.readouterr().err
+        assert f"ssm_prefix: '{prefix}' does not end with the repository" in err, err
+        assert f"ssm_prefix: /gpu-runner/{DEFAULT_REPOSITORY}" in err
+    assert calls == []
+    assert infra.prefix_problem("/gpu-runner/Octo-Org/Octo-Repo/", DEFAULT_REPOSITORY) is None
+
+
+def test_a_second_bootstrap_refuses_to_move_or_widen_the_stacks_trust(
+    stack: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The stack trusts repository id 2002. A bootstrap that names another id (a recycled repository name) or
+    none (any repository under that name) is refused before any change; before, it updated the trust."""
+    argv = stack["argv"]
+    other_id = [*argv[: argv.index("2002")], "3003", *argv[argv.index("2002") + 1 :]]
+    start = argv.index("--owner-id")  # --owner-id 1001 --repository-id 2002, in that order
+    without_ids = argv[:start] + argv[start + 4 :]
+    assert "2002" not in without_ids and "--repository-id" not in without_ids
+    for attempt, flag in ((other_id, "--repository-id gave '3003'"), (without_ids, "--owner-id gave ''")):
+        assert cli.main(attempt) == 1
+        err = capsys.readouterr().err
+        assert f"stack {stack['name']} trusts another repository" in err and flag in err, err
+        assert "delete-stack" in err
+    _, subjects = _trust_subjects(role_of(stack["session"], stack["outputs"]["TrainRoleArn"]))
+    assert any("@2002:" in subject for subject in subjects), subjects
+
+
+def test_trust_conflicts_name_each_field_and_ignore_case() -> None:
+    existing = {
+        "GitHubOwner": "octo-org",
+        "GitHubRepository": "octo-repo",
+        "GitHubOwnerId": "",
+        "GitHubRepositoryId": "",
+    }
+    assert infra.trust_conflicts(existing, {**existing, "GitHubOwner": "Octo-Org"}) == []
+    # Ids given where the stack had none narrow the trust: allowed.
+    assert (
+        infra.trust_conflicts(existing, {**existing, "GitHubOwnerId": "1", "GitHubRepositoryId": "2"}) == []
+    )
+    assert infra.trust_conflicts(existing, {**existing, "GitHubOwner": "other-org"}) == [
+        "GitHubOwner is 'octo-org' (--repository gave 'other-org')"
+    ]
 
 
 def test_bootstrap_names_a_bucket_that_exists_already(
@@ -651,7 +723,7 @@ def test_train_policy_refuses_launches_outside_its_limits(
          {"ec2:ResourceTag/gpu-runner:managed-by": "gpu-runner", "ec2:ResourceTag/gpu-runner:project": "other"}),
         ("ec2:CreateTags", f"arn:aws:ec2:{REGION}:123456789012:instance/i-0123456789abcdef0", {}),
         ("ssm:PutParameter", f"arn:aws:ssm:{REGION}:123456789012:parameter/other/jitconfig", {}),
-        ("ssm:GetParameter", f"arn:aws:ssm:{REGION}:123456789012:parameter/gpu-runner/infra-test/1-1/jitconfig", {}),
+        ("ssm:GetParameter", f"arn:aws:ssm:{REGION}:123456789012:parameter/gpu-runner/octo-org/octo-repo/1-1/jitconfig", {}),
         ("iam:PassRole", "arn:aws:iam::123456789012:role/admin", {"iam:PassedToService": "ec2.amazonaws.com"}),
         ("s3:GetObject", "arn:aws:s3:::any-bucket/key", {}),
     ],

@@ -53,7 +53,7 @@ def check_identity(target: Target, aws: Aws) -> Iterator[Outcome]:
 
 # ---------------------------------------------------------------------- the bootstrap stack and its trust
 def check_stack(target: Target, aws: Aws) -> Iterator[Outcome]:
-    name = stack_name(target.settings)
+    name = stack_name(target.settings.project, target.repository)
     cfn = aws.client("cloudformation", target.settings.region)
     try:
         stacks = cfn.describe_stacks(StackName=name)["Stacks"]

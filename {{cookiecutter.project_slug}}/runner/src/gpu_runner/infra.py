@@ -6,6 +6,7 @@ what launch, teardown and the reaper use. Re-running it updates the stack (or re
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shlex
 from collections.abc import Callable, Mapping
@@ -84,8 +85,61 @@ class StackInputs:
             raise BootstrapError("invalid bootstrap input:\n" + "\n".join(f"  {p}" for p in problems))
 
 
-def stack_name(settings: Settings) -> str:
-    return f"gpu-runner-{settings.project}"
+# "A stack name can contain only alphanumeric characters (case sensitive) and hyphens. It must start with an
+# alphabetical character and can't be longer than 128 characters" (botocore 1.44.8's CloudFormation model,
+# CreateStack StackName). The roles, policies and profile get names CloudFormation generates from it and fits to
+# IAM's limits (role names 64 characters: botocore's IAM model, roleNameType max 64), so none is named here.
+STACK_NAME_MAX = 128
+# GitHub owner and repository names are case-insensitive: one repository, one key, however it is spelled.
+REPOSITORY_KEY_HEX = 8
+
+
+def repository_key(repository: str) -> str:
+    """A short stable hash of owner/name: two repositories baked with the same project slug get different names."""
+    return hashlib.sha256(repository.lower().encode("utf-8")).hexdigest()[:REPOSITORY_KEY_HEX]
+
+
+def stack_name(project: str, repository: str) -> str:
+    """`gpu-runner-<project>-<repository key>`, within CloudFormation's name rules."""
+    suffix = f"-{repository_key(repository)}"
+    base = "gpu-runner-" + re.sub(r"[^A-Za-z0-9-]", "-", project)
+    return base[: STACK_NAME_MAX - len(suffix)] + suffix
+
+
+def prefix_problem(ssm_prefix: str, repository: str) -> str | None:
+    """The SSM prefix must end with the repository (/<owner>/<name>): a prefix shared by two repositories would
+    let each one's roles and reaper reach the other's runner configs."""
+    tail = "/" + repository.lower()
+    if ssm_prefix.rstrip("/").lower().endswith(tail) and ssm_prefix.rstrip("/").lower() != tail:
+        return None
+    return (
+        f"ssm_prefix: '{ssm_prefix}' does not end with the repository /{repository}, so another repository with "
+        f"the same project slug would share it; set ssm_prefix: /gpu-runner/{repository} in the settings file "
+        "(launch, the instance and the reaper all read it there)"
+    )
+
+
+# The stack parameters that say which repository its roles trust, and the flag that sets each.
+TRUST_PARAMETERS = {
+    "GitHubOwner": "--repository",
+    "GitHubRepository": "--repository",
+    "GitHubOwnerId": "--owner-id",
+    "GitHubRepositoryId": "--repository-id",
+}
+
+
+def trust_conflicts(existing: Mapping[str, str], wanted: Mapping[str, str]) -> list[str]:
+    """Where an existing stack trusts another repository than the one asked for: names compared without case
+    (GitHub's are case-insensitive); an id the stack holds must be given again, unchanged (an empty id would
+    widen the trust to any repository that takes the name, a new one would move it)."""
+    conflicts = []
+    for key, flag in TRUST_PARAMETERS.items():
+        have, want = existing.get(key, ""), wanted.get(key, "")
+        if key.endswith("Id") and not have:
+            continue  # the stack trusts any id: giving one now narrows it
+        if have.lower() != want.lower():
+            conflicts.append(f"{key} is '{have}' ({flag} gave '{want}')")
+    return conflicts
 
 
 def stack_parameters(settings: Settings, inputs: StackInputs) -> list[dict[str, str]]:
@@ -106,6 +160,28 @@ def stack_parameters(settings: Settings, inputs: StackInputs) -> list[dict[str, 
         "VpcId": inputs.vpc_id,
     }
     return [{"ParameterKey": key, "ParameterValue": value} for key, value in values.items()]
+
+
+def _refuse_foreign_stack(cfn: Any, name: str, repository: str, parameters: list[dict[str, str]]) -> None:
+    """An update must never move a stack's trust to another repository (or widen it): refuse, naming the fix."""
+    try:
+        stacks = cfn.describe_stacks(StackName=name)["Stacks"]
+    except ClientError as error:
+        if "does not exist" in error.response.get("Error", {}).get("Message", ""):
+            return
+        raise
+    existing = {p["ParameterKey"]: p.get("ParameterValue", "") for p in stacks[0].get("Parameters", [])}
+    wanted = {p["ParameterKey"]: p["ParameterValue"] for p in parameters}
+    conflicts = trust_conflicts(existing, wanted)
+    if conflicts:
+        trusted = f"{existing.get('GitHubOwner', '?')}/{existing.get('GitHubRepository', '?')}"
+        raise BootstrapError(
+            f"stack {name} trusts another repository ({trusted}) than {repository}: "
+            + "; ".join(conflicts)
+            + ". Pass the values it was created with; for another repository run bootstrap from that "
+            f"repository's project (its name gives it its own stack), or delete this stack first with "
+            f"`aws cloudformation delete-stack --stack-name {name}` (the bucket is kept)"
+        )
 
 
 def _stack_status(cfn: Any, name: str) -> str | None:
@@ -218,10 +294,13 @@ def bootstrap(
         raise BootstrapError(
             f"--template: {template} not found (run from the project root, or pass --template)"
         ) from None
-    name = stack_name(settings)
-    outputs = deploy(
-        cfn, name, body, stack_parameters(settings, inputs), delay_seconds=delay_seconds, log=log
-    )
+    problem = prefix_problem(settings.ssm_prefix, inputs.repository)
+    if problem:
+        raise BootstrapError(f"invalid bootstrap input:\n  {problem}")
+    name = stack_name(settings.project, inputs.repository)
+    parameters = stack_parameters(settings, inputs)
+    _refuse_foreign_stack(cfn, name, inputs.repository, parameters)
+    outputs = deploy(cfn, name, body, parameters, delay_seconds=delay_seconds, log=log)
     missing = {
         "TrainRoleArn",
         "ReaperRoleArn",
