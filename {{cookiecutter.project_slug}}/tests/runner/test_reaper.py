@@ -261,3 +261,20 @@ def test_the_deadline_is_launch_time_plus_max_runtime_whatever_expires_at_says(
 def test_runner_id_tags_launch_never_writes_are_malformed(value: str) -> None:
     assert reaper.runner_id_of({naming.TAG_RUNNER_ID: value}) is None
     assert reaper.runner_id_of({naming.TAG_RUNNER_ID: "42"}) == 42
+
+
+def test_a_terminate_aws_refuses_does_not_stop_the_sweep(
+    settings, aws, ami, github, github_double: GitHubDouble, faults
+) -> None:
+    """The roles may end only instances of the stack's instance profile: without instance_profile in the settings
+    the reaper cannot tell a look-alike, and AWS answers UnauthorizedOperation for it. The sweep goes on."""
+    expired = datetime.now(UTC) - timedelta(minutes=1)
+    look_alike = launch_raw(aws, ami, ours(settings, "90", 1, expired))
+    mine = launch_raw(aws, ami, ours(settings, "91", 1, expired))
+    faults.fail(
+        "ec2", "TerminateInstances", "UnauthorizedOperation", status=403,
+        when=lambda params: params.get("InstanceId.1") == look_alike,
+    )  # fmt: skip
+    report = reaper.reap(settings, aws, github, **SILENT)
+    assert report.terminated == [mine] and look_alike in report.kept
+    assert state(aws, look_alike) == "running"

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from . import ec2, naming, parameters
 from .aws import Aws
 from .errors import RunnerError
@@ -174,7 +176,16 @@ def reap(
                 live_run_keys.add(naming.run_key_of_runner(tags.get(naming.TAG_LABEL, "")) or "")
                 report.kept.append(instance_id)
                 continue
-            ec2.terminate(client, instance_id)
+            try:
+                ec2.terminate(client, instance_id)
+            except ClientError as error:
+                if ec2.error_code(error) != "UnauthorizedOperation":
+                    raise
+                # The roles may end only instances of this stack's instance profile (infra/): a look-alike with
+                # copied tags is refused, and must not stop the rest of the sweep.
+                log(f"kept {instance_id} in {region}: AWS refused to end it (not this stack's instance?)")
+                report.kept.append(instance_id)
+                continue
             report.terminated.append(instance_id)
             log(f"terminated {instance_id} in {region}: {reason}")
 
