@@ -15,6 +15,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError, WaiterError
 
+from . import lambda_zip
 from .errors import RunnerError
 from .settings import Settings
 
@@ -88,7 +89,10 @@ def stack_name(settings: Settings) -> str:
     return f"gpu-runner-{settings.project}"
 
 
-def stack_parameters(settings: Settings, inputs: StackInputs) -> list[dict[str, str]]:
+def stack_parameters(
+    settings: Settings, inputs: StackInputs, code: lambda_zip.UploadedCode | None = None
+) -> list[dict[str, str]]:
+    """`code`: the reaper Lambda's package in the bucket; None deploys the stack without the Lambda (first run)."""
     owner, _, name = inputs.repository.partition("/")
     values = {
         "Project": settings.project,
@@ -104,6 +108,12 @@ def stack_parameters(settings: Settings, inputs: StackInputs) -> list[dict[str, 
         "AllowedInstanceTypes": ",".join(settings.instance_types),
         "ExistingOidcProviderArn": inputs.oidc_provider_arn,
         "VpcId": inputs.vpc_id,
+        "ReaperCodeKey": code.key if code else "",
+        "ReaperCodeVersion": code.version if code else "",
+        "MaxRuntimeMinutes": str(settings.max_runtime_minutes),
+        "IdleTimeoutMinutes": str(settings.idle_timeout_minutes),
+        "WaitTimeoutSeconds": str(settings.wait_timeout_seconds),
+        "ReapGraceMinutes": str(settings.reap_grace_minutes),
     }
     return [{"ParameterKey": key, "ParameterValue": value} for key, value in values.items()]
 
@@ -203,11 +213,40 @@ def next_steps(repository: str, outputs: Mapping[str, str]) -> str:
     return "\n".join(lines)
 
 
+def _deploy_reaper_code(s3: Any, bucket: str, log: Log) -> lambda_zip.UploadedCode:
+    data = lambda_zip.build_zip()
+    try:
+        code = lambda_zip.upload(s3, bucket, data)
+    except ClientError as error:
+        code_name = error.response.get("Error", {}).get("Code", "")
+        raise BootstrapError(
+            f"could not upload the reaper Lambda's package to s3://{bucket}/{lambda_zip.code_key(data)}: "
+            f"{code_name} (bootstrap needs s3:GetObject and s3:PutObject on the stack's bucket)"
+        ) from None
+    log(f"reaper Lambda package: s3://{bucket}/{code.key} ({len(data)} bytes)")
+    return code
+
+
+def verify_reaper_code(lambda_client: Any, function: str, code: lambda_zip.UploadedCode) -> None:
+    """The function runs exactly the package bootstrap built: an object swapped in the bucket between upload and
+    deploy (the runner role may write to the bucket) is refused here, not run every 15 minutes with the
+    reaper's permissions. Lambda computes CodeSha256 from the package it stored."""
+    deployed = lambda_client.get_function_configuration(FunctionName=function)["CodeSha256"]
+    if deployed != code.sha256:
+        raise BootstrapError(
+            f"reaper Lambda {function} runs a package with SHA-256 {deployed}, not the {code.sha256} bootstrap "
+            f"uploaded to {code.key}: someone else wrote to that key; check who may write to the bucket, then run "
+            "bootstrap again"
+        )
+
+
 def bootstrap(
     settings: Settings,
     cfn: Any,
     inputs: StackInputs,
     *,
+    s3: Any,
+    lambda_client: Any,
     template: Path = DEFAULT_TEMPLATE,
     delay_seconds: int = 10,
     log: Log = print,
@@ -219,8 +258,12 @@ def bootstrap(
             f"--template: {template} not found (run from the project root, or pass --template)"
         ) from None
     name = stack_name(settings)
+    if _stack_status(cfn, name) is None:
+        # The Lambda's package lives in the stack's bucket: a new stack is created without the Lambda first.
+        deploy(cfn, name, body, stack_parameters(settings, inputs), delay_seconds=delay_seconds, log=log)
+    code = _deploy_reaper_code(s3, inputs.bucket, log)
     outputs = deploy(
-        cfn, name, body, stack_parameters(settings, inputs), delay_seconds=delay_seconds, log=log
+        cfn, name, body, stack_parameters(settings, inputs, code), delay_seconds=delay_seconds, log=log
     )
     missing = {
         "TrainRoleArn",
@@ -228,11 +271,13 @@ def bootstrap(
         "RunnerInstanceProfile",
         "RunnerSecurityGroupId",
         "BucketName",
+        "ReaperFunctionName",
     }
     missing -= set(outputs)
     if missing:
         raise BootstrapError(
             f"stack {name} lacks output(s) {', '.join(sorted(missing))}: is {template} ours?"
         )
+    verify_reaper_code(lambda_client, outputs["ReaperFunctionName"], code)
     log(next_steps(inputs.repository, outputs))
     return outputs

@@ -9,6 +9,9 @@ but never came online within wait_timeout_seconds plus a margin (the start job f
 without this rule it billed until its expiry, ~190 minutes). It never touches a busy runner's instance: that
 runner is deregistered first, which GitHub refuses (422) while a job runs, and only then is the instance
 terminated (terraform-aws-github-runner#4391 killed running jobs as orphans; #5085: deregister before terminate).
+
+Without a GitHub client (`github=None`: the AWS-side pass that reaper_lambda runs inside AWS) it applies only the
+rules AWS alone can judge (expiry, stale parameters) and never imports PyGithub: the Lambda runtime ships boto3 only.
 """
 
 from __future__ import annotations
@@ -16,13 +19,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import ec2, naming, parameters
 from .aws import Aws
 from .errors import RunnerError
-from .github import GitHubRunners, Runner
 from .settings import Settings
+
+if TYPE_CHECKING:  # types only: importing .github loads PyGithub, which the Lambda package does not carry
+    from .github import GitHubRunners, Runner
 
 LIVE_STATES = ["pending", "running", "stopping", "stopped"]
 # After wait_timeout_seconds the start job has given up on the runner; the margin covers GitHub's runners API
@@ -74,7 +79,7 @@ def _never_came_online(runner: Runner, tags: dict[str, str]) -> bool:
 
 
 def _why_orphaned(
-    github: GitHubRunners,
+    github: GitHubRunners | None,
     instance: dict[str, Any],
     tags: dict[str, str],
     now: datetime,
@@ -88,6 +93,8 @@ def _why_orphaned(
         return "past its expires-at"
     runner_id, age = tags.get(naming.TAG_RUNNER_ID, ""), now - instance["LaunchTime"]
     if not runner_id.isdigit() or age <= min(grace, never_online_after):
+        return None
+    if github is None:  # AWS-side pass: whether the runner is gone is GitHub's to say (reap.yml asks it)
         return None
     runner = github.get_runner(int(runner_id))
     if runner is None:
@@ -110,7 +117,7 @@ def _why_orphaned(
 def reap(
     settings: Settings,
     aws: Aws,
-    github: GitHubRunners,
+    github: GitHubRunners | None,
     *,
     regions: tuple[str, ...] = (),
     now: datetime | None = None,
@@ -148,7 +155,7 @@ def reap(
         else:
             fresh_parameter_keys.add(naming.run_key_of_parameter(meta["Name"]))
 
-    for runner in github.list_runners():
+    for runner in github.list_runners() if github is not None else []:
         key = naming.run_key_of_runner(runner.name)
         # A runner of a launch in progress is offline with a fresh parameter and maybe no instance yet.
         if key is None or runner.status != "offline" or runner.busy:

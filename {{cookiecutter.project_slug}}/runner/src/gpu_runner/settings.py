@@ -12,8 +12,6 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .errors import SettingsError
 
 # AWS publishes the current "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04)" id here.
@@ -156,6 +154,8 @@ def settings_from_mapping(raw: Mapping[str, Any], source: str = "<settings>") ->
 
 def load_settings(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Settings:
     """Read the YAML file, apply non-empty overrides (CLI flags, workflow inputs), validate."""
+    import yaml  # here, not at the top: the reaper Lambda (reaper_lambda) builds Settings without PyYAML
+
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
