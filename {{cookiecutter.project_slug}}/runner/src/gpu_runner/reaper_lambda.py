@@ -25,7 +25,6 @@ from .settings import Settings, settings_from_mapping
 # `gpu-runner bootstrap` fills from configs/gpu-runner.yaml, so the Lambda reaps with the deployed settings.
 TEXT_VARIABLES = {
     "GPU_RUNNER_PROJECT": "project",
-    "GPU_RUNNER_INSTANCE_TYPES": "instance_types",
     "GPU_RUNNER_SSM_PREFIX": "ssm_prefix",
     "GPU_RUNNER_INSTANCE_PROFILE": "instance_profile",
 }
@@ -35,6 +34,9 @@ INTEGER_VARIABLES = {
     "GPU_RUNNER_WAIT_TIMEOUT_SECONDS": "wait_timeout_seconds",
     "GPU_RUNNER_REAP_GRACE_MINUTES": "reap_grace_minutes",
 }
+# Settings needs an instance type to be valid, and the reaper never launches: a type that names no GPU family, so
+# no AMI rule applies (the stack's AllowedInstanceTypes may hold wildcards, which are no instance type).
+NEVER_LAUNCHED = ("reaper.never-launches",)
 # Set by Lambda itself in every function ("Defined runtime environment variables", AWS Lambda Developer Guide).
 REGION_VARIABLE = "AWS_REGION"
 
@@ -54,6 +56,7 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
     if problems:
         raise SettingsError("reaper Lambda environment:\n" + "\n".join(f"  {p}" for p in problems))
     raw["region"] = env[REGION_VARIABLE]
+    raw["instance_types"] = NEVER_LAUNCHED
     return settings_from_mapping(raw, "reaper Lambda environment")
 
 

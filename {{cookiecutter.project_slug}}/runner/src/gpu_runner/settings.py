@@ -85,7 +85,9 @@ def _problems(s: Settings) -> list[str]:
             for t in s.instance_types
             if INSTANCE_TYPE.fullmatch(t) and unsupported_gpu_family(t)
         ]
-    positive = ("root_volume_gb", "max_runtime_minutes", "idle_timeout_minutes", "wait_timeout_seconds")
+    # reap_grace_minutes 0 would let the reaper delete a runner config a launch has just written.
+    positive = ("root_volume_gb", "max_runtime_minutes", "idle_timeout_minutes", "wait_timeout_seconds",
+                "reap_grace_minutes")  # fmt: skip
     for name in (*positive, "max_attempts", "on_demand_after_interruptions"):
         value = getattr(s, name)
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
