@@ -209,6 +209,7 @@ def next_steps(repository: str, outputs: Mapping[str, str]) -> str:
         f"#    instance_profile: {outputs['RunnerInstanceProfile']}",
         f"#    security_group_ids: [{outputs['RunnerSecurityGroupId']}]",
         f"# Bucket for data, checkpoints and exports: s3://{outputs['BucketName']}",
+        f"# AWS-side reaper (every 15 minutes, nothing to set): Lambda {outputs.get('ReaperFunctionName', '?')}",
     ]
     return "\n".join(lines)
 
