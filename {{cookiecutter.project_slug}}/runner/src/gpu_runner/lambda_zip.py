@@ -2,8 +2,8 @@
 
 Not inline in the template (`Code.ZipFile`): an inline function is one file (CloudFormation writes it as index.py),
 and the package is tens of files; it was also limited to 4,096 characters until 2022 (aws-cdk PR #20624) and a
-template sent as TemplateBody may hold at most 51,200 bytes (CloudFormation quotas). So the zip goes to S3 under a
-key named by its SHA-256, and the template pins the object version: CloudFormation only redeploys code when key or
+template sent as TemplateBody may hold at most 51,200 bytes (CloudFormation API Reference, CreateStack and
+UpdateStack `TemplateBody`). So the zip goes to S3 under a key named by its SHA-256, and the template pins the object version: CloudFormation only redeploys code when key or
 version change ("Changes to a deployment package in Amazon S3 ... are not detected automatically during stack
 updates", AWS::Lambda::Function Code, CloudFormation Template Reference, read 2026-12-01), and a pinned version
 cannot be swapped by whoever may write to the bucket later. The zip is deterministic (fixed times, sorted names),
