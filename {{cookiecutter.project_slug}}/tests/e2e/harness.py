@@ -543,7 +543,7 @@ def run_workflow(
     assert uv, "uv not on PATH"
     owner, name = repository.split("/")
     event = scratch / f"event-{event_name}.json"
-    payload: dict[str, Any] = {"schedule": "*/15 * * * *"}
+    payload: dict[str, Any] = {"schedule": "17 * * * *"}
     repo_info = {"full_name": repository, "name": name, "owner": {"login": owner}, "default_branch": "main"}
     if event_name == "push":
         payload = {"ref": f"refs/heads/{branch}", "repository": repo_info, "head_commit": {"id": head_sha}}

@@ -16,6 +16,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError, WaiterError
 
+from . import lambda_zip
 from .errors import RunnerError
 from .settings import Settings
 
@@ -142,7 +143,10 @@ def trust_conflicts(existing: Mapping[str, str], wanted: Mapping[str, str]) -> l
     return conflicts
 
 
-def stack_parameters(settings: Settings, inputs: StackInputs) -> list[dict[str, str]]:
+def stack_parameters(
+    settings: Settings, inputs: StackInputs, code: lambda_zip.UploadedCode | None = None
+) -> list[dict[str, str]]:
+    """`code`: the reaper Lambda's package in the bucket; None deploys the stack without the Lambda (first run)."""
     owner, _, name = inputs.repository.partition("/")
     values = {
         "Project": settings.project,
@@ -158,6 +162,12 @@ def stack_parameters(settings: Settings, inputs: StackInputs) -> list[dict[str, 
         "AllowedInstanceTypes": ",".join(settings.instance_types),
         "ExistingOidcProviderArn": inputs.oidc_provider_arn,
         "VpcId": inputs.vpc_id,
+        "ReaperCodeKey": code.key if code else "",
+        "ReaperCodeVersion": code.version if code else "",
+        "MaxRuntimeMinutes": str(settings.max_runtime_minutes),
+        "IdleTimeoutMinutes": str(settings.idle_timeout_minutes),
+        "WaitTimeoutSeconds": str(settings.wait_timeout_seconds),
+        "ReapGraceMinutes": str(settings.reap_grace_minutes),
     }
     return [{"ParameterKey": key, "ParameterValue": value} for key, value in values.items()]
 
@@ -275,8 +285,36 @@ def next_steps(repository: str, outputs: Mapping[str, str]) -> str:
         f"#    instance_profile: {outputs['RunnerInstanceProfile']}",
         f"#    security_group_ids: [{outputs['RunnerSecurityGroupId']}]",
         f"# Bucket for data, checkpoints and exports: s3://{outputs['BucketName']}",
+        f"# AWS-side reaper (every 15 minutes, nothing to set): Lambda {outputs.get('ReaperFunctionName', '?')}",
     ]
     return "\n".join(lines)
+
+
+def _deploy_reaper_code(s3: Any, bucket: str, log: Log) -> lambda_zip.UploadedCode:
+    data = lambda_zip.build_zip()
+    try:
+        code = lambda_zip.upload(s3, bucket, data)
+    except ClientError as error:
+        code_name = error.response.get("Error", {}).get("Code", "")
+        raise BootstrapError(
+            f"could not upload the reaper Lambda's package to s3://{bucket}/{lambda_zip.code_key(data)}: "
+            f"{code_name} (bootstrap needs s3:GetObject and s3:PutObject on the stack's bucket)"
+        ) from None
+    log(f"reaper Lambda package: s3://{bucket}/{code.key} ({len(data)} bytes)")
+    return code
+
+
+def verify_reaper_code(lambda_client: Any, function: str, code: lambda_zip.UploadedCode) -> None:
+    """The function runs exactly the package bootstrap built: an object swapped in the bucket between upload and
+    deploy (the runner role may write to the bucket) is refused here, not run every 15 minutes with the
+    reaper's permissions. Lambda computes CodeSha256 from the package it stored."""
+    deployed = lambda_client.get_function_configuration(FunctionName=function)["CodeSha256"]
+    if deployed != code.sha256:
+        raise BootstrapError(
+            f"reaper Lambda {function} runs a package with SHA-256 {deployed}, not the {code.sha256} bootstrap "
+            f"uploaded to {code.key}: someone else wrote to that key; check who may write to the bucket, then run "
+            "bootstrap again"
+        )
 
 
 def bootstrap(
@@ -284,6 +322,8 @@ def bootstrap(
     cfn: Any,
     inputs: StackInputs,
     *,
+    s3: Any,
+    lambda_client: Any,
     template: Path = DEFAULT_TEMPLATE,
     delay_seconds: int = 10,
     log: Log = print,
@@ -300,18 +340,26 @@ def bootstrap(
     name = stack_name(settings.project, inputs.repository)
     parameters = stack_parameters(settings, inputs)
     _refuse_foreign_stack(cfn, name, inputs.repository, parameters)
-    outputs = deploy(cfn, name, body, parameters, delay_seconds=delay_seconds, log=log)
+    if _stack_status(cfn, name) is None:
+        # The Lambda's package lives in the stack's bucket: a new stack is created without the Lambda first.
+        deploy(cfn, name, body, parameters, delay_seconds=delay_seconds, log=log)
+    code = _deploy_reaper_code(s3, inputs.bucket, log)
+    outputs = deploy(
+        cfn, name, body, stack_parameters(settings, inputs, code), delay_seconds=delay_seconds, log=log
+    )
     missing = {
         "TrainRoleArn",
         "ReaperRoleArn",
         "RunnerInstanceProfile",
         "RunnerSecurityGroupId",
         "BucketName",
+        "ReaperFunctionName",
     }
     missing -= set(outputs)
     if missing:
         raise BootstrapError(
             f"stack {name} lacks output(s) {', '.join(sorted(missing))}: is {template} ours?"
         )
+    verify_reaper_code(lambda_client, outputs["ReaperFunctionName"], code)
     log(next_steps(inputs.repository, outputs))
     return outputs

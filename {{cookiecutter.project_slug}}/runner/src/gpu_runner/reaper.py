@@ -15,6 +15,9 @@ registered but never came online within wait_timeout_seconds plus a margin (the 
 never ran: without this rule it billed until its expiry, ~190 minutes). It never touches a busy runner's instance: that
 runner is deregistered first, which GitHub refuses (422) while a job runs, and only then is the instance
 terminated (terraform-aws-github-runner#4391 killed running jobs as orphans; #5085: deregister before terminate).
+
+Without a GitHub client (`github=None`: the AWS-side pass that reaper_lambda runs inside AWS) it applies only the
+rules AWS alone can judge (expiry, stale parameters) and never imports PyGithub: the Lambda runtime ships boto3 only.
 """
 
 from __future__ import annotations
@@ -23,15 +26,17 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
 from . import ec2, naming, parameters
 from .aws import Aws
 from .errors import RunnerError
-from .github import GitHubRunners, Runner
 from .settings import Settings
+
+if TYPE_CHECKING:  # types only: importing .github loads PyGithub, which the Lambda package does not carry
+    from .github import GitHubRunners, Runner
 
 LIVE_STATES = ["pending", "running", "stopping", "stopped"]
 # After wait_timeout_seconds the start job has given up on the runner; the margin covers GitHub's runners API
@@ -107,7 +112,7 @@ def _never_came_online(runner: Runner, tags: dict[str, str]) -> bool:
 
 
 def _why_orphaned(
-    github: GitHubRunners,
+    github: GitHubRunners | None,
     instance: dict[str, Any],
     tags: dict[str, str],
     now: datetime,
@@ -123,6 +128,8 @@ def _why_orphaned(
     if runner_id is None:
         return "its runner-id tag is missing or malformed" if age > grace else None
     if age <= min(grace, never_online_after):
+        return None
+    if github is None:  # AWS-side pass: whether the runner is gone is GitHub's to say (reap.yml asks it)
         return None
     runner = github.get_runner(runner_id)
     if runner is None:
@@ -148,12 +155,17 @@ def _why_orphaned(
 def reap(
     settings: Settings,
     aws: Aws,
-    github: GitHubRunners,
+    github: GitHubRunners | None,
     *,
+    repository: str = "",
     regions: tuple[str, ...] = (),
     now: datetime | None = None,
     log: Callable[[str], None] = print,
 ) -> ReapReport:
+    """`repository` (owner/name): whose instances these are; defaults to the GitHub client's (the Lambda has none)."""
+    repository = repository or (github.repository if github is not None else "")
+    if not repository:
+        raise ValueError("reap needs the repository (owner/name) whose instances it may end")
     now = now or datetime.now(UTC)
     grace = timedelta(minutes=settings.reap_grace_minutes)
     limits = _Limits(
@@ -166,7 +178,7 @@ def reap(
 
     for region in dict.fromkeys((settings.region, *regions)):
         client = aws.client("ec2", region)
-        for instance in our_instances(client, settings.project, github.repository):
+        for instance in our_instances(client, settings.project, repository):
             tags, instance_id = _tags(instance), instance["InstanceId"]
             if not launched_with_profile(instance, settings.instance_profile):
                 log(f"ignored {instance_id} in {region}: our tags but not our instance profile")
@@ -199,7 +211,7 @@ def reap(
         else:
             fresh_parameter_keys.add(naming.run_key_of_parameter(meta["Name"]))
 
-    for runner in github.list_runners():
+    for runner in github.list_runners() if github is not None else []:
         key = naming.run_key_of_runner(runner.name)
         # A runner of a launch in progress is offline with a fresh parameter and maybe no instance yet.
         if key is None or runner.status != "offline" or runner.busy:

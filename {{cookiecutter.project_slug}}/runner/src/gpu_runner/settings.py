@@ -12,8 +12,6 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .errors import SettingsError
 
 # AWS publishes the current "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04)" id here.
@@ -87,7 +85,9 @@ def _problems(s: Settings) -> list[str]:
             for t in s.instance_types
             if INSTANCE_TYPE.fullmatch(t) and unsupported_gpu_family(t)
         ]
-    positive = ("root_volume_gb", "max_runtime_minutes", "idle_timeout_minutes", "wait_timeout_seconds")
+    # reap_grace_minutes 0 would let the reaper delete a runner config a launch has just written.
+    positive = ("root_volume_gb", "max_runtime_minutes", "idle_timeout_minutes", "wait_timeout_seconds",
+                "reap_grace_minutes")  # fmt: skip
     for name in (*positive, "max_attempts", "on_demand_after_interruptions"):
         value = getattr(s, name)
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -156,6 +156,8 @@ def settings_from_mapping(raw: Mapping[str, Any], source: str = "<settings>") ->
 
 def load_settings(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Settings:
     """Read the YAML file, apply non-empty overrides (CLI flags, workflow inputs), validate."""
+    import yaml  # here, not at the top: the reaper Lambda (reaper_lambda) builds Settings without PyYAML
+
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
