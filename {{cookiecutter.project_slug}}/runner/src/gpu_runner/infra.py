@@ -15,6 +15,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError, WaiterError
 
+from . import naming
 from .errors import RunnerError
 from .settings import Settings
 
@@ -101,6 +102,7 @@ def stack_parameters(settings: Settings, inputs: StackInputs) -> list[dict[str, 
         "BucketName": inputs.bucket,
         "CheckpointRetentionDays": str(inputs.checkpoint_retention_days),
         "SsmPrefix": settings.ssm_prefix.rstrip("/"),
+        "JitConfigKeyAlias": naming.jit_config_key_alias(settings.ssm_prefix),
         "AllowedInstanceTypes": ",".join(settings.instance_types),
         "ExistingOidcProviderArn": inputs.oidc_provider_arn,
         "VpcId": inputs.vpc_id,
