@@ -187,13 +187,16 @@ exec "$@"
 }
 # The fake actions runner: hands its JIT config to the harness (which registers it with the GitHub double, as the
 # real runner's session with GitHub would), takes the job when the harness says it started, exits after it ended.
+# It takes the config as the real runner reads it here: ACTIONS_RUNNER_INPUT_JITCONFIG, removed from its
+# environment once read (actions/runner@258d6c8, src/Runner.Listener/CommandSettings.cs:110-139), and refuses
+# one given in argv, where every local user could read it in /proc/<pid>/cmdline.
 RUN_SH = """record run.sh
-jit=""
-while (($#)); do
-  if [[ $1 == --jitconfig ]]; then jit=$2; shift; fi
-  shift
+for arg in "$@"; do
+  [[ $arg != --jitconfig* ]] || { echo "refused: the JIT config was passed in argv (world-readable)" >&2; exit 2; }
 done
-[[ -n $jit ]] || { echo "no --jitconfig" >&2; exit 2; }
+jit=${ACTIONS_RUNNER_INPUT_JITCONFIG:-}
+unset ACTIONS_RUNNER_INPUT_JITCONFIG
+[[ -n $jit ]] || { echo "no ACTIONS_RUNNER_INPUT_JITCONFIG" >&2; exit 2; }
 if [[ $SIM_RUNNER_MODE == silent ]]; then
   echo "Failed to connect to GitHub (simulated: the runner never registers)"
   exec sleep 100000

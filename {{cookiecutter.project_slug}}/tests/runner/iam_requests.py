@@ -9,6 +9,7 @@ handful of operations gpu-runner makes; an operation missing here fails the test
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -242,13 +243,28 @@ def _values(value: Any) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list) else [str(value)]
 
 
+# A policy variable: `${key}` in a condition value is that key's value in the request context ("IAM policy
+# elements: Variables and tags", IAM User Guide: string and ARN operators only). No default-value form here.
+_POLICY_VARIABLE = re.compile(r"\$\{([^}]+)\}")
+
+
+def _resolved(value: str, context: Mapping[str, str | list[str]]) -> str | None:
+    """`value` with its policy variables replaced from `context`; None when one is absent (nothing can match:
+    the IAM User Guide, same page, "If AWS cannot resolve a variable this might cause the entire statement to be
+    invalid")."""
+    names = _POLICY_VARIABLE.findall(value)
+    if any(name not in context or isinstance(context[name], list) for name in names):
+        return None
+    return _POLICY_VARIABLE.sub(lambda m: str(context[m.group(1)]), value)
+
+
 def _condition_holds(operator: str, key: str, expected: Any, context: Mapping[str, str | list[str]]) -> bool:
     if operator.startswith("ForAllValues:"):
         # Every value of the multivalued key must match; "also returns true if there are no context keys in the
         # request" (IAM User Guide, "Multivalued context key examples", read 2026-12-01).
         base = operator.partition(":")[2]
         values = _values(context.get(key, []))
-        return all(_condition_holds(base, key, expected, {key: value}) for value in values)
+        return all(_condition_holds(base, key, expected, {**context, key: value}) for value in values)
     if operator.startswith(("ForAnyValue:", "Null")) or operator.endswith("IfExists"):
         raise ValueError(f"condition operator {operator} is not supported by this evaluator: add it")
     if key not in context:
@@ -256,7 +272,11 @@ def _condition_holds(operator: str, key: str, expected: Any, context: Mapping[st
     actual = context[key]
     if isinstance(actual, list):
         raise ValueError(f"{key} is multivalued: a policy must test it with ForAllValues/ForAnyValue")
-    wanted = _values(expected)
+    if operator not in {"StringEquals", "ArnEquals", "StringLike", "ArnLike"} and _POLICY_VARIABLE.search(
+        str(expected)
+    ):
+        raise ValueError(f"policy variables work only with string and ARN operators, not {operator}")
+    wanted = [v for v in (_resolved(w, context) for w in _values(expected)) if v is not None]
     if operator in {"StringEquals", "ArnEquals"}:
         return actual in wanted
     if operator in {"StringLike", "ArnLike"}:
@@ -300,3 +320,47 @@ def granted_actions(policies: Iterable[Mapping[str, Any]]) -> set[str]:
         if s["Effect"] == "Allow"
         for action in _values(s["Action"])
     }
+
+
+# --- KMS: what Parameter Store asks of the key, and whether the key policy allows it --------------------------
+
+
+def ssm_kms_request(action: str, region: str, key_arn: str, parameter: str, via: str = "ssm") -> Request:
+    """The KMS authorization Parameter Store makes with the caller's credentials when it encrypts (standard:
+    kms:Encrypt, advanced: kms:GenerateDataKey) or decrypts (kms:Decrypt) a SecureString: encryption context
+    PARAMETER_ARN = the parameter's ARN (AWS KMS Developer Guide, "How AWS Systems Manager Parameter Store uses
+    AWS KMS"), kms:ViaService = the calling service's "<service>.<region>.amazonaws.com" ("kms:ViaService").
+    `via=""`: the caller asked KMS directly (no kms:ViaService in the request)."""
+    context = {"kms:EncryptionContext:PARAMETER_ARN": _parameter_arn(region, parameter)}
+    if via:
+        context["kms:ViaService"] = f"{via}.{region}.amazonaws.com"
+    return Request(action, key_arn, context, f"ssm via {action}")
+
+
+def _principals(statement: Mapping[str, Any]) -> list[str]:
+    principal = statement.get("Principal", {})
+    return _values(principal.get("AWS", [])) if isinstance(principal, Mapping) else _values(principal)
+
+
+def key_policy_allows(
+    key_policy: Mapping[str, Any],
+    principal: str,
+    identity_policies: Iterable[Mapping[str, Any]],
+    request: Request,
+) -> bool:
+    """KMS's rule: a key policy statement naming `principal` allows it, or one naming the account root does and
+    the principal's own IAM policies allow it too ("Unless the key policy explicitly allows it, you cannot use
+    IAM policies to allow access to a KMS key": AWS KMS Developer Guide, "Key policies in AWS KMS"). Explicit
+    denies in either win. Same-account principals only (the root ARN is built from ACCOUNT)."""
+    root = f"arn:aws:iam::{ACCOUNT}:root"
+    statements = _values_or_list(key_policy["Statement"])
+    named = {"Version": "2012-10-17", "Statement": [s for s in statements if principal in _principals(s)]}
+    via_root = {"Version": "2012-10-17", "Statement": [s for s in statements if root in _principals(s)]}
+    identity = list(identity_policies)
+    if any(
+        s["Effect"] == "Deny" and _statement_matches(s, request)
+        for policy in [named, via_root, *identity]
+        for s in _values_or_list(policy["Statement"])
+    ):
+        return False
+    return allowed([named], request) or (allowed([via_root], request) and allowed(identity, request))

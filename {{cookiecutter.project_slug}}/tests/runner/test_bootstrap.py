@@ -129,7 +129,10 @@ echo '	libicuuc.so.70 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libicuuc.so.70
 """,
 }
 
+# The config as the real runner takes it (ACTIONS_RUNNER_INPUT_JITCONFIG): recorded under a name of its own so the
+# tests can tell the hand-over from a leak into some command's argv.
 RUN_SH = """record run.sh "$@"
+record run.sh-input "${ACTIONS_RUNNER_INPUT_JITCONFIG:-}"
 echo "Connected to GitHub"
 case ${GPU_RUNNER_STUB_MODE:-job} in
   job)
@@ -341,8 +344,8 @@ def run_bootstrap(
 def assert_secret_kept(result: Result) -> None:
     for where in ("stdout", "stderr", "log_file", "user_data"):
         assert JIT not in getattr(result, where), f"JIT config leaked into {where}"
-    # Only the hand-over itself may carry it: runuser's and run.sh's argv.
-    assert {c.name for c in result.calls if JIT in c.args} <= {"runuser", "run.sh"}
+    # No command's argv carries it (any local user reads /proc/<pid>/cmdline): only the runner's environment does.
+    assert {c.name for c in result.calls if JIT in c.args} <= {"run.sh-input"}
 
 
 def assert_shuts_down_now(result: Result) -> Call:
@@ -423,8 +426,11 @@ def test_job_runs_then_the_instance_shuts_down_at_once(sandbox: Sandbox) -> None
     delete = result.index("aws", f"ssm delete-parameter --region {REGION} --name {PARAMETER}")
     started = result.index("run.sh")
     assert get < delete < started
-    assert calls[started].args == f"--jitconfig {JIT}"
-    assert result.find("runuser").args == f"-u runner -- ./run.sh --jitconfig {JIT}"
+    assert calls[started].args == ""
+    assert result.find("runuser").args == "-u runner -- ./run.sh"
+    assert result.find("run.sh-input").args == JIT, (
+        "the runner gets the config in ACTIONS_RUNNER_INPUT_JITCONFIG"
+    )
     # 7. the watchdog saw the job start and stood down
     assert "watchdog: job started; idle watchdog off" in result.log_file
     # 9. one immediate shutdown, right after the runner exits
@@ -553,7 +559,8 @@ def test_unreadable_jit_config_still_shuts_down(sandbox: Sandbox) -> None:
     (sandbox.stub_dir / "ssm-denied").touch()
     result = run_bootstrap(sandbox, mode="job")
     assert result.returncode != 0
-    assert result.count("aws", "ssm get-parameter") == 5, "boot-time credentials can lag: retried"
+    # Boot-time credentials can lag, and launch writes the parameter just after RunInstances: retried.
+    assert result.count("aws", "ssm get-parameter") == 8
     assert result.count("run.sh") == 0
     assert "no JIT config" in result.log_file
     assert_shuts_down_now(result)

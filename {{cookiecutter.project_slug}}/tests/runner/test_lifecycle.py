@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from aws_constants import AMI_PARAMETER, OTHER_REGION, REGION
 from aws_faults import AwsFaults
+from botocore.exceptions import ClientError
 from github_double import GitHubDouble, decode_jit_config
 
 from gpu_runner import lifecycle, naming
@@ -98,6 +99,57 @@ def test_launch_registers_stores_and_launches(settings, ctx, aws, github, github
         "market": "spot",
         "availability-zone": instance["Placement"]["AvailabilityZone"],
     }
+
+
+def test_the_jit_config_is_written_after_the_launch_for_that_instance_alone(
+    settings, ctx, aws, github, github_double
+) -> None:
+    """Issue 13 item 4: the parameter is created after RunInstances, in one request carrying the new instance's
+    ARN (the runner policy lets only that instance's role read or delete it) and the stack's own KMS key."""
+    calls: list[tuple[str, dict]] = []
+    for client in (aws.client("ssm", REGION), aws.single_attempt_client("ec2", REGION)):
+        client.meta.events.register(
+            "provide-client-params", lambda params, model, **_: calls.append((model.name, dict(params)))
+        )
+    outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
+    operations = [name for name, _ in calls]
+    assert operations.index("RunInstances") < operations.index("PutParameter"), operations
+    (put,) = [params for name, params in calls if name == "PutParameter"]
+    assert (
+        put["KeyId"] == "alias/gpu-runner/demo/jit-config" == naming.jit_config_key_alias("/gpu-runner/demo")
+    )
+    ssm = aws.client("ssm", REGION)
+    listed = ssm.list_tags_for_resource(ResourceType="Parameter", ResourceId=outcome.parameter)["TagList"]
+    tags = {t["Key"]: t["Value"] for t in listed}
+    (instance,) = live_instances(aws)
+    assert (
+        tags[naming.TAG_INSTANCE_ARN]
+        == f"arn:aws:ec2:{REGION}:123456789012:instance/{instance['InstanceId']}"
+    )
+    assert (
+        tags[naming.TAG_INSTANCE_ARN]
+        == f"arn:aws:ec2:{REGION}:123456789012:instance/{outcome.launched.instance_id}"
+    )
+
+
+@pytest.mark.parametrize("code", ["AccessDeniedException", "InvalidKeyId"])
+def test_a_jit_config_refused_after_the_launch_leaves_no_instance_runner_or_parameter(
+    settings, ctx, aws, faults: AwsFaults, github, github_double, outputs, code
+) -> None:
+    """The parameter (and its instance tag) is written once the instance exists: when that write fails (the
+    key missing or not usable, tagging refused), launch terminates the instance it just started."""
+    faults.fail("ssm", "PutParameter", code, times=-1)
+    with pytest.raises(ClientError) as refused:
+        lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
+    assert refused.value.response["Error"]["Code"] == code
+    assert_nothing_left(aws, github_double)
+    instance_id = outputs()["instance-id"]  # the stop job could clean up too
+    (terminated,) = [
+        i
+        for r in aws.client("ec2", REGION).describe_instances(InstanceIds=[instance_id])["Reservations"]
+        for i in r["Instances"]
+    ]
+    assert terminated["State"]["Name"] in {"shutting-down", "terminated"}
 
 
 @pytest.mark.parametrize(

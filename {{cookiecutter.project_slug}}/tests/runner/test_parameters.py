@@ -23,7 +23,13 @@ from gpu_runner.naming import RunContext
 from gpu_runner.settings import Settings
 
 NAME = "/gpu-runner/demo/777-1/jitconfig"
-TAGS = {"gpu-runner:managed-by": "gpu-runner", "gpu-runner:run-id": "777"}
+INSTANCE_ARN = f"arn:aws:ec2:{REGION}:123456789012:instance/i-0123456789abcdef0"
+TAGS = {
+    "gpu-runner:managed-by": "gpu-runner",
+    "gpu-runner:run-id": "777",
+    "gpu-runner:instance-arn": INSTANCE_ARN,
+}
+KEY = "alias/gpu-runner/demo/jit-config"
 
 
 @pytest.fixture
@@ -46,7 +52,7 @@ def test_put_jit_config_stores_it_in_the_advanced_tier_unweakened(
     aws: Aws, faults: AwsFaults, jit: str
 ) -> None:
     ssm = aws.client("ssm", REGION)
-    parameters.put_jit_config(ssm, NAME, jit, TAGS)
+    parameters.put_jit_config(ssm, NAME, jit, TAGS, key_id=KEY)
 
     assert faults.refused == []
     stored = ssm.get_parameter(Name=NAME, WithDecryption=True)["Parameter"]
@@ -54,13 +60,26 @@ def test_put_jit_config_stores_it_in_the_advanced_tier_unweakened(
     (meta,) = ssm.describe_parameters(ParameterFilters=[{"Key": "Name", "Values": [NAME]}])["Parameters"]
     assert meta["Tier"] == "Advanced"
     assert not meta.get("Policies")  # no parameter policy came with the tier
-    assert "KeyId" not in meta or meta["KeyId"] == "alias/aws/ssm"  # still the account's SSM key
+    # The stack's customer-managed key: with the AWS-managed aws/ssm key, any principal of the account allowed
+    # ssm:GetParameter there could decrypt it.
+    assert meta["KeyId"] == KEY
     listed = ssm.list_tags_for_resource(ResourceType="Parameter", ResourceId=NAME)["TagList"]
     assert {t["Key"]: t["Value"] for t in listed} == TAGS
     # Never overwritten: a second launch for the same attempt must not replace a live config.
     with pytest.raises(ClientError) as again:
-        parameters.put_jit_config(ssm, NAME, jit, TAGS)
+        parameters.put_jit_config(ssm, NAME, jit, TAGS, key_id=KEY)
     assert again.value.response["Error"]["Code"] == "ParameterAlreadyExists"
+
+
+def test_a_config_without_its_instance_arn_is_never_written(aws: Aws, faults: AwsFaults) -> None:
+    """Without the tag the runner policy's condition names, no instance could read it; with a wrong one, another
+    instance could: refused before any call."""
+    untagged = {k: v for k, v in TAGS.items() if k != "gpu-runner:instance-arn"}
+    with pytest.raises(LaunchBlockedError, match="gpu-runner:instance-arn"):
+        parameters.put_jit_config(aws.client("ssm", REGION), NAME, "j", untagged, key_id=KEY)
+    assert not aws.client("ssm", REGION).describe_parameters(
+        ParameterFilters=[{"Key": "Name", "Values": [NAME]}]
+    )["Parameters"]
 
 
 @pytest.mark.parametrize(
@@ -69,7 +88,7 @@ def test_put_jit_config_stores_it_in_the_advanced_tier_unweakened(
 )
 def test_the_cheapest_tier_that_holds_the_value(aws: Aws, faults: AwsFaults, size: int, tier: str) -> None:
     ssm = aws.client("ssm", REGION)
-    parameters.put_jit_config(ssm, NAME, "j" * size, TAGS)
+    parameters.put_jit_config(ssm, NAME, "j" * size, TAGS, key_id=KEY)
     (meta,) = ssm.describe_parameters(ParameterFilters=[{"Key": "Name", "Values": [NAME]}])["Parameters"]
     assert meta["Tier"] == tier
     assert faults.refused == []
@@ -82,7 +101,7 @@ def test_multibyte_values_are_sized_in_bytes() -> None:
 
 def test_a_config_no_tier_holds_fails_before_any_aws_call(aws: Aws, faults: AwsFaults) -> None:
     with pytest.raises(LaunchBlockedError, match="8193 bytes, more than the 8192"):
-        parameters.put_jit_config(aws.client("ssm", REGION), NAME, "j" * 8193, TAGS)
+        parameters.put_jit_config(aws.client("ssm", REGION), NAME, "j" * 8193, TAGS, key_id=KEY)
     assert not aws.client("ssm", REGION).describe_parameters(
         ParameterFilters=[{"Key": "Name", "Values": [NAME]}]
     )["Parameters"]
@@ -90,8 +109,8 @@ def test_a_config_no_tier_holds_fails_before_any_aws_call(aws: Aws, faults: AwsF
 
 def test_the_boot_script_reads_a_real_size_config_back_whole(aws: Aws, faults: AwsFaults, jit: str) -> None:
     """bootstrap.sh's own read (the aws CLI, `--query Parameter.Value --output text`) returns the whole config,
-    which it then passes to `run.sh --jitconfig` as one argument."""
-    parameters.put_jit_config(aws.client("ssm", REGION), NAME, jit, TAGS)
+    which it then hands to run.sh in ACTIONS_RUNNER_INPUT_JITCONFIG (never in argv)."""
+    parameters.put_jit_config(aws.client("ssm", REGION), NAME, jit, TAGS, key_id=KEY)
     script = (Path(lifecycle.__file__).parent / "bootstrap.sh").read_text()
     read = re.search(r'aws (ssm get-parameter --with-decryption --region "\$REGION" --name "\$PARAMETER_NAME" \\\n'
                      r"\s+--query Parameter\.Value --output text)", script)  # fmt: skip
@@ -103,7 +122,8 @@ def test_the_boot_script_reads_a_real_size_config_back_whole(aws: Aws, faults: A
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.rstrip("\n") == jit
-    assert './run.sh --jitconfig "$jit"' in script
+    assert 'ACTIONS_RUNNER_INPUT_JITCONFIG=$jit runuser -u "$RUNNER_USER" -- ./run.sh >' in script
+    assert "--jitconfig" not in script
 
 
 def test_a_tag_over_the_limit_set_through_the_real_launch_fails_the_launch(
@@ -116,18 +136,18 @@ def test_a_tag_over_the_limit_set_through_the_real_launch_fails_the_launch(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Planted: tag values no longer cut to 256 characters. The limit double refuses it as AWS would, and the
-    launch cleans up what it created."""
+    launch cleans up what it created. The instance is launched before its parameter is written (issue 13 item 4:
+    the parameter carries the instance's ARN), so EC2 is the first to refuse the same tags."""
     monkeypatch.setattr(naming, "tag_value", lambda value: value)
     long_branch = "train/" + "b" * 251  # 257 characters
-    with pytest.raises(ClientError) as refused:
+    with pytest.raises(LaunchBlockedError, match="Tag value exceeds the maximum length of 256"):
         lifecycle.launch(
             settings, dataclasses.replace(ctx, branch=long_branch), aws, github, log=lambda _: None
         )
-    assert refused.value.response["Error"]["Code"] == "ValidationException"
-    assert [(operation, r.code) for operation, r in faults.refused] == [
-        ("PutParameter", "ValidationException")
-    ]
-    assert "tags." in faults.refused[0][1].message
+    assert [operation for operation, _ in faults.refused] == ["RunInstances"]
+    assert not aws.client("ssm", REGION).describe_parameters(
+        ParameterFilters=[{"Key": "Name", "Values": [NAME]}]
+    )["Parameters"]
     assert github_double.runners == {}  # the registration was removed again
     assert (
         aws.client("ec2", REGION).describe_instances(

@@ -189,9 +189,10 @@ mkdir -p "$RUNNER_DIR/_work/_gpu_runner"
 ln -f "$TIMELINE" "$RUNNER_DIR/_work/_gpu_runner/timeline.env"
 chown -R "$RUNNER_USER:" "$RUNNER_DIR"
 
-# 6. One-time JIT config. Boot-time credentials can lag a few seconds, hence the retries.
+# 6. One-time JIT config. Boot-time credentials can lag a few seconds, and `launch` writes the parameter (tagged
+# with this instance's ARN, the only one whose role may read it) just after RunInstances: hence the retries.
 jit=""
-for attempt in 1 2 3 4 5; do
+for attempt in 1 2 3 4 5 6 7 8; do
   if jit=$(aws ssm get-parameter --with-decryption --region "$REGION" --name "$PARAMETER_NAME" \
     --query Parameter.Value --output text); then
     break
@@ -234,13 +235,20 @@ watchdog() {
 watchdog &
 watchdog_pid=$!
 
-# 8. runuser, not sudo: sudo logs the command line (with the JIT config) to the auth log.
+# 8. runuser, not sudo: sudo logs the command line to the auth log. The config goes in the environment, never in
+# argv: any local user can read every process's /proc/<pid>/cmdline, /proc/<pid>/environ only its owner and root.
+# The runner reads ACTIONS_RUNNER_INPUT_<ARG> as <ARG>, registers it with its secret masker and removes it from
+# its own environment before anything else runs (actions/runner@258d6c8, src/Runner.Listener/CommandSettings.cs,
+# lines 110-139; `jitconfig` is in Constants.Runner.CommandLine.Args.Secrets; run-helper.sh.template:36 starts
+# `Runner.Listener run`, which reads GetJitConfig(): Runner.cs:234). The assignment prefix exports it to runuser
+# alone, not to this shell's other children; runuser without --login sets "only the environment variables HOME
+# and SHELL (plus USER and LOGNAME ...)" and keeps the rest (util-linux runuser(1), Ubuntu 22.04/24.04 man page).
 prefix_output() {
   local line
   while IFS= read -r line; do log runner "$line"; done
 }
 cd "$RUNNER_DIR"
-runuser -u "$RUNNER_USER" -- ./run.sh --jitconfig "$jit" > >(prefix_output) 2>&1 &
+ACTIONS_RUNNER_INPUT_JITCONFIG=$jit runuser -u "$RUNNER_USER" -- ./run.sh > >(prefix_output) 2>&1 &
 runner_pid=$!
 unset jit
 log runner "started $RUNNER_NAME as $RUNNER_USER"

@@ -162,6 +162,7 @@ class Launched:
     availability_zone: str
     launch_time: datetime
     attempts: tuple[Attempt, ...] = field(default_factory=tuple)
+    owner_id: str = ""  # the account (RunInstances' reservation OwnerId): part of the instance's ARN
 
 
 def resolve_ami(ssm: Any, ec2: Any, *, ami_id: str, ami_parameter: str, region: str) -> tuple[str, str]:
@@ -330,6 +331,7 @@ def launch_instance(
                 availability_zone=instance.get("Placement", {}).get("AvailabilityZone", ""),
                 launch_time=instance.get("LaunchTime", datetime.now(UTC)),
                 attempts=tuple(attempts),
+                owner_id=str(reply.get("OwnerId", "")),
             )
     tried = ", ".join(
         f"{a.market} {a.instance_type}{' ' + a.subnet_id if a.subnet_id else ''}" for a in attempts

@@ -17,6 +17,7 @@ from typing import Any
 from botocore.exceptions import ClientError, WaiterError
 
 from . import lambda_zip
+from . import naming
 from .errors import RunnerError
 from .settings import Settings
 
@@ -159,6 +160,7 @@ def stack_parameters(
         "BucketName": inputs.bucket,
         "CheckpointRetentionDays": str(inputs.checkpoint_retention_days),
         "SsmPrefix": settings.ssm_prefix.rstrip("/"),
+        "JitConfigKeyAlias": naming.jit_config_key_alias(settings.ssm_prefix),
         "AllowedInstanceTypes": ",".join(settings.instance_types),
         "ExistingOidcProviderArn": inputs.oidc_provider_arn,
         "VpcId": inputs.vpc_id,

@@ -108,7 +108,6 @@ def launch(
             {"runner-id": str(runner_id), "runner-name": name, "label": label, "parameter": parameter}
         )
         tags = instance_tags(settings, ctx, runner_id=runner_id, expires_at=expires_at)
-        parameters.put_jit_config(ssm, parameter, jit.encoded_jit_config, tags)
         spec = ec2.LaunchSpec(
             ami_id=ami_id,
             root_device_name=root_device,
@@ -147,12 +146,30 @@ def launch(
                 "availability-zone": launched.availability_zone,
             }
         )
+        # After RunInstances: only now is the instance's ARN known, and the parameter is created tagged with it
+        # in one request, so no other instance's role may ever read it. The boot script retries until it exists.
+        # A failure here ends in the except below: instance terminated, runner deleted, no parameter left.
+        owner_tags = {**tags, naming.TAG_INSTANCE_ARN: _instance_arn(aws, region, launched)}
+        parameters.put_jit_config(
+            ssm,
+            parameter,
+            jit.encoded_jit_config,
+            owner_tags,
+            key_id=naming.jit_config_key_alias(settings.ssm_prefix),
+        )
     except BaseException:
         # BaseException: a cancelled workflow (SIGTERM -> SystemExit) must clean up too.
         log("launch failed: removing what it created")
         _undo_launch(aws, github, region, runner_id, parameter, launched, log)
         raise
     return LaunchOutcome(runner_id, name, label, parameter, region, launched)
+
+
+def _instance_arn(aws: Aws, region: str, launched: ec2.Launched) -> str:
+    if not launched.owner_id:
+        raise RunnerError(f"RunInstances named no account (OwnerId) for {launched.instance_id}")
+    partition = aws.session.get_partition_for_region(region)
+    return naming.instance_arn(partition, region, launched.owner_id, launched.instance_id)
 
 
 def _undo_launch(

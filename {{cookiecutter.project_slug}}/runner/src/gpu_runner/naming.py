@@ -23,8 +23,13 @@ TAG_COMMIT = "gpu-runner:commit"
 TAG_LABEL = "gpu-runner:label"
 TAG_EXPIRES_AT = "gpu-runner:expires-at"
 TAG_RUNNER_ID = "gpu-runner:runner-id"
+# On the JIT config parameter only: the ARN of the one instance whose role may read and delete it (the runner
+# policy compares it with ec2:SourceInstanceARN; infra/gpu-runner.yaml, ReadAndDeleteOwnJitConfig).
+TAG_INSTANCE_ARN = "gpu-runner:instance-arn"
 
 _TAG_VALUE_UNSAFE = re.compile(r"[^\w .:/=+\-@]")
+# KMS CreateAlias, AliasName: "^[a-zA-Z0-9:/_-]+$" (KMS API Reference); ':' is left out, it cannot be in a path.
+_ALIAS_UNSAFE = re.compile(r"[^A-Za-z0-9/_-]")
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,18 @@ def runner_label(ctx: RunContext) -> str:
 def parameter_name(prefix: str, ctx: RunContext) -> str:
     """SSM path of this run's JIT config: `<prefix>/<run id>-<attempt>/jitconfig`."""
     return f"{prefix.rstrip('/')}/{run_key(ctx)}/jitconfig"
+
+
+def jit_config_key_alias(prefix: str) -> str:
+    """Alias of the stack's KMS key for the JIT configs under `prefix` (`gpu-runner bootstrap` passes it to the
+    stack, `launch` encrypts under it): derived from the one setting both read, so the two cannot drift."""
+    return "alias" + _ALIAS_UNSAFE.sub("-", prefix.rstrip("/")) + "/jit-config"
+
+
+def instance_arn(partition: str, region: str, account: str, instance_id: str) -> str:
+    """`arn:<partition>:ec2:<region>:<account>:instance/<id>`, the form ec2:SourceInstanceARN takes (EC2 User
+    Guide, "Amazon Resource Names (ARNs) for Amazon EC2")."""
+    return f"arn:{partition}:ec2:{region}:{account}:instance/{instance_id}"
 
 
 def run_key_of_runner(name: str) -> str | None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from . import naming
 from .errors import LaunchBlockedError
 
 # Parameter Store's value limit per tier (botocore ssm service model, PutParameter `Value` and `Tier`: 4 KB
@@ -38,18 +39,23 @@ def tier_for(value: str) -> str:
     )
 
 
-def put_jit_config(ssm: Any, name: str, value: str, tags: Mapping[str, str]) -> None:
-    """SecureString, never overwritten: a second launch for the same run attempt must not reuse a live config.
+def put_jit_config(ssm: Any, name: str, value: str, tags: Mapping[str, str], *, key_id: str) -> None:
+    """SecureString under the stack's customer-managed key `key_id`, never overwritten: a second launch for the
+    same run attempt must not reuse a live config.
 
-    The tier changes only the size limit and how SSM wraps the value under the same KMS key (Advanced uses
-    envelope encryption, per the KMS guide above): still a SecureString under the account's aws/ssm key, still
-    tagged, no parameter policy, and the IAM policy needs no new action for `Tier`. Still open (issue 13): the
-    runner role may read every config under the prefix, so one GPU instance could read another run's live config;
-    scoping each instance to its own parameter is not done here."""
+    `tags` must hold naming.TAG_INSTANCE_ARN, the one instance whose role may read it (the runner policy's
+    condition): given here, in the creating request, so the parameter never exists without it. The tier changes
+    only the size limit and how SSM wraps the value under the key (Advanced uses envelope encryption,
+    kms:GenerateDataKey instead of kms:Encrypt, per the KMS guide above); no parameter policy."""
+    if not tags.get(naming.TAG_INSTANCE_ARN):
+        raise LaunchBlockedError(
+            f"internal error: the JIT config {name} would carry no {naming.TAG_INSTANCE_ARN}"
+        )
     ssm.put_parameter(
         Name=name,
         Value=value,
         Type="SecureString",
+        KeyId=key_id,
         Overwrite=False,
         Tier=tier_for(value),
         Tags=[{"Key": k, "Value": v} for k, v in tags.items()],
