@@ -58,7 +58,7 @@ RUNNER_CLI = REPO_ROOT / "{{cookiecutter.project_slug}}" / "runner" / "src" / "g
 # command line the workflows produce.
 CLI_GLOBAL_OPTIONS = {"--settings"}
 CLI_CONTRACT = {
-    "launch": {"--instance-type", "--spot"},
+    "launch": {"--instance-type", "--spot", "--commit", "--attempt"},
     "wait": {"--region", "--instance-id", "--runner-id"},
     "teardown": {
         "--region", "--instance-id", "--runner-id", "--parameter", "--mlflow-run-id", "--attempt", "--phase",
@@ -1097,7 +1097,7 @@ def test_train_job_graph(baked: Path) -> None:
     assert "if" not in train["steps"][names.index("Train")]
     train_step = train["steps"][names.index("Train")]
     assert f"python -m {package} train" in train_step["run"]
-    assert '--config "${CONFIG}" --checkpoint-uri "${CHECKPOINT_URI}"' in train_step["run"]
+    assert '--config="${CONFIG}" --checkpoint-uri="${CHECKPOINT_URI}"' in train_step["run"]
     # Exit status 75 (spot interruption notice) becomes the job output the stop job's resume step reads.
     # The MLflow run id, written by the training CLI as soon as the run exists: stop logs the cost there.
     assert train["outputs"] == {
@@ -1148,8 +1148,8 @@ def test_train_job_graph(baked: Path) -> None:
     assert teardown["env"]["MLFLOW_TRACKING_URI"] == "${{ vars.MLFLOW_TRACKING_URI }}"
     for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
         assert teardown["env"][name] == f"${{{{ secrets.{name} }}}}"
-    assert '--mlflow-run-id "${MLFLOW_RUN_ID}"' in teardown["run"]
-    assert '--attempt "${ATTEMPT}"' in teardown["run"]
+    assert '"--mlflow-run-id=${MLFLOW_RUN_ID}"' in teardown["run"]
+    assert '--attempt="${ATTEMPT}"' in teardown["run"]
 
 
 def test_reap_meaning(baked: Path) -> None:
@@ -1390,7 +1390,7 @@ def test_gpu_runner_calls_follow_the_contract(baked: Path, tmp_path: Path) -> No
         assert len(repeatable) == len(set(repeatable)), call
     assert {c.subcommand: set(c.options) for c in full} == CLI_CONTRACT
     (full_teardown,) = [c for c in full if c.subcommand == "teardown"]
-    phases = [full_teardown.argv[i + 1] for i, a in enumerate(full_teardown.argv) if a == "--phase"]
+    phases = [a.removeprefix("--phase=") for a in full_teardown.argv if a.startswith("--phase=")]
     names = [p.split("=")[0] for p in phases]
     assert names == ["boot", "image-ready", "runner-started", "runner-online", "job-started"]
     assert all(p.split("=")[1].isdigit() for p in phases), phases
@@ -1398,15 +1398,39 @@ def test_gpu_runner_calls_follow_the_contract(baked: Path, tmp_path: Path) -> No
     # attempt, 1 for a push: the MLflow step of its cost).
     assert {c.subcommand: set(c.options) for c in bare} == {
         **CLI_CONTRACT,
-        "launch": set(),
+        "launch": {"--commit", "--attempt"},
         "teardown": {"--attempt"},
     }
     (push_teardown,) = [c for c in bare if c.subcommand == "teardown"]
-    assert push_teardown.argv[-2:] == ["--attempt", "1"], push_teardown
+    assert push_teardown.argv[-1] == "--attempt=1", push_teardown
     # The workflows read only outputs launch writes, and the start job passes every one of them on.
     text = (baked / ".github" / "workflows" / "train.yml").read_text(encoding="utf-8")
     assert set(re.findall(r"steps\.launch\.outputs\.([\w-]+)", text)) == set(LAUNCH_OUTPUTS)
     assert set(re.findall(r"needs\.start\.outputs\.([\w-]+)", text)) <= set(LAUNCH_OUTPUTS + WAIT_OUTPUTS)
+
+
+def test_every_value_reaches_a_cli_as_opt_equals_value(baked: Path, tmp_path: Path) -> None:
+    """Issue 13 item 5: a job output or dispatch input that starts with `--` (`mlflow-run-id=--x`, written by code
+    on the GPU instance) must stay a value. Every option after the subcommand, of gpu-runner and of the project's
+    CLI, is passed as one `--opt=value` word, so argparse can never read the value as an option."""
+    package = answers_of(baked)["package_name"]
+    checked = 0
+    for scenario in ("benign", "empty", "attack"):
+        for name, doc in gpu_workflows(baked).items():
+            for where, job, step in run_steps(doc):
+                workdir = tmp_path / scenario / f"{name}-{where}"
+                _, recorded = run_bash(substitute(step["run"], scenario), step_env(doc, job, step, scenario), workdir)
+                for argv in recorded:
+                    if argv[:3] == ["run", "--no-sync", "gpu-runner"]:
+                        tail = argv[6:]  # after `--settings configs/gpu-runner.yaml <subcommand>` (a literal)
+                    elif argv[:5] == ["run", "--no-sync", "python", "-m", package]:
+                        tail = argv[6:]  # after the subcommand
+                    else:
+                        continue
+                    checked += 1
+                    loose = [a for a in tail if not re.fullmatch(r"--[a-z-]+=.*", a, re.DOTALL)]
+                    assert not loose, f"{name}.yml {where} ({scenario}): {argv}"
+    assert checked >= 3 * 7, checked  # launch, wait, preflight, train, teardown, resume, reap; each scenario
 
 
 def written_step_outputs(package: Path) -> set[str]:
@@ -1512,7 +1536,7 @@ def test_gpu_runner_cli_parses_every_workflow_command_line(runner_installed: Pat
     hostile = [
         c for c in recorded_gpu_runner_calls(runner_installed, "attack", tmp_path) if c.subcommand == "launch"
     ]
-    assert [c.options for c in hostile] == [["--instance-type"]]
+    assert [c.options for c in hostile] == [["--commit", "--attempt", "--instance-type"]]
     proc = gpu_runner(runner_installed, *hostile[0].argv)
     assert proc.returncode == 1 and "is not an instance type" in proc.stderr, proc.stderr
     assert "GITHUB_REPOSITORY" not in proc.stderr
