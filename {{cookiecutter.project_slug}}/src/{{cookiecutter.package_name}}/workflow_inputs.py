@@ -1,8 +1,8 @@
-"""The values train.yml hands the training CLI (`--config=`, TRAIN_COMMIT, TRAIN_ATTEMPT), checked when it runs in
-GitHub Actions: they come from dispatch inputs, and the commit ends up in S3 keys and MLflow tags.
+"""The values train.yml hands the training CLI (`--config=`, TRAIN_COMMIT, TRAIN_ATTEMPT), checked in its GPU job
+(`train`): they come from dispatch inputs, and the commit ends up in S3 keys and MLflow tags.
 
-By hand (outside Actions) any config file may be used; in a workflow the config must be a file of the checkout, so
-a dispatch input cannot point the training at a file of the runner's host.
+There the config must be a file of the checkout, so a dispatch input cannot point the training at a file of the
+runner's host. Elsewhere (by hand, the CI's test job, whose tests use temporary configs) any config file may be used.
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ from .config import ConfigError
 
 # A Git object name of a SHA-1 repository, as `github.sha` writes it.
 COMMIT = re.compile(r"[0-9a-f]{40}")
+TRAIN_JOB = "train"  # the job id of train.yml's GPU job (GITHUB_JOB)
 
 
 def check(config: Path, env: Mapping[str, str], repository: Path | None = None) -> None:
-    """Raise ConfigError naming the first bad value and the fix; nothing to check outside GitHub Actions."""
-    if env.get("GITHUB_ACTIONS") != "true":
+    """Raise ConfigError naming the first bad value and the fix; nothing to check outside train.yml's GPU job."""
+    if env.get("GITHUB_ACTIONS") != "true" or env.get("GITHUB_JOB") != TRAIN_JOB:
         return
     root = (repository or Path.cwd()).resolve()
     if config.is_absolute() or not (root / config).resolve().is_relative_to(root):

@@ -455,7 +455,9 @@ def hostile_mlflow_run_id(workflow: str) -> str:
     value GitHub reads for it, after the training CLI wrote the real id."""
     written = '            echo "interrupted=true" >> "${GITHUB_OUTPUT}"\n          fi\n'
     assert workflow.count(written) == 1, "the train step's output lines moved: update this scenario"
-    return workflow.replace(written, f'{written}          echo "mlflow-run-id={HOSTILE_RUN_ID}" >> "${{GITHUB_OUTPUT}}"\n')
+    return workflow.replace(
+        written, f'{written}          echo "mlflow-run-id={HOSTILE_RUN_ID}" >> "${{GITHUB_OUTPUT}}"\n'
+    )
 
 
 def _spot_request(body: str) -> bool:

@@ -174,7 +174,9 @@ def check_15(story: Story) -> None:
     log = _log(story)
     assert f"cost not logged to MLflow: --mlflow-run-id: '{HOSTILE_RUN_ID}' is not an MLflow run id" in log
     assert "usage: gpu-runner" not in log  # argparse never saw it as an option
-    assert re.search(r"runner \d+: (deleted|already gone); instance i-\w+: (shutting-down|terminated|already gone)", log), log
+    assert re.search(
+        r"runner \d+: (deleted|already gone); instance i-\w+: (shutting-down|terminated|already gone)", log
+    ), log
     # The attempt was still priced in the job summary; only the MLflow logging was skipped.
     assert "**GPU cost (attempt 1)**" in "".join(run.summaries.get("stop", [])), run.summaries.get("stop")
 

@@ -280,8 +280,9 @@ def test_the_installation_token_and_the_jit_config_are_masked_in_the_workflow_lo
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     with GitHubRunners.from_env(DEFAULT_REPOSITORY, env=app_env(github_double), backoff_seconds=0.01) as gh:
         jit = gh.create_jit_config(f"{NAME}-2", [f"{NAME}-2"])
-    masked = [line.removeprefix("::add-mask::") for line in capsys.readouterr().out.splitlines() if line.startswith("::add-mask::")]
-    assert masked == [github_double.installation_tokens[-1], jit.encoded_jit_config]
+    lines = capsys.readouterr().out.splitlines()
+    masked = [line.removeprefix("::add-mask::") for line in lines if line.startswith("::add-mask::")]
+    assert masked == [list(github_double.installation_tokens)[-1], jit.encoded_jit_config]
 
 
 def test_app_with_a_foreign_key_is_refused(github_double: GitHubDouble) -> None:

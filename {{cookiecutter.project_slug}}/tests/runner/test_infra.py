@@ -691,7 +691,11 @@ def test_runner_role_covers_exactly_the_instance_and_training_calls(
         Request("ssm:GetParameter", parameter),
         Request("ssm:DeleteParameter", parameter),
         Request("s3:ListBucket", f"arn:aws:s3:::{bucket}", s3_context()),
-        Request("s3:GetObject", f"arn:aws:s3:::{bucket}/runner/actions-runner-linux-x64-2.330.0.tar.gz", s3_context()),
+        Request(
+            "s3:GetObject",
+            f"arn:aws:s3:::{bucket}/runner/actions-runner-linux-x64-2.330.0.tar.gz",
+            s3_context(),
+        ),
     ]
 
     # The training job, through a recorded client: the checkpoint store and the data download.
@@ -721,7 +725,9 @@ def test_runner_role_covers_exactly_the_instance_and_training_calls(
     assert denied == [], denied
     assert granted_actions([policy]) == {r.action for r in [*boot, *training]}
     # Another bucket, another project's parameters: refused.
-    assert not allowed([policy], Request("s3:GetObject", "arn:aws:s3:::someone-else/data/a.png", s3_context()))
+    assert not allowed(
+        [policy], Request("s3:GetObject", "arn:aws:s3:::someone-else/data/a.png", s3_context())
+    )
     # The bucket's name, owned by another account (ours deleted, the name taken): aws:ResourceAccount refuses it.
     stranger = s3_context("210987654321")
     for action, resource in (("s3:ListBucket", f"arn:aws:s3:::{bucket}"), ("s3:GetObject", f"arn:aws:s3:::{bucket}/data/a.png"),

@@ -36,7 +36,7 @@ def test_numbers_are_checked_against_their_range() -> None:
     assert values.runner_id("42") == 42
     assert values.attempt("3", max_attempts=3) == 3
     for bad in ("0", "-1", "--x", "1.5", "", "٣"):  # "٣": an Arabic-Indic 3, which str.isdigit() accepts
-        with pytest.raises(values.BadValue, match="^--runner-id: "):
+        with pytest.raises(values.BadValue, match=r"^--runner-id: "):
             values.runner_id(bad)
     for bad in ("0", "4", "--x", "", "٣"):
         with pytest.raises(values.BadValue, match=r"^--attempt: .* from 1 to 3 \(max_attempts"):
@@ -48,7 +48,7 @@ def test_config_must_stay_inside_the_repository(tmp_path: Path) -> None:
     (tmp_path / "configs" / "out").symlink_to("/etc")
     assert values.config_path("configs/train.yaml", tmp_path) == "configs/train.yaml"
     for bad in ("/etc/passwd", "../train.yaml", "configs/../../x.yaml", "configs/out/passwd", ""):
-        with pytest.raises(values.BadValue, match="^--config: .* not a path inside the repository"):
+        with pytest.raises(values.BadValue, match=r"^--config: .* not a path inside the repository"):
             values.config_path(bad, tmp_path)
 
 
@@ -69,30 +69,49 @@ def _state(aws, instance_id: str) -> str:
     return described["Reservations"][0]["Instances"][0]["State"]["Name"]
 
 
-def test_the_space_separated_form_lets_a_hostile_output_end_the_teardown(cli_env: Path, github_double) -> None:
+def test_the_space_separated_form_lets_a_hostile_output_end_the_teardown(
+    cli_env: Path, github_double
+) -> None:
     """Why train.yml writes --opt=value: as `--mlflow-run-id --x`, argparse exits (2) before anything runs."""
     with pytest.raises(SystemExit) as info:
-        main(["--settings", str(cli_env), "teardown", "--instance-id", "i-0123456789abcdef0", "--mlflow-run-id", HOSTILE])
+        main(
+            [
+                "--settings",
+                str(cli_env),
+                "teardown",
+                "--instance-id",
+                "i-0123456789abcdef0",
+                "--mlflow-run-id",
+                HOSTILE,
+            ]
+        )
     assert info.value.code == 2
     assert github_double.calls == []
 
 
-def test_a_hostile_mlflow_run_id_skips_only_the_cost_logging(cli_env: Path, github_double, aws, capsys) -> None:
+def test_a_hostile_mlflow_run_id_skips_only_the_cost_logging(
+    cli_env: Path, github_double, aws, capsys
+) -> None:
     out = _launch(cli_env)
     assert main(_teardown_args(cli_env, out, **{"mlflow-run-id": HOSTILE})) == 0
     stdout = capsys.readouterr().out
     assert "warning: cost not logged to MLflow: --mlflow-run-id: '--x' is not an MLflow run id" in stdout
     assert github_double.runners == {}
     assert _state(aws, out["instance-id"]) in {"shutting-down", "terminated"}
-    assert "billed seconds: " in stdout  # the attempt is still priced (job summary), only not logged to MLflow
+    assert (
+        "billed seconds: " in stdout
+    )  # the attempt is still priced (job summary), only not logged to MLflow
 
 
 @pytest.mark.parametrize("attempt", ["0", "4", HOSTILE, "two"])
-def test_a_bad_attempt_skips_only_the_cost_logging(cli_env: Path, github_double, aws, capsys, attempt: str) -> None:
+def test_a_bad_attempt_skips_only_the_cost_logging(
+    cli_env: Path, github_double, aws, capsys, attempt: str
+) -> None:
     out = _launch(cli_env)
     assert main(_teardown_args(cli_env, out, attempt=attempt)) == 0
-    assert f"warning: cost not logged to MLflow: --attempt: {attempt!r} is not an attempt number from 1 to 3" in (
-        capsys.readouterr().out
+    assert (
+        f"warning: cost not logged to MLflow: --attempt: {attempt!r} is not an attempt number from 1 to 3"
+        in (capsys.readouterr().out)
     )
     assert github_double.runners == {}
     assert _state(aws, out["instance-id"]) in {"shutting-down", "terminated"}
@@ -106,7 +125,9 @@ def test_a_bad_region_falls_back_to_the_settings_region(cli_env: Path, github_do
     assert github_double.runners == {}
 
 
-def test_a_bad_runner_id_still_terminates_then_fails_naming_it(cli_env: Path, github_double, aws, capsys) -> None:
+def test_a_bad_runner_id_still_terminates_then_fails_naming_it(
+    cli_env: Path, github_double, aws, capsys
+) -> None:
     out = _launch(cli_env)
     assert main(_teardown_args(cli_env, out, **{"runner-id": HOSTILE})) == 1
     err = capsys.readouterr().err
@@ -115,7 +136,9 @@ def test_a_bad_runner_id_still_terminates_then_fails_naming_it(cli_env: Path, gi
     assert len(github_double.runners) == 1  # left to the reaper, which finds it offline
 
 
-def test_a_bad_instance_id_still_deregisters_then_fails_naming_it(cli_env: Path, github_double, aws, capsys) -> None:
+def test_a_bad_instance_id_still_deregisters_then_fails_naming_it(
+    cli_env: Path, github_double, aws, capsys
+) -> None:
     out = _launch(cli_env)
     assert main(_teardown_args(cli_env, out, **{"instance-id": HOSTILE})) == 1
     assert "error: not torn down: --instance-id: '--x' is not an EC2 instance id" in capsys.readouterr().err
@@ -134,7 +157,9 @@ def test_a_bad_instance_id_still_deregisters_then_fails_naming_it(cli_env: Path,
         (["--region=--x", "--instance-id=i-0123456789abcdef0", "--runner-id=1"], "--region: '--x' is not an AWS region"),
     ],
 )  # fmt: skip
-def test_wait_refuses_bad_values_before_any_call(cli_env: Path, github_double, capsys, flags, message) -> None:
+def test_wait_refuses_bad_values_before_any_call(
+    cli_env: Path, github_double, capsys, flags, message
+) -> None:
     assert main(["--settings", str(cli_env), "wait", *flags]) == 1
     assert message in capsys.readouterr().err
     assert github_double.calls == []
@@ -148,7 +173,9 @@ def test_wait_refuses_bad_values_before_any_call(cli_env: Path, github_double, c
         (["--commit=HEAD~1"], "--commit: 'HEAD~1' is not a commit (40 lowercase hex digits)"),
     ],
 )  # fmt: skip
-def test_launch_refuses_bad_dispatch_inputs_before_any_call(cli_env: Path, github_double, capsys, flags, message) -> None:
+def test_launch_refuses_bad_dispatch_inputs_before_any_call(
+    cli_env: Path, github_double, capsys, flags, message
+) -> None:
     assert main(["--settings", str(cli_env), "launch", *flags]) == 1
     assert message in capsys.readouterr().err
     assert github_double.calls == []

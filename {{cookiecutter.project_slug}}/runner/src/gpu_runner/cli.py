@@ -45,7 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     launch.add_argument("--instance-type", default="", help="try only this type (overrides instance_types)")
     launch.add_argument("--spot", type=_bool, default=None, help="true/false: override use_spot")
     # The dispatch inputs, checked before any API call (a resumed attempt sets both; a push leaves them empty).
-    launch.add_argument("--commit", default="", help="the dispatch input commit (40 hex digits, on this branch)")
+    launch.add_argument(
+        "--commit", default="", help="the dispatch input commit (40 hex digits, on this branch)"
+    )
     launch.add_argument("--attempt", default="1", help="the dispatch input attempt (1..max_attempts)")
 
     wait = commands.add_parser("wait", help="wait until the runner is online")
@@ -197,7 +199,9 @@ def _teardown(
         if refused:  # after the teardown, so these lines end the log, and even when the teardown failed too
             print("error: not torn down: " + "; ".join(refused), file=sys.stderr)
     if refused:
-        raise RunnerError(f"{len(refused)} value(s) refused (see above): the scheduled reaper removes what is left")
+        raise RunnerError(
+            f"{len(refused)} value(s) refused (see above): the scheduled reaper removes what is left"
+        )
 
 
 def _bootstrap(args: argparse.Namespace, settings: Settings, aws: Aws) -> None:
