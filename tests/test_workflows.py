@@ -1175,6 +1175,38 @@ def test_reap_meaning(baked: Path) -> None:
     ]
 
 
+def _expression_value(condition: str, values: dict[str, Any]) -> bool:
+    """GitHub's expression syntax for the operators these `if:`s use (&&, ||, ==, !=, literals, `!cancelled()`),
+    with each context name replaced by its value: null (None) equals neither true nor '' there, as in GitHub."""
+    text = condition.strip().removeprefix("${{").removesuffix("}}")
+    text = text.replace("!cancelled()", "True").replace("&&", " and ").replace("||", " or ")
+    text = re.sub(r"\btrue\b", "True", text)
+    text = re.sub(r"\b(?:vars|github)\.[\w.]+", lambda m: repr(values[m[0]]), text)
+    return bool(eval(text, {"__builtins__": {}}))  # the test's own workflow, every name replaced
+
+
+def test_local_mlflow_store_is_uploaded_only_for_private_repositories_or_on_opt_in(baked: Path) -> None:
+    """Issue 13 item 10: without an MLflow server the local store (model, checkpoints, database) would be an
+    artifact anyone may download from a public repository. Uploaded only when the event's repository is private
+    or on the MLFLOW_LOCAL_STORE_ARTIFACT opt-in; otherwise a warning step says why. Evaluated over every case."""
+    train = gpu_workflows(baked)["train"]["jobs"]["train"]
+    (upload,) = [s for s in train["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
+    (warning,) = [s for s in train["steps"] if s.get("name") == "Say why the local MLflow store was not kept"]
+    assert "mlflow.db" in upload["with"]["path"] and "::warning title=MLflow store not kept::" in warning["run"]
+    cases = 0
+    for uri in ("", "https://mlflow.example.com"):
+        # None: the payload has no repository.private (GitHub's push and workflow_dispatch payloads always do).
+        for private in (True, False, None):
+            for opt_in in ("", "true", "false"):
+                values = {"vars.MLFLOW_TRACKING_URI": uri, "github.event.repository.private": private,
+                          "vars.MLFLOW_LOCAL_STORE_ARTIFACT": opt_in}  # fmt: skip
+                expected = uri == "" and (private is True or opt_in == "true")
+                assert _expression_value(upload["if"], values) is expected, values
+                assert _expression_value(warning["if"], values) is (uri == "" and not expected), values
+                cases += 1
+    assert cases == 18
+
+
 def test_aws_jobs_use_oidc_and_no_cache(baked: Path) -> None:
     """Exactly the jobs that configure AWS credentials ask for an OIDC token; they do so with the repository
     variable and the rendered region, install only the light runner package, and restore no cache."""
