@@ -19,8 +19,8 @@ from .settings import REGION
 MLFLOW_RUN_ID = re.compile(r"[0-9a-f]{32}")
 # A Git object name of a SHA-1 repository, as GitHub's `github.sha` and the REST API write it: 40 hex digits.
 COMMIT = re.compile(r"[0-9a-f]{40}")
-# EC2 resource IDs: "i-" and 17 hex characters (8 for instances created before 2016) (Amazon EC2 User Guide,
-# "Resource IDs", read 2026-12-01).
+# EC2 resource IDs: "i-" and 17 characters after the hyphen since 2016-2018, 8 before (Amazon EC2 User Guide,
+# "Resource IDs", https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/resource-ids.html, read 2026-12-01).
 INSTANCE_ID = re.compile(r"i-(?:[0-9a-f]{8}|[0-9a-f]{17})")
 
 
