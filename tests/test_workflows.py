@@ -58,7 +58,7 @@ RUNNER_CLI = REPO_ROOT / "{{cookiecutter.project_slug}}" / "runner" / "src" / "g
 # command line the workflows produce.
 CLI_GLOBAL_OPTIONS = {"--settings"}
 CLI_CONTRACT = {
-    "launch": {"--instance-type", "--spot"},
+    "launch": {"--instance-type", "--spot", "--commit", "--attempt"},
     "wait": {"--region", "--instance-id", "--runner-id"},
     "teardown": {
         "--region", "--instance-id", "--runner-id", "--parameter", "--mlflow-run-id", "--attempt", "--phase",
@@ -1097,7 +1097,7 @@ def test_train_job_graph(baked: Path) -> None:
     assert "if" not in train["steps"][names.index("Train")]
     train_step = train["steps"][names.index("Train")]
     assert f"python -m {package} train" in train_step["run"]
-    assert '--config "${CONFIG}" --checkpoint-uri "${CHECKPOINT_URI}"' in train_step["run"]
+    assert '--config="${CONFIG}" --checkpoint-uri="${CHECKPOINT_URI}"' in train_step["run"]
     # Exit status 75 (spot interruption notice) becomes the job output the stop job's resume step reads.
     # The MLflow run id, written by the training CLI as soon as the run exists: stop logs the cost there.
     assert train["outputs"] == {
@@ -1148,8 +1148,8 @@ def test_train_job_graph(baked: Path) -> None:
     assert teardown["env"]["MLFLOW_TRACKING_URI"] == "${{ vars.MLFLOW_TRACKING_URI }}"
     for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
         assert teardown["env"][name] == f"${{{{ secrets.{name} }}}}"
-    assert '--mlflow-run-id "${MLFLOW_RUN_ID}"' in teardown["run"]
-    assert '--attempt "${ATTEMPT}"' in teardown["run"]
+    assert '"--mlflow-run-id=${MLFLOW_RUN_ID}"' in teardown["run"]
+    assert '--attempt="${ATTEMPT}"' in teardown["run"]
 
 
 def test_reap_meaning(baked: Path) -> None:
@@ -1175,6 +1175,38 @@ def test_reap_meaning(baked: Path) -> None:
     assert [s["run"].strip() for s in job["steps"] if "run" in s] == [
         "uv run --no-sync gpu-runner --settings configs/gpu-runner.yaml reap"
     ]
+
+
+def _expression_value(condition: str, values: dict[str, Any]) -> bool:
+    """GitHub's expression syntax for the operators these `if:`s use (&&, ||, ==, !=, literals, `!cancelled()`),
+    with each context name replaced by its value: null (None) equals neither true nor '' there, as in GitHub."""
+    text = condition.strip().removeprefix("${{").removesuffix("}}")
+    text = text.replace("!cancelled()", "True").replace("&&", " and ").replace("||", " or ")
+    text = re.sub(r"(?<!')\btrue\b(?!')", "True", text)  # the literal, not the string 'true'
+    text = re.sub(r"\b(?:vars|github)\.[\w.]+", lambda m: repr(values[m[0]]), text)
+    return bool(eval(text, {"__builtins__": {}}))  # the test's own workflow, every name replaced
+
+
+def test_local_mlflow_store_is_uploaded_only_for_private_repositories_or_on_opt_in(baked: Path) -> None:
+    """Issue 13 item 10: without an MLflow server the local store (model, checkpoints, database) would be an
+    artifact anyone may download from a public repository. Uploaded only when the event's repository is private
+    or on the MLFLOW_LOCAL_STORE_ARTIFACT opt-in; otherwise a warning step says why. Evaluated over every case."""
+    train = gpu_workflows(baked)["train"]["jobs"]["train"]
+    (upload,) = [s for s in train["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
+    (warning,) = [s for s in train["steps"] if s.get("name") == "Say why the local MLflow store was not kept"]
+    assert "mlflow.db" in upload["with"]["path"] and "::warning title=MLflow store not kept::" in warning["run"]
+    cases = 0
+    for uri in ("", "https://mlflow.example.com"):
+        # None: the payload has no repository.private (GitHub's push and workflow_dispatch payloads always do).
+        for private in (True, False, None):
+            for opt_in in ("", "true", "false"):
+                values = {"vars.MLFLOW_TRACKING_URI": uri, "github.event.repository.private": private,
+                          "vars.MLFLOW_LOCAL_STORE_ARTIFACT": opt_in}  # fmt: skip
+                expected = uri == "" and (private is True or opt_in == "true")
+                assert _expression_value(upload["if"], values) is expected, values
+                assert _expression_value(warning["if"], values) is (uri == "" and not expected), values
+                cases += 1
+    assert cases == 18
 
 
 def test_aws_jobs_use_oidc_and_no_cache(baked: Path) -> None:
@@ -1343,12 +1375,11 @@ def test_hostile_branch_names_and_inputs_stay_data(baked: Path, tmp_path: Path) 
             assert code == 0, f"{name}.yml {where} failed"
             arguments = [a for argv in calls for a in argv]
             hostile = [a for a in arguments if "pwned" in a]
-            assert all(
-                a.split("=", 1)[-1] in (PAYLOAD, ATTACK_REF) or a in (PAYLOAD, ATTACK_REF) for a in hostile
-            ), hostile
+            # A whole argument, `--opt=value` or `--phase=name=value` (neither payload holds an "=").
+            assert all(a.rpartition("=")[2] in (PAYLOAD, ATTACK_REF) for a in hostile), hostile
             if PAYLOAD in env.values():
                 assert hostile, f"{name}.yml {where}: no hostile value reached a command (is the test stale?)"
-    assert ran == 8
+    assert ran == 9  # 8 + the train job's "MLflow store not kept" warning (issue 13 item 10)
 
 
 def test_injection_harness_catches_an_expression_in_run(baked: Path, tmp_path: Path) -> None:
@@ -1392,7 +1423,7 @@ def test_gpu_runner_calls_follow_the_contract(baked: Path, tmp_path: Path) -> No
         assert len(repeatable) == len(set(repeatable)), call
     assert {c.subcommand: set(c.options) for c in full} == CLI_CONTRACT
     (full_teardown,) = [c for c in full if c.subcommand == "teardown"]
-    phases = [full_teardown.argv[i + 1] for i, a in enumerate(full_teardown.argv) if a == "--phase"]
+    phases = [a.removeprefix("--phase=") for a in full_teardown.argv if a.startswith("--phase=")]
     names = [p.split("=")[0] for p in phases]
     assert names == ["boot", "image-ready", "runner-started", "runner-online", "job-started"]
     assert all(p.split("=")[1].isdigit() for p in phases), phases
@@ -1400,15 +1431,39 @@ def test_gpu_runner_calls_follow_the_contract(baked: Path, tmp_path: Path) -> No
     # attempt, 1 for a push: the MLflow step of its cost).
     assert {c.subcommand: set(c.options) for c in bare} == {
         **CLI_CONTRACT,
-        "launch": set(),
+        "launch": {"--commit", "--attempt"},
         "teardown": {"--attempt"},
     }
     (push_teardown,) = [c for c in bare if c.subcommand == "teardown"]
-    assert push_teardown.argv[-2:] == ["--attempt", "1"], push_teardown
+    assert push_teardown.argv[-1] == "--attempt=1", push_teardown
     # The workflows read only outputs launch writes, and the start job passes every one of them on.
     text = (baked / ".github" / "workflows" / "train.yml").read_text(encoding="utf-8")
     assert set(re.findall(r"steps\.launch\.outputs\.([\w-]+)", text)) == set(LAUNCH_OUTPUTS)
     assert set(re.findall(r"needs\.start\.outputs\.([\w-]+)", text)) <= set(LAUNCH_OUTPUTS + WAIT_OUTPUTS)
+
+
+def test_every_value_reaches_a_cli_as_opt_equals_value(baked: Path, tmp_path: Path) -> None:
+    """Issue 13 item 5: a job output or dispatch input that starts with `--` (`mlflow-run-id=--x`, written by code
+    on the GPU instance) must stay a value. Every option after the subcommand, of gpu-runner and of the project's
+    CLI, is passed as one `--opt=value` word, so argparse can never read the value as an option."""
+    package = answers_of(baked)["package_name"]
+    checked = 0
+    for scenario in ("benign", "empty", "attack"):
+        for name, doc in gpu_workflows(baked).items():
+            for where, job, step in run_steps(doc):
+                workdir = tmp_path / scenario / f"{name}-{where}"
+                _, recorded = run_bash(substitute(step["run"], scenario), step_env(doc, job, step, scenario), workdir)
+                for argv in recorded:
+                    if argv[:3] == ["run", "--no-sync", "gpu-runner"]:
+                        tail = argv[6:]  # after `--settings configs/gpu-runner.yaml <subcommand>` (a literal)
+                    elif argv[:5] == ["run", "--no-sync", "python", "-m", package]:
+                        tail = argv[6:]  # after the subcommand
+                    else:
+                        continue
+                    checked += 1
+                    loose = [a for a in tail if not re.fullmatch(r"--[a-z-]+=.*", a, re.DOTALL)]
+                    assert not loose, f"{name}.yml {where} ({scenario}): {argv}"
+    assert checked >= 3 * 7, checked  # launch, wait, preflight, train, teardown, resume, reap; each scenario
 
 
 def written_step_outputs(package: Path) -> set[str]:
@@ -1514,7 +1569,7 @@ def test_gpu_runner_cli_parses_every_workflow_command_line(runner_installed: Pat
     hostile = [
         c for c in recorded_gpu_runner_calls(runner_installed, "attack", tmp_path) if c.subcommand == "launch"
     ]
-    assert [c.options for c in hostile] == [["--instance-type"]]
+    assert [c.options for c in hostile] == [["--commit", "--attempt", "--instance-type"]]
     proc = gpu_runner(runner_installed, *hostile[0].argv)
     assert proc.returncode == 1 and "is not an instance type" in proc.stderr, proc.stderr
     assert "GITHUB_REPOSITORY" not in proc.stderr

@@ -103,6 +103,14 @@ def _cost_report(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command in ("train", "gpu-preflight"):
+        from .workflow_inputs import check
+
+        try:
+            check(args.config, os.environ)
+        except ConfigError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     if args.command == "cost-report":
         from .cost_report import CostReportError
 

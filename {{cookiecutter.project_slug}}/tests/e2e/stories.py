@@ -166,6 +166,8 @@ class Scenario:
     # The simulated instance has no GPU: the story passes the CPU flag (training.allow_cpu) so the GPU preflight
     # lets it train; scenario 14 does not, and the preflight stops the job.
     allow_cpu: bool = True
+    # Rewrites the story's copy of train.yml (host mode) before act runs it: what code in a job may do.
+    workflow_edit: Callable[[str], str] | None = None
 
 
 @dataclass
@@ -284,6 +286,8 @@ def run_story(stack: Stack, scenario: Scenario, scratch: Path, run_id: str) -> S
         scratch, scenario.gpu_runner, train, compile_bytecode=scenario.number in (0, 14),
         branch=scenario.branch,
     )  # fmt: skip
+    if scenario.workflow_edit:
+        workflow.write_text(scenario.workflow_edit(workflow.read_text()))
 
     def on_record(rec: dict[str, Any], process: subprocess.Popen) -> None:
         _track_epochs(story, rec)
@@ -443,6 +447,19 @@ def spot_notice_mid_training(story: Story, rec: dict[str, Any], process: subproc
         story.imds.interrupt()  # EC2's two-minute warning, at the instance metadata service
 
 
+HOSTILE_RUN_ID = "--x"
+
+
+def hostile_mlflow_run_id(workflow: str) -> str:
+    """Code in the train job (a bad dependency) writes the step's output file: `mlflow-run-id=--x`, the last
+    value GitHub reads for it, after the training CLI wrote the real id."""
+    written = '            echo "interrupted=true" >> "${GITHUB_OUTPUT}"\n          fi\n'
+    assert workflow.count(written) == 1, "the train step's output lines moved: update this scenario"
+    return workflow.replace(
+        written, f'{written}          echo "mlflow-run-id={HOSTILE_RUN_ID}" >> "${{GITHUB_OUTPUT}}"\n'
+    )
+
+
 def _spot_request(body: str) -> bool:
     return "InstanceMarketOptions.MarketType=spot" in body
 
@@ -484,4 +501,6 @@ SCENARIOS = [
              trigger=spot_notice_mid_training, follow_dispatch=True),
     Scenario(14, "no GPU visible, no CPU flag (GPU preflight)", "train fails in seconds (exit 78); stop: no GPU visible",
              allow_cpu=False),
+    Scenario(15, "train job writes a hostile mlflow-run-id output (--x)", "teardown completes; only the MLflow cost is skipped",
+             workflow_edit=hostile_mlflow_run_id),
 ]  # fmt: skip

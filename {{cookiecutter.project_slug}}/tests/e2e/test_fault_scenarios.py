@@ -11,7 +11,7 @@ import pytest
 from e2e_report import record
 from harness import REAPER_ROLE_ARN, ROLE_ARN
 from mlflow.tracking import MlflowClient
-from stories import FAST_TRAIN, SCENARIOS, Stack, Story, run_story
+from stories import FAST_TRAIN, HOSTILE_RUN_ID, SCENARIOS, Stack, Story, run_story
 
 pytestmark = pytest.mark.e2e
 
@@ -164,7 +164,24 @@ def check_14(story: Story) -> None:
     assert "no GPU visible" in "".join(run.summaries.get("stop", [])), run.summaries.get("stop")
 
 
-CHECKS = {n: globals()[f"check_{n}"] for n in range(1, 15)}
+def check_15(story: Story) -> None:
+    run = story.run
+    assert run and run.results == {"start": "success", "train": "success", "stop": "success"}, (
+        run.results if run else None
+    )
+    # The hostile value reached the stop job as the train job's output, and stayed a value (--opt=value).
+    assert run.outputs.get("train", {}).get("mlflow-run-id") == HOSTILE_RUN_ID, run.outputs.get("train")
+    log = _log(story)
+    assert f"cost not logged to MLflow: --mlflow-run-id: '{HOSTILE_RUN_ID}' is not an MLflow run id" in log
+    assert "usage: gpu-runner" not in log  # argparse never saw it as an option
+    assert re.search(
+        r"runner \d+: (deleted|already gone); instance i-\w+: (shutting-down|terminated|already gone)", log
+    ), log
+    # The attempt was still priced in the job summary; only the MLflow logging was skipped.
+    assert "**GPU cost (attempt 1)**" in "".join(run.summaries.get("stop", [])), run.summaries.get("stop")
+
+
+CHECKS = {n: globals()[f"check_{n}"] for n in range(1, 16)}
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[f"{s.number:02d}" for s in SCENARIOS])

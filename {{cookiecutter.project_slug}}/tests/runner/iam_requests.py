@@ -186,15 +186,22 @@ _S3_OBJECT_ACTIONS = {
 }
 
 
+def s3_context(owner: str = ACCOUNT) -> dict[str, str]:
+    """aws:ResourceAccount, the bucket owner's account, is in the context of every S3 request (IAM User Guide,
+    "AWS global condition context keys": available when the resource is known); moto's buckets are ACCOUNT's."""
+    return {"aws:ResourceAccount": owner}
+
+
 def _s3(call: Call) -> list[Request]:
-    bucket = call.params["Bucket"]
+    bucket, context = call.params["Bucket"], s3_context()
     if call.operation in {"ListObjectsV2", "ListObjects"}:
-        return [Request("s3:ListBucket", f"arn:aws:s3:::{bucket}")]
+        return [Request("s3:ListBucket", f"arn:aws:s3:::{bucket}", context)]
     if call.operation == "DeleteObjects":
         keys = [obj["Key"] for obj in call.params["Delete"]["Objects"]]
-        return [Request("s3:DeleteObject", f"arn:aws:s3:::{bucket}/{key}") for key in keys]
+        return [Request("s3:DeleteObject", f"arn:aws:s3:::{bucket}/{key}", context) for key in keys]
     if call.operation in _S3_OBJECT_ACTIONS:
-        return [Request(_S3_OBJECT_ACTIONS[call.operation], f"arn:aws:s3:::{bucket}/{call.params['Key']}")]
+        resource = f"arn:aws:s3:::{bucket}/{call.params['Key']}"
+        return [Request(_S3_OBJECT_ACTIONS[call.operation], resource, context)]
     raise KeyError(f"no IAM mapping for s3:{call.operation}: add it to iam_requests._s3")
 
 

@@ -269,6 +269,22 @@ def test_from_env_with_a_github_app_exchanges_a_jwt_for_an_installation_token(
     assert {r.credential for r in github_double.requests[2:]} == {issued}  # one token, reused
 
 
+def test_the_installation_token_and_the_jit_config_are_masked_in_the_workflow_log(
+    github_double: GitHubDouble, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 13 item 11: a backstop should anything print them: `::add-mask::` for each secret as it arrives,
+    before the first request that uses the token; nothing outside GitHub Actions."""
+    with GitHubRunners.from_env(DEFAULT_REPOSITORY, env=app_env(github_double), backoff_seconds=0.01) as gh:
+        gh.create_jit_config(NAME, [NAME])
+    assert "::add-mask::" not in capsys.readouterr().out
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    with GitHubRunners.from_env(DEFAULT_REPOSITORY, env=app_env(github_double), backoff_seconds=0.01) as gh:
+        jit = gh.create_jit_config(f"{NAME}-2", [f"{NAME}-2"])
+    lines = capsys.readouterr().out.splitlines()
+    masked = [line.removeprefix("::add-mask::") for line in lines if line.startswith("::add-mask::")]
+    assert masked == [list(github_double.installation_tokens)[-1], jit.encoded_jit_config]
+
+
 def test_app_with_a_foreign_key_is_refused(github_double: GitHubDouble) -> None:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import rsa

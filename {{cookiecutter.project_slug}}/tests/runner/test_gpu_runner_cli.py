@@ -78,7 +78,7 @@ def test_teardown_with_a_bad_attempt_still_tears_down(cli_env: Path, github_doub
             "--runner-id", out["runner-id"], "--parameter", out["parameter"], "--attempt", "two"]  # fmt: skip
     assert main(args) == 0
     stdout = capsys.readouterr().out
-    assert "warning: cost not logged to MLflow: --attempt is not a number" in stdout
+    assert "warning: cost not logged to MLflow: --attempt is not an attempt number" in stdout
     assert github_double.runners == {}
     state = aws.client("ec2", REGION).describe_instances(InstanceIds=[out["instance-id"]])
     assert state["Reservations"][0]["Instances"][0]["State"]["Name"] in {"shutting-down", "terminated"}

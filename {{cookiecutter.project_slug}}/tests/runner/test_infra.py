@@ -40,6 +40,7 @@ from iam_requests import (
     launched_profiles,
     record_calls,
     requests_for,
+    s3_context,
     ssm_kms_request,
 )
 from parliament import analyze_policy_string
@@ -834,8 +835,12 @@ def test_runner_role_covers_exactly_the_instance_and_training_calls(
     boot = [
         Request("ssm:GetParameter", parameter, own),
         Request("ssm:DeleteParameter", parameter, own),
-        Request("s3:ListBucket", f"arn:aws:s3:::{bucket}"),
-        Request("s3:GetObject", f"arn:aws:s3:::{bucket}/runner/actions-runner-linux-x64-2.330.0.tar.gz"),
+        Request("s3:ListBucket", f"arn:aws:s3:::{bucket}", s3_context()),
+        Request(
+            "s3:GetObject",
+            f"arn:aws:s3:::{bucket}/runner/actions-runner-linux-x64-2.330.0.tar.gz",
+            s3_context(),
+        ),
     ]
 
     # The training job, through a recorded client: the checkpoint store and the data download.
@@ -865,7 +870,15 @@ def test_runner_role_covers_exactly_the_instance_and_training_calls(
     assert denied == [], denied
     assert granted_actions([policy]) == {r.action for r in [*boot, *training]}
     # Another bucket, another project's parameters: refused.
-    assert not allowed([policy], Request("s3:GetObject", "arn:aws:s3:::someone-else/data/a.png"))
+    assert not allowed(
+        [policy], Request("s3:GetObject", "arn:aws:s3:::someone-else/data/a.png", s3_context())
+    )
+    # The bucket's name, owned by another account (ours deleted, the name taken): aws:ResourceAccount refuses it.
+    stranger = s3_context("210987654321")
+    for action, resource in (("s3:ListBucket", f"arn:aws:s3:::{bucket}"), ("s3:GetObject", f"arn:aws:s3:::{bucket}/data/a.png"),
+                             ("s3:PutObject", f"arn:aws:s3:::{bucket}/checkpoints/x")):  # fmt: skip
+        assert allowed([policy], Request(action, resource, s3_context())), action
+        assert not allowed([policy], Request(action, resource, stranger)), action
     other = f"arn:aws:ssm:{REGION}:123456789012:parameter/gpu-runner/other-project/1-1/jitconfig"
     assert not allowed([policy], Request("ssm:GetParameter", other))
 

@@ -7,13 +7,15 @@ import argparse
 import os
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
+from typing import TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from . import ec2
+from . import workflow_values as values
 from .aws import Aws
 from .errors import RunnerError
 from .github import GitHubRunners
@@ -22,6 +24,7 @@ from .outputs import append_summary
 from .settings import Settings, load_settings
 
 DEFAULT_SETTINGS = Path("configs/gpu-runner.yaml")
+T = TypeVar("T")
 
 
 def _bool(value: str) -> bool:
@@ -41,11 +44,16 @@ def _parser() -> argparse.ArgumentParser:
     launch = commands.add_parser("launch", help="register a JIT runner and launch its GPU instance")
     launch.add_argument("--instance-type", default="", help="try only this type (overrides instance_types)")
     launch.add_argument("--spot", type=_bool, default=None, help="true/false: override use_spot")
+    # The dispatch inputs, checked before any API call (a resumed attempt sets both; a push leaves them empty).
+    launch.add_argument(
+        "--commit", default="", help="the dispatch input commit (40 hex digits, on this branch)"
+    )
+    launch.add_argument("--attempt", default="1", help="the dispatch input attempt (1..max_attempts)")
 
     wait = commands.add_parser("wait", help="wait until the runner is online")
     wait.add_argument("--region", required=True)
     wait.add_argument("--instance-id", required=True)
-    wait.add_argument("--runner-id", type=int, required=True)
+    wait.add_argument("--runner-id", required=True)
     wait.add_argument("--timeout", type=float, default=None, help="seconds (default: wait_timeout_seconds)")
 
     teardown = commands.add_parser(
@@ -53,7 +61,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     teardown.add_argument("--region", default="", help="where the instance was launched (default: settings)")
     teardown.add_argument("--instance-id", default="")
-    teardown.add_argument("--runner-id", type=int, default=None)
+    # Strings, checked in _teardown: one malformed id must not keep the others from being torn down.
+    teardown.add_argument("--runner-id", default="")
     teardown.add_argument("--parameter", default="")
     # Then the cost of the instance goes to the job summary and, with a run id, to that MLflow run
     # (MLFLOW_TRACKING_URI and its credentials from the environment).
@@ -74,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
         "resume", help="after a spot interruption: dispatch the next attempt of train.yml"
     )
     resume.add_argument("--ref", required=True, help="branch to dispatch on")
-    resume.add_argument("--attempt", type=int, default=1, help="this attempt's number (1 for a push)")
+    resume.add_argument("--attempt", default="1", help="this attempt's number (1 for a push)")
     # The train job's output as is: "true" when the train step exited 75, empty otherwise.
     resume.add_argument("--train-interrupted", default="", help="'true' when the train step exited 75")
     resume.add_argument("--region", default="")
@@ -131,23 +140,68 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     github = GitHubRunners.from_env(ctx.repository)
     if args.command == "launch":
+        _check_dispatch_inputs(args, settings)
         lifecycle.launch(settings, ctx, aws, github, use_spot=args.spot)
     elif args.command == "wait":
         lifecycle.wait(
-            settings, aws, github, region=args.region, instance_id=args.instance_id,
-            runner_id=args.runner_id, timeout_seconds=args.timeout,
+            settings, aws, github, region=values.region(args.region), instance_id=values.instance_id(args.instance_id),
+            runner_id=values.runner_id(args.runner_id), timeout_seconds=args.timeout,
         )  # fmt: skip
     elif args.command == "teardown":
-        attempt = int(args.attempt) if args.attempt.strip().isdigit() else None
-        phases = timeline.parse_phases(args.phase)
-        request = lifecycle.CostRequest(settings.root_volume_gb, args.mlflow_run_id, attempt, phases=phases)
-        lifecycle.teardown(
-            aws, github, region=args.region or settings.region, instance_id=args.instance_id,
-            runner_id=args.runner_id, parameter=args.parameter, cost_request=request,
-        )  # fmt: skip
+        _teardown(args, settings, aws, github, timeline.parse_phases(args.phase))
     elif args.command == "reap":
         reaper.reap(settings, aws, github, regions=tuple(args.region))
     return 0
+
+
+def _check_dispatch_inputs(args: argparse.Namespace, settings: Settings) -> None:
+    """A hand-made dispatch must not start a GPU for an attempt that cannot exist or a commit of another branch."""
+    values.attempt(args.attempt, settings.max_attempts)
+    if args.commit:
+        values.commit(args.commit)
+
+
+def _teardown(
+    args: argparse.Namespace, settings: Settings, aws: Aws, github: GitHubRunners, phases: Mapping[str, float]
+) -> None:
+    """Each value checked on its own: a malformed one skips only what needs it. A bad run id or attempt (the
+    train job's output, a dispatch input) costs the MLflow cost logging, never the terminate or deregister; a bad
+    instance or runner id is an error, after everything else was torn down."""
+    from . import lifecycle
+
+    refused: list[str] = []
+
+    def checked(check: Callable[[str], T], value: str, on_bad: Callable[[str], None]) -> T | None:
+        try:
+            return check(value) if value else None
+        except values.BadValue as error:
+            on_bad(str(error))
+            return None
+
+    def warn_cost(message: str) -> None:
+        print(f"warning: cost not logged to MLflow: {message}")
+
+    def warn_region(message: str) -> None:
+        print(f"warning: {message}; using the settings' region {settings.region} (launch never leaves it)")
+
+    region = checked(values.region, args.region, warn_region) or settings.region
+    instance_id = checked(values.instance_id, args.instance_id, refused.append) or ""
+    runner_id = checked(values.runner_id, args.runner_id, refused.append)
+    run_id = checked(values.mlflow_run_id, args.mlflow_run_id, warn_cost) or ""
+    attempt = checked(lambda v: values.attempt(v, settings.max_attempts), args.attempt, warn_cost)
+    request = lifecycle.CostRequest(settings.root_volume_gb, run_id, attempt, phases=phases)
+    try:
+        lifecycle.teardown(
+            aws, github, region=region, instance_id=instance_id, runner_id=runner_id, parameter=args.parameter,
+            cost_request=request,
+        )  # fmt: skip
+    finally:
+        if refused:  # after the teardown, so these lines end the log, and even when the teardown failed too
+            print("error: not torn down: " + "; ".join(refused), file=sys.stderr)
+    if refused:
+        raise RunnerError(
+            f"{len(refused)} value(s) refused (see above): the scheduled reaper removes what is left"
+        )
 
 
 def _bootstrap(args: argparse.Namespace, settings: Settings, aws: Aws) -> None:
@@ -192,9 +246,10 @@ def _resume(args: argparse.Namespace, settings: Settings, ctx: RunContext, aws: 
         dispatch_workflow(ctx.repository, resume.WORKFLOW, ref, inputs, token, base_url)
 
     decision = resume.resume(
-        settings, aws, dispatch, ref=args.ref, attempt=args.attempt, train_interrupted=args.train_interrupted == "true",
-        region=args.region, instance_id=args.instance_id, commit=args.commit, config=args.config,
-        instance_type=args.instance_type,
+        settings, aws, dispatch, ref=args.ref, attempt=values.attempt(args.attempt, settings.max_attempts),
+        train_interrupted=args.train_interrupted == "true", region=values.region(args.region) if args.region else "",
+        instance_id=values.instance_id(args.instance_id) if args.instance_id else "", commit=values.commit(args.commit),
+        config=values.config_path(args.config, Path.cwd()), instance_type=args.instance_type,
     )  # fmt: skip
     if decision.interrupted:
         append_summary(f"### Spot interruption\n\nAttempt {args.attempt}: {decision.reason}.\n")

@@ -30,7 +30,11 @@ def check_mlflow(target: Target, aws: Aws) -> Iterator[Outcome]:
     raw = from_repository or target.env.get("MLFLOW_TRACKING_URI", "")
     uri = shown(raw)
     if not raw:
-        yield passed(check, "MLFLOW_TRACKING_URI is not set: runs are kept as a workflow artifact")
+        yield passed(
+            check,
+            "MLFLOW_TRACKING_URI is not set: runs are kept as a workflow artifact (private repositories only, or "
+            "MLFLOW_LOCAL_STORE_ARTIFACT=true)",
+        )
         return
     client = MlflowRest.from_env({**target.env, "MLFLOW_TRACKING_URI": raw})
     if client is None:

@@ -28,6 +28,7 @@ from github.Requester import Requester
 from github.SelfHostedActionsRunner import SelfHostedActionsRunner
 
 from .errors import RegistrationTimeout, RunnerError, SettingsError
+from .outputs import mask
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +210,9 @@ class GitHubRunners:
         log.info(
             "registered JIT runner %s (id %d) with labels %s", runner.name, runner.id, ",".join(runner.labels)
         )
-        return JitConfig(runner=runner, encoded_jit_config=str(data["encoded_jit_config"]))
+        encoded = str(data["encoded_jit_config"])
+        mask(encoded)  # a backstop in the workflow log: nothing prints it
+        return JitConfig(runner=runner, encoded_jit_config=encoded)
 
     def list_runners(self, name: str | None = None) -> list[Runner]:
         """All runners of the repository (or the ones with exactly this name), across every page."""
@@ -502,7 +505,17 @@ def _app_installation_auth(
         integration.close()
     # The Github client attaches its own requester to this auth; the token is fetched on first use and renewed
     # before it expires, which matters for a wait/teardown that spans an hour-long training job.
-    return app_auth.get_installation_auth(installation.id)
+    return _MaskedInstallationAuth(app_auth, installation.id)
+
+
+class _MaskedInstallationAuth(Auth.AppInstallationAuth):
+    """PyGithub's installation auth, plus `::add-mask::` for each installation token as GitHub issues it (a
+    backstop in the workflow log: nothing prints the token; the App key itself is a masked repository secret)."""
+
+    def _get_installation_authorization(self) -> Any:
+        authorization = super()._get_installation_authorization()
+        mask(authorization.token)
+        return authorization
 
 
 def _github_message(error: GithubException) -> str:

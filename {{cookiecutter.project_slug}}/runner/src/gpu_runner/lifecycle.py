@@ -368,7 +368,7 @@ def _account_cost(
         )
         overhead = None
         if request.attempt is None:
-            log("warning: cost not logged to MLflow: --attempt is not a number")
+            log("warning: cost not logged to MLflow: --attempt is not an attempt number")
         else:
             overhead = cost.log_to_mlflow(
                 estimate, run_id=request.mlflow_run_id, attempt=request.attempt, env=env, log=log

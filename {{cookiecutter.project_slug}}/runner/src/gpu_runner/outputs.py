@@ -30,3 +30,13 @@ def append_summary(markdown: str, env: Mapping[str, str] | None = None) -> None:
     if path:
         with open(path, "a", encoding="utf-8") as handle:
             handle.write(markdown + "\n")
+
+
+def mask(secret: str, env: Mapping[str, str] | None = None) -> None:
+    """A backstop for a secret this process holds: `::add-mask::` (docs.github.com "Workflow commands for GitHub
+    Actions", "Masking a value in a log") makes the runner print *** for it in every later line of the job's log,
+    should anything print it. Only in GitHub Actions; the value is one line (a JIT config or token), which is the
+    unit the runner masks. Nothing here prints a secret otherwise."""
+    env = os.environ if env is None else env
+    if env.get("GITHUB_ACTIONS") == "true" and secret.strip():
+        print(f"::add-mask::{secret.strip()}", flush=True)

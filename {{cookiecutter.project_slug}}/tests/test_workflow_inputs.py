@@ -1,0 +1,61 @@
+"""The values train.yml hands the training CLI, checked in GitHub Actions (issue 13, item 5): the config must be a
+file of the checkout, the commit a full SHA, the attempt a number from 1."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from {{ cookiecutter.package_name }}.config import ConfigError
+from {{ cookiecutter.package_name }}.workflow_inputs import check
+
+IN_ACTIONS = {"GITHUB_ACTIONS": "true", "GITHUB_JOB": "train"}
+
+
+def test_a_real_dispatch_passes(tmp_path: Path) -> None:
+    env = {**IN_ACTIONS, "TRAIN_COMMIT": "0123456789abcdef0123456789abcdef01234567", "TRAIN_ATTEMPT": "2"}
+    check(Path("configs/train.yaml"), env, repository=tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("config", "env", "message"),
+    [
+        ("/etc/passwd", {}, "--config: '/etc/passwd' is not a path inside the repository"),
+        ("../../etc/passwd", {}, "--config: '../../etc/passwd' is not a path inside the repository"),
+        ("configs/train.yaml", {"TRAIN_COMMIT": "--x"}, "TRAIN_COMMIT: '--x' is not a commit"),
+        ("configs/train.yaml", {"TRAIN_COMMIT": "HEAD~1"}, "TRAIN_COMMIT: 'HEAD~1' is not a commit"),
+        ("configs/train.yaml", {"TRAIN_ATTEMPT": "0"}, "TRAIN_ATTEMPT: '0' is not an attempt number"),
+        ("configs/train.yaml", {"TRAIN_ATTEMPT": "--x"}, "TRAIN_ATTEMPT: '--x' is not an attempt number"),
+    ],
+)  # fmt: skip
+def test_bad_values_are_named(tmp_path: Path, config: str, env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match="^" + message.replace("(", r"\(")):
+        check(Path(config), {**IN_ACTIONS, **env}, repository=tmp_path)
+
+
+def test_outside_the_gpu_job_any_config_file_may_be_used(tmp_path: Path) -> None:
+    """By hand, and in the CI's test job (GITHUB_ACTIONS=true too), whose tests train on temporary configs."""
+    check(Path("/elsewhere/train.yaml"), {"TRAIN_COMMIT": "not-checked"}, repository=tmp_path)
+    check(
+        Path("/elsewhere/train.yaml"), {"GITHUB_ACTIONS": "true", "GITHUB_JOB": "test"}, repository=tmp_path
+    )
+
+
+@pytest.mark.parametrize("command", ["train", "gpu-preflight"])
+def test_the_cli_refuses_a_config_outside_the_checkout_before_anything_runs(
+    tmp_path: Path, command: str
+) -> None:
+    """As train.yml calls it (`--config=...`): exit 2 naming the field, before TensorFlow or MLflow load."""
+    result = subprocess.run(
+        [sys.executable, "-m", "{{ cookiecutter.package_name }}", command, "--config=/etc/passwd"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={**os.environ, **IN_ACTIONS, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"},
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "error: --config: '/etc/passwd' is not a path inside the repository" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "outputs").exists()
