@@ -58,10 +58,12 @@ def test_launch_registers_stores_and_launches(settings, ctx, aws, github, github
     logs: list[str] = []
     outcome = lifecycle.launch(settings, ctx, aws, github, log=logs.append)
 
-    assert outcome.runner_name == outcome.label == "gpu-runner-777-1"
+    assert outcome.runner_name == "gpu-runner-777-1"
+    # The label: the run key plus 64 random bits, so it cannot be derived from the public run id.
+    assert re.fullmatch(r"gpu-runner-777-1-[0-9a-f]{16}", outcome.label), outcome.label
     (jit_call,) = [c for c in github_double.calls if c.path.endswith("/generate-jitconfig")]
     assert jit_call.body["name"] == "gpu-runner-777-1"
-    assert jit_call.body["labels"] == ["gpu-runner-777-1"]
+    assert jit_call.body["labels"] == [outcome.label]
 
     parameter = aws.client("ssm", REGION).get_parameter(Name=outcome.parameter, WithDecryption=True)[
         "Parameter"
@@ -76,7 +78,9 @@ def test_launch_registers_stores_and_launches(settings, ctx, aws, github, github
     assert tags[naming.MANAGED_BY_KEY] == "gpu-runner"
     assert tags[naming.TAG_RUN_ID] == "777" and tags[naming.TAG_RUN_ATTEMPT] == "1"
     assert tags[naming.TAG_BRANCH] == "train/demo"
-    assert tags[naming.TAG_LABEL] == "gpu-runner-777-1"
+    # The label is printed nowhere and stored nowhere in AWS: only the start job's outputs carry it.
+    assert naming.TAG_LABEL not in tags
+    assert all(outcome.label not in value for value in tags.values())
     assert tags[naming.TAG_RUNNER_ID] == str(outcome.runner_id)
     assert tags[naming.TAG_EXPIRES_AT].endswith("Z")
     user_data = aws.client("ec2", REGION).describe_instance_attribute(
@@ -85,12 +89,13 @@ def test_launch_registers_stores_and_launches(settings, ctx, aws, github, github
     script = base64.b64decode(user_data).decode()
     assert outcome.parameter in script
     assert secret not in script
-    assert all(secret not in line for line in logs)
+    assert outcome.label not in script
+    assert all(secret not in line and outcome.label not in line for line in logs)
 
     assert outputs() == {
         "runner-id": str(outcome.runner_id),
         "runner-name": "gpu-runner-777-1",
-        "label": "gpu-runner-777-1",
+        "label": outcome.label,
         "parameter": outcome.parameter,
         "instance-id": instance["InstanceId"],
         "region": REGION,
