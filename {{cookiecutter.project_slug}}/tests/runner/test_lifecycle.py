@@ -304,6 +304,36 @@ def test_wait_fails_fast_when_the_instance_dies(settings, ctx, aws, github, gith
         )  # fmt: skip
 
 
+def test_wait_says_the_runner_was_taken_when_another_job_holds_it(settings, ctx, aws, github, github_double):
+    """Another workflow named the label while the instance booted: the runner is busy before this run's train job
+    can even be queued (it needs this start job)."""
+    outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
+    github_double.set_status(outcome.runner_id, "online", busy=True)
+    with pytest.raises(
+        RunnerError, match=r"^runner was taken: .*busy with a job while this start job still waits"
+    ):
+        lifecycle.wait(
+            settings, aws, github, region=REGION, instance_id=outcome.launched.instance_id,
+            runner_id=outcome.runner_id, timeout_seconds=60, log=lambda _: None,
+        )  # fmt: skip
+
+
+def test_wait_says_the_runner_was_taken_when_its_registration_went_with_the_instance(
+    settings, ctx, aws, github, github_double
+) -> None:
+    """The refused job ended (GitHub removes a JIT runner after its one job) and the hook halted the instance."""
+    outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
+    github_double.job_completed(outcome.runner_id)
+    aws.client("ec2", REGION).terminate_instances(InstanceIds=[outcome.launched.instance_id])
+    with pytest.raises(
+        RunnerError, match=r"^runner was taken: .*registration is gone before this run used it"
+    ):
+        lifecycle.wait(
+            settings, aws, github, region=REGION, instance_id=outcome.launched.instance_id,
+            runner_id=outcome.runner_id, timeout_seconds=60, log=lambda _: None,
+        )  # fmt: skip
+
+
 def teardown_all(
     aws: Aws, github: GitHubRunners, outcome: lifecycle.LaunchOutcome, **kw
 ) -> lifecycle.TeardownReport:

@@ -239,6 +239,11 @@ def wait(
             if instance["State"]["Name"] == "running":
                 runner = github.get_runner(runner_id)
                 status = f"runner {runner.status}" if runner else "runner not registered (deleted?)"
+                if runner is not None and runner.busy:
+                    # This run's train job cannot hold it yet (it needs this start job): another job does.
+                    raise RunnerError(
+                        _taken(runner_id, "it is busy with a job while this start job still waits")
+                    )
                 if runner is not None and runner.status == "online":
                     return _online(runner, instance, elapsed, log)
             if status != seen:  # one line per change, not one per poll
@@ -252,19 +257,31 @@ def wait(
                     "may have failed."
                 )
             sleep(min(POLL_INTERVAL_SECONDS, remaining))
-    except (RegistrationTimeout, RunnerError):
+    except (RegistrationTimeout, RunnerError) as error:
         console = ec2.console_output(ec2_client, instance_id)
         log(f"--- console output of {instance_id} ---")
         log(console or "(empty: the instance has not written any yet)")
         log("--- end of console output ---")
         if RUNNER_TAKEN_MARK in console:
-            raise RunnerError(
-                f"runner was taken: a job that is not this run's train job reached runner {runner_id} first; its "
-                "job-started hook refused it before any step ran and halted the instance. Only a workflow that "
-                "knew the runner's label can do this: check the repository's workflow runs (and that public "
-                "repositories require approval for all outside contributors), then push again."
-            ) from None
+            raise RunnerError(_taken(runner_id, "the instance's job-started hook refused a job")) from None
+        # After a timeout the last poll already answered; after the instance died, ask once.
+        if (
+            seen == "runner not registered (deleted?)"
+            if isinstance(error, RegistrationTimeout)
+            else github.get_runner(runner_id) is None
+        ):
+            # A just-in-time runner is removed by GitHub after its one job; this run never deleted it.
+            raise RunnerError(_taken(runner_id, "its registration is gone before this run used it")) from None
         raise
+
+
+def _taken(runner_id: int, evidence: str) -> str:
+    return (
+        f"runner was taken: another workflow's job reached runner {runner_id} before this run's train job "
+        f"({evidence}). The job-started hook fails any such job before its first step and halts the instance; "
+        "the stop job removes the rest. Check the repository's workflow runs for the job that named this "
+        "run's label (public repositories: require approval for all outside contributors), then push again."
+    )
 
 
 def _alive(ec2_client: Any, instance_id: str) -> dict[str, Any]:
