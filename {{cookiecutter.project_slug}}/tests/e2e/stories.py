@@ -166,6 +166,8 @@ class Scenario:
     # The simulated instance has no GPU: the story passes the CPU flag (training.allow_cpu) so the GPU preflight
     # lets it train; scenario 14 does not, and the preflight stops the job.
     allow_cpu: bool = True
+    # Another workflow's job that takes the runner while the instance boots (Simulator.hijack_job).
+    hijack_job: tuple[dict[str, str], str] | None = None
 
 
 @dataclass
@@ -306,6 +308,7 @@ def run_story(stack: Stack, scenario: Scenario, scratch: Path, run_id: str) -> S
             stack.moto_endpoint, stack.region, github, scratch / "instances", run_id=run_id,
             runner_mode=scenario.runner_mode, shutdown_broken=scenario.shutdown_broken,
             idle_seconds=scenario.idle_seconds, aws_credentials=scenario.aws_credentials,
+            hijack_job=scenario.hijack_job,
         )  # fmt: skip
         story.simulator = simulator
         simulator.start()

@@ -54,7 +54,9 @@ def outputs(tmp_path, monkeypatch: pytest.MonkeyPatch):
     return read
 
 
-def test_launch_registers_stores_and_launches(settings, ctx, aws, github, github_double, outputs) -> None:
+def test_launch_registers_stores_and_launches(
+    settings, ctx, aws, github, github_double, outputs, capsys
+) -> None:
     logs: list[str] = []
     outcome = lifecycle.launch(settings, ctx, aws, github, log=logs.append)
 
@@ -91,6 +93,10 @@ def test_launch_registers_stores_and_launches(settings, ctx, aws, github, github
     assert secret not in script
     assert outcome.label not in script
     assert all(secret not in line and outcome.label not in line for line in logs)
+    # Nor in what it prints (the start job's log: write_outputs echoes outputs): the e2e hijack story found it.
+    printed = capsys.readouterr().out
+    assert outcome.label not in printed and outcome.parameter not in printed
+    assert "label=(set, not printed)" in printed
 
     assert outputs() == {
         "runner-id": str(outcome.runner_id),

@@ -112,7 +112,8 @@ def launch(
     launched: ec2.Launched | None = None
     try:
         write_outputs(
-            {"runner-id": str(runner_id), "runner-name": name, "label": label, "parameter": parameter}
+            {"runner-id": str(runner_id), "runner-name": name, "label": label, "parameter": parameter},
+            unprinted=("label", "parameter"),
         )
         tags = instance_tags(settings, ctx, runner_id=runner_id, expires_at=expires_at)
         parameters.put_jit_config(ssm, parameter, jit.encoded_jit_config, tags)
