@@ -19,6 +19,8 @@ readonly RUNNER_SHA256=@@RUNNER_SHA256@@
 readonly RUNNER_MIRROR=@@RUNNER_MIRROR@@
 # The job-started hook (job_started_hook.sh, rendered with this run's repository, run id, attempt, workflow and
 # event): the runner runs it before any step of any job it takes; it refuses every job but this run's train job.
+# The value is a script kept as data (single-quoted): its `$` must not expand here.
+# shellcheck disable=SC2016
 readonly JOB_STARTED_HOOK=@@JOB_STARTED_HOOK@@
 
 # Test-only knobs, never set on an instance: the test suite cannot wait minutes for the watchdog or retries.
