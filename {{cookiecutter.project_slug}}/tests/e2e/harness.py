@@ -27,6 +27,7 @@ import io
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -190,6 +191,10 @@ exec "$@"
 # It takes the config as the real runner reads it here: ACTIONS_RUNNER_INPUT_JITCONFIG, removed from its
 # environment once read (actions/runner@258d6c8, src/Runner.Listener/CommandSettings.cs:110-139), and refuses
 # one given in argv, where every local user could read it in /proc/<pid>/cmdline.
+# Like the real runner it runs the job-started hook first (actions/runner src/Runner.Worker/JobExtension.cs adds
+# it before every step, JobHookProvider.cs runs `bash -e <file>` with the job's GITHUB_* variables; read
+# 2026-12-01 at 258d6c85): a non-zero exit fails the job, none of its steps runs, and the JIT runner exits after
+# that one job. job.env holds the job's variables, job-steps.sh (a hijacker's job only) its steps.
 RUN_SH = """record run.sh
 for arg in "$@"; do
   [[ $arg != --jitconfig* ]] || { echo "refused: the JIT config was passed in argv (world-readable)" >&2; exit 2; }
@@ -206,6 +211,20 @@ printf '%s' "$jit" >"$SIM_DIR/jitconfig.tmp"
 mv "$SIM_DIR/jitconfig.tmp" "$SIM_DIR/jitconfig"
 echo "Connected to GitHub"
 until [[ -e $SIM_DIR/job-started ]]; do sleep 0.1; done
+if [[ -n ${ACTIONS_RUNNER_HOOK_JOB_STARTED:-} ]]; then
+  if ! (set -a && . "$SIM_DIR/job.env" && exec bash -e "$ACTIONS_RUNNER_HOOK_JOB_STARTED"); then
+    record job-refused
+    echo "Job completed with result: Failed (the job-started hook exited non-zero)"
+    : >"$SIM_DIR/job-refused"
+    exit 1
+  fi
+  record job-accepted
+fi
+if [[ -f $SIM_DIR/job-steps.sh ]]; then
+  (set -a && . "$SIM_DIR/job.env" && exec bash "$SIM_DIR/job-steps.sh")
+  echo "Job completed with result: Succeeded"
+  exit 0
+fi
 mkdir -p _diag
 : >"_diag/Worker_$(date +%Y%m%d-%H%M%S)-utc.log"
 echo "Running job: Train"
@@ -240,6 +259,13 @@ def _real_aws_cli() -> str:
     return found.strip()
 
 
+def _write_job(sim_dir: Path, env: dict[str, str]) -> None:
+    """The job's GITHUB_* variables, as the stand-in runner hands them to the hook (sourced: shell-quoted)."""
+    text = "".join(f"{key}={shlex.quote(value)}\n" for key, value in env.items())
+    (sim_dir / "job.env.tmp").write_text(text)
+    (sim_dir / "job.env.tmp").replace(sim_dir / "job.env")
+
+
 @dataclass
 class Instance:
     """One simulated boot: the real user-data in a sandbox."""
@@ -251,6 +277,7 @@ class Instance:
     online_at: float | None = None
     runner_id: int | None = None
     powered_off_at: float | None = None
+    refusal_reported: bool = False
 
 
 @dataclass
@@ -266,6 +293,11 @@ class Simulator:
     shutdown_broken: bool = False
     idle_seconds: int = 60  # the bootstrap's idle watchdog (real default: idle_timeout_minutes)
     aws_credentials: tuple[str, str] = AWS_TEST_CREDENTIALS  # the instance profile's
+    # The GITHUB_* variables GitHub gives this run's train job (run_workflow fills them in).
+    train_job_env: dict[str, str] = field(default_factory=dict)
+    # Another workflow's job that names the runner's label: it takes the runner the moment it connects, as
+    # GitHub would hand a queued job to a new idle runner. (GITHUB_* variables, its steps' script.)
+    hijack_job: tuple[dict[str, str], str] | None = None
     instances: list[Instance] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -371,6 +403,20 @@ class Simulator:
             if instance.runner_id in self.github.runners:
                 self.github.set_status(instance.runner_id, "online")
                 instance.online_at = time.time()
+                if self.hijack_job is not None:
+                    self._hijack(instance, *self.hijack_job)
+        refused = instance.sim_dir / "job-refused"
+        if instance.runner_id is not None and refused.exists() and not instance.refusal_reported:
+            instance.refusal_reported = True
+            # The refused job is over: GitHub removes a just-in-time runner after its one job.
+            self.github.job_completed(instance.runner_id)
+
+    def _hijack(self, instance: Instance, env: dict[str, str], steps: str) -> None:
+        assert instance.runner_id is not None
+        self.github.set_status(instance.runner_id, "online", busy=True)
+        _write_job(instance.sim_dir, env)
+        (instance.sim_dir / "job-steps.sh").write_text(steps)
+        (instance.sim_dir / "job-started").touch()
 
     def _power_off(self, instance: Instance) -> None:
         """The instance left `running` in moto (its own shutdown, a teardown, the reaper, or a harness fault):
@@ -383,6 +429,7 @@ class Simulator:
         for instance in self.instances:
             if instance.runner_id is not None and instance.runner_id in self.github.runners:
                 self.github.set_status(instance.runner_id, "online", busy=True)
+            _write_job(instance.sim_dir, self.train_job_env)
             (instance.sim_dir / "job-started").touch()
 
     def job_finished(self, result: str) -> None:
@@ -554,10 +601,20 @@ def run_workflow(
         payload = {"ref": f"refs/heads/{branch}", "repository": repo_info, "inputs": inputs or {}}
     event.write_text(json.dumps(payload))
     uv_cache = subprocess.run([uv, "cache", "dir"], check=True, capture_output=True, text=True).stdout.strip()
-    label = f"gpu-runner-{run_id}-1"
+    # The label's random part is fixed here (GPU_RUNNER_LABEL_NONCE, test-only): act maps labels before the run.
+    nonce = hashlib.sha256(f"label-{run_id}".encode()).hexdigest()[:16]
+    label = f"gpu-runner-{run_id}-1-{nonce}"
+    workflow_ref = f"{repository}/.github/workflows/train.yml@refs/heads/{branch}"
+    if simulator:  # what GitHub gives this run's train job, and so its job-started hook
+        simulator.train_job_env = {
+            "GITHUB_REPOSITORY": repository, "GITHUB_RUN_ID": run_id, "GITHUB_RUN_ATTEMPT": "1",
+            "GITHUB_JOB": "train", "GITHUB_WORKFLOW_REF": workflow_ref, "GITHUB_EVENT_NAME": event_name,
+        }  # fmt: skip
     env_args = {
         "GITHUB_RUN_ID": run_id,
         "GITHUB_REPOSITORY": repository,
+        "GITHUB_WORKFLOW_REF": workflow_ref,
+        "GPU_RUNNER_LABEL_NONCE": nonce,
         "GITHUB_API_URL": github.url,
         "UV_OFFLINE": "1",
         "UV_CACHE_DIR": uv_cache,

@@ -168,6 +168,8 @@ class Scenario:
     allow_cpu: bool = True
     # Rewrites the story's copy of train.yml (host mode) before act runs it: what code in a job may do.
     workflow_edit: Callable[[str], str] | None = None
+    # Another workflow's job that takes the runner while the instance boots (Simulator.hijack_job).
+    hijack_job: tuple[dict[str, str], str] | None = None
 
 
 @dataclass
@@ -310,6 +312,7 @@ def run_story(stack: Stack, scenario: Scenario, scratch: Path, run_id: str) -> S
             stack.moto_endpoint, stack.region, github, scratch / "instances", run_id=run_id,
             runner_mode=scenario.runner_mode, shutdown_broken=scenario.shutdown_broken,
             idle_seconds=scenario.idle_seconds, aws_credentials=scenario.aws_credentials,
+            hijack_job=scenario.hijack_job,
         )  # fmt: skip
         story.simulator = simulator
         simulator.start()

@@ -111,6 +111,8 @@ def ctx() -> RunContext:
         run_attempt="1",
         branch="train/demo",
         commit="c0ffee" * 6 + "c0ff",
+        workflow_ref=f"{DEFAULT_REPOSITORY}/.github/workflows/train.yml@refs/heads/train/demo",
+        event_name="push",
     )
 
 
@@ -133,6 +135,8 @@ def cli_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, github_double: GitH
     for key, value in {
         "GITHUB_REPOSITORY": DEFAULT_REPOSITORY, "GITHUB_RUN_ID": "4321", "GITHUB_RUN_ATTEMPT": "2",
         "GITHUB_REF_NAME": "train/$(touch pwned)", "GITHUB_SHA": "f" * 40, "GITHUB_API_URL": github_double.url,
+        "GITHUB_WORKFLOW_REF": f"{DEFAULT_REPOSITORY}/.github/workflows/train.yml@refs/heads/train/x",
+        "GITHUB_EVENT_NAME": "push",
         "GPU_RUNNER_TOKEN": DEFAULT_TOKEN, "GITHUB_OUTPUT": str(tmp_path / "out"),
     }.items():  # fmt: skip
         monkeypatch.setenv(key, value)

@@ -29,8 +29,9 @@ from pathlib import Path
 
 import pytest
 
-from gpu_runner.bootstrap import MAX_USER_DATA_BYTES, render_user_data, template
+from gpu_runner.bootstrap import MAX_USER_DATA_BYTES, render_job_started_hook, render_user_data, template
 from gpu_runner.errors import SettingsError
+from gpu_runner.naming import RunContext
 from gpu_runner.settings import Settings
 
 # Unique per session, so a match can only come from a leak of this value.
@@ -38,6 +39,10 @@ JIT = f"GPURUNNERFAKEJIT{uuid.uuid4().hex}"
 REGION = "eu-west-1"
 PARAMETER = "/gpu-runner/demo/4242-1/jitconfig"
 RUNNER_NAME = "gpu-runner-4242-1"
+CTX = RunContext(
+    "octo-org/octo-repo", "4242", "1", "train/x", "a" * 40,
+    workflow_ref="octo-org/octo-repo/.github/workflows/train.yml@refs/heads/train/x", event_name="push",
+)  # fmt: skip
 LATEST = "2.331.0"
 PINNED = "2.330.0"
 MIRROR = "s3://runner-mirror/actions"
@@ -143,6 +148,19 @@ case ${GPU_RUNNER_STUB_MODE:-job} in
     code=0 ;;
   hang) sleep 600 ;;
   fail) code=1 ;;
+  hook)
+    # As actions/runner does (JobExtension.cs, JobHookProvider.cs): the job-started hook, `bash -e <file>` with
+    # the job's GITHUB_* variables, before any step; a non-zero exit fails the job and no step runs.
+    if (set -a && . "$STUB_DIR/job.env" && exec bash -e "$ACTIONS_RUNNER_HOOK_JOB_STARTED"); then
+      mkdir -p _diag
+      : >_diag/Worker_20240501-120000-utc.log
+      record job-step ran
+      code=0
+    else
+      record job-refused
+      sleep "${STUB_AFTER_REFUSAL_SECONDS:-0}"
+      code=1
+    fi ;;
 esac
 record run.sh-exit "$code"
 exit "$code"
@@ -279,6 +297,7 @@ def render(settings: Settings, root: Path, **overrides: object) -> str:
         "parameter_name": PARAMETER,
         "runner_name": RUNNER_NAME,
         "expires_at": int(time.time()) + settings.max_runtime_minutes * 60,
+        "job_started_hook": render_job_started_hook(CTX),
         "root": str(root),
     }
     kwargs.update(overrides)
@@ -443,6 +462,52 @@ def test_job_runs_then_the_instance_shuts_down_at_once(sandbox: Sandbox) -> None
     assert result.log_file.splitlines() and all(LOG_LINE.fullmatch(x) for x in result.log_file.splitlines())
     assert "lifetime: shutdown scheduled in 180 min" in result.stdout
     assert_secret_kept(result)
+
+
+def write_job(box: Sandbox, **changes: str) -> None:
+    """The job the stub runner takes: this run's train job (CTX), with `changes`."""
+    job = {
+        "GITHUB_REPOSITORY": CTX.repository, "GITHUB_RUN_ID": CTX.run_id, "GITHUB_RUN_ATTEMPT": CTX.run_attempt,
+        "GITHUB_JOB": "train", "GITHUB_WORKFLOW_REF": CTX.workflow_ref, "GITHUB_EVENT_NAME": "push", **changes,
+    }  # fmt: skip
+    text = "".join(f"{key}={shlex.quote(value)}\n" for key, value in job.items())
+    (box.stub_dir / "job.env").write_text(text, encoding="utf-8")
+
+
+def test_the_runner_gets_the_hook_and_this_runs_train_job_passes(sandbox: Sandbox) -> None:
+    write_job(sandbox)
+    result = run_bootstrap(sandbox, mode="hook")
+    assert result.returncode == 0, result.dump()
+    assert result.count("job-step") == 1 and result.count("job-refused") == 0, result.dump()
+    hook = sandbox.root / "hooks" / "job-started.sh"
+    assert hook.read_text(encoding="utf-8") == render_job_started_hook(CTX) + "\n"
+    # Root's file in root's folder: the runner's user (the job) can read it, not change it.
+    assert hook.stat().st_mode & 0o777 == 0o644
+    assert (sandbox.root / "hooks").stat().st_mode & 0o777 == 0o755
+    assert result.find("chown", "runner: ").args == f"runner: {sandbox.root}/refusals"
+    assert "hook: job-started hook installed" in result.log_file
+    assert "REFUSED" not in result.log_file
+    assert_shuts_down_now(result)
+
+
+def test_refused_job_halts_the_instance_and_runs_no_step(sandbox: Sandbox) -> None:
+    # Another workflow's job named the label; its runner then hangs instead of exiting: the boot script's own
+    # watch must halt the instance, not the runner's exit.
+    write_job(
+        sandbox, GITHUB_RUN_ID="9999", GITHUB_WORKFLOW_REF="octo-org/octo-repo/.github/workflows/x.yml@r"
+    )
+    result = run_bootstrap(
+        sandbox, mode="hook", until=shutdown_now_called, env={"STUB_AFTER_REFUSAL_SECONDS": "60"}
+    )
+    assert result.count("job-refused") == 1 and result.count("job-step") == 0, result.dump()
+    assert result.count("run.sh-exit") == 0, result.dump()
+    assert result.index("job-refused") < result.index("shutdown", "-h now")
+    assert (
+        "hook: REFUSED a job (runner was taken): GITHUB_RUN_ID is '9999', expected '4242'" in result.log_file
+    )
+    assert "the job-started hook refused a job that is not this run's train job; shutting down now" in (
+        result.log_file
+    )
 
 
 def test_boot_script_records_the_phase_timeline(sandbox: Sandbox) -> None:

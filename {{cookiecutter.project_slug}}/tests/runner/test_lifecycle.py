@@ -55,14 +55,18 @@ def outputs(tmp_path, monkeypatch: pytest.MonkeyPatch):
     return read
 
 
-def test_launch_registers_stores_and_launches(settings, ctx, aws, github, github_double, outputs) -> None:
+def test_launch_registers_stores_and_launches(
+    settings, ctx, aws, github, github_double, outputs, capsys
+) -> None:
     logs: list[str] = []
     outcome = lifecycle.launch(settings, ctx, aws, github, log=logs.append)
 
-    assert outcome.runner_name == outcome.label == "gpu-runner-777-1"
+    assert outcome.runner_name == "gpu-runner-777-1"
+    # The label: the run key plus 64 random bits, so it cannot be derived from the public run id.
+    assert re.fullmatch(r"gpu-runner-777-1-[0-9a-f]{16}", outcome.label), outcome.label
     (jit_call,) = [c for c in github_double.calls if c.path.endswith("/generate-jitconfig")]
     assert jit_call.body["name"] == "gpu-runner-777-1"
-    assert jit_call.body["labels"] == ["gpu-runner-777-1"]
+    assert jit_call.body["labels"] == [outcome.label]
 
     parameter = aws.client("ssm", REGION).get_parameter(Name=outcome.parameter, WithDecryption=True)[
         "Parameter"
@@ -77,7 +81,9 @@ def test_launch_registers_stores_and_launches(settings, ctx, aws, github, github
     assert tags[naming.MANAGED_BY_KEY] == "gpu-runner"
     assert tags[naming.TAG_RUN_ID] == "777" and tags[naming.TAG_RUN_ATTEMPT] == "1"
     assert tags[naming.TAG_BRANCH] == "train/demo"
-    assert tags[naming.TAG_LABEL] == "gpu-runner-777-1"
+    # The label is printed nowhere and stored nowhere in AWS: only the start job's outputs carry it.
+    assert naming.TAG_LABEL not in tags
+    assert all(outcome.label not in value for value in tags.values())
     assert tags[naming.TAG_RUNNER_ID] == str(outcome.runner_id)
     assert tags[naming.TAG_EXPIRES_AT].endswith("Z")
     user_data = aws.client("ec2", REGION).describe_instance_attribute(
@@ -86,12 +92,17 @@ def test_launch_registers_stores_and_launches(settings, ctx, aws, github, github
     script = base64.b64decode(user_data).decode()
     assert outcome.parameter in script
     assert secret not in script
-    assert all(secret not in line for line in logs)
+    assert outcome.label not in script
+    assert all(secret not in line and outcome.label not in line for line in logs)
+    # Nor in what it prints (the start job's log: write_outputs echoes outputs): the e2e hijack story found it.
+    printed = capsys.readouterr().out
+    assert outcome.label not in printed and outcome.parameter not in printed
+    assert "label=(set, not printed)" in printed
 
     assert outputs() == {
         "runner-id": str(outcome.runner_id),
         "runner-name": "gpu-runner-777-1",
-        "label": "gpu-runner-777-1",
+        "label": outcome.label,
         "parameter": outcome.parameter,
         "instance-id": instance["InstanceId"],
         "region": REGION,
@@ -345,6 +356,36 @@ def test_wait_fails_fast_when_the_instance_dies(settings, ctx, aws, github, gith
     outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
     aws.client("ec2", REGION).terminate_instances(InstanceIds=[outcome.launched.instance_id])
     with pytest.raises(RunnerError, match="before its runner came online"):
+        lifecycle.wait(
+            settings, aws, github, region=REGION, instance_id=outcome.launched.instance_id,
+            runner_id=outcome.runner_id, timeout_seconds=60, log=lambda _: None,
+        )  # fmt: skip
+
+
+def test_wait_says_the_runner_was_taken_when_another_job_holds_it(settings, ctx, aws, github, github_double):
+    """Another workflow named the label while the instance booted: the runner is busy before this run's train job
+    can even be queued (it needs this start job)."""
+    outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
+    github_double.set_status(outcome.runner_id, "online", busy=True)
+    with pytest.raises(
+        RunnerError, match=r"^runner was taken: .*busy with a job while this start job still waits"
+    ):
+        lifecycle.wait(
+            settings, aws, github, region=REGION, instance_id=outcome.launched.instance_id,
+            runner_id=outcome.runner_id, timeout_seconds=60, log=lambda _: None,
+        )  # fmt: skip
+
+
+def test_wait_says_the_runner_was_taken_when_its_registration_went_with_the_instance(
+    settings, ctx, aws, github, github_double
+) -> None:
+    """The refused job ended (GitHub removes a JIT runner after its one job) and the hook halted the instance."""
+    outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
+    github_double.job_completed(outcome.runner_id)
+    aws.client("ec2", REGION).terminate_instances(InstanceIds=[outcome.launched.instance_id])
+    with pytest.raises(
+        RunnerError, match=r"^runner was taken: .*registration is gone before this run used it"
+    ):
         lifecycle.wait(
             settings, aws, github, region=REGION, instance_id=outcome.launched.instance_id,
             runner_id=outcome.runner_id, timeout_seconds=60, log=lambda _: None,

@@ -11,6 +11,7 @@ import re
 import shlex
 from importlib import resources
 
+from . import naming
 from .errors import SettingsError
 from .settings import Settings
 
@@ -21,9 +22,58 @@ DEFAULT_ROOT = "/opt/gpu-runner"
 _PLACEHOLDER = re.compile(r"@@([A-Z0-9_]+)@@")
 
 
-def template() -> str:
-    """The unrendered script, shipped inside the package (and so inside the wheel)."""
-    return resources.files(__package__).joinpath("bootstrap.sh").read_text(encoding="utf-8")
+def template(name: str = "bootstrap.sh") -> str:
+    """An unrendered script (bootstrap.sh, job_started_hook.sh), shipped inside the package (and the wheel)."""
+    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+
+
+def _fill(text: str, values: dict[str, str], what: str) -> str:
+    found = _PLACEHOLDER.findall(text)
+    # Each placeholder sits once, alone on the right of an assignment: the only place quoted data is inert.
+    if sorted(found) != sorted(values):
+        raise RuntimeError(f"{what} placeholders {sorted(found)} do not match {sorted(values)}")
+    return _PLACEHOLDER.sub(lambda match: shlex.quote(values[match.group(1)]), text)
+
+
+def render_job_started_hook(ctx: naming.RunContext) -> str:
+    """The runner's job-started hook: accepts only this run's train job (repository, run id, attempt, job id,
+    workflow file and ref, event), as the launching start job saw them. Refuses to render a hook that could not
+    tell the right job from another (an empty value would be compared against nothing)."""
+    values = {
+        "REPOSITORY": ctx.repository,
+        "RUN_ID": ctx.run_id,
+        "RUN_ATTEMPT": ctx.run_attempt,
+        "JOB": naming.TRAIN_JOB,
+        "WORKFLOW_REF": ctx.workflow_ref,
+        "EVENTS": " ".join(naming.TRAIN_EVENTS),
+    }
+    env_names = {
+        "REPOSITORY": "GITHUB_REPOSITORY",
+        "RUN_ID": "GITHUB_RUN_ID",
+        "RUN_ATTEMPT": "GITHUB_RUN_ATTEMPT",
+        "WORKFLOW_REF": "GITHUB_WORKFLOW_REF",
+    }
+    for key, env_name in env_names.items():
+        if not values[key].strip():
+            raise SettingsError(
+                f"{env_name} is empty: the runner's job-started hook needs it to accept only this run's train "
+                "job (GitHub Actions sets it in every job; run `gpu-runner launch` from train.yml's start job)"
+            )
+    if ctx.event_name not in naming.TRAIN_EVENTS:
+        raise SettingsError(
+            f"GITHUB_EVENT_NAME is {ctx.event_name!r}: a GPU runner is launched only for "
+            f"{' or '.join(naming.TRAIN_EVENTS)} (train.yml's triggers)"
+        )
+    return _fill(_without_comments(template("job_started_hook.sh")), values, "job_started_hook.sh")
+
+
+def _without_comments(script: str) -> str:
+    """The script minus its comment-only lines (the shebang stays): it rides inside the user-data, whose 16 KB
+    EC2 counts; the commented original ships in the package."""
+    first, _, rest = script.partition("\n")
+    return (
+        "\n".join([first, *(line for line in rest.splitlines() if not line.lstrip().startswith("#"))]) + "\n"
+    )
 
 
 def render_user_data(
@@ -33,11 +83,13 @@ def render_user_data(
     parameter_name: str,
     runner_name: str,
     expires_at: int,
+    job_started_hook: str,
     root: str = DEFAULT_ROOT,
 ) -> str:
     """The user-data script of one runner instance.
 
     `expires_at` (epoch seconds) caps the on-instance max lifetime so it never outlives the launcher's tag;
+    `job_started_hook` is render_job_started_hook()'s script, which the boot script installs for the runner;
     `root` is where the runner and the boot log live (tests point it into a sandbox).
     """
     for name, number in (
@@ -63,13 +115,9 @@ def render_user_data(
         "RUNNER_VERSION": settings.runner_version,
         "RUNNER_SHA256": settings.runner_sha256,
         "RUNNER_MIRROR": settings.runner_mirror,
+        "JOB_STARTED_HOOK": job_started_hook,
     }
-    text = template()
-    found = _PLACEHOLDER.findall(text)
-    # Each placeholder sits once, alone on the right of an assignment: the only place quoted data is inert.
-    if sorted(found) != sorted(values):
-        raise RuntimeError(f"bootstrap.sh placeholders {sorted(found)} do not match {sorted(values)}")
-    rendered = _PLACEHOLDER.sub(lambda match: shlex.quote(values[match.group(1)]), text)
+    rendered = _fill(template(), values, "bootstrap.sh")
     size = len(rendered.encode("utf-8"))
     if size > MAX_USER_DATA_BYTES:
         raise SettingsError(

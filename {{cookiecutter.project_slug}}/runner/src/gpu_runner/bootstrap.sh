@@ -17,6 +17,11 @@ readonly RUNNER_USER=@@RUNNER_USER@@
 readonly RUNNER_VERSION=@@RUNNER_VERSION@@
 readonly RUNNER_SHA256=@@RUNNER_SHA256@@
 readonly RUNNER_MIRROR=@@RUNNER_MIRROR@@
+# The job-started hook (job_started_hook.sh, rendered with this run's repository, run id, attempt, workflow and
+# event): the runner runs it before any step of any job it takes; it refuses every job but this run's train job.
+# The value is a script kept as data (single-quoted): its `$` must not expand here.
+# shellcheck disable=SC2016
+readonly JOB_STARTED_HOOK=@@JOB_STARTED_HOOK@@
 
 # Test-only knobs, never set on an instance: the test suite cannot wait minutes for the watchdog or retries.
 readonly POLL_SECONDS=${GPU_RUNNER_WATCHDOG_POLL_SECONDS:-15}
@@ -28,6 +33,9 @@ readonly LOG_FILE=$ROOT/bootstrap.log
 # The phase timeline: NAME=EPOCH lines, hard-linked into the runner's work folder before the runner starts. The
 # train job reads them there (a container job sees that folder as /__w) and hands them to the stop job.
 readonly TIMELINE=$ROOT/timeline.env
+# Where job_started_hook.sh expects itself and its refusal file (it derives the second from its own path).
+readonly HOOK_FILE=$ROOT/hooks/job-started.sh
+readonly REFUSAL_FILE=$ROOT/refusals/refused
 mkdir -p "$ROOT"
 
 # 1. stdout reaches the instance console (cloud-init), which `gpu-runner wait` prints on timeout.
@@ -44,6 +52,7 @@ mark boot
 
 shutdown_requested=false
 watchdog_pid=""
+refusal_watch_pid=""
 # InstanceInitiatedShutdownBehavior=terminate: halting terminates the instance and stops the GPU bill.
 halt_now() {
   if [[ $shutdown_requested == false ]]; then
@@ -55,6 +64,7 @@ halt_now() {
 on_exit() {
   local code=$?
   if [[ -n $watchdog_pid ]]; then kill "$watchdog_pid" 2>/dev/null || true; fi
+  if [[ -n $refusal_watch_pid ]]; then kill "$refusal_watch_pid" 2>/dev/null || true; fi
   halt_now "bootstrap exiting with code $code"
 }
 # Installed before anything can fail, so every error below still ends in a shutdown.
@@ -189,6 +199,17 @@ mkdir -p "$RUNNER_DIR/_work/_gpu_runner"
 ln -f "$TIMELINE" "$RUNNER_DIR/_work/_gpu_runner/timeline.env"
 chown -R "$RUNNER_USER:" "$RUNNER_DIR"
 
+# 5b. The job-started hook, outside the runner's folder (GitHub: "not in the actions-runner application
+# directory") and owned by root, so neither the runner's user nor a job can change it. Only its refusal folder
+# belongs to the runner's user: the hook runs as that user.
+mkdir -p "$ROOT/hooks" "$ROOT/refusals"
+printf '%s\n' "$JOB_STARTED_HOOK" >"$HOOK_FILE"
+chmod 0755 "$ROOT/hooks"
+chmod 0644 "$HOOK_FILE"
+chown "$RUNNER_USER:" "$ROOT/refusals"
+chmod 0700 "$ROOT/refusals"
+log hook "job-started hook installed: only this run's train job may use this runner"
+
 # 6. One-time JIT config. Boot-time credentials can lag a few seconds, and `launch` writes the parameter (tagged
 # with this instance's ARN, the only one whose role may read it) just after RunInstances: hence the retries.
 jit=""
@@ -235,6 +256,17 @@ watchdog() {
 watchdog &
 watchdog_pid=$!
 
+# 7b. A refused job (someone else's workflow took the runner): halt at once. The hook has already failed that
+# job before its first step; halting also ends whatever the runner might still do and the GPU bill.
+refusal_watch() {
+  until [[ -e $REFUSAL_FILE ]]; do sleep 1; done
+  # What the refused job claimed to be: printable characters only, it is another workflow's data.
+  log hook "REFUSED a job (runner was taken): $(head -c 300 "$REFUSAL_FILE" | tr -cd '[:print:]')"
+  halt_now "the job-started hook refused a job that is not this run's train job"
+}
+refusal_watch &
+refusal_watch_pid=$!
+
 # 8. runuser, not sudo: sudo logs the command line to the auth log. The config goes in the environment, never in
 # argv: any local user can read every process's /proc/<pid>/cmdline, /proc/<pid>/environ only its owner and root.
 # The runner reads ACTIONS_RUNNER_INPUT_<ARG> as <ARG>, registers it with its secret masker and removes it from
@@ -248,6 +280,9 @@ prefix_output() {
   while IFS= read -r line; do log runner "$line"; done
 }
 cd "$RUNNER_DIR"
+# The runner reads the hook's path from its environment (JobExtension.cs: ACTIONS_RUNNER_HOOK_JOB_STARTED);
+# runuser keeps the environment but HOME, SHELL, USER and LOGNAME.
+export ACTIONS_RUNNER_HOOK_JOB_STARTED=$HOOK_FILE
 ACTIONS_RUNNER_INPUT_JITCONFIG=$jit runuser -u "$RUNNER_USER" -- ./run.sh > >(prefix_output) 2>&1 &
 runner_pid=$!
 unset jit

@@ -141,7 +141,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     github = GitHubRunners.from_env(ctx.repository)
     if args.command == "launch":
         _check_dispatch_inputs(args, settings)
-        lifecycle.launch(settings, ctx, aws, github, use_spot=args.spot)
+        # GPU_RUNNER_LABEL_NONCE: test-only (act needs the label before the run starts). Only whoever writes the
+        # start job's environment could set it, and that one controls the launch anyway.
+        nonce = os.environ.get("GPU_RUNNER_LABEL_NONCE") or None
+        lifecycle.launch(settings, ctx, aws, github, use_spot=args.spot, label_nonce=nonce)
     elif args.command == "wait":
         lifecycle.wait(
             settings, aws, github, region=values.region(args.region), instance_id=values.instance_id(args.instance_id),

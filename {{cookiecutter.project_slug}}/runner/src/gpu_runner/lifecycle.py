@@ -23,7 +23,7 @@ from botocore.exceptions import ClientError
 
 from . import cost, ec2, naming, offerings, parameters, timeline
 from .aws import Aws
-from .bootstrap import render_user_data
+from .bootstrap import render_job_started_hook, render_user_data
 from .errors import LaunchBlockedError, RegistrationTimeout, RunnerError
 from .github import GitHubRunners, Runner
 from .mlflow_rest import MlflowRest
@@ -51,7 +51,8 @@ class LaunchOutcome:
 def instance_tags(
     settings: Settings, ctx: naming.RunContext, *, runner_id: int, expires_at: datetime
 ) -> dict[str, str]:
-    label = naming.runner_label(ctx)
+    # No label tag: the label's nonce stays out of AWS (DescribeInstances is open to more principals than the
+    # start job's outputs); the reaper pairs instance and runner through the Name (the run key).
     raw = {
         "Name": naming.runner_name(ctx),
         naming.MANAGED_BY_KEY: naming.MANAGED_BY_VALUE,
@@ -61,7 +62,6 @@ def instance_tags(
         naming.TAG_RUN_ATTEMPT: ctx.run_attempt,
         naming.TAG_BRANCH: ctx.branch,
         naming.TAG_COMMIT: ctx.commit,
-        naming.TAG_LABEL: label,
         naming.TAG_RUNNER_ID: str(runner_id),
         naming.TAG_EXPIRES_AT: expires_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
@@ -76,9 +76,14 @@ def launch(
     *,
     use_spot: bool | None = None,
     now: datetime | None = None,
+    label_nonce: str | None = None,
     log: Log = print,
 ) -> LaunchOutcome:
+    """Register the JIT runner, store its config and launch the instance. `label_nonce` is for the offline
+    tests only (act maps the runner label before the run starts); otherwise a new random one."""
     region = settings.region
+    # Before anything exists: the hook needs this run's identity (a missing GITHUB_WORKFLOW_REF fails here).
+    hook = render_job_started_hook(ctx)
     ec2_client, ssm = aws.client("ec2", region), aws.client("ssm", region)
     now = now or datetime.now(UTC)
     ami_id, root_device = ec2.resolve_ami(
@@ -95,17 +100,20 @@ def launch(
         )
     except ClientError as error:  # an unknown subnet, a missing permission: the same hints as RunInstances
         raise LaunchBlockedError(ec2.explain(error, region)) from None
-    name, label = naming.runner_name(ctx), naming.runner_label(ctx)
+    name = naming.runner_name(ctx)
+    label = naming.runner_label(ctx, label_nonce or naming.label_nonce())
     parameter = naming.parameter_name(settings.ssm_prefix, ctx)
     expires_at = now + timedelta(minutes=settings.max_runtime_minutes) + EXPIRY_MARGIN
 
     jit = github.create_jit_config(name, [label])
     runner_id = jit.runner.id
-    log(f"registered just-in-time runner {name} (id {runner_id}, label {label})")
+    # Not the label: it is the one thing another workflow would need to queue a job for this runner.
+    log(f"registered just-in-time runner {name} (id {runner_id})")
     launched: ec2.Launched | None = None
     try:
         write_outputs(
-            {"runner-id": str(runner_id), "runner-name": name, "label": label, "parameter": parameter}
+            {"runner-id": str(runner_id), "runner-name": name, "label": label, "parameter": parameter},
+            unprinted=("label", "parameter"),
         )
         tags = instance_tags(settings, ctx, runner_id=runner_id, expires_at=expires_at)
         spec = ec2.LaunchSpec(
@@ -118,6 +126,7 @@ def launch(
                 parameter_name=parameter,
                 runner_name=name,
                 expires_at=int(expires_at.timestamp()),
+                job_started_hook=hook,
             ),
             tags=tags,
             security_group_ids=settings.security_group_ids,
@@ -204,6 +213,8 @@ def _undo_launch(
 # token 5,000 requests per hour ("Rate limits for the REST API", docs.github.com, read 2026-12-01); one wait
 # costs at most wait_timeout_seconds / 3 + 1 requests (201 with the default 600 s), 4% of that budget.
 POLL_INTERVAL_SECONDS = 3.0
+# The boot script's console line when the job-started hook refused a job (bootstrap.sh, refusal_watch).
+RUNNER_TAKEN_MARK = "REFUSED a job (runner was taken)"
 _DEAD_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped", "gone"})
 
 
@@ -246,6 +257,11 @@ def wait(
             if instance["State"]["Name"] == "running":
                 runner = github.get_runner(runner_id)
                 status = f"runner {runner.status}" if runner else "runner not registered (deleted?)"
+                if runner is not None and runner.busy:
+                    # This run's train job cannot hold it yet (it needs this start job): another job does.
+                    raise RunnerError(
+                        _taken(runner_id, "it is busy with a job while this start job still waits")
+                    )
                 if runner is not None and runner.status == "online":
                     return _online(runner, instance, elapsed, log)
             if status != seen:  # one line per change, not one per poll
@@ -259,11 +275,31 @@ def wait(
                     "may have failed."
                 )
             sleep(min(POLL_INTERVAL_SECONDS, remaining))
-    except (RegistrationTimeout, RunnerError):
+    except (RegistrationTimeout, RunnerError) as error:
+        console = ec2.console_output(ec2_client, instance_id)
         log(f"--- console output of {instance_id} ---")
-        log(ec2.console_output(ec2_client, instance_id) or "(empty: the instance has not written any yet)")
+        log(console or "(empty: the instance has not written any yet)")
         log("--- end of console output ---")
+        if RUNNER_TAKEN_MARK in console:
+            raise RunnerError(_taken(runner_id, "the instance's job-started hook refused a job")) from None
+        # After a timeout the last poll already answered; after the instance died, ask once.
+        if (
+            seen == "runner not registered (deleted?)"
+            if isinstance(error, RegistrationTimeout)
+            else github.get_runner(runner_id) is None
+        ):
+            # A just-in-time runner is removed by GitHub after its one job; this run never deleted it.
+            raise RunnerError(_taken(runner_id, "its registration is gone before this run used it")) from None
         raise
+
+
+def _taken(runner_id: int, evidence: str) -> str:
+    return (
+        f"runner was taken: another workflow's job reached runner {runner_id} before this run's train job "
+        f"({evidence}). The job-started hook fails any such job before its first step and halts the instance; "
+        "the stop job removes the rest. Check the repository's workflow runs for the job that named this "
+        "run's label (public repositories: require approval for all outside contributors), then push again."
+    )
 
 
 def _alive(ec2_client: Any, instance_id: str) -> dict[str, Any]:

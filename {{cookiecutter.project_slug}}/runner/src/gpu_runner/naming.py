@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -21,6 +22,13 @@ TAG_RUN_ATTEMPT = "gpu-runner:run-attempt"
 TAG_BRANCH = "gpu-runner:branch"
 TAG_COMMIT = "gpu-runner:commit"
 TAG_LABEL = "gpu-runner:label"
+# The only job the runner accepts (train.yml's job key); the job-started hook checks GITHUB_JOB against it.
+TRAIN_JOB = "train"
+# Events that may start a training (train.yml's triggers); anything else reaching the runner is refused.
+TRAIN_EVENTS = ("push", "workflow_dispatch")
+# 64 random bits in the label: the run id is public once the run is queued, the label must not be derivable
+# from it (issue 13, item 1). `secrets`, not `random`: the value has to be unpredictable, not just spread out.
+LABEL_NONCE_BYTES = 8
 TAG_EXPIRES_AT = "gpu-runner:expires-at"
 TAG_RUNNER_ID = "gpu-runner:runner-id"
 # On the JIT config parameter only: the ARN of the one instance whose role may read and delete it (the runner
@@ -41,6 +49,10 @@ class RunContext:
     run_attempt: str
     branch: str
     commit: str
+    # GITHUB_WORKFLOW_REF ("owner/repo/.github/workflows/train.yml@refs/heads/<branch>") and GITHUB_EVENT_NAME
+    # of the launching run: the runner's job-started hook accepts only a job with the same values.
+    workflow_ref: str = ""
+    event_name: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> RunContext:
@@ -51,6 +63,8 @@ class RunContext:
             run_attempt=env.get("GITHUB_RUN_ATTEMPT", "1"),
             branch=env.get("GITHUB_REF_NAME", ""),
             commit=env.get("GITHUB_SHA", ""),
+            workflow_ref=env.get("GITHUB_WORKFLOW_REF", ""),
+            event_name=env.get("GITHUB_EVENT_NAME", ""),
         )
 
     @property
@@ -68,12 +82,21 @@ def run_key(ctx: RunContext) -> str:
 
 
 def runner_name(ctx: RunContext) -> str:
-    """Unique per run and attempt; also the runner's only custom label, so no other job can land on it."""
+    """Unique per run and attempt (the reaper pairs it with the parameter through the run key)."""
     return f"{NAME_PREFIX}{run_key(ctx)}"
 
 
-def runner_label(ctx: RunContext) -> str:
-    return runner_name(ctx)
+def label_nonce() -> str:
+    """The label's unguessable part, new for every launch."""
+    return secrets.token_hex(LABEL_NONCE_BYTES)
+
+
+def runner_label(ctx: RunContext, nonce: str) -> str:
+    """The runner's only custom label: the run key plus a nonce known only to the start job's outputs, so no
+    other workflow can name it while the instance boots (the job-started hook refuses whatever gets through)."""
+    if not re.fullmatch(r"[0-9a-f]{16,64}", nonce):
+        raise ValueError("label nonce: 16 to 64 lowercase hex digits (naming.label_nonce())")
+    return f"{runner_name(ctx)}-{nonce}"
 
 
 def parameter_name(prefix: str, ctx: RunContext) -> str:

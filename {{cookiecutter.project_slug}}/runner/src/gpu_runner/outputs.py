@@ -8,15 +8,19 @@ half-way.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 
-def write_outputs(values: Mapping[str, str], env: Mapping[str, str] | None = None) -> None:
+def write_outputs(
+    values: Mapping[str, str], env: Mapping[str, str] | None = None, *, unprinted: Collection[str] = ()
+) -> None:
+    """Append to $GITHUB_OUTPUT and echo to the log, except the values of `unprinted` keys: a job output is
+    visible in a log only when something prints it (the runner's label must not be: issue 13, item 1)."""
     env = os.environ if env is None else env
     for key, value in values.items():
         if "\n" in value or "\n" in key:
             raise ValueError(f"output {key!r} must be a single line")
-        print(f"{key}={value}")
+        print(f"{key}=(set, not printed)" if key in unprinted else f"{key}={value}")
     path = env.get("GITHUB_OUTPUT")
     if path:
         with open(path, "a", encoding="utf-8") as handle:

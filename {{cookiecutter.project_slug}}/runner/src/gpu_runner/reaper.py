@@ -185,7 +185,7 @@ def reap(
                 continue
             reason = _why_orphaned(github, instance, tags, now, limits, report, log)
             if reason is None:
-                live_run_keys.add(naming.run_key_of_runner(tags.get(naming.TAG_LABEL, "")) or "")
+                live_run_keys.add(naming.run_key_of_runner(tags.get("Name", "")) or "")
                 report.kept.append(instance_id)
                 continue
             try:
