@@ -159,7 +159,10 @@ def _bootstrap(args: argparse.Namespace, settings: Settings, aws: Aws) -> None:
         oidc_provider_arn=args.oidc_provider_arn, vpc_id=args.vpc_id,
         checkpoint_retention_days=args.checkpoint_retention_days,
     )  # fmt: skip
-    infra.bootstrap(settings, aws.client("cloudformation", settings.region), inputs, template=args.template)
+    infra.bootstrap(
+        settings, aws.client("cloudformation", settings.region), inputs, template=args.template,
+        ec2=aws.client("ec2", settings.region),
+    )  # fmt: skip
 
 
 def _doctor(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,15 @@ class StackInputs:
             problems.append("--checkpoint-retention-days: must be at least 1")
         if problems:
             raise BootstrapError("invalid bootstrap input:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+def default_vpc(ec2: Any, region: str) -> str:
+    """The region's default VPC: the train role may launch only into the stack's VPC, so the stack must name it
+    (an instance without a subnet goes to a default subnet of the default VPC, EC2 API Reference, RunInstances)."""
+    vpcs = ec2.describe_vpcs(Filters=[{"Name": "is-default", "Values": ["true"]}]).get("Vpcs", [])
+    if not vpcs:
+        raise BootstrapError(f"--vpc-id: {region} has no default VPC; pass the VPC of your runner subnets")
+    return str(vpcs[0]["VpcId"])
 
 
 def stack_name(settings: Settings) -> str:
@@ -211,6 +220,7 @@ def bootstrap(
     template: Path = DEFAULT_TEMPLATE,
     delay_seconds: int = 10,
     log: Log = print,
+    ec2: Any = None,
 ) -> dict[str, str]:
     try:
         body = template.read_text(encoding="utf-8")
@@ -218,6 +228,8 @@ def bootstrap(
         raise BootstrapError(
             f"--template: {template} not found (run from the project root, or pass --template)"
         ) from None
+    if not inputs.vpc_id and ec2 is not None:  # the train role's network scope names the VPC
+        inputs = replace(inputs, vpc_id=default_vpc(ec2, settings.region))
     name = stack_name(settings)
     outputs = deploy(
         cfn, name, body, stack_parameters(settings, inputs), delay_seconds=delay_seconds, log=log
