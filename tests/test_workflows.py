@@ -92,6 +92,7 @@ TIMELINE_PHASES = ("boot", "image-ready", "runner-started", "job-started")
 # Enterprise Server do not understand; `./` is equivalent after actions/checkout.
 EXPECTED_ZIZMOR_IGNORES = {
     ".github/workflows/ci.yml": ["self-repository"] * 2,
+    ".github/workflows/promote.yml": ["self-repository"],
     ".github/workflows/reap.yml": ["self-repository"],
     ".github/workflows/train.yml": ["self-repository"] * 3,
 }
@@ -920,6 +921,8 @@ def test_setup_action_meaning(baked: Path, tmp_path: Path) -> None:
     check_step, uv_step, sync_step = action["runs"]["steps"]
     assert uv_step["uses"].startswith("astral-sh/setup-uv@")
     assert uv_step["with"] == {
+        # Pinned (issue 13, item 8): without it setup-uv installs the latest uv release at every run.
+        "version": "0.13.9",
         "enable-cache": "${{ inputs.enable-cache }}",
         "python-version": "${{ inputs.python-version }}",
         "cache-dependency-glob": "uv.lock",

@@ -10,7 +10,7 @@ import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
-from {{ cookiecutter.package_name }} import registry, tracking
+from {{ cookiecutter.package_name }} import cli, registry, tracking
 from {{ cookiecutter.package_name }}.config import (
     HEADLINE_METRICS,
     ConfigError,
@@ -69,18 +69,29 @@ def finished_run(client: MlflowClient, experiment_id: str, metrics: dict[str, fl
     return run_id, model.model_id
 
 
-def train_and_decide(
-    client: MlflowClient, experiment_id: str, cfg: RegistryConfig, value: float
-) -> registry.Decision:
-    run_id, model_id = finished_run(client, experiment_id, {cfg.metric: value})
-    decision = registry.decide(client, cfg, run_id, model_id, {cfg.metric: value})
-    registry.log_decision(client, run_id, decision)
-    return decision
-
-
 def alias_version(client: MlflowClient, cfg: RegistryConfig) -> str:
     # str(): MLflow's own entity says int for the local store and str behind REST.
     return str(client.get_model_version_by_alias(cfg.model_name, cfg.alias).version)
+
+
+def holder_version(client: MlflowClient, cfg: RegistryConfig) -> str | None:
+    holder = registry.alias_holder(client, cfg.model_name, cfg.alias)
+    return None if holder is None else str(holder.version)
+
+
+def train_and_decide(
+    client: MlflowClient, experiment_id: str, cfg: RegistryConfig, value: float
+) -> registry.Decision:
+    """A training (registers its version, proposes it) and then the promote workflow (moves the alias if it wins)."""
+    run_id, model_id = finished_run(client, experiment_id, {cfg.metric: value})
+    before = holder_version(client, cfg)
+    proposed = registry.decide(client, cfg, run_id, model_id, {cfg.metric: value})
+    registry.log_decision(client, run_id, proposed)
+    assert proposed.outcome in ("candidate", "kept"), proposed
+    assert holder_version(client, cfg) == before, "a training moved the alias"
+    decision = registry.promote(client, cfg, run_id)
+    registry.log_decision(client, run_id, decision)
+    return decision
 
 
 # ---------------------------------------------------------------------- decisions on real runs and versions
@@ -112,7 +123,10 @@ def test_the_decision_and_both_values_are_logged(client: MlflowClient, experimen
     cfg = registry_cfg()
     train_and_decide(client, experiment_id, cfg, 0.80)
     run_id, model_id = finished_run(client, experiment_id, {"test_accuracy": 0.85})
-    decision = registry.decide(client, cfg, run_id, model_id, {"test_accuracy": 0.85})
+    registry.log_decision(
+        client, run_id, registry.decide(client, cfg, run_id, model_id, {"test_accuracy": 0.85})
+    )
+    decision = registry.promote(client, cfg, run_id)
     registry.log_decision(client, run_id, decision)
 
     run = client.get_run(run_id)
@@ -150,8 +164,38 @@ def test_a_finish_repeated_by_the_same_run_registers_once(client: MlflowClient, 
     again = registry.decide(client, cfg, run_id, model_id, {"test_accuracy": 0.9})
 
     assert [str(v.version) for v in client.search_model_versions(f"name = '{cfg.model_name}'")] == ["1"]
-    assert (again.outcome, again.version) == ("first", "1")
+    assert (again.outcome, again.version) == ("candidate", "1")
+    assert holder_version(client, cfg) is None, "training never sets the alias, not even the first one"
+    promoted = registry.promote(client, cfg, run_id)
+    assert (promoted.outcome, alias_version(client, cfg)) == ("first", "1")
+    assert registry.promote(client, cfg, run_id).outcome == "promoted", "a repeated promote is idempotent"
     assert alias_version(client, cfg) == "1"
+
+
+def test_a_branch_training_never_moves_the_alias(client: MlflowClient, experiment_id: str) -> None:
+    """Issue 13, item 7: a far better model from a branch is registered and proposed; the champion stays."""
+    cfg = registry_cfg()
+    train_and_decide(client, experiment_id, cfg, 0.50)
+    run_id, model_id = finished_run(client, experiment_id, {"test_accuracy": 0.99})
+    decision = registry.decide(client, cfg, run_id, model_id, {"test_accuracy": 0.99})
+    assert (decision.outcome, decision.version, alias_version(client, cfg)) == ("candidate", "2", "1")
+    assert "only the promote workflow moves 'champion'" in decision.reason
+
+
+def test_promote_recomputes_instead_of_trusting_the_candidate(
+    client: MlflowClient, experiment_id: str
+) -> None:
+    """A branch can write any tag on its own run or version: promote compares the logged metrics again."""
+    cfg = registry_cfg()
+    train_and_decide(client, experiment_id, cfg, 0.90)
+    run_id, model_id = finished_run(client, experiment_id, {"test_accuracy": 0.10})
+    registry.decide(client, cfg, run_id, model_id, {"test_accuracy": 0.10})
+    client.set_model_version_tag(cfg.model_name, "2", registry.VERSION_DECISION_TAG, "promoted")
+    client.set_tag(run_id, "champion.decision", "promoted")
+    assert registry.promote(client, cfg, run_id).outcome == "kept"
+    assert alias_version(client, cfg) == "1"
+    unregistered = client.create_run(experiment_id).info.run_id
+    assert registry.promote(client, cfg, unregistered).outcome.startswith("skipped (run ")
 
 
 def test_a_champion_without_the_metric_is_replaced(client: MlflowClient, experiment_id: str) -> None:
@@ -265,7 +309,10 @@ def trained(mlflow_server: str, tmp_path_factory: pytest.TempPathFactory) -> dic
     experiment_id = client.create_experiment("registry-train")
     seed_run, seed_model = finished_run(client, experiment_id, {"test_accuracy": 0.5})
     seed_cfg = RegistryConfig(model_name=model_name)
-    assert registry.decide(client, seed_cfg, seed_run, seed_model, {"test_accuracy": 0.5}).outcome == "first"
+    assert (
+        registry.decide(client, seed_cfg, seed_run, seed_model, {"test_accuracy": 0.5}).outcome == "candidate"
+    )
+    assert registry.promote(client, seed_cfg, seed_run).outcome == "first"
 
     def config(name: str, **tracking: object) -> dict:
         return {
@@ -286,10 +333,24 @@ def trained(mlflow_server: str, tmp_path_factory: pytest.TempPathFactory) -> dic
 
 
 @pytest.mark.slow
-def test_a_real_run_beats_the_champion_and_takes_the_alias(trained: dict) -> None:
+def test_a_real_branch_run_leaves_the_champion_and_the_promote_path_moves_it(
+    trained: dict, monkeypatch: pytest.MonkeyPatch, mlflow_server: str
+) -> None:
+    """Issue 13, item 7 on a real server: the training registers v2 and proposes it; the champion stays v1 until
+    the command promote.yml runs moves it."""
     client, result = trained["client"], trained["logged"]
     assert result.metrics["test_accuracy"] > 0.5  # chance is 0.1; two epochs reach ~0.9
-    assert result.champion.outcome == "promoted"
+    assert result.champion.outcome == "candidate"
+    assert client.get_model_version_by_alias(trained["model_name"], "champion").version == "1"
+
+    config = trained["workdir"] / "promote.yaml"
+    config.write_text(f"registry:\n  model_name: {trained['model_name']}\n", encoding="utf-8")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(trained["workdir"] / "promote.md"))
+    for hostile in ("--x", "' or name = 'x", result.run_id.upper()):  # a workflow input: validated first
+        assert cli.main(["promote", f"--run-id={hostile}", "--config", str(config)]) == 2
+    assert client.get_model_version_by_alias(trained["model_name"], "champion").version == "1"
+    assert cli.main(["promote", f"--run-id={result.run_id}", "--config", str(config)]) == 0
     holder = client.get_model_version_by_alias(trained["model_name"], "champion")
     assert (holder.version, holder.run_id) == ("2", result.run_id)
     tags = client.get_run(result.run_id).data.tags
@@ -310,7 +371,7 @@ def test_the_job_summary_has_the_delta_line(trained: dict) -> None:
     assert f"| test_accuracy | {result.metrics['test_accuracy']:.4f} |" in summary  # the metrics table stays
     assert f"| delta | | {result.metrics['test_accuracy'] - 0.5:+.4f} |" in summary
     assert "| champion before this run | [registry-real v1](" in summary
-    assert "Decision: **promoted**" in summary
+    assert "Decision: **candidate**" in summary and "run the promote workflow" in summary
 
 
 @pytest.mark.slow

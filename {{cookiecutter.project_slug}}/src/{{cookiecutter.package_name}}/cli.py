@@ -1,10 +1,11 @@
 """Command line: `python -m <package> train --config configs/train.yaml`, `check-config`, `cost-report`,
-`gpu-preflight`."""
+`gpu-preflight`, `promote`."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -22,6 +23,12 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="s3://bucket/prefix for resumable checkpoints (overrides training.checkpoint_uri; '' = local only)",
     )
+    promote = commands.add_parser(
+        "promote",
+        help="move registry.alias to the version a run registered, if it beats the holder (promote.yml only)",
+    )
+    promote.add_argument("--run-id", required=True, help="the MLflow run id (32 hex) of the candidate")
+    promote.add_argument("--config", type=Path, default=Path("configs/train.yaml"), help="YAML config file")
     check = commands.add_parser("check-config", help="validate a config file and print it resolved")
     check.add_argument("--config", type=Path, default=Path("configs/train.yaml"))
     cost = commands.add_parser(
@@ -101,6 +108,28 @@ def _cost_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _promote(args: argparse.Namespace) -> int:
+    """0 when the alias moved or the holder stays (its line says which), 1 when nothing could be decided."""
+    # A workflow input: checked before it reaches MLflow's search filter.
+    if not re.fullmatch(r"[0-9a-f]{32}", args.run_id):
+        print(
+            f"error: --run-id: {args.run_id!r} is not an MLflow run id (32 hex characters)", file=sys.stderr
+        )
+        return 2
+    from mlflow.tracking import MlflowClient
+
+    from . import registry, tracking
+
+    cfg = load_config(args.config)
+    client = MlflowClient(tracking.tracking_uri())
+    decision = registry.promote(client, cfg.registry, args.run_id)
+    if decision.version is not None:
+        registry.log_decision(client, args.run_id, decision)
+    print(decision.line())
+    tracking.append_job_summary(registry.job_summary(tracking.tracking_uri(), decision))
+    return 1 if decision.outcome.startswith("skipped") else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command in ("train", "gpu-preflight"):
@@ -108,6 +137,12 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             check(args.config, os.environ)
+        except ConfigError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+    if args.command == "promote":
+        try:
+            return _promote(args)
         except ConfigError as error:
             print(f"error: {error}", file=sys.stderr)
             return 2

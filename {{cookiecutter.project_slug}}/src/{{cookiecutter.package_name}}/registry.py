@@ -1,5 +1,10 @@
 """Model registry: every finished run's model becomes a version of `registry.model_name`, and the version whose
-`registry.metric` is best holds `registry.alias` (the champion). The decision and both values are logged."""
+`registry.metric` is best holds `registry.alias` (the champion). The decision and both values are logged.
+
+Training only registers and proposes: a version that would win is a "candidate". Only `promote` moves the alias,
+and only the promote workflow (.github/workflows/promote.yml: the default branch, environment `production`, its
+own MLflow credentials) runs it. A training job runs branch code, so nothing inside it can prove it may move the
+champion (issue 13, item 7)."""
 
 from __future__ import annotations
 
@@ -25,7 +30,8 @@ VERSION_REASON_TAG = "decision.reason"
 
 @dataclass(frozen=True)
 class Decision:
-    """What became of one run's model. outcome: first / promoted / kept / skipped (<why>)."""
+    """What became of one run's model. outcome: first / promoted (the alias moved: promote only) / candidate
+    (would win; training never moves the alias) / kept / skipped (<why>)."""
 
     outcome: str
     reason: str
@@ -166,10 +172,28 @@ def _with(base: Decision, outcome: str, reason: str, **fields: object) -> Decisi
     return Decision(**{**base.__dict__, "outcome": outcome, "reason": reason, **fields})
 
 
+MOVES_ALIAS = ("first", "promoted")
+
+
+def _error_reason(error: MlflowException) -> str:
+    # First line only, and bounded: it becomes a tag value, and server errors can carry whole pages.
+    return "registry error: " + (str(error).splitlines() or [type(error).__name__])[0][:300]
+
+
+def _as_candidate(decision: Decision) -> Decision:
+    """What training reports instead of moving the alias: the same comparison, proposed for promotion."""
+    if decision.outcome not in MOVES_ALIAS:
+        return decision
+    why = (
+        f"{decision.reason}; only the promote workflow moves '{decision.alias}' (promote --run-id=<this run>)"
+    )
+    return _with(decision, "candidate", why)
+
+
 def decide(
     client: MlflowClient, cfg: RegistryConfig, run_id: str, model_id: str, metrics: Mapping[str, float]
 ) -> Decision:
-    """Register this run's model, compare it with the alias holder and move the alias when it is strictly better.
+    """Register this run's model and compare it with the alias holder; never move the alias (see `promote`).
 
     Registry failures become a skipped decision: the run and its model are logged already and are worth more
     than the alias; the reason says what went wrong.
@@ -183,13 +207,31 @@ def decide(
         candidate = register(client, cfg.model_name, model_id, run_id)
         holder = alias_holder(client, cfg.model_name, cfg.alias)
         held = run_metric(client, holder.run_id, cfg.metric) if holder else None
+        return _as_candidate(compare(cfg, candidate, value, holder, held))
+    except MlflowException as error:
+        return skipped(cfg, _error_reason(error), value)
+
+
+def promote(client: MlflowClient, cfg: RegistryConfig, run_id: str) -> Decision:
+    """Move the alias to the version `run_id` registered when its metric strictly beats the holder's (or no
+    version holds it yet). The comparison is made again here, from what the runs logged: the candidate's own
+    claim (its decision tag) is not trusted."""
+    try:
+        candidate = version_of_run(client, cfg.model_name, run_id)
+        if candidate is None:
+            return skipped(cfg, f"run {run_id} registered no version of {cfg.model_name}")
+        value = run_metric(client, run_id, cfg.metric)
+        if value is None:
+            return skipped(cfg, f"run {run_id} has no {cfg.metric} to compare")
+        holder = alias_holder(client, cfg.model_name, cfg.alias)
+        held = run_metric(client, holder.run_id, cfg.metric) if holder else None
         decision = compare(cfg, candidate, value, holder, held)
-        if decision.outcome in ("first", "promoted"):
+        if decision.outcome == "candidate":  # it holds the alias already (training tagged it a candidate)
+            decision = _with(decision, "promoted", decision.reason)
+        if decision.outcome in MOVES_ALIAS:
             client.set_registered_model_alias(cfg.model_name, cfg.alias, decision.version)
     except MlflowException as error:
-        # First line only, and bounded: it becomes a tag value, and server errors can carry whole pages.
-        message = (str(error).splitlines() or [type(error).__name__])[0][:300]
-        return skipped(cfg, f"registry error: {message}", value)
+        return skipped(cfg, _error_reason(error))
     return decision
 
 
@@ -232,7 +274,9 @@ def job_summary(uri: str, decision: Decision) -> str:
     delta = "-" if decision.delta is None else f"{decision.delta:+.4f}"
     moved = (
         f"; `{decision.alias}` now points at v{decision.version}"
-        if decision.outcome in ("first", "promoted")
+        if decision.outcome in MOVES_ALIAS
+        else f"; run the promote workflow with this run id to make it `{decision.alias}`"
+        if decision.outcome == "candidate"
         else ""
     )
     rows = [

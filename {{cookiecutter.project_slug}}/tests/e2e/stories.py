@@ -16,7 +16,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -65,6 +65,7 @@ class Stack:
     image_bin: Path
     settings: dict[str, Any]
     checkpoint_uri: str
+    security_group: str = ""
 
     @property
     def region(self) -> str:
@@ -78,12 +79,22 @@ class Stack:
         return boto3.client(service, region_name=self.region, endpoint_url=self.moto_endpoint)
 
 
+def runner_security_group(ec2: Any) -> str:
+    """A group without inbound rules in the default VPC, made once per moto server."""
+    found = ec2.describe_security_groups(Filters=[{"Name": "group-name", "Values": ["e2e-gpu-runner"]}])
+    if found["SecurityGroups"]:
+        return str(found["SecurityGroups"][0]["GroupId"])
+    return str(ec2.create_security_group(GroupName="e2e-gpu-runner", Description="e2e GPU runner")["GroupId"])
+
+
 def make_stack(moto_endpoint: str, mlflow_uri: str, image_bin: Path) -> Stack:
     settings = yaml.safe_load((PROJECT / "configs" / "gpu-runner.yaml").read_text())
     workflow = yaml.safe_load((PROJECT / ".github" / "workflows" / "train.yml").read_text())
     train_step = next(s for s in workflow["jobs"]["train"]["steps"] if s.get("name") == "Train")
     stack = Stack(moto_endpoint, mlflow_uri, image_bin, settings, train_step["env"]["CHECKPOINT_URI"])
     ec2, ssm = stack.client("ec2"), stack.client("ssm")
+    # What `make bootstrap` creates (RunnerSecurityGroup): launch refuses an empty security_group_ids.
+    stack = replace(stack, security_group=runner_security_group(ec2))
     ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
     ssm.put_parameter(Name=AMI_PARAMETER, Value=ami, Type="String", Overwrite=True)
     bucket = stack.checkpoint_uri[5:].split("/")[0]
@@ -284,8 +295,9 @@ def run_story(stack: Stack, scenario: Scenario, scratch: Path, run_id: str) -> S
     if scenario.allow_cpu:
         train = {**train, "training": {**train.get("training", {}), "allow_cpu": True}}
     # Scenario 14 keeps it too: it measures the GPU preflight (the import of TensorFlow) as a real runner runs it.
+    gpu_runner = {"security_group_ids": [stack.security_group], **(scenario.gpu_runner or {})}
     repo, workflow, story.head_sha = prepare_repository(
-        scratch, scenario.gpu_runner, train, compile_bytecode=scenario.number in (0, 14),
+        scratch, gpu_runner, train, compile_bytecode=scenario.number in (0, 14),
         branch=scenario.branch,
     )  # fmt: skip
     if scenario.workflow_edit:

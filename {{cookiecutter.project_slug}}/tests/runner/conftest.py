@@ -15,6 +15,7 @@ import yaml
 from aws_constants import AMI_PARAMETER, REGION
 from aws_faults import AwsFaults
 from github_double import DEFAULT_REPOSITORY, DEFAULT_TOKEN, GitHubDouble
+from security_groups import runner_security_group
 from stack_deploy import oidc_provider_arn
 
 from gpu_runner.aws import Aws
@@ -89,11 +90,17 @@ def ami(aws: Aws) -> str:
 
 
 @pytest.fixture
-def settings(ami: str) -> Settings:
+def security_group(aws: Aws) -> str:
+    return runner_security_group(aws)
+
+
+@pytest.fixture
+def settings(ami: str, security_group: str) -> Settings:
     return Settings(
         project="demo",
         region=REGION,
         instance_types=("g4dn.xlarge", "g5.xlarge"),
+        security_group_ids=(security_group,),
         ami_parameter=AMI_PARAMETER,
         max_runtime_minutes=60,
         idle_timeout_minutes=10,
@@ -117,7 +124,13 @@ def ctx() -> RunContext:
 
 
 @pytest.fixture
-def cli_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, github_double: GitHubDouble, ami: str) -> Path:
+def cli_env(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    github_double: GitHubDouble,
+    ami: str,
+    security_group: str,
+) -> Path:
     """A settings file and the environment train.yml gives `gpu-runner` (repository, run, ref, API, token)."""
     settings = tmp_path / "gpu-runner.yaml"
     settings.write_text(
@@ -129,6 +142,7 @@ def cli_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, github_double: GitH
                 "ami_parameter": AMI_PARAMETER,
                 "ssm_prefix": "/gpu-runner/demo",
                 "wait_timeout_seconds": 5,
+                "security_group_ids": [security_group],
             }
         )
     )

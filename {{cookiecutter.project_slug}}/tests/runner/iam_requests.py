@@ -95,8 +95,24 @@ def _request_tags(tags: Mapping[str, str]) -> dict[str, str | list[str]]:
     return context
 
 
+# RunInstances' network and image context (Service Authorization Reference for EC2; EC2 User Guide "Supported
+# resource-level permissions", RunInstances): the image carries ec2:Owner (amazon, aws-marketplace or the owning
+# account), the subnet and the network interface ec2:Vpc (the VPC's ARN). A lookup that knows nothing answers ""
+# and the key is left out, which no condition matches: unknown means refused, never waved through.
+ImageOwner = Callable[[str, str], str]  # (region, image id) -> owner
+SubnetVpc = Callable[[str, str | None], str]  # (region, subnet id or None = EC2's default subnet) -> VPC id
+
+
+def _unknown(*_: object) -> str:
+    return ""
+
+
 def _run_instances(
-    call: Call, profile_role: Callable[[str], str], spot_role_exists: Callable[[], bool]
+    call: Call,
+    profile_role: Callable[[str], str],
+    spot_role_exists: Callable[[], bool],
+    image_owner: ImageOwner = _unknown,
+    subnet_vpc: SubnetVpc = _unknown,
 ) -> list[Request]:
     p, region = call.params, call.region
     specs = p.get("TagSpecifications", [])
@@ -117,9 +133,18 @@ def _run_instances(
             "ec2:Encrypted": str(ebs.get("Encrypted", False)).lower(),
         }
         requests.append(Request("ec2:RunInstances", _ec2_arn(region, "volume"), volume_ctx))
-    requests.append(Request("ec2:RunInstances", f"arn:aws:ec2:{region}::image/{p['ImageId']}"))
-    requests.append(Request("ec2:RunInstances", _ec2_arn(region, "subnet", p.get("SubnetId", "*"))))
-    requests.append(Request("ec2:RunInstances", _ec2_arn(region, "network-interface")))
+    owner = image_owner(region, p["ImageId"])
+    requests.append(
+        Request(
+            "ec2:RunInstances",
+            f"arn:aws:ec2:{region}::image/{p['ImageId']}",
+            {"ec2:Owner": owner} if owner else {},
+        )
+    )
+    vpc = subnet_vpc(region, p.get("SubnetId"))
+    vpc_ctx = {"ec2:Vpc": _ec2_arn(region, "vpc", vpc)} if vpc else {}
+    requests.append(Request("ec2:RunInstances", _ec2_arn(region, "subnet", p.get("SubnetId", "*")), vpc_ctx))
+    requests.append(Request("ec2:RunInstances", _ec2_arn(region, "network-interface"), vpc_ctx))
     requests += [
         Request("ec2:RunInstances", _ec2_arn(region, "security-group", group))
         for group in p.get("SecurityGroupIds", ["*"])
@@ -212,6 +237,8 @@ def requests_for(
     profile_role: Callable[[str], str],
     spot_role_exists: Callable[[], bool],
     instance_profile: Callable[[str, str], str] = lambda region, instance_id: "",
+    image_owner: ImageOwner = _unknown,
+    subnet_vpc: SubnetVpc = _unknown,
 ) -> list[Request]:
     """The IAM authorizations one API call needs. Unknown operations raise: extend the mapping, never skip.
 
@@ -219,7 +246,7 @@ def requests_for(
     ec2:InstanceProfile then refuses, as IAM does when the key is missing)."""
     key = f"{call.service}:{call.operation}"
     if key == "ec2:RunInstances":
-        requests = _run_instances(call, profile_role, spot_role_exists)
+        requests = _run_instances(call, profile_role, spot_role_exists, image_owner, subnet_vpc)
     elif key in {"ec2:TerminateInstances", "ec2:GetConsoleOutput"}:
         requests = _on_instances(call, key, instance_tags, instance_profile)
     elif key in {

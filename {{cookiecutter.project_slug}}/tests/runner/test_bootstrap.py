@@ -45,7 +45,7 @@ CTX = RunContext(
 )  # fmt: skip
 LATEST = "2.331.0"
 PINNED = "2.330.0"
-MIRROR = "s3://runner-mirror/actions"
+MIRROR = "s3://ml-bucket/runner-mirror/actions"
 LOG_LINE = re.compile(r"\[gpu-runner \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\] [a-z]+: .*")
 
 # Every command that could change the host the tests run on: each must resolve to a stub, or the test refuses
@@ -291,6 +291,13 @@ def make_settings(**overrides: object) -> Settings:
     return Settings(**values)  # type: ignore[arg-type]
 
 
+def unchecked(settings: Settings, **values: object) -> Settings:
+    """Settings with values their validation refuses: the boot script must still treat them as inert data."""
+    for name, value in values.items():
+        object.__setattr__(settings, name, value)
+    return settings
+
+
 def render(settings: Settings, root: Path, **overrides: object) -> str:
     kwargs: dict[str, object] = {
         "region": REGION,
@@ -383,7 +390,7 @@ def test_template_ships_in_the_package() -> None:
 
 
 def test_values_are_quoted_data_and_no_secret_is_rendered() -> None:
-    settings = make_settings(image="registry.example/tf:2.15 $(reboot)")
+    settings = unchecked(make_settings(), image="registry.example/tf:2.15 $(reboot)")
     user_data = render(settings, Path("/opt/gpu-runner"), runner_name="x'; reboot; '")
     assert "@@" not in user_data
     hostile = "x'; reboot; '"
@@ -408,7 +415,10 @@ def test_user_data_fits_ec2_limit_and_oversize_is_refused() -> None:
     settings = make_settings(runner_version=PINNED, runner_sha256="a" * 64, runner_mirror=MIRROR)
     assert len(render(settings, Path("/opt/gpu-runner")).encode()) < MAX_USER_DATA_BYTES
     with pytest.raises(SettingsError, match="16384"):
-        render(make_settings(image="registry.example/" + "x" * MAX_USER_DATA_BYTES), Path("/opt/gpu-runner"))
+        render(
+            make_settings(image=f"registry.example/{'x' * MAX_USER_DATA_BYTES}@sha256:{'0' * 64}"),
+            Path("/opt/gpu-runner"),
+        )
     with pytest.raises(SettingsError, match="expires_at"):
         render(make_settings(), Path("/opt/gpu-runner"), expires_at="1700000000")
 
@@ -568,7 +578,7 @@ def test_pinned_runner_is_verified(sandbox: Sandbox, good: bool) -> None:
 
 def test_any_failure_still_shuts_down(sandbox: Sandbox) -> None:
     """A pin GitHub does not publish: curl fails under `set -e`; the ERR trap names the command, unexpanded."""
-    result = run_bootstrap(sandbox, make_settings(runner_version="2.1.0"), mode="job")
+    result = run_bootstrap(sandbox, make_settings(runner_version="2.1.0", runner_sha256="a" * 64), mode="job")
     assert result.returncode == 22, result.dump()
     assert re.search(r"error: line \d+ failed: curl .* \"\$2\" \"\$1\"$", result.log_file, re.M), (
         result.log_file
@@ -589,25 +599,43 @@ def test_latest_runner_is_checked_against_the_release(sandbox: Sandbox, source: 
     if source == "tampered":
         assert "does not match" in result.log_file and result.count("run.sh") == 0
     elif source == "unpublished":
-        assert "WARNING: no SHA-256 to verify" in result.log_file and result.count("run.sh") == 1
+        # Fail closed (issue 13, item 8): a tarball nothing can verify is never unpacked, let alone run.
+        assert "refusing to run it" in result.log_file and result.count("run.sh") == 0
+        assert result.returncode != 0 and not (sandbox.root / "runner").exists()
     else:
         assert "runner: SHA-256 verified" in result.log_file and result.count("run.sh") == 1
         assert f"runner {LATEST} installed" in result.log_file
 
 
-@pytest.mark.parametrize(("version", "expected"), [(PINNED, PINNED), ("latest", "2.330.1")])
-def test_mirror_replaces_github(sandbox: Sandbox, version: str, expected: str) -> None:
-    settings = make_settings(runner_version=version, runner_mirror=MIRROR + "/")
+def test_mirror_replaces_github(sandbox: Sandbox) -> None:
+    settings = make_settings(
+        runner_version=PINNED, runner_sha256=sandbox.tarball_sha256, runner_mirror=MIRROR + "/"
+    )
     result = run_bootstrap(sandbox, settings, mode="fail")
-    tarball = f"actions-runner-linux-x64-{expected}.tar.gz"
+    tarball = f"actions-runner-linux-x64-{PINNED}.tar.gz"
     copy = result.find("aws", "s3 cp")
     assert (
         copy.args
         == f"s3 cp --region {REGION} --only-show-errors {MIRROR}/{tarball} {sandbox.root}/download/{tarball}"
     )
     assert result.count("curl") == 0, result.dump()
-    assert (result.count("aws", "s3 ls") == 1) == (version == "latest")
-    assert result.count("run.sh") == 1
+    assert "runner: SHA-256 verified" in result.log_file and result.count("run.sh") == 1
+    assert_shuts_down_now(result)
+
+
+@pytest.mark.parametrize("pin", ["latest", "no-sha", "tampered"])
+def test_a_mirror_never_decides_what_runs(sandbox: Sandbox, pin: str) -> None:
+    """Whoever can write the mirror (it should be nobody the instance runs as) cannot make the boot run other
+    bytes: settings refuse a mirror without a pinned version and SHA-256, and the script refuses it again."""
+    settings = make_settings(runner_version=PINNED, runner_sha256="c" * 64, runner_mirror=MIRROR)
+    if pin == "latest":
+        settings = unchecked(settings, runner_version="latest", runner_sha256="")
+    elif pin == "no-sha":
+        settings = unchecked(settings, runner_sha256="")
+    result = run_bootstrap(sandbox, settings, mode="fail")
+    assert result.returncode != 0 and result.count("run.sh") == 0, result.dump()
+    assert not (sandbox.root / "runner").exists()
+    assert ("does not match" if pin == "tampered" else "refusing") in result.log_file
     assert_shuts_down_now(result)
 
 

@@ -62,7 +62,6 @@ BOOT_SCRIPT = PROJECT_DIR / "runner" / "src" / "gpu_runner" / "bootstrap.sh"
 BOOT_SCRIPT_ACTIONS = {
     ("ssm", "get-parameter"): "ssm:GetParameter",
     ("ssm", "delete-parameter"): "ssm:DeleteParameter",
-    ("s3", "ls"): "s3:ListBucket",
     ("s3", "cp"): "s3:GetObject",
 }
 PUBLIC_AMI_PARAMETER = "/aws/service/ami-amazon-linux-latest/amzn2-ami-hvm-x86_64-gp2"
@@ -307,6 +306,7 @@ def test_runner_role_reaches_only_the_bucket_and_its_parameters(stack: dict[str,
     resources = {
         r
         for s in document["Statement"]
+        if s["Effect"] == "Allow"  # the Deny (runner mirror writes) only narrows
         for r in ([s["Resource"]] if isinstance(s["Resource"], str) else s["Resource"])
     }
     assert resources == {
@@ -543,6 +543,21 @@ def authorizations(calls: list[Call], history: list[Call] | None = None) -> list
             return "arn:aws:iam::123456789012:role/not-ours"
         return profile["InstanceProfile"]["Roles"][0]["Arn"]
 
+    def image_owner(region: str, image_id: str) -> str:
+        images = lookup.client("ec2", region_name=region).describe_images(
+            Filters=[{"Name": "image-id", "Values": [image_id]}]
+        )["Images"]
+        # Amazon's own images are "amazon" to ec2:Owner, whatever account id publishes them.
+        return (images[0].get("ImageOwnerAlias") or images[0]["OwnerId"]) if images else ""
+
+    def subnet_vpc(region: str, subnet_id: str | None) -> str:
+        ec2 = lookup.client("ec2", region_name=region)
+        if subnet_id is None:  # no subnet: EC2 takes a default subnet of the default VPC
+            vpcs = ec2.describe_vpcs(Filters=[{"Name": "is-default", "Values": ["true"]}])["Vpcs"]
+            return vpcs[0]["VpcId"] if vpcs else ""
+        subnets = ec2.describe_subnets(Filters=[{"Name": "subnet-id", "Values": [subnet_id]}])["Subnets"]
+        return subnets[0]["VpcId"] if subnets else ""
+
     return [
         r
         for call in calls
@@ -551,6 +566,8 @@ def authorizations(calls: list[Call], history: list[Call] | None = None) -> list
             instance_tags=instance_tags,
             profile_role=profile_role,
             spot_role_exists=spot_role_exists,
+            image_owner=image_owner,
+            subnet_vpc=subnet_vpc,
             instance_profile=instance_profile,
         )
     ]
@@ -679,6 +696,11 @@ def _launch_requests(stack: dict[str, Any], extra_tag_on: str = "", **changes: A
     """The authorizations of one RunInstances as launch makes it (all of its tags), with one detail changed:
     `extra_tag_on` adds EXTRA_TAG to that resource type's tags."""
     profile = stack["outputs"]["RunnerInstanceProfile"]
+    ec2 = stack["session"].client("ec2")
+    amazon_image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    default_subnet = ec2.describe_subnets(Filters=[{"Name": "default-for-az", "Values": ["true"]}])[
+        "Subnets"
+    ][0]
     ctx = RunContext(DEFAULT_REPOSITORY, "9090", "1", "train/infra", "a" * 40)
     launch_tags = lifecycle.instance_tags(
         stack["settings"], ctx, runner_id=42, expires_at=datetime(2026, 12, 1, tzinfo=UTC)
@@ -689,8 +711,9 @@ def _launch_requests(stack: dict[str, Any], extra_tag_on: str = "", **changes: A
         for kind in ("instance", "volume")
     ]
     params: dict[str, Any] = {
-        "ImageId": "ami-12345678", "InstanceType": "g5.xlarge", "MetadataOptions": {"HttpTokens": "required"},
-        "IamInstanceProfile": {"Name": profile},
+        "ImageId": amazon_image, "InstanceType": "g5.xlarge", "MetadataOptions": {"HttpTokens": "required"},
+        "IamInstanceProfile": {"Name": profile}, "SubnetId": default_subnet["SubnetId"],
+        "SecurityGroupIds": [stack["outputs"]["RunnerSecurityGroupId"]],
         "BlockDeviceMappings": [{"DeviceName": "/dev/sda1", "Ebs": {"Encrypted": True}}],
         "TagSpecifications": specs,
     }  # fmt: skip
@@ -717,6 +740,68 @@ def test_train_policy_refuses_launches_outside_its_limits(
     policy = role_policies(stack, "TrainRoleArn")
     assert all(allowed(policy, r) for r in _launch_requests(stack)), "the unchanged launch must be allowed"
     assert not all(allowed(policy, r) for r in _launch_requests(stack, **change))
+
+
+def _other_network(stack: dict[str, Any]) -> dict[str, str]:
+    """Resources a launch must not use: a VPC of its own with a subnet and a group, the default VPC's default
+    group, and an image this account registered (not one of the expected owners)."""
+    ec2 = stack["session"].client("ec2")
+    vpc = ec2.create_vpc(CidrBlock="10.77.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.77.1.0/24")["Subnet"]["SubnetId"]
+    group = ec2.create_security_group(GroupName=f"other-{vpc}", Description="other", VpcId=vpc)["GroupId"]
+    default_group = ec2.describe_security_groups(
+        Filters=[
+            {"Name": "group-name", "Values": ["default"]},
+            {"Name": "vpc-id", "Values": [stack_vpc(stack)]},
+        ]
+    )["SecurityGroups"][0]["GroupId"]
+    source = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    image = ec2.copy_image(Name=f"own-{vpc}", SourceImageId=source, SourceRegion=REGION)["ImageId"]
+    return {"subnet": subnet, "group": group, "default_group": default_group, "image": image}
+
+
+def stack_vpc(stack: dict[str, Any]) -> str:
+    group = stack["outputs"]["RunnerSecurityGroupId"]
+    return (
+        stack["session"]
+        .client("ec2")
+        .describe_security_groups(GroupIds=[group])["SecurityGroups"][0]["VpcId"]
+    )
+
+
+@pytest.mark.parametrize(
+    "attack",
+    [
+        "subnet-of-another-vpc",
+        "group-of-another-vpc",
+        "vpc-default-group",
+        "no-group",
+        "image-of-another-owner",
+    ],
+)
+def test_train_policy_keeps_launches_in_the_stack_network_and_images(
+    stack: dict[str, Any], attack: str
+) -> None:
+    """Issue 13, item 9: the launch role may use only the stack's security group, subnets of its VPC and images
+    of the expected owners. The role's holder chooses every RunInstances parameter, so each is checked by IAM."""
+    policy = role_policies(stack, "TrainRoleArn")
+    assert all(allowed(policy, r) for r in _launch_requests(stack)), "the unchanged launch must be allowed"
+    other = _other_network(stack)
+    change = {
+        "subnet-of-another-vpc": {"SubnetId": other["subnet"]},
+        "group-of-another-vpc": {"SecurityGroupIds": [other["group"]]},
+        "vpc-default-group": {"SecurityGroupIds": [other["default_group"]]},
+        "no-group": {"SecurityGroupIds": ["*"]},  # EC2 then picks the VPC's default group
+        "image-of-another-owner": {"ImageId": other["image"]},
+    }[attack]
+    denied = [r for r in _launch_requests(stack, **change) if not allowed(policy, r)]
+    kind = {"subnet-of-another-vpc": "subnet", "image-of-another-owner": "image"}.get(
+        attack, "security-group"
+    )
+    assert [r.resource.split(":")[-1].split("/")[0] for r in denied] in (
+        [kind],
+        ["subnet", "network-interface"],
+    )
 
 
 @pytest.mark.parametrize(
@@ -835,10 +920,9 @@ def test_runner_role_covers_exactly_the_instance_and_training_calls(
     boot = [
         Request("ssm:GetParameter", parameter, own),
         Request("ssm:DeleteParameter", parameter, own),
-        Request("s3:ListBucket", f"arn:aws:s3:::{bucket}", s3_context()),
         Request(
             "s3:GetObject",
-            f"arn:aws:s3:::{bucket}/runner/actions-runner-linux-x64-2.330.0.tar.gz",
+            f"arn:aws:s3:::{bucket}/runner-mirror/actions-runner-linux-x64-2.330.0.tar.gz",
             s3_context(),
         ),
     ]
@@ -869,6 +953,11 @@ def test_runner_role_covers_exactly_the_instance_and_training_calls(
     denied = [r for r in [*boot, *training] if not allowed([policy], r)]
     assert denied == [], denied
     assert granted_actions([policy]) == {r.action for r in [*boot, *training]}
+    # The runner mirror: readable, never writable (issue 13, item 8), while the rest of the bucket stays writable.
+    mirror = f"arn:aws:s3:::{bucket}/runner-mirror/actions-runner-linux-x64-2.330.0.tar.gz"
+    assert not allowed([policy], Request("s3:PutObject", mirror))
+    assert not allowed([policy], Request("s3:DeleteObject", mirror))
+    assert allowed([policy], Request("s3:PutObject", f"arn:aws:s3:::{bucket}/checkpoints/x"))
     # Another bucket, another project's parameters: refused.
     assert not allowed(
         [policy], Request("s3:GetObject", "arn:aws:s3:::someone-else/data/a.png", s3_context())

@@ -12,6 +12,7 @@ from aws_constants import AMI_PARAMETER, OTHER_REGION, REGION
 from aws_faults import AwsFaults
 from botocore.exceptions import ClientError
 from github_double import GitHubDouble, decode_jit_config
+from security_groups import runner_security_group
 
 from gpu_runner import lifecycle, naming
 from gpu_runner.aws import Aws
@@ -203,7 +204,8 @@ def in_other_region(settings: Settings, aws: Aws, **changes: object) -> Settings
     aws.client("ssm", OTHER_REGION).put_parameter(
         Name=AMI_PARAMETER, Value=other_ami, Type="String", Overwrite=True
     )
-    return dataclasses.replace(settings, region=OTHER_REGION, **changes)
+    groups = (runner_security_group(aws, OTHER_REGION),)
+    return dataclasses.replace(settings, region=OTHER_REGION, **{"security_group_ids": groups, **changes})
 
 
 def test_launch_skips_a_type_not_offered_in_the_region(settings, ctx, aws, github, github_double) -> None:
@@ -515,7 +517,9 @@ def test_instance_in_a_second_region_is_terminated_there(settings, ctx, aws, git
     aws.client("ssm", OTHER_REGION).put_parameter(
         Name=AMI_PARAMETER, Value=other_ami, Type="String", Overwrite=True
     )
-    elsewhere = dataclasses.replace(settings, region=OTHER_REGION)
+    elsewhere = dataclasses.replace(
+        settings, region=OTHER_REGION, security_group_ids=(runner_security_group(aws, OTHER_REGION),)
+    )
     outcome = lifecycle.launch(elsewhere, ctx, aws, github, log=lambda _: None)
     assert outcome.region == OTHER_REGION and live_instances(aws, OTHER_REGION)
     teardown_all(aws, github, outcome)

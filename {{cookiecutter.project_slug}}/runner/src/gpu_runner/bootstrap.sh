@@ -145,20 +145,33 @@ print(version, sha)
 ' "$1"
 }
 
+# Fetch a runner tarball and verify it before anything unpacks it: no SHA-256, or one that does not match, and
+# the boot fails closed (the EXIT trap halts the instance). A mirror or GitHub could serve other bytes; only the
+# pinned or published digest decides.
+verify_runner() { # file sha256
+  if [[ ! $2 =~ ^[0-9a-f]{64}$ ]]; then
+    log runner "no SHA-256 to verify ${1##*/} against; refusing to run it (pin runner_version and runner_sha256)"
+    return 1
+  fi
+  if ! printf '%s  %s\n' "$2" "$1" | sha256sum --check --strict --quiet - >/dev/null 2>&1; then
+    log runner "SHA-256 of ${1##*/} does not match $2; refusing to run it"
+    return 1
+  fi
+  log runner "SHA-256 verified"
+}
+
 install_runner() {
   if [[ -x $RUNNER_DIR/run.sh && -x $RUNNER_DIR/config.sh ]]; then
     log runner "pre-installed runner in $RUNNER_DIR (baked AMI); no download"
     return
   fi
-  local version=$RUNNER_VERSION sha=$RUNNER_SHA256 mirror=${RUNNER_MIRROR%/} work=$ROOT/download tarball listing release
+  local version=$RUNNER_VERSION sha=$RUNNER_SHA256 mirror=${RUNNER_MIRROR%/} work=$ROOT/download tarball release
   mkdir -p "$work"
   if [[ -n $mirror ]]; then
-    if [[ $version == latest ]]; then
-      # "latest" from a mirror = the newest tarball in it: no GitHub request at boot.
-      listing=$(aws s3 ls --region "$REGION" "$mirror/")
-      version=$(grep -oE 'actions-runner-linux-x64-[0-9]+\.[0-9]+\.[0-9]+\.tar\.gz' <<<"$listing" |
-        sed -E 's/^actions-runner-linux-x64-//; s/\.tar\.gz$//' | sort -V | tail -n 1 || true)
-      [[ -n $version ]] || { log runner "no actions-runner-linux-x64-<version>.tar.gz in $mirror"; exit 1; }
+    # Settings allow a mirror only with a pinned version and SHA-256: the mirror never chooses what runs.
+    if [[ $version == latest || -z $sha ]]; then
+      log runner "runner_mirror needs a pinned runner_version and runner_sha256; refusing $mirror"
+      exit 1
     fi
     tarball=actions-runner-linux-x64-$version.tar.gz
     log runner "copying $mirror/$tarball"
@@ -173,15 +186,7 @@ install_runner() {
     log runner "downloading runner $version"
     download "https://github.com/actions/runner/releases/download/v$version/$tarball" "$work/$tarball"
   fi
-  if [[ -n $sha ]]; then
-    if ! printf '%s  %s\n' "$sha" "$work/$tarball" | sha256sum --check --strict --quiet -; then
-      log runner "SHA-256 of $tarball does not match $sha; refusing to run it"
-      exit 1
-    fi
-    log runner "SHA-256 verified"
-  else
-    log runner "WARNING: no SHA-256 to verify $tarball against (pin runner_sha256 to check it)"
-  fi
+  verify_runner "$work/$tarball" "$sha" || exit 1
   mkdir -p "$RUNNER_DIR"
   tar -xzf "$work/$tarball" -C "$RUNNER_DIR"
   rm -rf "$work"

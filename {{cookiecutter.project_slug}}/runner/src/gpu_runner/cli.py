@@ -219,6 +219,7 @@ def _bootstrap(args: argparse.Namespace, settings: Settings, aws: Aws) -> None:
     infra.bootstrap(
         settings, aws.client("cloudformation", settings.region), inputs, template=args.template,
         s3=aws.client("s3", settings.region), lambda_client=aws.client("lambda", settings.region),
+        ec2=aws.client("ec2", settings.region),
     )  # fmt: skip
 
 

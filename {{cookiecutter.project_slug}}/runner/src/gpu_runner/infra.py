@@ -10,7 +10,7 @@ import hashlib
 import re
 import shlex
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +85,15 @@ class StackInputs:
             problems.append("--checkpoint-retention-days: must be at least 1")
         if problems:
             raise BootstrapError("invalid bootstrap input:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+def default_vpc(ec2: Any, region: str) -> str:
+    """The region's default VPC: the train role may launch only into the stack's VPC, so the stack must name it
+    (an instance without a subnet goes to a default subnet of the default VPC, EC2 API Reference, RunInstances)."""
+    vpcs = ec2.describe_vpcs(Filters=[{"Name": "is-default", "Values": ["true"]}]).get("Vpcs", [])
+    if not vpcs:
+        raise BootstrapError(f"--vpc-id: {region} has no default VPC; pass the VPC of your runner subnets")
+    return str(vpcs[0]["VpcId"])
 
 
 # "A stack name can contain only alphanumeric characters (case sensitive) and hyphens. It must start with an
@@ -329,6 +338,7 @@ def bootstrap(
     template: Path = DEFAULT_TEMPLATE,
     delay_seconds: int = 10,
     log: Log = print,
+    ec2: Any = None,
 ) -> dict[str, str]:
     try:
         body = template.read_text(encoding="utf-8")
@@ -339,6 +349,8 @@ def bootstrap(
     problem = prefix_problem(settings.ssm_prefix, inputs.repository)
     if problem:
         raise BootstrapError(f"invalid bootstrap input:\n  {problem}")
+    if not inputs.vpc_id and ec2 is not None:  # the train role's network scope names the VPC
+        inputs = replace(inputs, vpc_id=default_vpc(ec2, settings.region))
     name = stack_name(settings.project, inputs.repository)
     parameters = stack_parameters(settings, inputs)
     _refuse_foreign_stack(cfn, name, inputs.repository, parameters)

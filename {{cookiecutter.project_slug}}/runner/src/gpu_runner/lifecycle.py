@@ -24,7 +24,7 @@ from botocore.exceptions import ClientError
 from . import cost, ec2, naming, offerings, parameters, timeline
 from .aws import Aws
 from .bootstrap import render_job_started_hook, render_user_data
-from .errors import LaunchBlockedError, RegistrationTimeout, RunnerError
+from .errors import LaunchBlockedError, RegistrationTimeout, RunnerError, SettingsError
 from .github import GitHubRunners, Runner
 from .mlflow_rest import MlflowRest
 from .outputs import append_summary, write_outputs
@@ -68,6 +68,19 @@ def instance_tags(
     return {key: naming.tag_value(value) for key, value in raw.items()}
 
 
+def require_security_group(settings: Settings) -> None:
+    """Refuse a launch without security_group_ids, before any API call. Without one EC2 puts the instance in the
+    VPC's default security group, whose default rule "grants instances unrestricted network access to each
+    other" (EC2 API Reference, CreateSecurityGroup, read 2026-12-01); the train role may use only the stack's
+    group anyway (infra/gpu-runner.yaml LaunchOnlyWithTheStackSecurityGroup)."""
+    if not settings.security_group_ids:
+        raise SettingsError(
+            "security_group_ids: empty, so EC2 would use the VPC's default security group (open to every "
+            "instance in it); set security_group_ids: [<RunnerSecurityGroupId of `make bootstrap`>] in "
+            "configs/gpu-runner.yaml"
+        )
+
+
 def launch(
     settings: Settings,
     ctx: naming.RunContext,
@@ -81,6 +94,7 @@ def launch(
 ) -> LaunchOutcome:
     """Register the JIT runner, store its config and launch the instance. `label_nonce` is for the offline
     tests only (act maps the runner label before the run starts); otherwise a new random one."""
+    require_security_group(settings)
     region = settings.region
     # Before anything exists: the hook needs this run's identity (a missing GITHUB_WORKFLOW_REF fails here).
     hook = render_job_started_hook(ctx)

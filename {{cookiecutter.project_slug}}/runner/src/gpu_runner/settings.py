@@ -28,6 +28,13 @@ DLAMI_GPU_FAMILIES = (
 INSTANCE_TYPE = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9][a-z0-9-]*")
 REGION = re.compile(r"[a-z]{2}(-gov)?-[a-z]+-\d")
 SHA256 = re.compile(r"[0-9a-f]{64}")
+# A container image pinned by digest: <name>[:<tag>]@sha256:<64 hex>. A tag alone is mutable (whoever can push to
+# the repository can point it at other bytes); the digest names exactly one manifest (OCI image spec,
+# descriptor.md "Digests"). Name and tag characters after the OCI distribution spec's rules, lower-case names.
+PINNED_IMAGE = re.compile(r"[a-z0-9][a-z0-9._/:-]*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?@sha256:[0-9a-f]{64}")
+# The only prefix of an S3 runner mirror: infra/gpu-runner.yaml denies the runner role every write under it
+# (DenyRunnerMirrorWrites), so code on one instance cannot swap the tarball the next instance boots.
+RUNNER_MIRROR = re.compile(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/runner-mirror(/[A-Za-z0-9._/-]*)?")
 
 
 @dataclass(frozen=True)
@@ -110,10 +117,37 @@ def _problems(s: Settings) -> list[str]:
         out.append("runner_sha256: must be 64 lowercase hex characters")
     if s.runner_sha256 and s.runner_version == "latest":
         out.append("runner_sha256: a checksum needs a pinned runner_version")
-    if s.runner_mirror and not s.runner_mirror.startswith("s3://"):
-        out.append(f"runner_mirror: '{s.runner_mirror}' must be an s3://bucket/prefix URI")
+    if s.runner_version != "latest" and not s.runner_sha256:
+        # Fail closed: a download nothing can verify is never run (the boot script refuses it too).
+        out.append(
+            f"runner_sha256: a pinned runner_version ({s.runner_version}) needs its SHA-256, the value between "
+            "<!-- BEGIN SHA linux-x64 --> and <!-- END SHA linux-x64 --> in the actions/runner release notes"
+        )
+    out += _mirror_problems(s)
+    if s.image and not PINNED_IMAGE.fullmatch(s.image):
+        out.append(
+            f"image: '{s.image}' is not pinned by digest; use <name>:<tag>@sha256:<64 hex> (a tag can be moved "
+            "to other bytes), e.g. the digest from `docker buildx imagetools inspect <name>:<tag>` or "
+            "`crane digest <name>:<tag>`; or '' for host mode"
+        )
     if not re.fullmatch(r"[a-z_][a-z0-9_-]{0,31}", s.runner_user):
         out.append(f"runner_user: '{s.runner_user}' is not a valid Linux user name")
+    return out
+
+
+def _mirror_problems(s: Settings) -> list[str]:
+    if not s.runner_mirror:
+        return []
+    out = []
+    if not RUNNER_MIRROR.fullmatch(s.runner_mirror.rstrip("/")):
+        out.append(
+            f"runner_mirror: '{s.runner_mirror}' must be s3://<bucket>/runner-mirror[/<path>] (the runner role "
+            "cannot write under runner-mirror/)"
+        )
+    if s.runner_version == "latest" or not s.runner_sha256:
+        out.append(
+            "runner_mirror: needs a pinned runner_version and its runner_sha256 (a mirror proves nothing)"
+        )
     return out
 
 

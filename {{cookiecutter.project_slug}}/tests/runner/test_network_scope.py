@@ -1,0 +1,36 @@
+"""Launch refuses an empty security_group_ids before any API call (issue 13, item 9): EC2 would otherwise put
+the instance in the VPC's default group, open to every other instance in it. The IAM side (only the stack's
+group, subnets of its VPC, images of the expected owners) is in test_infra.py."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import boto3
+import pytest
+from github_double import GitHubDouble
+from iam_requests import record_calls
+
+from gpu_runner import lifecycle
+from gpu_runner.aws import Aws
+from gpu_runner.errors import SettingsError
+from gpu_runner.github import GitHubRunners
+from gpu_runner.naming import RunContext
+from gpu_runner.settings import Settings
+
+
+def test_launch_without_a_security_group_is_refused_before_any_call(
+    settings: Settings,
+    ctx: RunContext,
+    github: GitHubRunners,
+    github_double: GitHubDouble,
+    moto_endpoint: str,
+) -> None:
+    session = boto3.Session(region_name=settings.region)
+    calls = record_calls(session)
+    with pytest.raises(SettingsError, match=r"security_group_ids: empty, so EC2 would use the VPC's default"):
+        lifecycle.launch(
+            replace(settings, security_group_ids=()), ctx, Aws(session), github, log=lambda _: None
+        )
+    assert calls == [], "nothing was asked of AWS"
+    assert github_double.runners == {}, "no runner was registered"
