@@ -1158,8 +1158,8 @@ def test_train_job_graph(baked: Path) -> None:
 def test_reap_meaning(baked: Path) -> None:
     reap = gpu_workflows(baked)["reap"]
     assert triggers(reap) == {"schedule", "workflow_dispatch"}
-    # Hourly (issue 13 item 12): the AWS side runs every 15 minutes inside AWS; 96 GitHub jobs a day cost ~2,900
-    # minutes a month in a private repository.
+    # Hourly (issue 13 item 12): the AWS side runs every 15 minutes inside AWS; 96 GitHub jobs a day cost
+    # ~2,900 minutes a month in a private repository.
     assert reap["on"]["schedule"] == [{"cron": "17 * * * *"}]
     assert reap["permissions"] == {}
     assert reap["concurrency"]["cancel-in-progress"] is False
@@ -1181,8 +1181,9 @@ def test_reap_meaning(baked: Path) -> None:
 
 
 def _expression_value(condition: str, values: dict[str, Any]) -> bool:
-    """GitHub's expression syntax for the operators these `if:`s use (&&, ||, ==, !=, literals, `!cancelled()`),
-    with each context name replaced by its value: null (None) equals neither true nor '' there, as in GitHub."""
+    """GitHub's expression syntax for the operators these `if:`s use (&&, ||, ==, !=, literals,
+    `!cancelled()`), with each context name replaced by its value: null (None) equals neither true nor ''
+    there, as in GitHub."""
     text = condition.strip().removeprefix("${{").removesuffix("}}")
     text = text.replace("!cancelled()", "True").replace("&&", " and ").replace("||", " or ")
     text = re.sub(r"(?<!')\btrue\b(?!')", "True", text)  # the literal, not the string 'true'
@@ -1192,15 +1193,19 @@ def _expression_value(condition: str, values: dict[str, Any]) -> bool:
 
 def test_local_mlflow_store_is_uploaded_only_for_private_repositories_or_on_opt_in(baked: Path) -> None:
     """Issue 13 item 10: without an MLflow server the local store (model, checkpoints, database) would be an
-    artifact anyone may download from a public repository. Uploaded only when the event's repository is private
-    or on the MLFLOW_LOCAL_STORE_ARTIFACT opt-in; otherwise a warning step says why. Evaluated over every case."""
+    artifact anyone may download from a public repository. Uploaded only when the event's repository is
+    private or on the MLFLOW_LOCAL_STORE_ARTIFACT opt-in; otherwise a warning step says why. Evaluated over
+    every case."""
     train = gpu_workflows(baked)["train"]["jobs"]["train"]
     (upload,) = [s for s in train["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
     (warning,) = [s for s in train["steps"] if s.get("name") == "Say why the local MLflow store was not kept"]
-    assert "mlflow.db" in upload["with"]["path"] and "::warning title=MLflow store not kept::" in warning["run"]
+    assert (
+        "mlflow.db" in upload["with"]["path"] and "::warning title=MLflow store not kept::" in warning["run"]
+    )
     cases = 0
     for uri in ("", "https://mlflow.example.com"):
-        # None: the payload has no repository.private (GitHub's push and workflow_dispatch payloads always do).
+        # None: the payload has no repository.private (GitHub's push and workflow_dispatch payloads always
+        # do).
         for private in (True, False, None):
             for opt_in in ("", "true", "false"):
                 values = {"vars.MLFLOW_TRACKING_URI": uri, "github.event.repository.private": private,
@@ -1389,7 +1394,7 @@ def test_injection_harness_catches_an_expression_in_run(baked: Path, tmp_path: P
     """Negative control: the train step written the unsafe way (`${{ inputs.config }}` pasted into `run:`) and
     substituted by GitHub first does run the payload, so the test above would notice."""
     doc = gpu_workflows(baked)["train"]
-    _, job, step = next(x for x in run_steps(doc) if '--config "${CONFIG}"' in x[2]["run"])
+    _, job, step = next(x for x in run_steps(doc) if '--config="${CONFIG}"' in x[2]["run"])
     unsafe = step["run"].replace('"${CONFIG}"', '"${{ inputs.config }}"')
     assert unsafe != step["run"]
     workdir = tmp_path / "unsafe"
@@ -1446,16 +1451,18 @@ def test_gpu_runner_calls_follow_the_contract(baked: Path, tmp_path: Path) -> No
 
 
 def test_every_value_reaches_a_cli_as_opt_equals_value(baked: Path, tmp_path: Path) -> None:
-    """Issue 13 item 5: a job output or dispatch input that starts with `--` (`mlflow-run-id=--x`, written by code
-    on the GPU instance) must stay a value. Every option after the subcommand, of gpu-runner and of the project's
-    CLI, is passed as one `--opt=value` word, so argparse can never read the value as an option."""
+    """Issue 13 item 5: a job output or dispatch input that starts with `--` (`mlflow-run-id=--x`, written by
+    code on the GPU instance) must stay a value. Every option after the subcommand, of gpu-runner and of the
+    project's CLI, is passed as one `--opt=value` word, so argparse can never read the value as an option."""
     package = answers_of(baked)["package_name"]
     checked = 0
     for scenario in ("benign", "empty", "attack"):
         for name, doc in gpu_workflows(baked).items():
             for where, job, step in run_steps(doc):
                 workdir = tmp_path / scenario / f"{name}-{where}"
-                _, recorded = run_bash(substitute(step["run"], scenario), step_env(doc, job, step, scenario), workdir)
+                _, recorded = run_bash(
+                    substitute(step["run"], scenario), step_env(doc, job, step, scenario), workdir
+                )
                 for argv in recorded:
                     if argv[:3] == ["run", "--no-sync", "gpu-runner"]:
                         tail = argv[6:]  # after `--settings configs/gpu-runner.yaml <subcommand>` (a literal)

@@ -26,7 +26,7 @@ Fetch = Callable[[bytes, str], subprocess.CompletedProcess[str]]
 
 def _function(script: str, name: str) -> str:
     """One shell function of the boot script, verbatim: the test runs the code that ships, not a copy."""
-    match = re.search(rf"^{name}\(\) \{{.*?^\}}$", script, re.S | re.M)
+    match = re.search("^" + re.escape(name) + r"\(\) \{.*?^\}$", script, re.S | re.M)
     assert match, f"bootstrap.sh has no function {name}()"
     return match.group(0)
 
