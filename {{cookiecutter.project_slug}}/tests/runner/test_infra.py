@@ -607,6 +607,8 @@ def workflow_env(
         "GITHUB_REPOSITORY": DEFAULT_REPOSITORY, "GITHUB_RUN_ID": "9090", "GITHUB_RUN_ATTEMPT": "1",
         "GITHUB_REF_NAME": "train/infra", "GITHUB_SHA": "a" * 40, "GITHUB_API_URL": github_double.url,
         "GPU_RUNNER_TOKEN": DEFAULT_TOKEN, "GITHUB_TOKEN": DEFAULT_TOKEN, "GITHUB_OUTPUT": str(tmp_path / "out"),
+        "GITHUB_WORKFLOW_REF": f"{DEFAULT_REPOSITORY}/.github/workflows/train.yml@refs/heads/train/infra",
+        "GITHUB_EVENT_NAME": "push",
     }  # fmt: skip
     for key, value in env.items():
         monkeypatch.setenv(key, value)

@@ -49,6 +49,7 @@ REPOSITORY_SETTINGS: dict[str, str] = {
     "MLFLOW_TRACKING_URI": "variable",
     "MLFLOW_TRACKING_USERNAME": "secret",
     "MLFLOW_TRACKING_PASSWORD": "secret",
+    "MLFLOW_LOCAL_STORE_ARTIFACT": "variable",
 }
 # Which stack output each role variable must hold (bootstrap prints the `gh variable set` lines).
 ROLE_VARIABLES = {"AWS_ROLE_ARN": "TrainRoleArn", "AWS_REAPER_ROLE_ARN": "ReaperRoleArn"}
