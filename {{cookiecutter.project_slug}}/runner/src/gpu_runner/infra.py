@@ -16,8 +16,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError, WaiterError
 
-from . import lambda_zip
-from . import naming
+from . import lambda_zip, naming
 from .errors import RunnerError
 from .settings import Settings
 
