@@ -800,7 +800,7 @@ def test_the_checked_names_are_the_readmes_and_the_workflows() -> None:
     assert readme_table() == doctor_github.REPOSITORY_SETTINGS
     assert workflow_uses() == doctor_github.REPOSITORY_SETTINGS
     # The parser is not vacuous: it sees every row.
-    assert len(readme_table()) == 8
+    assert len(readme_table()) == 9
 
 
 SETTINGS_FAULTS = {

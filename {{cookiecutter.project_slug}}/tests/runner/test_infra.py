@@ -957,9 +957,10 @@ def test_runner_role_covers_exactly_the_instance_and_training_calls(
     assert granted_actions([policy]) == {r.action for r in [*boot, *training]}
     # The runner mirror: readable, never writable (issue 13, item 8), while the rest of the bucket stays writable.
     mirror = f"arn:aws:s3:::{bucket}/runner-mirror/actions-runner-linux-x64-2.330.0.tar.gz"
-    assert not allowed([policy], Request("s3:PutObject", mirror))
-    assert not allowed([policy], Request("s3:DeleteObject", mirror))
-    assert allowed([policy], Request("s3:PutObject", f"arn:aws:s3:::{bucket}/checkpoints/x"))
+    assert allowed([policy], Request("s3:GetObject", mirror, s3_context()))
+    assert not allowed([policy], Request("s3:PutObject", mirror, s3_context()))
+    assert not allowed([policy], Request("s3:DeleteObject", mirror, s3_context()))
+    assert allowed([policy], Request("s3:PutObject", f"arn:aws:s3:::{bucket}/checkpoints/x", s3_context()))
     # Another bucket, another project's parameters: refused.
     assert not allowed(
         [policy], Request("s3:GetObject", "arn:aws:s3:::someone-else/data/a.png", s3_context())
