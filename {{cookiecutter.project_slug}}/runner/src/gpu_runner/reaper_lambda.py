@@ -66,7 +66,9 @@ def reap_aws(
     env: Mapping[str, str], *, aws: Aws | None = None, now: datetime | None = None
 ) -> dict[str, list[str]]:
     """One AWS-side pass; returns what it did (Lambda logs the return value of an asynchronous invocation)."""
-    report = reaper.reap(settings_from_env(env), aws or Aws(), None, repository=env[REPOSITORY_VARIABLE], now=now)
+    report = reaper.reap(
+        settings_from_env(env), aws or Aws(), None, repository=env[REPOSITORY_VARIABLE], now=now
+    )
     return dataclasses.asdict(report)
 
 
