@@ -35,7 +35,10 @@ def facts(uri: str, run_id: str) -> dict[str, object]:
     tags = run.data.tags
     experiment_id = run.info.experiment_id
     model_name = tags.get("registry.model_name", "")
-    champion = client.get_model_version_by_alias(model_name, "champion") if model_name else None
+    # The registered model's aliases (alias -> version): an alias nobody holds yet is simply absent, where
+    # get_model_version_by_alias would raise.
+    aliases = client.get_registered_model(model_name).aliases if model_name else {}
+    champion = client.get_model_version(model_name, aliases["champion"]) if "champion" in aliases else None
     logged = client.search_logged_models(experiment_ids=[experiment_id])
     return {
         "status": run.info.status,

@@ -174,16 +174,32 @@ def serving(project: Path, target: str, timeout: float = 180.0) -> Iterator[str]
             process.wait()
 
 
+def read_back(project: Path, uri: str, run_id: str, *, promote: bool = False) -> dict[str, Any]:
+    """The run as the served UI's API shows it; with `promote`, after the README's promote command ran on the
+    default local store."""
+    python = str(project / ".venv" / "bin" / "python")
+    if promote:
+        package = json.loads((project / ".cookiecutter.json").read_text())["cookiecutter"]["package_name"]
+        moved = subprocess.run(
+            [python, "-m", package, "promote", f"--run-id={run_id}"],
+            cwd=project, capture_output=True, text=True, env=project_env(), timeout=300, check=False,
+        )  # fmt: skip
+        assert moved.returncode == 0, moved.stdout[-2000:] + moved.stderr[-4000:]
+    out = subprocess.run(
+        [python, str(READ_BACK), uri, run_id],
+        cwd=project, capture_output=True, text=True, env=project_env(), timeout=300, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-4000:]
+    return json.loads(out.stdout.splitlines()[-1])
+
+
 def mlflow_ui_step(project: Path, state: dict[str, Any]) -> None:
     """`make mlflow-ui`: the run `make train` printed is there as the README lists it: the whole resolved
     config as params, per-epoch and system metrics, plots, exports, the logged model and the champion."""
     with serving(project, "mlflow-ui") as uri:
-        out = subprocess.run(
-            [str(project / ".venv" / "bin" / "python"), str(READ_BACK), uri, state["run_id"]],
-            cwd=project, capture_output=True, text=True, env=project_env(), timeout=300, check=False,
-        )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-4000:]
-    run = json.loads(out.stdout.splitlines()[-1])
+        run = read_back(project, uri, state["run_id"])
+        # Training only proposes (issue 13 item 7); the README's promote command moves the alias.
+        promoted = read_back(project, uri, state["run_id"], promote=True)
     assert run["status"] == "FINISHED"
     resolved = yaml.safe_load((project / "outputs" / "resolved_config.yaml").read_text(encoding="utf-8"))
     assert flat_keys(resolved) <= set(run["params"]), flat_keys(resolved) - set(run["params"])
@@ -196,14 +212,14 @@ def mlflow_ui_step(project: Path, state: dict[str, Any]) -> None:
     assert expected <= set(run["artifacts"]), run["artifacts"]
     assert "exports/saved_model/saved_model.pb" in run["artifacts"], run["artifacts"]
     assert run["logged_models"] == ["model"]
-    # A fresh project: its first run is the first version and holds the alias, and says so in strings.
-    assert run["tags"]["champion.decision"] == "first", run["tags"]
+    # A fresh project: its first run is the first version, a candidate, and says so in strings; no alias yet.
+    assert run["tags"]["champion.decision"] == "candidate", run["tags"]
     assert run["tags"]["registry.version"] == "1"
-    assert run["champion"] == {
-        "version": "1",
-        "run_id": state["run_id"],
-        "tags": {"decision": "first", "decision.reason": "no version held 'champion' yet"},
-    }
+    assert run["champion"] is None, run["champion"]
+    # After `promote --run-id=<that run>` the first version holds the alias.
+    assert promoted["champion"] is not None, promoted["tags"]
+    assert promoted["champion"]["version"] == "1" and promoted["champion"]["run_id"] == state["run_id"]
+    assert promoted["champion"]["tags"]["decision"] == "first", promoted["champion"]
 
 
 # What this test does for each quick-start step after `make install` and `make test` (which every combination
