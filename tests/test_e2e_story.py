@@ -14,7 +14,7 @@ from cookiecutter.main import cookiecutter
 from test_generated_project import make
 
 ROOT = Path(__file__).resolve().parent.parent
-SCENARIOS = 14
+SCENARIOS = 16  # fault scenarios 1-15 (stories.py) + the hijack story (16, test_hijack_story.py)
 
 pytestmark = pytest.mark.e2e
 

@@ -38,7 +38,7 @@ aws sts get-caller-identity >"$SIM_DIR/hijacker-credentials" 2>&1 || true
 
 def test_a_second_workflow_cannot_use_the_gpu_runner(stack: Stack, tmp_path) -> None:
     hijack = Scenario(
-        15, "another workflow's job takes the runner while it boots", "hook refuses it; halt; stop cleans up",
+        16, "another workflow's job takes the runner while it boots", "hook refuses it; halt; stop cleans up",
         train=FAST_TRAIN, hijack_job=(hijacker_env(stack.repository), HIJACKER_STEPS),
     )  # fmt: skip
     story = run_story(stack, hijack, tmp_path, run_id=RUN_ID)
