@@ -28,22 +28,27 @@ class BadValue(RunnerError):
     """A value the workflow passed has the wrong shape; the message names the flag and the fix."""
 
 
-def mlflow_run_id(value: str) -> str:
-    if not MLFLOW_RUN_ID.fullmatch(value):
-        raise BadValue(
-            f"--mlflow-run-id: {_shown(value)} is not an MLflow run id (32 lowercase hex digits); it comes from the "
-            "train job's mlflow-run-id output, which only the training CLI should write"
-        )
+def _matching(pattern: re.Pattern[str], value: str, flag: str, expected: str) -> str:
+    """`value` if the whole of it matches `pattern`, else BadValue: "<flag>: <value> is not <expected>"."""
+    if not pattern.fullmatch(value):
+        raise BadValue(f"{flag}: {_shown(value)} is not {expected}")
     return value
+
+
+def mlflow_run_id(value: str) -> str:
+    return _matching(
+        MLFLOW_RUN_ID, value, "--mlflow-run-id",
+        "an MLflow run id (32 lowercase hex digits); it comes from the train job's mlflow-run-id output, which "
+        "only the training CLI should write",
+    )  # fmt: skip
 
 
 def commit(value: str) -> str:
-    if not COMMIT.fullmatch(value):
-        raise BadValue(
-            f"--commit: {_shown(value)} is not a commit (40 lowercase hex digits); pass the full SHA in the "
-            "dispatch input `commit`, or leave it empty for the branch head"
-        )
-    return value
+    return _matching(
+        COMMIT, value, "--commit",
+        "a commit (40 lowercase hex digits); pass the full SHA in the dispatch input `commit`, or leave it empty "
+        "for the branch head",
+    )  # fmt: skip
 
 
 def attempt(value: str, max_attempts: int) -> int:
@@ -56,12 +61,10 @@ def attempt(value: str, max_attempts: int) -> int:
 
 
 def instance_id(value: str) -> str:
-    if not INSTANCE_ID.fullmatch(value):
-        raise BadValue(
-            f"--instance-id: {_shown(value)} is not an EC2 instance id (i- and 8 or 17 hex digits); it comes from "
-            "the start job's instance-id output"
-        )
-    return value
+    return _matching(
+        INSTANCE_ID, value, "--instance-id",
+        "an EC2 instance id (i- and 8 or 17 hex digits); it comes from the start job's instance-id output",
+    )  # fmt: skip
 
 
 def runner_id(value: str) -> int:
@@ -74,9 +77,7 @@ def runner_id(value: str) -> int:
 
 
 def region(value: str) -> str:
-    if not REGION.fullmatch(value):
-        raise BadValue(f"--region: {_shown(value)} is not an AWS region like eu-west-1")
-    return value
+    return _matching(REGION, value, "--region", "an AWS region like eu-west-1")
 
 
 def config_path(value: str, repository: Path) -> str:
