@@ -497,7 +497,6 @@ with open(os.environ["FAKE_UV_LOG"], "a", encoding="utf-8") as log:
 sys.stdout.write(os.environ.get("FAKE_UV_STDOUT", ""))
 """
 EXPRESSION_RE = re.compile(r"\$\{\{\s*(.*?)\s*\}\}", re.DOTALL)
-WORKFLOW_REF_MARKER = "<github.workflow_ref>"
 # Contexts an outsider (or anyone able to push a branch) can shape: branch names, event payloads, dispatch
 # inputs, and outputs computed from them.
 UNTRUSTED_RE = re.compile(
@@ -547,12 +546,6 @@ def context_value(name: str, scenario: str) -> str:
         return f"refs/heads/{ATTACK_REF}"
     if name == "github.ref_name":  # a push and a dispatch always have one
         return "train/demo"
-    if name == "github.ref":
-        return "refs/heads/train/demo"
-    if name == "github.event_name":
-        return "workflow_dispatch" if scenario == "benign" else "push"
-    if name == "github.workflow_ref":  # the caller: train.yml at the (possibly hostile) branch
-        return WORKFLOW_REF_MARKER
     if not UNTRUSTED_RE.match(name):
         return f"<{name}>"
     if scenario == "attack":
@@ -632,9 +625,14 @@ def step_env(doc: dict[str, Any], job: dict[str, Any], step: dict[str, Any], sce
     merged = {**(doc.get("env") or {}), **(job.get("env") or {}), **(step.get("env") or {})}
     env = {key: substitute(str(value), scenario) for key, value in merged.items()}
     ref_name = ATTACK_REF if scenario == "attack" else "train/demo"
-    for key, value in env.items():  # github.workflow_ref: owner/repo/.github/workflows/train.yml@<ref>
-        env[key] = value.replace(WORKFLOW_REF_MARKER, f"{env.get('TRAIN_WORKFLOW', '')}refs/heads/{ref_name}")
-    return {"GITHUB_REF_NAME": ref_name, "GITHUB_REF": f"refs/heads/{ref_name}", **env}
+    return {
+        "GITHUB_REF_NAME": ref_name, "GITHUB_REF": f"refs/heads/{ref_name}",
+        # The caller (train.yml on the branch), as GitHub describes it to a called workflow too.
+        "GITHUB_EVENT_NAME": "workflow_dispatch" if scenario == "benign" else "push",
+        "GITHUB_REPOSITORY": "octo-org/octo-repo",
+        "GITHUB_WORKFLOW_REF": f"octo-org/octo-repo/.github/workflows/train.yml@refs/heads/{ref_name}",
+        **env,
+    }  # fmt: skip
 
 
 class GpuRunnerCall(NamedTuple):
@@ -1109,12 +1107,9 @@ def test_start_and_stop_run_the_default_branch_code(baked: Path) -> None:
     assert "id-token" not in jobs["train"]["permissions"]
     _, start = called_job(baked, jobs["start"], "start")
     guard = start["steps"][0]
-    assert "run" in guard and guard["env"]["EVENT"] == "${{ github.event_name }}"
     answers = answers_of(baked)
-    assert guard["env"]["TRAIN_WORKFLOW"] == (
-        f"{answers['github_owner']}/{answers['github_repo']}/.github/workflows/train.yml@"
-    )
-    assert guard["env"]["PREFIX"] == f"refs/heads/{answers['train_branch_prefix']}"
+    assert "run" in guard and guard["env"] == {"PREFIX": f"refs/heads/{answers['train_branch_prefix']}"}
+    base = "o/r/.github/workflows/"
     for event, ref, caller, ok in (
         ("push", "refs/heads/train/x", "train.yml@refs/heads/train/x", True),
         ("workflow_dispatch", "refs/heads/train/x", "train.yml@refs/heads/train/x", True),
@@ -1122,8 +1117,8 @@ def test_start_and_stop_run_the_default_branch_code(baked: Path) -> None:
         ("push", "refs/heads/feature", "train.yml@refs/heads/feature", False),
         ("push", "refs/heads/train/x", "steal.yml@refs/heads/train/x", False),
     ):
-        base = guard["env"]["TRAIN_WORKFLOW"].rsplit("/", 1)[0] + "/"
-        env = {**guard["env"], "EVENT": event, "REF": ref, "CALLER": base + caller}
+        env = {**guard["env"], "GITHUB_EVENT_NAME": event, "GITHUB_REF": ref, "GITHUB_REPOSITORY": "o/r",
+               "GITHUB_WORKFLOW_REF": base + caller}  # fmt: skip
         code, _ = run_bash(guard["run"], env, baked.parent / f"guard-{event}-{caller.replace('/', '_')}")
         assert (code == 0) is ok, (event, ref, caller)
 
@@ -1355,7 +1350,7 @@ def test_non_default_answers_reach_the_gpu_workflows(baked_custom: Path) -> None
     answers = answers_of(baked_custom)
     assert train["jobs"]["start"]["uses"].startswith(f"{answers['github_owner']}/{answers['github_repo']}/")
     guard = docs["gpu-runner-start"]["jobs"]["start"]["steps"][0]
-    assert guard["env"]["PREFIX"] == "refs/heads/gpu/"
+    assert guard["env"] == {"PREFIX": "refs/heads/gpu/"}
     train_env = next(s for s in train["jobs"]["train"]["steps"] if s.get("id") == "train")["env"]
     assert train_env["AWS_REGION"] == train_env["AWS_DEFAULT_REGION"] == "us-east-2"
 
