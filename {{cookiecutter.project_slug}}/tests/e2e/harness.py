@@ -484,7 +484,9 @@ def prepare_repository(
     _git(repo, "init", "-q", "-b", branch)
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "e2e")
-    if branch != "main":  # the default branch, which the reusable start/stop workflows check out (same commit)
+    if (
+        branch != "main"
+    ):  # the default branch, which the reusable start/stop workflows check out (same commit)
         _git(repo, "branch", "main")
     workflow = scratch / "workflows" / "train.yml"
     workflow.parent.mkdir()
@@ -513,7 +515,11 @@ def default_branch_workflows(repo: Path) -> list[str]:
     local_repository_cache.go, matched on "<owner>/<name>@<ref>", read 2026-12-01). The directory stands for the
     default branch: here the same commit as the branch, so the called files are the project's own."""
     text = (PROJECT / ".github" / "workflows" / "train.yml").read_text()
-    return [arg for m in sorted(set(REUSABLE.findall(text))) for arg in ("--local-repository", f"{m[0]}@{m[1]}={repo}")]
+    return [
+        arg
+        for m in sorted(set(REUSABLE.findall(text)))
+        for arg in ("--local-repository", f"{m[0]}@{m[1]}={repo}")
+    ]
 
 
 def store_github_credential(moto_endpoint: str, repo: Path, token: str) -> None:

@@ -257,7 +257,9 @@ def granted_actions(policies: Iterable[Mapping[str, Any]]) -> set[str]:
     }
 
 
-def web_identity_allowed(trust_policy: Mapping[str, Any], provider_arn: str, claims: Mapping[str, str]) -> bool:
+def web_identity_allowed(
+    trust_policy: Mapping[str, Any], provider_arn: str, claims: Mapping[str, str]
+) -> bool:
     """Whether a role's trust policy lets an OIDC token with `claims` (condition keys such as
     token.actions.githubusercontent.com:sub) from `provider_arn` call sts:AssumeRoleWithWebIdentity.
 

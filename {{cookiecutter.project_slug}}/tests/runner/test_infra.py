@@ -254,8 +254,13 @@ def test_bootstrap_deploys_and_prints_the_github_settings(stack: dict[str, Any])
     assert f"gh variable set AWS_REAPER_ROLE_ARN --repo {repo} --body {outputs['ReaperRoleArn']}" in printed
     # The credential went into AWS, not a repository secret; the OIDC subject template names the workflow.
     assert "gh secret set" not in printed
-    assert f"stored the GitHub credential in SSM SecureString {outputs['GitHubCredentialParameter']}" in printed
-    assert stack["oidc_sub"] == {"use_default": False, "include_claim_keys": ["repo", "context", "job_workflow_ref"]}
+    assert (
+        f"stored the GitHub credential in SSM SecureString {outputs['GitHubCredentialParameter']}" in printed
+    )
+    assert stack["oidc_sub"] == {
+        "use_default": False,
+        "include_claim_keys": ["repo", "context", "job_workflow_ref"],
+    }
     assert f"instance_profile: {outputs['RunnerInstanceProfile']}" in printed
     assert f"security_group_ids: [{outputs['RunnerSecurityGroupId']}]" in printed
     assert outputs["OidcProviderArn"] == stack["oidc"]
@@ -384,10 +389,15 @@ def test_only_the_launch_and_reaper_roles_can_read_the_github_credential(stack: 
         if s["Effect"] == "Allow" and any(a in ("kms:Decrypt", "kms:*") for a in json_list(s["Action"]))
     ]  # fmt: skip
     (statement,) = decrypters
-    assert sorted(json_list(statement["Principal"]["AWS"])) == sorted([outputs["TrainRoleArn"], outputs["ReaperRoleArn"]])
+    assert sorted(json_list(statement["Principal"]["AWS"])) == sorted(
+        [outputs["TrainRoleArn"], outputs["ReaperRoleArn"]]
+    )
     assert statement["Condition"] == {"StringEquals": {"kms:ViaService": f"ssm.{REGION}.amazonaws.com"}}
     for s in policy["Statement"]:
-        assert not any(a.startswith("kms:Decrypt") or a == "kms:*" for a in json_list(s["Action"])) or s is statement
+        assert (
+            not any(a.startswith("kms:Decrypt") or a == "kms:*" for a in json_list(s["Action"]))
+            or s is statement
+        )
 
 
 def json_list(value: Any) -> list[str]:
@@ -682,7 +692,9 @@ def test_reaper_needs_exactly_the_reaper_policy(
     launch_calls = len(calls)
     settings = load_settings(settings_file)
     # As reap.yml does: the credential from SSM, with the recorded session (so the read is authorized too).
-    env = credential.github_env(settings, session.client("ssm", region_name=REGION), {"GITHUB_API_URL": github_double.url})
+    env = credential.github_env(
+        settings, session.client("ssm", region_name=REGION), {"GITHUB_API_URL": github_double.url}
+    )
     with GitHubRunners.from_env(DEFAULT_REPOSITORY, env=env, backoff_seconds=0.01) as github:
         # Hours later: the instance is past its expiry and its parameter is stale.
         report = reaper.reap(settings, Aws(session), github, now=datetime.now(UTC) + timedelta(days=1))

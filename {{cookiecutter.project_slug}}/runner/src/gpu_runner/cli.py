@@ -102,7 +102,9 @@ def _parser() -> argparse.ArgumentParser:
     # One-time: the GitHub credential goes into AWS (never a repository secret a branch's workflow could print).
     boot.add_argument("--app-id", default="", help="GitHub App id, stored with --app-private-key-file in SSM")
     boot.add_argument("--app-private-key-file", type=Path, default=None, help="the App's private key (.pem)")
-    boot.add_argument("--token-file", type=Path, default=None, help="instead of the App: a file holding a PAT")
+    boot.add_argument(
+        "--token-file", type=Path, default=None, help="instead of the App: a file holding a PAT"
+    )
 
     doctor = commands.add_parser(
         "doctor", help="read-only preflight of the AWS account and GitHub repository (one line per check)"

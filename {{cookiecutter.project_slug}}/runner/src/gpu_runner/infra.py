@@ -233,7 +233,9 @@ def store_github_credential(
         token=read("--token-file", token_file),
     )  # fmt: skip
     name = credential.store(ssm, settings, outputs["GitHubCredentialKeyArn"], value)
-    log(f"stored the GitHub credential in SSM SecureString {name} (decrypt: the launch and reaper roles only)")
+    log(
+        f"stored the GitHub credential in SSM SecureString {name} (decrypt: the launch and reaper roles only)"
+    )
     return name
 
 
@@ -252,7 +254,9 @@ def set_oidc_subject(repository: str, env: Mapping[str, str], log: Log = print) 
             f"-F use_default=false {keys}"
         )
         return False
-    changed = oidc_subject.set_subject_template(repository, token, env.get("GITHUB_API_URL") or DEFAULT_BASE_URL)
+    changed = oidc_subject.set_subject_template(
+        repository, token, env.get("GITHUB_API_URL") or DEFAULT_BASE_URL
+    )
     keys = ", ".join(oidc_subject.CLAIM_KEYS)
     log(f"OIDC subject template of {repository}: {keys}" + ("" if changed else " (already set)"))
     return changed

@@ -32,7 +32,9 @@ def set_subject_template(repository: str, token: str, base_url: str = DEFAULT_BA
     client = Github(auth=Auth.Token(token), **_client_options(base_url.rstrip("/"), 2.0))
     try:
         _, current = client.requester.requestJsonAndCheck("GET", path)
-        if not current.get("use_default") and list(current.get("include_claim_keys") or []) == list(CLAIM_KEYS):
+        if not current.get("use_default") and list(current.get("include_claim_keys") or []) == list(
+            CLAIM_KEYS
+        ):
             return False
         client.requester.requestJsonAndCheck("PUT", path, input=template_body())
     except GithubException as error:
