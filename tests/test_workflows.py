@@ -90,12 +90,18 @@ TIMELINE_PHASES = ("boot", "image-ready", "runner-started", "job-started")
 # and test_zizmor_ignores_are_needed proves each suppresses a real finding on its own line and nothing else.
 # self-repository: zizmor prefers `uses: $/.github/actions/setup`, which act (the workflow tests) and GitHub
 # Enterprise Server do not understand; `./` is equivalent after actions/checkout.
+# unpinned-uses: train.yml's start and stop call the default branch's reusable workflows at `@main` on purpose
+# (the launch role trusts only that ref; issue 13 item 2).
 EXPECTED_ZIZMOR_IGNORES = {
     ".github/workflows/ci.yml": ["self-repository"] * 2,
     ".github/workflows/promote.yml": ["self-repository"],
+    ".github/workflows/gpu-runner-start.yml": ["self-repository"],
+    ".github/workflows/gpu-runner-stop.yml": ["self-repository"],
     ".github/workflows/reap.yml": ["self-repository"],
-    ".github/workflows/train.yml": ["self-repository"] * 3,
+    ".github/workflows/train.yml": ["unpinned-uses", "self-repository", "unpinned-uses"],
 }
+# This repository's reusable workflow at the default branch (train.yml's start and stop jobs).
+DEFAULT_BRANCH_WORKFLOW_RE = re.compile(r"[\w.-]+/[\w.-]+/\.github/workflows/(?P<file>gpu-runner-(?:start|stop)\.yml)@main")
 ZIZMOR_IGNORE_RE = re.compile(r"#\s*zizmor:\s*ignore\[(?P<rules>[^\]]*)\](?P<reason>.*)$")
 # Known findings of the pedantic persona in the GPU workflow files (the regular persona reports none):
 # (file, audit, offending line stripped). None: the train job runs in host mode (no container image to pin;
@@ -376,6 +382,13 @@ def uses_problems(path: Path, doc: dict[str, Any], pins: dict[tuple[str, str], s
             ):
                 problems.append(f"{where}: local action {ref} does not exist")
             continue
+        if DEFAULT_BRANCH_WORKFLOW_RE.fullmatch(ref):
+            # Issue 13 item 2: start/stop call this repository's reusable workflows AT THE DEFAULT BRANCH, the
+            # ref the launch role's OIDC `sub` names (a SHA would pin old code; `./` would be the branch's copy).
+            root = next(d.parent for d in path.parents if d.name == ".github")
+            if not (root / ".github" / "workflows" / DEFAULT_BRANCH_WORKFLOW_RE.fullmatch(ref)["file"]).is_file():
+                problems.append(f"{where}: reusable workflow {ref} does not exist in this repository")
+            continue
         if ref.startswith("docker://"):
             if "@sha256:" not in ref:
                 problems.append(f"{where}: docker image {ref} is not pinned by digest")
@@ -541,7 +554,10 @@ def context_value(name: str, scenario: str) -> str:
     if scenario == "empty":
         return ""
     key = name.rsplit(".", 1)[-1]
-    return BENIGN_INPUTS[key] if name.startswith("inputs.") else BENIGN_OUTPUTS[key]
+    if name.startswith("inputs.") and key in BENIGN_INPUTS:
+        return BENIGN_INPUTS[key]
+    # The reusable stop workflow gets the start and train jobs' outputs as inputs.
+    return BENIGN_OUTPUTS["interrupted" if key == "train-interrupted" else key]
 
 
 def evaluate(expression: str, scenario: str) -> str:
@@ -610,7 +626,14 @@ def step_env(doc: dict[str, Any], job: dict[str, Any], step: dict[str, Any], sce
     merged = {**(doc.get("env") or {}), **(job.get("env") or {}), **(step.get("env") or {})}
     env = {key: substitute(str(value), scenario) for key, value in merged.items()}
     ref_name = ATTACK_REF if scenario == "attack" else "train/demo"
-    return {"GITHUB_REF_NAME": ref_name, "GITHUB_REF": f"refs/heads/{ref_name}", **env}
+    return {
+        "GITHUB_REF_NAME": ref_name, "GITHUB_REF": f"refs/heads/{ref_name}",
+        # The caller (train.yml on the branch), as GitHub describes it to a called workflow too.
+        "GITHUB_EVENT_NAME": "workflow_dispatch" if scenario == "benign" else "push",
+        "GITHUB_REPOSITORY": "octo-org/octo-repo",
+        "GITHUB_WORKFLOW_REF": f"octo-org/octo-repo/.github/workflows/train.yml@refs/heads/{ref_name}",
+        **env,
+    }  # fmt: skip
 
 
 class GpuRunnerCall(NamedTuple):
@@ -1013,8 +1036,11 @@ def test_template_ci_meaning(template_workflows: list[Path]) -> None:
 
 
 # ---------------------------------------------------------------- GPU workflows: meaning
+GPU_WORKFLOWS = ("train", "gpu-runner-start", "gpu-runner-stop", "reap")
+
+
 def gpu_workflows(project: Path) -> dict[str, dict[str, Any]]:
-    return {name: load_yaml(project / ".github" / "workflows" / f"{name}.yml") for name in ("train", "reap")}
+    return {name: load_yaml(project / ".github" / "workflows" / f"{name}.yml") for name in GPU_WORKFLOWS}
 
 
 def answers_of(project: Path) -> dict[str, Any]:
@@ -1022,7 +1048,7 @@ def answers_of(project: Path) -> dict[str, Any]:
 
 
 def steps_by_uses(job: dict[str, Any], uses: str) -> list[dict[str, Any]]:
-    return [s for s in job["steps"] if step_uses(s) == uses]
+    return [s for s in job.get("steps") or [] if step_uses(s) == uses]
 
 
 def test_train_triggers_and_concurrency(baked: Path) -> None:
@@ -1050,10 +1076,70 @@ def test_train_triggers_and_concurrency(baked: Path) -> None:
     assert train["permissions"] == {}
 
 
+def called_job(project: Path, caller: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the reusable workflow, its one job) that a train.yml job calls at the default branch (issue 13 item 2)."""
+    answers = answers_of(project)
+    assert caller["uses"] == (
+        f"{answers['github_owner']}/{answers['github_repo']}/.github/workflows/gpu-runner-{name}.yml@main"
+    )
+    doc = gpu_workflows(project)[f"gpu-runner-{name}"]
+    assert triggers(doc) == {"workflow_call"} and doc["permissions"] == {}
+    (job_id,) = doc["jobs"]
+    assert job_id == name  # act logs jobs by this id: the e2e stories read `start` / `stop`
+    return doc, doc["jobs"][job_id]
+
+
+def test_start_and_stop_run_the_default_branch_code(baked: Path) -> None:
+    """Issue 13 item 2: a branch that rewrites train.yml cannot change what launches, registers and tears down.
+    start/stop call the default branch's reusable workflows (`@main`, not `./`), those check out the default
+    branch (never the caller's commit), no job gets a GitHub credential, and the start workflow refuses any
+    caller but train.yml on a train branch, for push or workflow_dispatch only."""
+    workflows = gpu_workflows(baked)
+    jobs = workflows["train"]["jobs"]
+    for name in ("start", "stop"):
+        doc, job = called_job(baked, jobs[name], name)
+        (checkout,) = steps_by_uses(job, "actions/checkout")
+        assert checkout["with"] == {"persist-credentials": False, "ref": "main"}
+        assert job["steps"].index(checkout) < job["steps"].index(steps_by_uses(job, AWS_CREDENTIALS)[0])
+    text = {n: (baked / ".github" / "workflows" / f"{n}.yml").read_text(encoding="utf-8") for n in workflows}
+    for name, body in text.items():
+        for secret in ("GPU_RUNNER_TOKEN", "GPU_RUNNER_APP_PRIVATE_KEY", "GPU_RUNNER_APP_ID"):
+            assert secret not in body, f"{name}.yml still hands {secret} to a job"
+        assert "secrets: inherit" not in body
+    # The train job (branch code on the GPU) has no OIDC token: only the instance profile.
+    assert "id-token" not in jobs["train"]["permissions"]
+    _, start = called_job(baked, jobs["start"], "start")
+    guard = start["steps"][0]
+    answers = answers_of(baked)
+    assert "run" in guard and guard["env"] == {"PREFIX": f"refs/heads/{answers['train_branch_prefix']}"}
+    base = "o/r/.github/workflows/"
+    for event, ref, caller, ok in (
+        ("push", "refs/heads/train/x", "train.yml@refs/heads/train/x", True),
+        ("workflow_dispatch", "refs/heads/train/x", "train.yml@refs/heads/train/x", True),
+        ("pull_request", "refs/pull/1/merge", "train.yml@refs/pull/1/merge", False),
+        ("push", "refs/heads/feature", "train.yml@refs/heads/feature", False),
+        ("push", "refs/heads/train/x", "steal.yml@refs/heads/train/x", False),
+    ):
+        env = {**guard["env"], "GITHUB_EVENT_NAME": event, "GITHUB_REF": ref, "GITHUB_REPOSITORY": "o/r",
+               "GITHUB_WORKFLOW_REF": base + caller}  # fmt: skip
+        code, _ = run_bash(guard["run"], env, baked.parent / f"guard-{event}-{caller.replace('/', '_')}")
+        assert (code == 0) is ok, (event, ref, caller)
+
+
 def test_train_job_graph(baked: Path) -> None:
     jobs = gpu_workflows(baked)["train"]["jobs"]
     assert list(jobs) == ["start", "train", "stop"]
-    start, train, stop = jobs["start"], jobs["train"], jobs["stop"]
+    caller_start, train, caller_stop = jobs["start"], jobs["train"], jobs["stop"]
+    start_doc, start = called_job(baked, caller_start, "start")
+    stop_doc, stop = called_job(baked, caller_stop, "stop")
+    assert caller_start["permissions"] == {"contents": "read", "id-token": "write"}
+    # Every output of the start job is an output of the reusable workflow, hence of train.yml's start job.
+    assert start_doc["on"]["workflow_call"]["outputs"] == {
+        name: {"value": f"${{{{ jobs.start.outputs.{name} }}}}"} for name in (*LAUNCH_OUTPUTS, *WAIT_OUTPUTS)
+    }
+    assert caller_start["with"] == {
+        "instance-type": "${{ inputs.instance-type || '' }}", "spot": "${{ inputs.spot || 'default' }}",
+    }  # fmt: skip
 
     # start: a GitHub-hosted runner launches the instance and waits for its runner; every launch output is a
     # job output, so `stop` knows whatever `start` created even when it failed half-way.
@@ -1120,34 +1206,50 @@ def test_train_job_graph(baked: Path) -> None:
     assert {"MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"} <= set(env)
 
     # stop: always (failure, cancel, timeout), after both, whenever start created anything.
-    assert set(stop["needs"]) == {"start", "train"}
-    condition = stop["if"]
+    assert set(caller_stop["needs"]) == {"start", "train"}
+    condition = caller_stop["if"]
     assert condition.startswith("${{ always() && ")
     for output in ("instance-id", "runner-id"):
         assert f"needs.start.outputs.{output} != ''" in condition
+    assert stop["if"] == "always()"
     assert stop["runs-on"] == "ubuntu-latest"
     # actions: write = dispatching the next attempt after a spot interruption, with the run's own token.
-    assert stop["permissions"] == {"contents": "read", "id-token": "write", "actions": "write"}
+    assert caller_stop["permissions"] == {"contents": "read", "id-token": "write", "actions": "write"}
+    assert stop["permissions"] == caller_stop["permissions"]
+    # What the caller passes: every input the stop workflow declares, from the start and train jobs.
+    passed = caller_stop["with"]
+    assert set(passed) == set(stop_doc["on"]["workflow_call"]["inputs"])
+    for name in ("region", "instance-id", "runner-id", "parameter", "runner-online-at"):
+        assert passed[name] == f"${{{{ needs.start.outputs.{name} }}}}"
+    assert passed["mlflow-run-id"] == "${{ needs.train.outputs.mlflow-run-id }}"
+    assert passed["train-interrupted"] == "${{ needs.train.outputs.interrupted }}"
+    assert passed["gpu-preflight"] == "${{ needs.train.outputs.gpu-preflight }}"
+    assert passed["attempt"] == "${{ inputs.attempt || '1' }}"
+    assert passed["commit"] == "${{ inputs.commit || github.sha }}"
+    assert caller_stop["secrets"] == {
+        name: f"${{{{ secrets.{name} }}}}" for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+    }
     # After "Cancel workflow" only `if: always()` steps run: every step of stop must say so.
     assert all(step.get("if") == "always()" for step in stop["steps"]), stop["steps"]
     teardown, resume = [s for s in stop["steps"] if "run" in s]
     assert re.search(r"gpu-runner --settings \S+ teardown ", teardown["run"])
     assert re.search(r"gpu-runner --settings \S+ resume ", resume["run"])
     assert resume["env"]["GITHUB_TOKEN"] == "${{ github.token }}"
-    assert resume["env"]["TRAIN_INTERRUPTED"] == "${{ needs.train.outputs.interrupted }}"
+    assert resume["env"]["TRAIN_INTERRUPTED"] == "${{ inputs.train-interrupted }}"
     for name, output in (
         ("REGION", "region"),
         ("INSTANCE_ID", "instance-id"),
         ("RUNNER_ID", "runner-id"),
         ("PARAMETER", "parameter"),
     ):
-        assert teardown["env"][name] == f"${{{{ needs.start.outputs.{output} }}}}"
+        assert teardown["env"][name] == f"${{{{ inputs.{output} }}}}"
     # After teardown, the attempt's cost goes to the training run: its id, the attempt (its step) and MLflow.
-    assert teardown["env"]["MLFLOW_RUN_ID"] == "${{ needs.train.outputs.mlflow-run-id }}"
+    assert teardown["env"]["MLFLOW_RUN_ID"] == "${{ inputs.mlflow-run-id }}"
     # The stop job's summary says when the preflight stopped the training.
-    assert teardown["env"]["GPU_PREFLIGHT"] == "${{ needs.train.outputs.gpu-preflight }}"
+    assert teardown["env"]["GPU_PREFLIGHT"] == "${{ inputs.gpu-preflight }}"
     assert '"${GPU_PREFLIGHT}" == "no-gpu"' in teardown["run"] and "no GPU visible" in teardown["run"]
-    assert teardown["env"]["ATTEMPT"] == "${{ inputs.attempt || '1' }}"
+    # A caller on a branch may pass anything, also nothing: the defaults hold in the called workflow too.
+    assert teardown["env"]["ATTEMPT"] == resume["env"]["ATTEMPT"] == "${{ inputs.attempt || '1' }}"
     assert teardown["env"]["MLFLOW_TRACKING_URI"] == "${{ vars.MLFLOW_TRACKING_URI }}"
     for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
         assert teardown["env"][name] == f"${{{{ secrets.{name} }}}}"
@@ -1224,6 +1326,8 @@ def test_aws_jobs_use_oidc_and_no_cache(baked: Path) -> None:
     aws_jobs = []
     for name, doc in gpu_workflows(baked).items():
         for job_id, job in doc["jobs"].items():
+            if "uses" in job:  # a caller of a reusable workflow: its job is checked in that file
+                continue
             aws_steps = steps_by_uses(job, AWS_CREDENTIALS)
             assert ("id-token" in job["permissions"]) == bool(aws_steps), f"{name}.{job_id}"
             if not aws_steps:
@@ -1241,7 +1345,7 @@ def test_aws_jobs_use_oidc_and_no_cache(baked: Path) -> None:
             later = job["steps"][job["steps"].index(aws) + 1 :]
             assert all("run" in s for s in later), f"{name}.{job_id}: only our own commands hold the role"
         assert not cache_problems(doc), cache_problems(doc)
-    assert aws_jobs == ["train.start", "train.stop", "reap.reap"]
+    assert aws_jobs == ["gpu-runner-start.start", "gpu-runner-stop.stop", "reap.reap"]
 
 
 def test_no_self_hosted_runner_reachable_from_pull_requests(baked_files: dict[str, list[Path]]) -> None:
@@ -1284,6 +1388,11 @@ def test_non_default_answers_reach_the_gpu_workflows(baked_custom: Path) -> None
         for step in steps_by_uses(job, AWS_CREDENTIALS)
     ]
     assert regions == ["us-east-2"] * 3
+    # The reusable workflows are called in the custom answers' repository, and guard its train branches.
+    answers = answers_of(baked_custom)
+    assert train["jobs"]["start"]["uses"].startswith(f"{answers['github_owner']}/{answers['github_repo']}/")
+    guard = docs["gpu-runner-start"]["jobs"]["start"]["steps"][0]
+    assert guard["env"] == {"PREFIX": "refs/heads/gpu/"}
     train_env = next(s for s in train["jobs"]["train"]["steps"] if s.get("id") == "train")["env"]
     assert train_env["AWS_REGION"] == train_env["AWS_DEFAULT_REGION"] == "us-east-2"
 
@@ -1317,6 +1426,10 @@ def test_zizmor_ignores_are_exactly_the_expected_ones(baked: Path) -> None:
     for items in found.values():
         for number, _rule, reason, line in items:
             assert len(reason) >= 20, f"line {number}: an ignore needs its reason on the same line"
+            if _rule == "unpinned-uses":  # only the default branch's reusable workflows (issue 13 item 2)
+                ref = re.match(r"^\s*uses: (\S+) #", line)
+                assert ref and DEFAULT_BRANCH_WORKFLOW_RE.fullmatch(ref[1]), line
+                continue
             assert re.match(rf"^\s*uses: {re.escape(SETUP_ACTION)} #", line), line
 
 
@@ -1336,7 +1449,7 @@ def test_zizmor_ignores_are_needed(baked: Path, baked_files: dict[str, list[Path
 
 def test_zizmor_pedantic_on_gpu_files(baked: Path) -> None:
     """The pedantic persona finds only the known, documented gap (GPU image pinned by tag, not digest)."""
-    files = [baked / ".github" / "workflows" / f"{name}.yml" for name in ("train", "reap")]
+    files = [baked / ".github" / "workflows" / f"{name}.yml" for name in GPU_WORKFLOWS]
     files.append(baked / ".github" / "actions" / "setup" / "action.yml")
     _, findings = zizmor(files, baked, persona="pedantic")
     found = set()
@@ -1387,7 +1500,8 @@ def test_hostile_branch_names_and_inputs_stay_data(baked: Path, tmp_path: Path) 
             assert all(a.rpartition("=")[2] in (PAYLOAD, ATTACK_REF) for a in hostile), hostile
             if PAYLOAD in env.values():
                 assert hostile, f"{name}.yml {where}: no hostile value reached a command (is the test stale?)"
-    assert ran == 9  # 8 + the train job's "MLflow store not kept" warning (issue 13 item 10)
+    # 8, + the start workflow's caller guard (item 2), + the train job's "MLflow store not kept" warning (item 10)
+    assert ran == 10
 
 
 def test_injection_harness_catches_an_expression_in_run(baked: Path, tmp_path: Path) -> None:
@@ -1445,8 +1559,9 @@ def test_gpu_runner_calls_follow_the_contract(baked: Path, tmp_path: Path) -> No
     (push_teardown,) = [c for c in bare if c.subcommand == "teardown"]
     assert push_teardown.argv[-1] == "--attempt=1", push_teardown
     # The workflows read only outputs launch writes, and the start job passes every one of them on.
+    start = (baked / ".github" / "workflows" / "gpu-runner-start.yml").read_text(encoding="utf-8")
     text = (baked / ".github" / "workflows" / "train.yml").read_text(encoding="utf-8")
-    assert set(re.findall(r"steps\.launch\.outputs\.([\w-]+)", text)) == set(LAUNCH_OUTPUTS)
+    assert set(re.findall(r"steps\.launch\.outputs\.([\w-]+)", start)) == set(LAUNCH_OUTPUTS)
     assert set(re.findall(r"needs\.start\.outputs\.([\w-]+)", text)) <= set(LAUNCH_OUTPUTS + WAIT_OUTPUTS)
 
 

@@ -39,6 +39,9 @@ OPERATIONS = (
     # GitHub App authentication (PyGithub's GithubIntegration / AppInstallationAuth)
     "apps/get-repo-installation",
     "apps/create-installation-access-token",
+    # Bootstrap (gpu_runner.oidc_subject): the OIDC `sub` template that names the reusable workflow
+    "actions/get-custom-oidc-sub-claim-for-repo",
+    "actions/set-custom-oidc-sub-claim-for-repo",
     # Preflight (gpu_runner.doctor_github): the token's role on the repository, the settings' names
     "repos/get",
     "actions/list-repo-variables",

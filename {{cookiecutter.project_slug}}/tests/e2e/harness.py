@@ -68,6 +68,8 @@ RUNNER_VERSION = "2.331.0"
 TF_VERSION = "2.15.1"
 ACT_TIMEOUT_SECONDS = 1200
 USES = re.compile(r"^\s*(?:-\s+)?uses:\s*([\w.-]+/[\w.-]+)@([0-9a-f]{40})\b", re.MULTILINE)
+# train.yml's start and stop call this repository's reusable workflows at the default branch (issue 13 item 2).
+REUSABLE = re.compile(r"^\s*uses:\s*([\w.-]+/[\w.-]+)/\.github/workflows/[\w.-]+\.yml@(main)\b", re.MULTILINE)
 
 
 # ---------------------------------------------------------------------------------------------- host-mode copy
@@ -532,6 +534,10 @@ def prepare_repository(
     _git(repo, "init", "-q", "-b", branch)
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "e2e")
+    if (
+        branch != "main"
+    ):  # the default branch, which the reusable start/stop workflows check out (same commit)
+        _git(repo, "branch", "main")
     workflow = scratch / "workflows" / "train.yml"
     workflow.parent.mkdir()
     workflow.write_text(host_mode_workflow((PROJECT / ".github" / "workflows" / "train.yml").read_text()))
@@ -541,7 +547,8 @@ def prepare_repository(
 def action_doubles() -> list[str]:
     """`--local-repository` for every SHA-pinned remote action of train.yml and the local setup action."""
     args = []
-    sources = [PROJECT / ".github" / "workflows" / n for n in ("train.yml", "reap.yml")]
+    names = ("train.yml", "gpu-runner-start.yml", "gpu-runner-stop.yml", "reap.yml")
+    sources = [PROJECT / ".github" / "workflows" / n for n in names]
     sources.append(PROJECT / ".github" / "actions" / "setup" / "action.yml")
     for name, sha in sorted({m.groups() for src in sources for m in USES.finditer(src.read_text())}):
         double = HERE / "actions" / name.split("/")[1]
@@ -549,6 +556,29 @@ def action_doubles() -> list[str]:
             raise AssertionError(f"no local double for {name} in {double}")
         args += ["--local-repository", f"{name}@{sha}={double}"]
     return args
+
+
+def default_branch_workflows(repo: Path) -> list[str]:
+    """`--local-repository owner/name@main=<repo>` for train.yml's `uses: owner/name/.github/workflows/X@main`:
+    act resolves a remote reusable workflow through its action cache, which --local-repository overrides with a
+    directory (nektos/act pkg/runner/reusable_workflow.go newActionCacheReusableWorkflowExecutor and
+    local_repository_cache.go, matched on "<owner>/<name>@<ref>", read 2026-12-01). The directory stands for the
+    default branch: here the same commit as the branch, so the called files are the project's own."""
+    text = (PROJECT / ".github" / "workflows" / "train.yml").read_text()
+    return [
+        arg
+        for m in sorted(set(REUSABLE.findall(text)))
+        for arg in ("--local-repository", f"{m[0]}@{m[1]}={repo}")
+    ]
+
+
+def store_github_credential(moto_endpoint: str, repo: Path, token: str) -> None:
+    """What `gpu-runner bootstrap --token-file` writes: the SSM SecureString the start and stop workflows read
+    with the launch role (moto enforces no IAM: that part is proven by tests/runner/test_infra.py)."""
+    settings = yaml.safe_load((repo / "configs" / "gpu-runner.yaml").read_text())
+    ssm = boto3.client("ssm", region_name=settings["region"], endpoint_url=moto_endpoint)
+    name = settings.get("ssm_prefix", "/gpu-runner").rstrip("/") + "-github-credential"
+    ssm.put_parameter(Name=name, Value=json.dumps({"token": token}), Type="SecureString", Overwrite=True)
 
 
 OnRecord = Callable[[dict[str, Any], subprocess.Popen], None]
@@ -613,6 +643,7 @@ def run_workflow(
     env_args = {
         "GITHUB_RUN_ID": run_id,
         "GITHUB_REPOSITORY": repository,
+        # GitHub sets it (the caller's workflow file and ref, also inside a called workflow); act does not.
         "GITHUB_WORKFLOW_REF": workflow_ref,
         "GPU_RUNNER_LABEL_NONCE": nonce,
         "GITHUB_API_URL": github.url,
@@ -646,11 +677,14 @@ def run_workflow(
         cmd += ["--env", f"{key}={value}"]
     cmd += ["--var", f"AWS_ROLE_ARN={ROLE_ARN}", "--var", f"AWS_REAPER_ROLE_ARN={REAPER_ROLE_ARN}"]
     cmd += ["--var", f"MLFLOW_TRACKING_URI={mlflow_uri}"]
-    # GITHUB_TOKEN: the workflow's own token (the stop job dispatches the next attempt with it).
-    cmd += ["--secret", f"GPU_RUNNER_TOKEN={github_token}", "--secret", f"GITHUB_TOKEN={github_token}"]
+    # GITHUB_TOKEN: the workflow's own token (the stop job dispatches the next attempt with it). The runner
+    # credential is no repository secret: it is in SSM, where bootstrap stores it.
+    cmd += ["--secret", f"GITHUB_TOKEN={github_token}"]
+    store_github_credential(moto_endpoint, repo, github_token)
     for key, value in (secrets or {}).items():
         cmd += ["--secret", f"{key}={value}"]
     cmd += action_doubles()
+    cmd += default_branch_workflows(repo)
     venv_bin = str(Path(sys.executable).parent)
     path = [p for p in os.environ["PATH"].split(os.pathsep) if p != venv_bin and "/shims" not in p]
     env = {

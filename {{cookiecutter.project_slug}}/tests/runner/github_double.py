@@ -82,7 +82,15 @@ REQUIRED_PERMISSIONS: dict[str, tuple[str, str]] = {
     "repos/get": ("metadata", "read"),
     "actions/list-repo-variables": ("variables", "read"),
     "actions/list-repo-secrets": ("secrets", "read"),
+    # gpu-runner bootstrap's OIDC `sub` template: "Actions" repository permission, write to set, read to get
+    # (docs.github.com "REST API endpoints for GitHub Actions OIDC", as mirrored by apidog.com/apidoc 347364,
+    # read 2026-12-01; classic tokens need the `repo` scope).
+    "actions/get-custom-oidc-sub-claim-for-repo": ("actions", "read"),
+    "actions/set-custom-oidc-sub-claim-for-repo": ("actions", "write"),
 }
+# "Each claim key can only contain alphanumeric characters and underscores" (the description's
+# oidc-custom-sub-repo schema, @octokit/openapi 23.0.2); GitHub answers 422 to another key.
+_CLAIM_KEY = re.compile(r"[A-Za-z0-9_]+")
 DEFAULT_APP_ID = 424242
 DEFAULT_CLIENT_ID = "Iv23liGpuRunnerTest01"  # a GitHub App's client id (Iv23li...), the recommended JWT `iss`
 # docs.github.com "Generating a JSON Web Token (JWT) for a GitHub App" (read 2026-12-01): `exp` "must be no more
@@ -240,6 +248,8 @@ class GitHubDouble:
         # scopes of classic tokens (sent as X-OAuth-Scopes, which GitHub sends for OAuth and classic tokens only).
         self.non_admin_tokens: set[str] = set()
         self.classic_scopes: dict[str, str] = {}
+        # The repositories' OIDC `sub` templates (a new repository uses GitHub's default).
+        self.oidc_sub: dict[str, dict[str, Any]] = {repo: {"use_default": True} for repo in self.repositories}
 
     # ------------------------------------------------------------------ server lifecycle
     def start(self) -> GitHubDouble:
@@ -666,6 +676,8 @@ class GitHubDouble:
             return self._actions_settings(repo, rest, query)
         if rest.startswith("/actions/workflows/"):
             return self._workflow_endpoint(method, repo, rest, body or {})
+        if rest == "/actions/oidc/customization/sub":
+            return self._oidc_sub(method, repo, body or {})
         if rest == "/actions/runners" and method == "GET":
             return self._list(repo, query)
         if rest == "/actions/runners/generate-jitconfig" and method == "POST":
@@ -710,6 +722,23 @@ class GitHubDouble:
                 "html_url": f"https://github.com/{full_name}/actions/runs/{run_id}",
             },
         )
+
+    def _oidc_sub(self, method: str, repo: str, body: dict[str, Any]) -> tuple[int, dict[str, str], Any]:
+        """GET / PUT /repos/{owner}/{repo}/actions/oidc/customization/sub: 200 with the template, 201 with `{}`
+        (the description's responses). `use_default: true` ignores include_claim_keys (the same schema)."""
+        if method == "GET":
+            return 200, {}, dict(self.oidc_sub[repo])
+        if method != "PUT":
+            raise _HttpError(404, "Not Found")
+        keys = body.get("include_claim_keys")
+        bad = [k for k in keys or () if not _CLAIM_KEY.fullmatch(str(k))]
+        if bad:
+            raise _HttpError(422, f"Invalid claim keys: {bad}")
+        if body["use_default"]:
+            self.oidc_sub[repo] = {"use_default": True}
+        else:
+            self.oidc_sub[repo] = {"use_default": False, "include_claim_keys": list(keys or [])}
+        return 201, {}, {}
 
     def _list(self, repo: str, query: dict[str, str]) -> tuple[int, dict[str, str], Any]:
         # The schema check already refused a non-integer; out-of-range values are GitHub's (PER_PAGE_MAX).

@@ -398,3 +398,24 @@ def key_policy_allows(
     ):
         return False
     return allowed([named], request) or (allowed([via_root], request) and allowed(identity, request))
+
+
+def web_identity_allowed(
+    trust_policy: Mapping[str, Any], provider_arn: str, claims: Mapping[str, str]
+) -> bool:
+    """Whether a role's trust policy lets an OIDC token with `claims` (condition keys such as
+    token.actions.githubusercontent.com:sub) from `provider_arn` call sts:AssumeRoleWithWebIdentity.
+
+    A trust policy names a Principal instead of a Resource; the conditions are evaluated as for `allowed`. The
+    keys are IAM's web identity federation keys, `<provider url>:aud` and `:sub` (IAM User Guide, "Available keys
+    for AWS OIDC federation", read 2026-12-01)."""
+    request = Request("sts:AssumeRoleWithWebIdentity", "*", dict(claims))
+
+    def matches(statement: Mapping[str, Any]) -> bool:
+        federated = _values(statement.get("Principal", {}).get("Federated", []))
+        return provider_arn in federated and _statement_matches({**statement, "Resource": "*"}, request)
+
+    statements = _values_or_list(trust_policy["Statement"])
+    if any(s["Effect"] == "Deny" and matches(s) for s in statements):
+        return False
+    return any(s["Effect"] == "Allow" and matches(s) for s in statements)

@@ -40,7 +40,7 @@ class Deployed:
 
 def bootstrap(
     settings_path: Path, *, project: str, region: str, repository: str, bucket: str, oidc_provider: str,
-    extra: tuple[str, ...] = (),
+    extra: tuple[str, ...] = (), github_env: dict[str, str] | None = None,
 ) -> Deployed:  # fmt: skip
     """Run the CLI's bootstrap (outside a workflow: no GITHUB_REPOSITORY) and read the stack's outputs back."""
     argv = ["--settings", str(settings_path), "bootstrap", "--repository", repository, "--bucket", bucket,
@@ -48,6 +48,10 @@ def bootstrap(
     out, err = io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as patch, redirect_stdout(out), redirect_stderr(err):
         patch.delenv("GITHUB_REPOSITORY", raising=False)
+        # The OIDC subject template is set only with an admin token: the GitHub double's, never a real one.
+        patch.delenv("GITHUB_TOKEN", raising=False)
+        for key, value in (github_env or {}).items():
+            patch.setenv(key, value)
         assert cli.main(argv) == 0, err.getvalue()
     stack_name = infra.stack_name(project, repository)
     cfn = boto3.Session(region_name=region).client("cloudformation")

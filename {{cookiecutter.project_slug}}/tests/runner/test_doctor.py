@@ -209,7 +209,6 @@ def world(
     outputs = deployed["outputs"]
     github_double.set_variable("AWS_ROLE_ARN", outputs["TrainRoleArn"])
     github_double.set_variable("AWS_REAPER_ROLE_ARN", outputs["ReaperRoleArn"])
-    github_double.set_secret("GPU_RUNNER_TOKEN")
     target = Target(
         settings=settings_from_mapping(deployed["raw"]),
         repository=DEFAULT_REPOSITORY,
@@ -800,7 +799,7 @@ def test_the_checked_names_are_the_readmes_and_the_workflows() -> None:
     assert readme_table() == doctor_github.REPOSITORY_SETTINGS
     assert workflow_uses() == doctor_github.REPOSITORY_SETTINGS
     # The parser is not vacuous: it sees every row.
-    assert len(readme_table()) == 9
+    assert len(readme_table()) == 6  # the runner credential is no GitHub setting any more (issue 13 item 2)
 
 
 SETTINGS_FAULTS = {
@@ -809,11 +808,12 @@ SETTINGS_FAULTS = {
         lambda d: d.set_variable("AWS_REAPER_ROLE_ARN", "arn:aws:iam::123456789012:role/other"),
         "the stack's ReaperRoleArn is",
     ),
-    "no runner credential": (lambda d: d.secrets[DEFAULT_REPOSITORY].clear(), "no runner credential"),
-    "half an app": (lambda d: (d.secrets[DEFAULT_REPOSITORY].clear(), d.set_variable("GPU_RUNNER_APP_ID", "1")), "half a GitHub App"),
-    "token as a variable": (
-        lambda d: (d.secrets[DEFAULT_REPOSITORY].clear(), d.set_variable("GPU_RUNNER_TOKEN", "x")),
-        "GPU_RUNNER_TOKEN is a variable, the workflows read it as a secret",
+    # Issue 13 item 2: a runner credential left as a repository secret is reachable from any branch.
+    "runner token left as a secret": (lambda d: d.set_secret("GPU_RUNNER_TOKEN"), "gh secret delete GPU_RUNNER_TOKEN"),
+    "app key left as a secret": (lambda d: d.set_secret("GPU_RUNNER_APP_PRIVATE_KEY"), "gh secret delete GPU_RUNNER_APP_PRIVATE_KEY"),
+    "mlflow password as a variable": (
+        lambda d: d.set_variable("MLFLOW_TRACKING_PASSWORD", "x"),
+        "MLFLOW_TRACKING_PASSWORD is a variable, the workflows read it as a secret",
     ),
     "mlflow user without password": (lambda d: d.set_secret("MLFLOW_TRACKING_USERNAME"), "gh secret set MLFLOW_TRACKING_PASSWORD"),
 }  # fmt: skip
@@ -843,7 +843,7 @@ def test_the_repository_settings_pass_and_are_paged(world: World) -> None:
         world.github.set_variable(f"OTHER_{index:02d}", "x")
     stack_checks(world)
     outcome = one(run(world, [doctor_github.check_repository_settings]), "repository variables and secrets")
-    assert outcome.ok and "AWS_ROLE_ARN" in outcome.found and "GPU_RUNNER_TOKEN" in outcome.found
+    assert outcome.ok and "AWS_ROLE_ARN" in outcome.found
     pages = [c for c in world.github.calls if c.path.endswith("/actions/variables")]
     assert len(pages) == 2
 

@@ -42,11 +42,12 @@ from iam_requests import (
     requests_for,
     s3_context,
     ssm_kms_request,
+    web_identity_allowed,
 )
 from parliament import analyze_policy_string
 from stack_deploy import OIDC_URL, PROJECT_DIR, TEMPLATE
 
-from gpu_runner import cli, infra, lifecycle, naming, reaper
+from gpu_runner import cli, credential, infra, lifecycle, naming, reaper
 from gpu_runner.aws import Aws
 from gpu_runner.github import GitHubRunners
 from gpu_runner.naming import RunContext, parameter_name
@@ -194,17 +195,28 @@ def ami_for_infra(moto_endpoint: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def stack(settings_file: Path, oidc_provider: str) -> Iterator[dict[str, Any]]:
-    """`gpu-runner bootstrap` as a user runs it (reusing the account's OIDC provider, with the immutable ids)."""
+def stack(
+    settings_file: Path, oidc_provider: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    """`gpu-runner bootstrap` as a user runs it (reusing the account's OIDC provider, with the immutable ids),
+    storing the GitHub credential in AWS and setting the repository's OIDC subject template (GitHub double)."""
     bucket = f"infra-test-{uuid.uuid4().hex[:12]}"
     settings = load_settings(settings_file)
-    deployed = stack_deploy.bootstrap(
-        settings_file, project=settings.project, region=REGION, repository=DEFAULT_REPOSITORY, bucket=bucket,
-        oidc_provider=oidc_provider, extra=("--owner-id", "1001", "--repository-id", "2002"),
-    )  # fmt: skip
+    token_file = tmp_path_factory.mktemp("credential") / "pat"
+    token_file.write_text(DEFAULT_TOKEN + "\n")
+    with GitHubDouble() as double:
+        deployed = stack_deploy.bootstrap(
+            settings_file, project=settings.project, region=REGION, repository=DEFAULT_REPOSITORY, bucket=bucket,
+            oidc_provider=oidc_provider,
+            extra=("--owner-id", "1001", "--repository-id", "2002", "--token-file", str(token_file)),
+            github_env={"GITHUB_TOKEN": DEFAULT_TOKEN, "GITHUB_API_URL": double.url},
+        )  # fmt: skip
+        oidc_sub = dict(double.oidc_sub[DEFAULT_REPOSITORY.lower()])
+        assert double.take_violations() == []
     session = boto3.Session(region_name=REGION)
     yield {"argv": deployed.argv, "printed": deployed.printed, "outputs": deployed.outputs, "settings": settings,
-           "bucket": bucket, "session": session, "oidc": oidc_provider, "name": deployed.stack_name}  # fmt: skip
+           "bucket": bucket, "session": session, "oidc": oidc_provider, "name": deployed.stack_name,
+           "oidc_sub": oidc_sub}  # fmt: skip
     # Best effort: moto deletes a stack's resources in template order, so a role with an attached policy
     # refuses (DeleteConflict). Names are unique per module, so a leftover stack cannot affect another test.
     with contextlib.suppress(ClientError):
@@ -244,7 +256,15 @@ def test_bootstrap_deploys_and_prints_the_github_settings(stack: dict[str, Any])
     repo = DEFAULT_REPOSITORY
     assert f"gh variable set AWS_ROLE_ARN --repo {repo} --body {outputs['TrainRoleArn']}" in printed
     assert f"gh variable set AWS_REAPER_ROLE_ARN --repo {repo} --body {outputs['ReaperRoleArn']}" in printed
-    assert f"gh secret set GPU_RUNNER_APP_PRIVATE_KEY --repo {repo}" in printed
+    # The credential went into AWS, not a repository secret; the OIDC subject template names the workflow.
+    assert "gh secret set" not in printed
+    assert (
+        f"stored the GitHub credential in SSM SecureString {outputs['GitHubCredentialParameter']}" in printed
+    )
+    assert stack["oidc_sub"] == {
+        "use_default": False,
+        "include_claim_keys": ["repo", "context", "job_workflow_ref"],
+    }
     assert f"instance_profile: {outputs['RunnerInstanceProfile']}" in printed
     assert f"security_group_ids: [{outputs['RunnerSecurityGroupId']}]" in printed
     assert outputs["OidcProviderArn"] == stack["oidc"]
@@ -275,16 +295,117 @@ def test_roles_trust_only_this_repository_in_both_subject_forms(stack: dict[str,
     owner, name = DEFAULT_REPOSITORY.split("/")
     provider, subjects = _trust_subjects(role_of(session, outputs["TrainRoleArn"]))
     assert provider == stack["oidc"]
+    workflows = f"{owner}/{name}/.github/workflows"
     assert subjects == [
-        f"repo:{owner}/{name}:ref:refs/heads/train/*",
-        f"repo:{owner}@1001/{name}@2002:ref:refs/heads/train/*",
+        f"repo:{owner}/{name}:ref:refs/heads/train/*:job_workflow_ref:{workflows}/gpu-runner-{job}.yml@refs/heads/main"
+        for job in ("start", "stop")
+    ] + [
+        f"repo:{owner}@1001/{name}@2002:ref:refs/heads/train/*:job_workflow_ref:{workflows}/gpu-runner-{job}.yml"
+        "@refs/heads/main"
+        for job in ("start", "stop")
     ]
     provider, subjects = _trust_subjects(role_of(session, outputs["ReaperRoleArn"]))
     assert provider == stack["oidc"]
     assert subjects == [
-        f"repo:{owner}/{name}:ref:refs/heads/main",
-        f"repo:{owner}@1001/{name}@2002:ref:refs/heads/main",
+        f"repo:{owner}/{name}:ref:refs/heads/main:job_workflow_ref:{workflows}/reap.yml@refs/heads/main",
+        f"repo:{owner}@1001/{name}@2002:ref:refs/heads/main:job_workflow_ref:{workflows}/reap.yml@refs/heads/main",
     ]
+
+
+# Item 2 of issue 13: which OIDC tokens may assume the launch (train) and reaper roles. `sub` as GitHub writes it
+# once bootstrap set the template repo, context, job_workflow_ref (GitHub docs "OpenID Connect reference" >
+# "Customizing the subject claims", example "Requiring a reusable workflow and other claims", read 2026-12-01).
+_O, _N = DEFAULT_REPOSITORY.split("/")
+_WF = f"{_O}/{_N}/.github/workflows"
+SUB_TABLE = [
+    # (who, sub, may assume the launch role, may assume the reaper role)
+    ("the default branch's start workflow, push to a train branch",
+     f"repo:{_O}/{_N}:ref:refs/heads/train/demo:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", True, False),
+    ("the default branch's stop workflow, immutable ids",
+     f"repo:{_O}@1001/{_N}@2002:ref:refs/heads/train/a/b:job_workflow_ref:{_WF}/gpu-runner-stop.yml@refs/heads/main", True, False),
+    ("a branch's own train.yml job (it rewrote the workflow)",
+     f"repo:{_O}/{_N}:ref:refs/heads/train/demo:job_workflow_ref:{_WF}/train.yml@refs/heads/train/demo", False, False),
+    ("the branch's own copy of the reusable workflow (uses: ./...)",
+     f"repo:{_O}/{_N}:ref:refs/heads/train/demo:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/train/demo", False, False),
+    ("a pull request calling the default branch's workflow",
+     f"repo:{_O}/{_N}:pull_request:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", False, False),
+    ("a branch outside the train prefix",
+     f"repo:{_O}/{_N}:ref:refs/heads/feature:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", False, False),
+    ("a job with an environment",
+     f"repo:{_O}/{_N}:environment:prod:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", False, False),
+    ("another repository's workflow of the same name",
+     f"repo:{_O}/{_N}:ref:refs/heads/train/demo:job_workflow_ref:evil/{_N}/.github/workflows/gpu-runner-start.yml@refs/heads/main", False, False),
+    ("a tag",
+     f"repo:{_O}/{_N}:ref:refs/tags/v1:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", False, False),
+    ("a recycled owner name (other ids)",
+     f"repo:{_O}@9999/{_N}@2002:ref:refs/heads/train/demo:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", False, False),
+    ("GitHub's default subject (template never set): any train branch's workflow",
+     f"repo:{_O}/{_N}:ref:refs/heads/train/demo", False, False),
+    ("the default branch's reap.yml",
+     f"repo:{_O}/{_N}:ref:refs/heads/main:job_workflow_ref:{_WF}/reap.yml@refs/heads/main", False, True),
+    ("a train branch's reap.yml",
+     f"repo:{_O}/{_N}:ref:refs/heads/train/demo:job_workflow_ref:{_WF}/reap.yml@refs/heads/train/demo", False, False),
+    ("a dispatch of the default branch's train.yml on main (start workflow, main context)",
+     f"repo:{_O}/{_N}:ref:refs/heads/main:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", False, False),
+    ("GitHub's default subject on the default branch",
+     f"repo:{_O}/{_N}:ref:refs/heads/main", False, False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("who", "sub", "launch", "reap"), SUB_TABLE, ids=[row[0] for row in SUB_TABLE])
+def test_only_the_default_branch_workflows_assume_the_roles(
+    stack: dict[str, Any], who: str, sub: str, launch: bool, reap: bool
+) -> None:
+    session, outputs = stack["session"], stack["outputs"]
+    claims = {f"{OIDC_URL}:aud": "sts.amazonaws.com", f"{OIDC_URL}:sub": sub}
+    for output, expected in (("TrainRoleArn", launch), ("ReaperRoleArn", reap)):
+        trust = role_of(session, outputs[output])["AssumeRolePolicyDocument"]
+        assert web_identity_allowed(trust, stack["oidc"], claims) is expected, (output, who)
+    # The audience is checked too: the same subject for another audience is refused.
+    other = {**claims, f"{OIDC_URL}:aud": "https://github.com/evil"}
+    assert not web_identity_allowed(role_of(session, outputs["TrainRoleArn"])["AssumeRolePolicyDocument"],
+                                    stack["oidc"], other)  # fmt: skip
+
+
+def test_only_the_launch_and_reaper_roles_can_read_the_github_credential(stack: dict[str, Any]) -> None:
+    """The credential's parameter: readable by the launch and reaper roles' policies, not the runner role's
+    (which may read everything below ssm_prefix); its key decrypts for those two roles only, through SSM."""
+    session, outputs = stack["session"], stack["outputs"]
+    name = outputs["GitHubCredentialParameter"]
+    assert name == credential.parameter_name(stack["settings"])
+    read = Request("ssm:GetParameter", f"arn:aws:ssm:{REGION}:123456789012:parameter{name}")
+    assert allowed(role_policies(stack, "TrainRoleArn"), read)
+    assert allowed(role_policies(stack, "ReaperRoleArn"), read)
+    assert not allowed(managed_policies(session, runner_role_name(stack)), read)
+    # The value is a SecureString under the stack's key, not the AWS-managed aws/ssm key.
+    ssm = session.client("ssm")
+    (meta,) = ssm.describe_parameters(ParameterFilters=[{"Key": "Name", "Values": [name]}])["Parameters"]
+    assert meta["Type"] == "SecureString" and meta["KeyId"] == outputs["GitHubCredentialKeyArn"]
+    # Key policy: kms:Decrypt only for the two roles and only through SSM; the account itself gets no decrypt, so
+    # no IAM policy in the account can grant one (AWS KMS Developer Guide, "Key policies": without a key policy
+    # statement for the account, IAM policies do not apply).
+    kms = session.client("kms")
+    raw = kms.get_key_policy(KeyId=outputs["GitHubCredentialKeyArn"], PolicyName="default")["Policy"]
+    # AWS answers a JSON string; moto's CloudFormation keeps the template's KeyPolicy object as it was given.
+    policy = json.loads(raw) if isinstance(raw, str) else raw
+    decrypters = [
+        s for s in policy["Statement"]
+        if s["Effect"] == "Allow" and any(a in ("kms:Decrypt", "kms:*") for a in json_list(s["Action"]))
+    ]  # fmt: skip
+    (statement,) = decrypters
+    assert sorted(json_list(statement["Principal"]["AWS"])) == sorted(
+        [outputs["TrainRoleArn"], outputs["ReaperRoleArn"]]
+    )
+    assert statement["Condition"] == {"StringEquals": {"kms:ViaService": f"ssm.{REGION}.amazonaws.com"}}
+    for s in policy["Statement"]:
+        assert (
+            not any(a.startswith("kms:Decrypt") or a == "kms:*" for a in json_list(s["Action"]))
+            or s is statement
+        )
+
+
+def json_list(value: Any) -> list[str]:
+    return value if isinstance(value, list) else [value]
 
 
 def test_runner_role_reaches_only_the_bucket_and_its_parameters(stack: dict[str, Any]) -> None:
@@ -606,12 +727,15 @@ def workflow_env(
     env = {
         "GITHUB_REPOSITORY": DEFAULT_REPOSITORY, "GITHUB_RUN_ID": "9090", "GITHUB_RUN_ATTEMPT": "1",
         "GITHUB_REF_NAME": "train/infra", "GITHUB_SHA": "a" * 40, "GITHUB_API_URL": github_double.url,
-        "GPU_RUNNER_TOKEN": DEFAULT_TOKEN, "GITHUB_TOKEN": DEFAULT_TOKEN, "GITHUB_OUTPUT": str(tmp_path / "out"),
+        "GITHUB_TOKEN": DEFAULT_TOKEN, "GITHUB_OUTPUT": str(tmp_path / "out"),
         "GITHUB_WORKFLOW_REF": f"{DEFAULT_REPOSITORY}/.github/workflows/train.yml@refs/heads/train/infra",
         "GITHUB_EVENT_NAME": "push",
     }  # fmt: skip
     for key, value in env.items():
         monkeypatch.setenv(key, value)
+    # As in the workflows: no GitHub credential in the environment, gpu-runner reads it from SSM with the role.
+    for key in ("GPU_RUNNER_TOKEN", "GPU_RUNNER_APP_ID", "GPU_RUNNER_APP_PRIVATE_KEY"):
+        monkeypatch.delenv(key, raising=False)
     return env
 
 
@@ -674,7 +798,10 @@ def test_reaper_needs_exactly_the_reaper_policy(
     assert cli.main(["--settings", str(settings_file), "launch", "--spot", "false"]) == 0
     launch_calls = len(calls)
     settings = load_settings(settings_file)
-    env = {"GPU_RUNNER_TOKEN": DEFAULT_TOKEN, "GITHUB_API_URL": github_double.url}
+    # As reap.yml does: the credential from SSM, with the recorded session (so the read is authorized too).
+    env = credential.github_env(
+        settings, session.client("ssm", region_name=REGION), {"GITHUB_API_URL": github_double.url}
+    )
     with GitHubRunners.from_env(DEFAULT_REPOSITORY, env=env, backoff_seconds=0.01) as github:
         # Hours later: the instance is past its expiry and its parameter is stale.
         report = reaper.reap(settings, Aws(session), github, now=datetime.now(UTC) + timedelta(days=1))

@@ -108,6 +108,12 @@ def _parser() -> argparse.ArgumentParser:
     boot.add_argument("--vpc-id", default="", help="VPC of the runner subnets (default VPC when empty)")
     boot.add_argument("--checkpoint-retention-days", type=int, default=30)
     boot.add_argument("--template", type=Path, default=Path("infra/gpu-runner.yaml"))
+    # One-time: the GitHub credential goes into AWS (never a repository secret a branch's workflow could print).
+    boot.add_argument("--app-id", default="", help="GitHub App id, stored with --app-private-key-file in SSM")
+    boot.add_argument("--app-private-key-file", type=Path, default=None, help="the App's private key (.pem)")
+    boot.add_argument(
+        "--token-file", type=Path, default=None, help="instead of the App: a file holding a PAT"
+    )
 
     doctor = commands.add_parser(
         "doctor", help="read-only preflight of the AWS account and GitHub repository (one line per check)"
@@ -138,7 +144,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "resume":
         _resume(args, settings, ctx, aws)
         return 0
-    github = GitHubRunners.from_env(ctx.repository)
+    from . import credential
+
+    # The workflows pass no GitHub credential: it is read from AWS with the role (credential.py).
+    env = credential.github_env(settings, aws.client("ssm", settings.region))
+    github = GitHubRunners.from_env(ctx.repository, env=env)
     if args.command == "launch":
         _check_dispatch_inputs(args, settings)
         # GPU_RUNNER_LABEL_NONCE: test-only (act needs the label before the run starts). Only whoever writes the
@@ -216,11 +226,16 @@ def _bootstrap(args: argparse.Namespace, settings: Settings, aws: Aws) -> None:
         oidc_provider_arn=args.oidc_provider_arn, vpc_id=args.vpc_id,
         checkpoint_retention_days=args.checkpoint_retention_days,
     )  # fmt: skip
-    infra.bootstrap(
+    outputs = infra.bootstrap(
         settings, aws.client("cloudformation", settings.region), inputs, template=args.template,
         s3=aws.client("s3", settings.region), lambda_client=aws.client("lambda", settings.region),
         ec2=aws.client("ec2", settings.region),
     )  # fmt: skip
+    infra.store_github_credential(
+        settings, aws.client("ssm", settings.region), outputs, app_id=args.app_id,
+        app_private_key_file=args.app_private_key_file, token_file=args.token_file,
+    )  # fmt: skip
+    infra.set_oidc_subject(args.repository, os.environ)
 
 
 def _doctor(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:

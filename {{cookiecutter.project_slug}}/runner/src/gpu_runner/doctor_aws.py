@@ -183,34 +183,56 @@ def trust_problems(
     return ""
 
 
-def _subjects(repository: str, ref: str) -> str:
-    return f"repo:{repository}:ref:refs/heads/{ref}"
+def _subjects(repository: str, ref: str, workflow: str, workflow_ref: str) -> str:
+    """The `sub` GitHub writes once bootstrap set the template repo, context, job_workflow_ref (oidc_subject.py)."""
+    return f"repo:{repository}:ref:refs/heads/{ref}:job_workflow_ref:{repository}/.github/workflows/{workflow}@{workflow_ref}"
 
 
 def check_role_trust(target: Target, aws: Aws) -> Iterator[Outcome]:
     provider = target.outputs.get("OidcProviderArn", "")
     owner, _, name = target.repository.partition("/")
     prefix, main = target.train_branch_prefix, target.default_branch
+    at_main = f"refs/heads/{main}"
+
+    def start(repository: str, ref: str, workflow_ref: str = at_main) -> str:
+        return _subjects(repository, ref, "gpu-runner-start.yml", workflow_ref)
+
     foreign = [
-        _subjects(f"{owner}/{name}-fork", f"{prefix}x"),
-        _subjects(f"{owner}-other/{name}", f"{prefix}x"),
+        start(f"{owner}/{name}-fork", f"{prefix}x"),
+        start(f"{owner}-other/{name}", f"{prefix}x"),
         f"repo:{target.repository}:pull_request",
         f"repo:{target.repository}:environment:production",
+        # GitHub's default `sub`: the template was never set (or was reset).
+        f"repo:{target.repository}:ref:refs/heads/{prefix}x",
     ]
     roles = [
         (
             "train role trust",
             "TrainRoleArn",
-            [_subjects(target.repository, f"{prefix}{b}") for b in ("first", "exp/lr-0.01")],
-            [*foreign, *([] if main.startswith(prefix) else [_subjects(target.repository, main)])],
-            f"branches {prefix}*",
+            [
+                _subjects(target.repository, f"{prefix}{b}", f"gpu-runner-{job}.yml", at_main)
+                for b in ("first", "exp/lr-0.01")
+                for job in ("start", "stop")
+            ],
+            [
+                *foreign,
+                # A branch's own workflow, or its own copy of the reusable one: never the launch role.
+                _subjects(target.repository, f"{prefix}x", "train.yml", f"refs/heads/{prefix}x"),
+                start(target.repository, f"{prefix}x", f"refs/heads/{prefix}x"),
+                *([] if main.startswith(prefix) else [start(target.repository, main)]),
+            ],
+            f"branches {prefix}* (through the default branch's gpu-runner-start/stop.yml)",
         ),
         (
             "reaper role trust",
             "ReaperRoleArn",
-            [_subjects(target.repository, main)],
-            [*foreign, _subjects(target.repository, f"{main}-x"), _subjects(target.repository, f"{prefix}x")],
-            f"branch {main}",
+            [_subjects(target.repository, main, "reap.yml", at_main)],
+            [
+                *foreign,
+                _subjects(target.repository, f"{main}-x", "reap.yml", f"refs/heads/{main}-x"),
+                _subjects(target.repository, f"{prefix}x", "reap.yml", f"refs/heads/{prefix}x"),
+            ],
+            f"branch {main} (reap.yml)",
         ),
     ]
     iam = aws.client("iam", target.settings.region)

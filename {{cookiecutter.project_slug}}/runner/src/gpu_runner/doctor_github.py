@@ -40,12 +40,10 @@ ENV_ADMIN_TOKEN = "GITHUB_TOKEN"
 # The repository settings the generated README's "Secrets and variables" table lists, with their kind, in the
 # table's order. tests/runner/test_doctor.py parses that table and the workflows' `vars.` / `secrets.` uses and
 # compares them with this mapping, so the three cannot drift apart.
+LEFTOVER_CREDENTIAL_SECRETS = ("GPU_RUNNER_APP_PRIVATE_KEY", "GPU_RUNNER_TOKEN")
 REPOSITORY_SETTINGS: dict[str, str] = {
     "AWS_ROLE_ARN": "variable",
     "AWS_REAPER_ROLE_ARN": "variable",
-    "GPU_RUNNER_APP_ID": "variable",
-    "GPU_RUNNER_APP_PRIVATE_KEY": "secret",
-    "GPU_RUNNER_TOKEN": "secret",
     "MLFLOW_TRACKING_URI": "variable",
     "MLFLOW_TRACKING_USERNAME": "secret",
     "MLFLOW_TRACKING_PASSWORD": "secret",
@@ -217,17 +215,15 @@ def settings_problems(
                 f"{name} is {variables[name]}, the stack's {ROLE_VARIABLES[name]} is "
                 f"{outputs[ROLE_VARIABLES[name]]}: gh variable set {name} --body {outputs[ROLE_VARIABLES[name]]}"
             )
-    app = ("GPU_RUNNER_APP_ID" in variables, "GPU_RUNNER_APP_PRIVATE_KEY" in secrets)
-    if not any(app) and "GPU_RUNNER_TOKEN" not in secrets:
-        problems.append(
-            "no runner credential: gh variable set GPU_RUNNER_APP_ID and gh secret set GPU_RUNNER_APP_PRIVATE_KEY "
-            "(or gh secret set GPU_RUNNER_TOKEN)"
-        )
-    elif any(app) and not all(app):
-        missing = (
-            "gh secret set GPU_RUNNER_APP_PRIVATE_KEY" if app[0] else "gh variable set GPU_RUNNER_APP_ID"
-        )
-        problems.append(f"half a GitHub App: {missing}")
+    # Issue 13 item 2: the runner credential lives in AWS (credential.py), never in a repository secret, which
+    # any branch's workflow can print. One left from an older version is a live Administration: write credential.
+    for name in LEFTOVER_CREDENTIAL_SECRETS:
+        if name in secrets:
+            problems.append(
+                f"{name} is a repository secret any branch's workflow can print, and the workflows no longer read "
+                f"it (the credential is in SSM: gpu-runner bootstrap --app-id/--app-private-key-file): "
+                f"gh secret delete {name}"
+            )
     login = ("MLFLOW_TRACKING_USERNAME" in secrets, "MLFLOW_TRACKING_PASSWORD" in secrets)
     if any(login) and not all(login):
         missing = "MLFLOW_TRACKING_PASSWORD" if login[0] else "MLFLOW_TRACKING_USERNAME"

@@ -18,6 +18,7 @@ from botocore.exceptions import ClientError, WaiterError
 
 from . import lambda_zip, naming
 from .errors import RunnerError
+from .github import DEFAULT_BASE_URL
 from .settings import Settings
 
 DEFAULT_TEMPLATE = Path("infra/gpu-runner.yaml")
@@ -284,11 +285,11 @@ def next_steps(repository: str, outputs: Mapping[str, str]) -> str:
         "# 1. GitHub variables the workflows read (AWS through OIDC: no AWS keys anywhere):",
         variable("AWS_ROLE_ARN", outputs["TrainRoleArn"]),
         variable("AWS_REAPER_ROLE_ARN", outputs["ReaperRoleArn"]),
-        "# 2. Runner registration: a GitHub App (README: 'GitHub App') ...",
-        f'gh variable set GPU_RUNNER_APP_ID --repo {repo} --body "<the App id>"',
-        f'gh secret set GPU_RUNNER_APP_PRIVATE_KEY --repo {repo} < "<path to the App private key .pem>"',
-        "#    ... or a fine-grained PAT instead of the App:",
-        f"#    gh secret set GPU_RUNNER_TOKEN --repo {repo}",
+        "# 2. Runner registration: the GitHub App's key (README: 'GitHub App') goes into AWS, never into a",
+        "#    repository secret: run bootstrap again with --app-id <id> --app-private-key-file <key.pem> (or",
+        f"#    --token-file <file with a PAT>); it writes the SecureString {outputs.get('GitHubCredentialParameter', '')}.",
+        "#    Delete any GPU_RUNNER_APP_PRIVATE_KEY / GPU_RUNNER_TOKEN repository secret left from older versions:",
+        f"#    gh secret delete GPU_RUNNER_APP_PRIVATE_KEY --repo {repo}",
         "# 3. MLflow (optional; without it runs are kept as a workflow artifact):",
         f'gh variable set MLFLOW_TRACKING_URI --repo {repo} --body "<https://your MLflow server>"',
         "# 4. In configs/gpu-runner.yaml:",
@@ -325,6 +326,64 @@ def verify_reaper_code(lambda_client: Any, function: str, code: lambda_zip.Uploa
             f"uploaded to {code.key}: someone else wrote to that key; check who may write to the bucket, then run "
             "bootstrap again"
         )
+
+
+def store_github_credential(
+    settings: Settings,
+    ssm: Any,
+    outputs: Mapping[str, str],
+    *,
+    app_id: str = "",
+    app_private_key_file: Path | None = None,
+    token_file: Path | None = None,
+    log: Log = print,
+) -> str | None:
+    """The one-time step: the GitHub credential into the stack's SecureString (None when none was given)."""
+    from . import credential
+
+    if not (app_id or app_private_key_file or token_file):
+        return None
+
+    def read(flag: str, path: Path | None) -> str:
+        if path is None:
+            return ""
+        try:
+            return path.read_text(encoding="utf-8")
+        except OSError as error:
+            raise BootstrapError(f"{flag}: cannot read {path} ({error.strerror})") from None
+
+    value = credential.encode(
+        app_id=app_id, private_key=read("--app-private-key-file", app_private_key_file),
+        token=read("--token-file", token_file),
+    )  # fmt: skip
+    name = credential.store(ssm, settings, outputs["GitHubCredentialKeyArn"], value)
+    log(
+        f"stored the GitHub credential in SSM SecureString {name} (decrypt: the launch and reaper roles only)"
+    )
+    return name
+
+
+def set_oidc_subject(repository: str, env: Mapping[str, str], log: Log = print) -> bool:
+    """The repository's OIDC `sub` template (oidc_subject.py) with the admin's GITHUB_TOKEN; without one, says
+    the exact command (the roles refuse every token until it is set)."""
+    from . import oidc_subject
+
+    token = env.get("GITHUB_TOKEN", "").strip()
+    if not token:
+        keys = " ".join(f"-f include_claim_keys[]={k}" for k in oidc_subject.CLAIM_KEYS)
+        log(
+            "# REQUIRED once (the roles trust only the customised OIDC subject): export GITHUB_TOKEN=$(gh auth token) "
+            "and run bootstrap again, or:\n"
+            f"#    gh api --method PUT repos/{repository}/actions/oidc/customization/sub "
+            f"-F use_default=false {keys}"
+        )
+        return False
+    changed = oidc_subject.set_subject_template(
+        repository, token, env.get("GITHUB_API_URL") or DEFAULT_BASE_URL
+    )
+    keys = ", ".join(oidc_subject.CLAIM_KEYS)
+    log(f"OIDC subject template of {repository}: {keys}" + ("" if changed else " (already set)"))
+    return changed
 
 
 def bootstrap(
@@ -367,6 +426,8 @@ def bootstrap(
         "RunnerSecurityGroupId",
         "BucketName",
         "ReaperFunctionName",
+        "GitHubCredentialKeyArn",
+        "GitHubCredentialParameter",
     }
     missing -= set(outputs)
     if missing:
