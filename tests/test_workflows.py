@@ -1139,6 +1139,7 @@ def test_train_job_graph(baked: Path) -> None:
     }
     assert caller_start["with"] == {
         "instance-type": "${{ inputs.instance-type || '' }}", "spot": "${{ inputs.spot || 'default' }}",
+        "commit": "${{ inputs.commit || '' }}", "attempt": "${{ inputs.attempt || '1' }}",
     }  # fmt: skip
 
     # start: a GitHub-hosted runner launches the instance and waits for its runner; every launch output is a
