@@ -101,7 +101,9 @@ EXPECTED_ZIZMOR_IGNORES = {
     ".github/workflows/train.yml": ["unpinned-uses", "self-repository", "unpinned-uses"],
 }
 # This repository's reusable workflow at the default branch (train.yml's start and stop jobs).
-DEFAULT_BRANCH_WORKFLOW_RE = re.compile(r"[\w.-]+/[\w.-]+/\.github/workflows/(?P<file>gpu-runner-(?:start|stop)\.yml)@main")
+DEFAULT_BRANCH_WORKFLOW_RE = re.compile(
+    r"[\w.-]+/[\w.-]+/\.github/workflows/(?P<file>gpu-runner-(?:start|stop)\.yml)@main"
+)
 ZIZMOR_IGNORE_RE = re.compile(r"#\s*zizmor:\s*ignore\[(?P<rules>[^\]]*)\](?P<reason>.*)$")
 # Known findings of the pedantic persona in the GPU workflow files (the regular persona reports none):
 # (file, audit, offending line stripped). None: the train job runs in host mode (no container image to pin;
@@ -382,11 +384,11 @@ def uses_problems(path: Path, doc: dict[str, Any], pins: dict[tuple[str, str], s
             ):
                 problems.append(f"{where}: local action {ref} does not exist")
             continue
-        if DEFAULT_BRANCH_WORKFLOW_RE.fullmatch(ref):
+        if called := DEFAULT_BRANCH_WORKFLOW_RE.fullmatch(ref):
             # Issue 13 item 2: start/stop call this repository's reusable workflows AT THE DEFAULT BRANCH, the
-            # ref the launch role's OIDC `sub` names (a SHA would pin old code; `./` would be the branch's copy).
+            # ref the launch role's OIDC `sub` names (a SHA would pin old code, `./` the branch's own copy).
             root = next(d.parent for d in path.parents if d.name == ".github")
-            if not (root / ".github" / "workflows" / DEFAULT_BRANCH_WORKFLOW_RE.fullmatch(ref)["file"]).is_file():
+            if not (root / ".github" / "workflows" / called["file"]).is_file():
                 problems.append(f"{where}: reusable workflow {ref} does not exist in this repository")
             continue
         if ref.startswith("docker://"):
@@ -1077,7 +1079,7 @@ def test_train_triggers_and_concurrency(baked: Path) -> None:
 
 
 def called_job(project: Path, caller: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the reusable workflow, its one job) that a train.yml job calls at the default branch (issue 13 item 2)."""
+    """(the reusable workflow, its one job) a train.yml job calls at the default branch (issue 13 item 2)."""
     answers = answers_of(project)
     assert caller["uses"] == (
         f"{answers['github_owner']}/{answers['github_repo']}/.github/workflows/gpu-runner-{name}.yml@main"
@@ -1090,14 +1092,14 @@ def called_job(project: Path, caller: dict[str, Any], name: str) -> tuple[dict[s
 
 
 def test_start_and_stop_run_the_default_branch_code(baked: Path) -> None:
-    """Issue 13 item 2: a branch that rewrites train.yml cannot change what launches, registers and tears down.
+    """Issue 13 item 2: a branch that rewrites train.yml cannot change what launches, registers, tears down.
     start/stop call the default branch's reusable workflows (`@main`, not `./`), those check out the default
     branch (never the caller's commit), no job gets a GitHub credential, and the start workflow refuses any
     caller but train.yml on a train branch, for push or workflow_dispatch only."""
     workflows = gpu_workflows(baked)
     jobs = workflows["train"]["jobs"]
     for name in ("start", "stop"):
-        doc, job = called_job(baked, jobs[name], name)
+        _, job = called_job(baked, jobs[name], name)
         (checkout,) = steps_by_uses(job, "actions/checkout")
         assert checkout["with"] == {"persist-credentials": False, "ref": "main"}
         assert job["steps"].index(checkout) < job["steps"].index(steps_by_uses(job, AWS_CREDENTIALS)[0])
@@ -1228,7 +1230,8 @@ def test_train_job_graph(baked: Path) -> None:
     assert passed["attempt"] == "${{ inputs.attempt || '1' }}"
     assert passed["commit"] == "${{ inputs.commit || github.sha }}"
     assert caller_stop["secrets"] == {
-        name: f"${{{{ secrets.{name} }}}}" for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+        name: f"${{{{ secrets.{name} }}}}"
+        for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
     }
     # After "Cancel workflow" only `if: always()` steps run: every step of stop must say so.
     assert all(step.get("if") == "always()" for step in stop["steps"]), stop["steps"]
@@ -1501,7 +1504,7 @@ def test_hostile_branch_names_and_inputs_stay_data(baked: Path, tmp_path: Path) 
             assert all(a.rpartition("=")[2] in (PAYLOAD, ATTACK_REF) for a in hostile), hostile
             if PAYLOAD in env.values():
                 assert hostile, f"{name}.yml {where}: no hostile value reached a command (is the test stale?)"
-    # 8, + the start workflow's caller guard (item 2), + the train job's "MLflow store not kept" warning (item 10)
+    # 8, + the start workflow's caller guard (item 2), + train's "MLflow store not kept" warning (item 10)
     assert ran == 10
 
 

@@ -68,7 +68,7 @@ def _as_env(name: str, value: str) -> dict[str, str]:
         return {ENV_APP_ID: str(data["app_id"]).strip(), ENV_APP_PRIVATE_KEY: str(data["private_key"])}
     # Never echo the value: it is the credential.
     raise SettingsError(
-        f'SSM parameter {name} is not {{"app_id", "private_key"}} or {{"token"}} JSON: store it again with '
+        f"SSM parameter {name} is not a JSON object with app_id and private_key, or with token: store it again with "
         "gpu-runner bootstrap --app-id/--app-private-key-file (or --token-file)"
     )
 
