@@ -772,7 +772,8 @@ class GitHubDouble:
         "identical", "ahead" (BASE is an ancestor of HEAD), "behind" or "diverged"; 404 "Not Found" for a ref
         GitHub cannot resolve (github/docs#13185, 2021) and 404 "No common ancestor between BASE and HEAD."
         for unrelated histories (slapperwan/gh4a#544, 2017; caarlos0/fork-cleaner#31, 2020). BASE and HEAD
-        are full SHAs or branch names here; GitHub also resolves tags, short SHAs and `user:branch` of forks."""
+        are full SHAs or branch names without a slash here (the description's `{basehead}` is one path segment);
+        GitHub also resolves tags, short SHAs, `user:branch` of forks and branch names with slashes."""
         docs = "https://docs.github.com/rest/commits/commits#compare-two-commits"
         base_ref, sep, head_ref = basehead.partition("...")
         base, head = self._resolve(repo, base_ref), self._resolve(repo, head_ref)
@@ -815,7 +816,18 @@ class GitHubDouble:
         }
         if page == 1:  # "The list of changed files is only shown on the first page of results"
             body["files"] = [self._file_entry(repo, head, name) for name in files]
-        return 200, {}, body
+        links = []
+        last = max(1, -(-len(ahead) // per_page))
+        if paged:  # GitHub's pagination links ("Using pagination in the REST API"), as on the runners list
+
+            def link(to_page: int, rel: str) -> str:
+                return f'<{body["url"]}?{urlencode({"per_page": per_page, "page": to_page})}>; rel="{rel}"'
+
+            if page > 1:
+                links += [link(page - 1, "prev"), link(1, "first")]
+            if page < last:
+                links += [link(page + 1, "next"), link(last, "last")]
+        return 200, {"Link": ", ".join(links)} if links else {}, body
 
     def _resolve(self, repo: str, ref: str) -> str | None:
         if ref in self._commits[repo]:
