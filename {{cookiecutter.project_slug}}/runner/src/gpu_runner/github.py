@@ -429,7 +429,8 @@ def check_commit_on_branch(
     credential. The head is a SHA, not the branch name, so the answer is about the workflow run's own commit
     and cannot be raced by a later push. per_page=1: one commit in the body instead of 250; the files list (up
     to 300 entries, page 1) cannot be turned off (pages after the first omit it, but a page past the end is not
-    documented), so the call costs one request of the token's 1,000 per hour and a body of at most ~300 files.
+    documented), so the call costs one request of GITHUB_TOKEN's 1,000 per hour and repository (docs.github.com
+    "Rate limits for the REST API"; that section not re-read verbatim on 2026-12-01) and a body of <= 300 files.
     """
     where = f"branch {branch!r}" if branch else "the dispatched branch"
     fix = (
