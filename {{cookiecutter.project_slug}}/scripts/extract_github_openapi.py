@@ -46,6 +46,9 @@ OPERATIONS = (
     "repos/get",
     "actions/list-repo-variables",
     "actions/list-repo-secrets",
+    # Launch: the dispatch input `commit` must be in the history of the dispatched branch (gpu_runner.github.
+    # check_commit_on_branch)
+    "repos/compare-commits-with-basehead",
 )
 # Prose and samples: they do not constrain a request or a response, and they are most of the file's size.
 _PROSE = frozenset({"description", "summary", "example", "examples", "title", "externalDocs"})

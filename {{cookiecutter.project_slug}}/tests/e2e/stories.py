@@ -326,6 +326,9 @@ def run_story(stack: Stack, scenario: Scenario, scratch: Path, run_id: str) -> S
         if scenario.runner_credential:
             runner_permissions = {"administration": "write", "metadata": "read"}
             github.tokens.setdefault(scenario.runner_credential, runner_permissions)
+        # The history GitHub holds: act runs the branch's one commit (GITHUB_SHA); a resumed attempt's launch
+        # asks compare whether its dispatch input `commit` is on the branch.
+        github.commit(scenario.branch, sha=story.head_sha, repository=stack.repository)
         for method, path, status, times in scenario.github_faults:
             github.fail(method, path, status, times=times)
         simulator = Simulator(

@@ -1,5 +1,5 @@
-"""A local stand-in for the GitHub REST API over real HTTP: the self-hosted runner, workflow dispatch and GitHub
-App endpoints, and what gpu-runner doctor reads (the repository, its Actions variables and secret names).
+"""A local stand-in for the GitHub REST API over real HTTP: the self-hosted runner, workflow dispatch, compare and
+GitHub App endpoints, and what gpu-runner doctor reads (the repository, its Actions variables and secret names).
 
 Real clients (PyGithub, curl, the gpu-runner CLI) talk to it through `GITHUB_API_URL`. Response bodies, status
 codes and headers follow docs.github.com ("REST API endpoints for self-hosted runners", "Apps"): runner objects
@@ -16,7 +16,8 @@ allow becomes a 500, and both are recorded as violations that `stop()` raises un
 `take_violations()`. A route outside the description is never served.
 
 Test controls are plain, thread-safe methods: `set_status`, `stay_busy_for`, `online_after`, `fail`,
-`set_variable`, `set_secret`, plus the `runners`, `calls`, `requests`, `dispatches` and `issued_jit_configs` views
+`set_variable`, `set_secret`, `commit` (a Git history per repository, which compare answers from), plus the
+`runners`, `calls`, `requests`, `dispatches` and `issued_jit_configs` views
 and the `non_admin_tokens` / `classic_scopes` settings.
 """
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import functools
+import hashlib
 import itertools
 import json
 import re
@@ -57,11 +59,14 @@ READ_ONLY_TOKEN = "github_pat_readonly_0123456789"  # Administration: read only
 ADMIN_TOKEN = "gho_admin_0123456789abcdef"
 # The workflow's GITHUB_TOKEN with `permissions: actions: write`: an installation token of the Actions app.
 WORKFLOW_TOKEN = "ghs_workflow_0123456789abcdefghijklmnop"
+# The start job's GITHUB_TOKEN (`permissions: contents: read`): what launch checks the dispatch input commit with.
+START_JOB_TOKEN = "ghs_startjob_0123456789abcdefghijklmn"
 DEFAULT_TOKENS: dict[str, dict[str, str]] = {
-    DEFAULT_TOKEN: {"administration": "write", "actions": "write", "metadata": "read"},
+    DEFAULT_TOKEN: {"administration": "write", "actions": "write", "contents": "read", "metadata": "read"},
     RUNNERS_TOKEN: {"administration": "write", "metadata": "read"},
     READ_ONLY_TOKEN: {"administration": "read", "metadata": "read"},
     WORKFLOW_TOKEN: {"actions": "write", "metadata": "read"},
+    START_JOB_TOKEN: {"contents": "read", "metadata": "read"},
     ADMIN_TOKEN: {"administration": "write", "variables": "read", "secrets": "read", "metadata": "read"},
 }
 # The permission each operation asks of a token, keyed by the description's operationIds: the endpoint pages'
@@ -87,6 +92,9 @@ REQUIRED_PERMISSIONS: dict[str, tuple[str, str]] = {
     # read 2026-12-01; classic tokens need the `repo` scope).
     "actions/get-custom-oidc-sub-claim-for-repo": ("actions", "read"),
     "actions/set-custom-oidc-sub-claim-for-repo": ("actions", "write"),
+    # "Compare two commits" (docs.github.com/rest/commits/commits#compare-two-commits, its "Fine-grained access
+    # tokens" section, read 2026-12-01): "Contents" repository permissions (read).
+    "repos/compare-commits-with-basehead": ("contents", "read"),
 }
 # "Each claim key can only contain alphanumeric characters and underscores" (the description's
 # oidc-custom-sub-repo schema, @octokit/openapi 23.0.2); GitHub answers 422 to another key.
@@ -106,6 +114,9 @@ JWT_LEEWAY_SECONDS = 5
 # the issues list, derrickscottux-collab/github-issues-openapi-portfolio "Pagination and Filtering").
 PER_PAGE_DEFAULT, PER_PAGE_MAX = 30, 100
 DOCS = "https://docs.github.com/rest/actions/self-hosted-runners"
+# "Compare two commits" (the description's per_page: default 30, "max 100"): without `page`/`per_page` the list
+# "is limited to 250 commits" (the most recent ones), and page 1 carries "up to 300 changed files".
+COMPARE_UNPAGED_COMMITS, COMPARE_MAX_FILES = 250, 300
 # Labels the runner application sets itself; GitHub reports them as "read-only", everything else as "custom".
 DEFAULT_LABELS = {"self-hosted", "linux", "x64", "arm64", "arm", "windows", "macos"}
 RATE_LIMIT = 5000
@@ -139,6 +150,17 @@ class _Fault:
     times: int
     headers: dict[str, str]
     body: Any
+
+
+@dataclass(frozen=True)
+class _Commit:
+    """A commit of the double's history: what compare needs (ancestry, order, touched files)."""
+
+    sha: str
+    parents: tuple[str, ...]
+    message: str
+    files: tuple[str, ...]
+    order: int  # creation order: "chronological" in compare's commit list
 
 
 @dataclass
@@ -250,6 +272,9 @@ class GitHubDouble:
         self.classic_scopes: dict[str, str] = {}
         # The repositories' OIDC `sub` templates (a new repository uses GitHub's default).
         self.oidc_sub: dict[str, dict[str, Any]] = {repo: {"use_default": True} for repo in self.repositories}
+        # Git history per repository (compare): commit SHA -> commit, branch name -> head SHA.
+        self._commits: dict[str, dict[str, _Commit]] = {repo: {} for repo in self.repositories}
+        self.branches: dict[str, dict[str, str]] = {repo: {} for repo in self.repositories}
 
     # ------------------------------------------------------------------ server lifecycle
     def start(self) -> GitHubDouble:
@@ -340,6 +365,34 @@ class GitHubDouble:
             runner = self._new_runner(repository.lower(), name, list(labels), 1, ephemeral=False)
             runner.update(status=status, busy=busy)
             return dict(runner)
+
+    def commit(
+        self,
+        branch: str,
+        message: str = "",
+        parents: Iterable[str] | None = None,
+        files: Iterable[str] = ("README.md",),
+        sha: str | None = None,
+        repository: str = DEFAULT_REPOSITORY,
+    ) -> str:
+        """A new commit (as a push makes it) that moves `branch` to it; its parents are `parents`, else the
+        branch's head (none: a root commit). `sha` registers a real repository's commit (e2e); else one is
+        made up like Git's, a SHA-1 of the parents and the message. Returns the SHA."""
+        with self._lock:
+            repo = repository.lower()
+            commits = self._commits[repo]
+            head = self.branches[repo].get(branch)
+            chosen = tuple(parents) if parents is not None else ((head,) if head else ())
+            unknown = [p for p in chosen if p not in commits]
+            assert not unknown, f"parents {unknown} are not commits of {repository}"
+            if sha is None:
+                seed = f"{chosen}{branch}{message}{len(commits)}".encode()
+                sha = hashlib.sha1(seed, usedforsecurity=False).hexdigest()
+            commits[sha] = _Commit(
+                sha, chosen, message or f"commit {len(commits) + 1}", tuple(files), len(commits)
+            )
+            self.branches[repo][branch] = sha
+            return sha
 
     def set_status(self, runner_id: int, status: str, busy: bool = False) -> None:
         with self._lock:
@@ -678,6 +731,8 @@ class GitHubDouble:
             return self._workflow_endpoint(method, repo, rest, body or {})
         if rest == "/actions/oidc/customization/sub":
             return self._oidc_sub(method, repo, body or {})
+        if (match := re.fullmatch(r"/compare/([^/]+)", rest)) and method == "GET":
+            return self._compare(repo, match[1], query)
         if rest == "/actions/runners" and method == "GET":
             return self._list(repo, query)
         if rest == "/actions/runners/generate-jitconfig" and method == "POST":
@@ -739,6 +794,115 @@ class GitHubDouble:
         else:
             self.oidc_sub[repo] = {"use_default": False, "include_claim_keys": list(keys or [])}
         return 201, {}, {}
+    # ------------------------------------------------------------------ commits (compare)
+    def _compare(self, repo: str, basehead: str, query: dict[str, str]) -> tuple[int, dict[str, str], Any]:
+        """GET /repos/{o}/{r}/compare/{BASE...HEAD} ("Compare two commits", docs.github.com/rest/commits/
+        commits#compare-two-commits, read 2026-12-01): `git log BASE..HEAD` in chronological order; `status`
+        "identical", "ahead" (BASE is an ancestor of HEAD), "behind" or "diverged"; 404 "Not Found" for a ref
+        GitHub cannot resolve (github/docs#13185, 2021) and 404 "No common ancestor between BASE and HEAD."
+        for unrelated histories (slapperwan/gh4a#544, 2017; caarlos0/fork-cleaner#31, 2020). BASE and HEAD
+        are full SHAs or branch names without a slash here (the description's `{basehead}` is one path segment);
+        GitHub also resolves tags, short SHAs, `user:branch` of forks and branch names with slashes."""
+        docs = "https://docs.github.com/rest/commits/commits#compare-two-commits"
+        base_ref, sep, head_ref = basehead.partition("...")
+        base, head = self._resolve(repo, base_ref), self._resolve(repo, head_ref)
+        if not sep or base is None or head is None:
+            raise _HttpError(404, "Not Found", documentation_url=docs)
+        base_history, head_history = self._history(repo, base), self._history(repo, head)
+        common = base_history & head_history
+        if not common:
+            raise _HttpError(
+                404, f"No common ancestor between {base_ref} and {head_ref}.", documentation_url=docs
+            )
+        commits = self._commits[repo]
+        merge_base = max(common, key=lambda sha: commits[sha].order)  # the newest common ancestor
+        ahead = sorted(head_history - base_history, key=lambda sha: commits[sha].order)
+        behind = base_history - head_history
+        status = (
+            "identical" if base == head else "ahead" if not behind else "behind" if not ahead else "diverged"
+        )
+        paged = "page" in query or "per_page" in query
+        page = max(int(query.get("page", 1)), 1)
+        per_page = int(query.get("per_page", PER_PAGE_DEFAULT))
+        per_page = PER_PAGE_DEFAULT if per_page < 1 else min(per_page, PER_PAGE_MAX)
+        shown = ahead[(page - 1) * per_page : page * per_page] if paged else ahead[-COMPARE_UNPAGED_COMMITS:]
+        files = sorted({name for sha in ahead for name in commits[sha].files})[:COMPARE_MAX_FILES]
+        full_name = self.repositories[repo]
+        web = f"https://github.com/{full_name}"
+        body = {
+            "url": f"{self.url}/repos/{full_name}/compare/{basehead}",
+            "html_url": f"{web}/compare/{basehead}",
+            "permalink_url": f"{web}/compare/{full_name.partition('/')[0]}:{base}...{full_name.partition('/')[0]}:{head}",
+            "diff_url": f"{web}/compare/{basehead}.diff",
+            "patch_url": f"{web}/compare/{basehead}.patch",
+            "base_commit": self._commit_object(repo, base),
+            "merge_base_commit": self._commit_object(repo, merge_base),
+            "status": status,
+            "ahead_by": len(ahead),
+            "behind_by": len(behind),
+            "total_commits": len(ahead),
+            "commits": [self._commit_object(repo, sha) for sha in shown],
+        }
+        if page == 1:  # "The list of changed files is only shown on the first page of results"
+            body["files"] = [self._file_entry(repo, head, name) for name in files]
+        links = []
+        last = max(1, -(-len(ahead) // per_page))
+        if paged:  # GitHub's pagination links ("Using pagination in the REST API"), as on the runners list
+
+            def link(to_page: int, rel: str) -> str:
+                return f'<{body["url"]}?{urlencode({"per_page": per_page, "page": to_page})}>; rel="{rel}"'
+
+            if page > 1:
+                links += [link(page - 1, "prev"), link(1, "first")]
+            if page < last:
+                links += [link(page + 1, "next"), link(last, "last")]
+        return 200, {"Link": ", ".join(links)} if links else {}, body
+
+    def _resolve(self, repo: str, ref: str) -> str | None:
+        if ref in self._commits[repo]:
+            return ref
+        return self.branches[repo].get(ref)
+
+    def _history(self, repo: str, sha: str) -> set[str]:
+        """`sha` and all its ancestors."""
+        seen, todo = set(), [sha]
+        while todo:
+            current = todo.pop()
+            if current not in seen:
+                seen.add(current)
+                todo.extend(self._commits[repo][current].parents)
+        return seen
+
+    def _commit_object(self, repo: str, sha: str) -> dict[str, Any]:
+        """The description's `commit` (compare's base_commit, merge_base_commit and commits[])."""
+        commit = self._commits[repo][sha]
+        full_name = self.repositories[repo]
+        api, web = f"{self.url}/repos/{full_name}", f"https://github.com/{full_name}"
+        stamp = (datetime(2026, 1, 1, tzinfo=UTC) + timedelta(minutes=commit.order)).isoformat()
+        person = {"name": "Mona Lisa", "email": "mona@example.com", "date": stamp.replace("+00:00", "Z")}
+        return {
+            "url": f"{api}/commits/{sha}", "sha": sha, "node_id": f"C_kwDO{sha[:20]}", "html_url": f"{web}/commit/{sha}",
+            "comments_url": f"{api}/commits/{sha}/comments",
+            "commit": {
+                "url": f"{api}/git/commits/{sha}", "author": person, "committer": person, "message": commit.message,
+                "tree": {"sha": hashlib.sha1(sha.encode(), usedforsecurity=False).hexdigest(), "url": f"{api}/git/trees/{sha}"},
+                "comment_count": 0,
+                "verification": {"verified": False, "reason": "unsigned", "signature": None, "payload": None, "verified_at": None},
+            },
+            "author": self._simple_user("mona", "User"), "committer": self._simple_user("mona", "User"),
+            "parents": [{"sha": p, "url": f"{api}/commits/{p}", "html_url": f"{web}/commit/{p}"} for p in commit.parents],
+        }  # fmt: skip
+
+    def _file_entry(self, repo: str, head: str, name: str) -> dict[str, Any]:
+        full_name = self.repositories[repo]
+        blob = hashlib.sha1(f"{head}:{name}".encode(), usedforsecurity=False).hexdigest()
+        return {
+            "sha": blob, "filename": name, "status": "modified", "additions": 1, "deletions": 1, "changes": 2,
+            "blob_url": f"https://github.com/{full_name}/blob/{head}/{name}",
+            "raw_url": f"https://github.com/{full_name}/raw/{head}/{name}",
+            "contents_url": f"{self.url}/repos/{full_name}/contents/{name}?ref={head}",
+            "patch": f"@@ -1 +1 @@\n-old\n+new {name}",
+        }  # fmt: skip
 
     def _list(self, repo: str, query: dict[str, str]) -> tuple[int, dict[str, str], Any]:
         # The schema check already refused a non-integer; out-of-range values are GitHub's (PER_PAGE_MAX).

@@ -15,7 +15,7 @@ from types import ModuleType
 
 import pytest
 import requests
-from github import Auth
+from github import Auth, Github, GithubException
 from github_contract import CONTRACT_FILE, Contract, ContractViolation, default_contract
 from github_double import (
     DEFAULT_REPOSITORY,
@@ -193,3 +193,35 @@ def test_contract_rejects_what_the_description_rejects() -> None:
     assert contract.check_response(op, 503, {"message": "Service Unavailable"}) == []
     assert contract.check_response(op, 503, {"message": 503}) != []
     assert contract.match("GET", "/repos/octo-org/octo-repo/actions/secrets/public-key") is None
+
+
+def test_compare_answers_from_the_history_as_github_describes_it(github_double: GitHubDouble) -> None:
+    """Every compare answer the launch check can meet, through PyGithub, each one checked against the
+    description (`commit-comparison`, `basic-error`): status, ahead_by, behind_by, merge base, commits."""
+    root = github_double.commit("main")
+    m2 = github_double.commit("main")
+    x1 = github_double.commit("train/x", parents=[root])
+    x2 = github_double.commit("train/x")
+    alien = github_double.commit("orphan", parents=[])  # a history of its own (git checkout --orphan)
+    client = Github(auth=Auth.Token(DEFAULT_TOKEN), base_url=github_double.url, lazy=True)
+    repo = client.get_repo(DEFAULT_REPOSITORY)  # lazy: no GET of the repository, compare is the only call
+
+    answers = {}
+    for base, head in ((x2, x2), (x1, x2), (x2, x1), (m2, x2), (root, "main")):
+        comparison = repo.compare(base, head, comparison_commits_per_page=1)
+        answers[(base, head)] = (
+            comparison.status, comparison.ahead_by, comparison.behind_by, comparison.merge_base_commit.sha,
+            [c.sha for c in comparison.commits],
+        )  # fmt: skip
+    assert answers == {
+        (x2, x2): ("identical", 0, 0, x2, []),
+        (x1, x2): ("ahead", 1, 0, x1, [x2]),
+        (x2, x1): ("behind", 0, 1, x1, []),
+        (m2, x2): ("diverged", 2, 1, root, [x1, x2]),  # both pages of one commit each
+        (root, "main"): ("ahead", 1, 0, root, [m2]),  # a branch name resolves to its head
+    }
+    for base, message in (("0" * 40, "Not Found"), (alien, f"No common ancestor between {alien} and {x2}.")):
+        with pytest.raises(GithubException) as refused:
+            _ = repo.compare(base, x2).status
+        assert (refused.value.status, refused.value.data["message"]) == (404, message)
+    assert github_double.take_violations() == []

@@ -150,7 +150,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     env = credential.github_env(settings, aws.client("ssm", settings.region))
     github = GitHubRunners.from_env(ctx.repository, env=env)
     if args.command == "launch":
-        _check_dispatch_inputs(args, settings)
+        _check_dispatch_inputs(args, settings, ctx)
         # GPU_RUNNER_LABEL_NONCE: test-only (act needs the label before the run starts). Only whoever writes the
         # start job's environment could set it, and that one controls the launch anyway.
         nonce = os.environ.get("GPU_RUNNER_LABEL_NONCE") or None
@@ -167,11 +167,27 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _check_dispatch_inputs(args: argparse.Namespace, settings: Settings) -> None:
-    """A hand-made dispatch must not start a GPU for an attempt that cannot exist or a commit of another branch."""
+def _check_dispatch_inputs(args: argparse.Namespace, settings: Settings, ctx: RunContext) -> None:
+    """A hand-made dispatch must not start a GPU for an attempt that cannot exist or a commit of another branch
+    (before the JIT config and RunInstances). A push leaves `commit` empty: the run trains its own GITHUB_SHA."""
+    from .github import DEFAULT_BASE_URL, check_commit_on_branch
+
     values.attempt(args.attempt, settings.max_attempts)
-    if args.commit:
-        values.commit(args.commit)
+    if not args.commit:
+        return
+    values.commit(args.commit)
+    token = os.environ.get("GITHUB_TOKEN", "")
+    if not token:
+        raise RunnerError(
+            "GITHUB_TOKEN is not set: the launch step passes the workflow's token (permissions: contents: read) "
+            "to check that the dispatch input `commit` is on the dispatched branch"
+        )
+    # For workflow_dispatch, GITHUB_SHA is the "Last commit on the GITHUB_REF branch or tag" (docs.github.com,
+    # "Events that trigger workflows", workflow_dispatch, read 2026-12-01): the head `commit` must be behind.
+    if not values.COMMIT.fullmatch(ctx.commit):
+        raise RunnerError(f"GITHUB_SHA {ctx.commit!r} is not a commit: run launch inside the workflow run")
+    base_url = os.environ.get("GITHUB_API_URL") or DEFAULT_BASE_URL
+    check_commit_on_branch(ctx.repository, args.commit, ctx.branch, ctx.commit, token, base_url)
 
 
 def _teardown(

@@ -409,6 +409,72 @@ def dispatch_workflow(
     return run_url
 
 
+def check_commit_on_branch(
+    repository: str,
+    commit: str,
+    branch: str,
+    head: str,
+    token: str,
+    base_url: str = DEFAULT_BASE_URL,
+    backoff_seconds: float = 2.0,
+) -> None:
+    """Refuse (RunnerError) a dispatch input `commit` that is not in the history of `head`, the dispatched
+    branch's head commit (GITHUB_SHA): a hand-made dispatch must not make the GPU train another branch's code
+    (an unreviewed branch, a fork pull request's head) with this branch's roles.
+
+    One GET "Compare two commits" (docs.github.com/rest/commits/commits#compare-two-commits, read 2026-12-01)
+    with base=`commit`, head=`head`: `status` is "identical" or "ahead" exactly when `commit` is an ancestor of
+    `head` ("behind" or "diverged" otherwise); an unknown commit, or one with no common history, is a 404. The
+    token is the start job's own GITHUB_TOKEN: the endpoint asks "Contents" read, nothing of the runner
+    credential. The head is a SHA, not the branch name, so the answer is about the workflow run's own commit
+    and cannot be raced by a later push. per_page=1: one commit in the body instead of 250; the files list (up
+    to 300 entries, page 1) cannot be turned off (pages after the first omit it, but a page past the end is not
+    documented), so the call costs one request of GITHUB_TOKEN's 1,000 per hour and repository (docs.github.com
+    "Rate limits for the REST API"; that section not re-read verbatim on 2026-12-01) and a body of <= 300 files.
+    """
+    where = f"branch {branch!r}" if branch else "the dispatched branch"
+    fix = (
+        f"dispatch train.yml on the branch that holds it (or merge or push it to {where} first), or leave "
+        "`commit` empty to train the branch head"
+    )
+    client = Github(auth=Auth.Token(token), lazy=True, **_client_options(base_url, backoff_seconds))
+    try:
+        comparison = client.get_repo(_check_repository(repository)).compare(
+            commit, head, comparison_commits_per_page=1
+        )
+        status, behind = comparison.status, comparison.behind_by
+    except GithubException as error:
+        if error.status == 404:
+            raise RunnerError(
+                f"dispatch input `commit`: {commit} is not a commit of {repository} that shares history with "
+                f"{where} (GitHub's compare answered 404 {_github_message(error)}): pass the full SHA of a commit "
+                f"on {where}; {fix}"
+            ) from error
+        hint = {
+            401: "the GITHUB_TOKEN passed to the launch step is wrong or expired",
+            403: "the start job needs `permissions: contents: read`, and its launch step the workflow's token in "
+            "GITHUB_TOKEN",
+        }.get(error.status, "GitHub may be degraded (https://www.githubstatus.com); rerun the start job")
+        raise RunnerError(
+            f"dispatch input `commit`: could not check that {commit} is on {where}: GitHub answered "
+            f"{error.status} {_github_message(error)} ({hint})"
+        ) from error
+    except requests.RequestException as error:
+        raise RunnerError(
+            f"dispatch input `commit`: could not check that {commit} is on {where}: cannot reach the GitHub API "
+            f"at {base_url} ({type(error).__name__})"
+        ) from error
+    finally:
+        client.close()
+    if status not in ("identical", "ahead"):
+        raise RunnerError(
+            f"dispatch input `commit`: {commit} is not in the history of {where} (GitHub compares it to the "
+            f"branch head {head}: {status}, {behind} commit(s) of it not on the branch); launch trains only code "
+            f"of the dispatched branch: {fix}"
+        )
+    log.info("dispatch input commit %s is on %s (%s)", commit, where, status)
+
+
 def _dispatch_refusal(error: GithubException, repository: str, workflow: str, ref: str) -> str:
     """GitHub's status and message, and what each usually means for a dispatch."""
     status = error.status
