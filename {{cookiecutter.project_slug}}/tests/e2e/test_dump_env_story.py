@@ -55,7 +55,10 @@ def test_a_branch_that_dumps_its_environment_finds_no_runner_or_launch_credentia
 ) -> None:
     runner_credential = random_key("github_pat_runner_", 40, ALNUM)
     workflow_token = random_key("ghs_workflow_", 36, ALNUM)
-    launch_key = (random_key("AKIALAUNCH", 10, string.ascii_uppercase + string.digits), random_key("", 40, ALNUM))
+    launch_key = (
+        random_key("AKIALAUNCH", 10, string.ascii_uppercase + string.digits),
+        random_key("", 40, ALNUM),
+    )
     mlflow_password = random_key("mlflow-", 24, ALNUM)
     scenario = Scenario(
         91, "a branch rewrites train.yml to dump env and secrets", "no runner or launch credential in any log",
@@ -66,9 +69,12 @@ def test_a_branch_that_dumps_its_environment_finds_no_runner_or_launch_credentia
     story = run_story(stack, scenario, tmp_path, RUN_ID)
     assert story.run is not None and story.github is not None and story.simulator is not None
     context = f"act log: {story.run.log}\n{story.row()}"
-    assert story.run.results == {"start": "success", "train": "success", "stop": "success", "dump": "success"}, (
-        context
-    )
+    assert story.run.results == {
+        "start": "success",
+        "train": "success",
+        "stop": "success",
+        "dump": "success",
+    }, context
     assert not story.simulator.errors, story.simulator.errors
     (jit_name, jit_config), *more = story.github.issued_jit_configs.items()
     assert not more, story.github.issued_jit_configs

@@ -794,6 +794,7 @@ class GitHubDouble:
         else:
             self.oidc_sub[repo] = {"use_default": False, "include_claim_keys": list(keys or [])}
         return 201, {}, {}
+
     # ------------------------------------------------------------------ commits (compare)
     def _compare(self, repo: str, basehead: str, query: dict[str, str]) -> tuple[int, dict[str, str], Any]:
         """GET /repos/{o}/{r}/compare/{BASE...HEAD} ("Compare two commits", docs.github.com/rest/commits/
