@@ -1504,8 +1504,9 @@ def test_hostile_branch_names_and_inputs_stay_data(baked: Path, tmp_path: Path) 
             assert all(a.rpartition("=")[2] in (PAYLOAD, ATTACK_REF) for a in hostile), hostile
             if PAYLOAD in env.values():
                 assert hostile, f"{name}.yml {where}: no hostile value reached a command (is the test stale?)"
-    # 8, + the start workflow's caller guard (item 2), + train's "MLflow store not kept" warning (item 10)
-    assert ran == 10
+    # 8, + the start workflow's caller guard and its own teardown when it fails (item 2), + train's "MLflow
+    # store not kept" warning (item 10)
+    assert ran == 11
 
 
 def test_injection_harness_catches_an_expression_in_run(baked: Path, tmp_path: Path) -> None:
@@ -1548,7 +1549,12 @@ def test_gpu_runner_calls_follow_the_contract(baked: Path, tmp_path: Path) -> No
         repeatable = [o for o in call.options if o != "--phase"]  # one --phase per timeline moment
         assert len(repeatable) == len(set(repeatable)), call
     assert {c.subcommand: set(c.options) for c in full} == CLI_CONTRACT
-    (full_teardown,) = [c for c in full if c.subcommand == "teardown"]
+    # The stop job's teardown, and the start job's own when start fails (no timeline, no MLflow run yet).
+    teardowns = [c for c in full if c.subcommand == "teardown"]
+    (full_teardown,) = [c for c in teardowns if "--mlflow-run-id" in c.options]
+    (own_teardown,) = [c for c in teardowns if c is not full_teardown]
+    own_ids = {"--region", "--instance-id", "--runner-id", "--parameter", "--attempt"}
+    assert set(own_teardown.options) == own_ids, own_teardown
     phases = [a.removeprefix("--phase=") for a in full_teardown.argv if a.startswith("--phase=")]
     names = [p.split("=")[0] for p in phases]
     assert names == ["boot", "image-ready", "runner-started", "runner-online", "job-started"]
@@ -1560,8 +1566,9 @@ def test_gpu_runner_calls_follow_the_contract(baked: Path, tmp_path: Path) -> No
         "launch": {"--commit", "--attempt"},
         "teardown": {"--attempt"},
     }
-    (push_teardown,) = [c for c in bare if c.subcommand == "teardown"]
-    assert push_teardown.argv[-1] == "--attempt=1", push_teardown
+    push_teardowns = [c for c in bare if c.subcommand == "teardown"]
+    assert len(push_teardowns) == 2, push_teardowns
+    assert all(c.argv[-1] == "--attempt=1" for c in push_teardowns), push_teardowns
     # The workflows read only outputs launch writes, and the start job passes every one of them on.
     start = (baked / ".github" / "workflows" / "gpu-runner-start.yml").read_text(encoding="utf-8")
     text = (baked / ".github" / "workflows" / "train.yml").read_text(encoding="utf-8")

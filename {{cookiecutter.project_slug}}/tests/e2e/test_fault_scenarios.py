@@ -11,7 +11,7 @@ import pytest
 from e2e_report import record
 from harness import REAPER_ROLE_ARN, ROLE_ARN
 from mlflow.tracking import MlflowClient
-from stories import FAST_TRAIN, HOSTILE_RUN_ID, SCENARIOS, Stack, Story, run_story
+from stories import FAST_TRAIN, HOSTILE_RUN_ID, SCENARIOS, Stack, Story, assert_start_tore_down, run_story
 
 pytestmark = pytest.mark.e2e
 
@@ -34,13 +34,13 @@ def check_1(story: Story) -> None:
     assert story.proxy and story.proxy.killed, "the launch process was not killed"
     assert story.proxy.count("RunInstances") == 1
     assert story.run and "instance-id" not in story.run.outputs.get("start", {})
-    assert story.run.results.get("stop") == "success"
+    assert_start_tore_down(story)
 
 
 def check_2(story: Story) -> None:
     assert "did not come online within 8 s" in _log(story)
     assert "--- console output of" in _log(story)
-    assert story.run and story.run.results.get("stop") == "success"
+    assert_start_tore_down(story)
 
 
 def check_3(story: Story) -> None:
