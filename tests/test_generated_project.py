@@ -50,7 +50,7 @@ BAKE_INDEPENDENT = (
     "test_lifecycle.py", "test_ec2.py", "test_aws_limits.py", "test_cost.py", "test_reaper.py",
     "test_timeline.py", "test_github.py", "test_offerings.py", "test_gpu_runner_cli.py",
     "test_error_codes.py", "test_jit_config_double.py", "test_network_scope.py", "test_runner_download.py",
-    "test_supply_chain_settings.py",
+    "test_supply_chain_settings.py", "test_oidc_subject.py",
 )  # fmt: skip
 READS_RENDERED = re.compile(
     r"PROJECT_DIR|parents\[\d\]|\.cookiecutter\.json|README|pyproject|[\"'/](\.github|infra|src|configs)[\"'/]"
