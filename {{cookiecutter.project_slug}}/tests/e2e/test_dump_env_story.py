@@ -80,22 +80,29 @@ def test_a_branch_that_dumps_its_environment_finds_no_runner_or_launch_credentia
     assert not more, story.github.issued_jit_configs
 
     protected = {
-        "runner credential (SSM)": runner_credential,
+        "runner credential in SSM": runner_credential,
         "launch role access key id": launch_key[0],
         "launch role secret key": launch_key[1],
         **{f"installation token {i}": t for i, t in enumerate(story.github.installation_tokens)},
         **jit_config_secrets(jit_name, jit_config),
     }
     readable = {"GITHUB_TOKEN": workflow_token, "MLflow password": mlflow_password}
+    # A hit is named "<name>" or "<name> (<encoding>)": no name may hold " (" itself.
+    assert not [n for n in [*protected, *readable] if " (" in n]
     hits = set(scan_tree(story.scratch, needles({**protected, **readable})))
     found = {name.split(" (")[0] for _where, name in hits}
     # The control: the dump ran in both places and the scanner sees through its encoding.
     dumped = {(where, name) for where, name in hits if name.endswith("(base64)")}
     assert {n.split(" (")[0] for _w, n in dumped} >= set(readable), sorted(hits)
-    # The runner credential and the launch role's keys did pass through the start and stop jobs (the raw log,
-    # masked commands included, holds the keys; teardown used the credential), and reached no log view.
+    # The launch role's keys did pass through the start and stop jobs (the raw log, masked commands included,
+    # holds them), and reached no log view.
     raw = {name for _where, name in scan_tree(story.scratch, needles(protected), view=lambda _p, data: data)}
     assert {"launch role access key id", "launch role secret key"} <= raw, raw
-    assert any(c[0] == "DELETE" and "/actions/runners/" in c[1] and c[2] == 204 for c in story.github_calls)
+    # The runner was registered with the credential from SSM, never with the workflow's token.
+    runner_calls = [r for r in story.github.requests if "/actions/runners" in r.path]
+    assert [(r.path.rsplit("/", 1)[1], r.status) for r in runner_calls if r.method == "POST"] == [
+        ("generate-jitconfig", 201)
+    ], runner_calls
+    assert {r.credential for r in runner_calls} == {runner_credential}, runner_calls
     assert found & set(protected) == set(), sorted(h for h in hits if h[1].split(" (")[0] in protected)
     assert (story.instances_left, story.runners_left, story.params_left) == (0, 0, 0), context
