@@ -258,6 +258,34 @@ def check_train_branch_prefix(value: object) -> str | None:
     return None
 
 
+def check_default_branch(value: object, train_prefix: object = None) -> str | None:
+    """A branch name `git check-ref-format --branch` accepts (git-scm.com/docs/git-check-ref-format, read
+    2026-12-01), from a narrower set of characters: it is pasted unquoted into train.yml's
+    `uses: ...@<branch>`, the Makefile's bootstrap line and the OIDC trust (`refs/heads/<branch>`), where '#',
+    quotes or '$' would break them."""
+    if not isinstance(value, str) or not value:
+        return "give the repository's default branch, e.g. 'main' or 'master'"
+    if bad := sorted({char for char in value if not BRANCH_CHARS.fullmatch(char)}):
+        shown = " ".join(repr(char) for char in bad)
+        return f"remove {shown}; use only letters, digits, '.', '_', '-' and '/' (e.g. 'main')"
+    if value.startswith("refs/"):
+        return f"give the branch name without 'refs/heads/' (e.g. '{value.rsplit('/', 1)[-1]}')"
+    if value.startswith(("/", "-")) or value.endswith(("/", ".")):
+        return "it must not start with '/' or '-' nor end with '/' or '.' (git branch rules)"
+    if ".." in value or "//" in value:
+        return "'..' and '//' are not allowed in git branch names"
+    if any(part.startswith(".") or part.endswith(".lock") for part in value.split("/")):
+        return "a part between slashes must not start with '.' or end with '.lock' (git branch rules)"
+    if value == "HEAD":
+        return "'HEAD' is not a branch name; give the default branch, e.g. 'main'"
+    if isinstance(train_prefix, str) and train_prefix and value.startswith(train_prefix):
+        return (
+            f"it starts with train_branch_prefix '{train_prefix}': every push to the default branch would "
+            "start a GPU training; use a branch outside the prefix (e.g. 'main') or change train_branch_prefix"
+        )
+    return None
+
+
 def check_max_runtime_minutes(value: object) -> str | None:
     minutes = whole_number(value)
     low, high = MAX_RUNTIME_RANGE
@@ -320,6 +348,7 @@ def validators(answers: dict[str, object]) -> dict[str, Callable[[object], str |
         ),
         "use_spot": check_use_spot,
         "train_branch_prefix": check_train_branch_prefix,
+        "default_branch": lambda value: check_default_branch(value, answers.get("train_branch_prefix")),
         "max_runtime_minutes": check_max_runtime_minutes,
         "idle_timeout_minutes": lambda value: check_idle_timeout_minutes(
             value, answers.get("max_runtime_minutes")

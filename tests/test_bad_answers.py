@@ -52,6 +52,10 @@ TRIGGERS: dict[str, Callable[[Path], Run]] = {
     ),
     "answer-s3-bucket": lambda workdir: cli_no_input(workdir, s3_bucket="My_Bucket"),
     "answer-idle-timeout": lambda workdir: cli_no_input(workdir, idle_timeout_minutes="200"),
+    "answer-default-branch": lambda workdir: cli_no_input(workdir, default_branch="my main"),
+    "answer-default-branch-under-train-prefix": lambda workdir: cli_no_input(
+        workdir, default_branch="train/main"
+    ),
 }
 
 

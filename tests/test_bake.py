@@ -55,9 +55,14 @@ def matrix() -> list[Any]:
     return params
 
 
+# Free-text answers the non-default bake also changes: a repository whose default branch is not `main`.
+NON_DEFAULT_TEXT = {"default_branch": "develop"}
+
+
 def non_default() -> dict[str, Any]:
-    """The last choice of every choice question and the opposite of every yes/no default."""
-    return {key: values[-1] for key, values in CHOICES.items()} | {flag: not CONFIG[flag] for flag in FLAGS}
+    """The last choice of every choice question, the opposite of every yes/no default, NON_DEFAULT_TEXT."""
+    choices = {key: values[-1] for key, values in CHOICES.items()}
+    return choices | {flag: not CONFIG[flag] for flag in FLAGS} | NON_DEFAULT_TEXT
 
 
 def unrendered_spots(root: Path) -> list[str]:

@@ -90,8 +90,8 @@ TIMELINE_PHASES = ("boot", "image-ready", "runner-started", "job-started")
 # and test_zizmor_ignores_are_needed proves each suppresses a real finding on its own line and nothing else.
 # self-repository: zizmor prefers `uses: $/.github/actions/setup`, which act (the workflow tests) and GitHub
 # Enterprise Server do not understand; `./` is equivalent after actions/checkout.
-# unpinned-uses: train.yml's start and stop call the default branch's reusable workflows at `@main` on purpose
-# (the launch role trusts only that ref; issue 13 item 2).
+# unpinned-uses: train.yml's start and stop call the default branch's reusable workflows at
+# `@<default_branch>` on purpose (the launch role trusts only that ref; issue 13 item 2).
 EXPECTED_ZIZMOR_IGNORES = {
     ".github/workflows/ci.yml": ["self-repository"] * 2,
     ".github/workflows/promote.yml": ["self-repository"],
@@ -100,9 +100,10 @@ EXPECTED_ZIZMOR_IGNORES = {
     ".github/workflows/reap.yml": ["self-repository"],
     ".github/workflows/train.yml": ["unpinned-uses", "self-repository", "unpinned-uses"],
 }
-# This repository's reusable workflow at the default branch (train.yml's start and stop jobs).
+# This repository's reusable workflow at the default branch (train.yml's start and stop jobs); the branch is
+# the `default_branch` answer, any valid branch name (no space, no '#': hooks/pre_gen_project.py).
 DEFAULT_BRANCH_WORKFLOW_RE = re.compile(
-    r"[\w.-]+/[\w.-]+/\.github/workflows/(?P<file>gpu-runner-(?:start|stop)\.yml)@main"
+    r"[\w.-]+/[\w.-]+/\.github/workflows/(?P<file>gpu-runner-(?:start|stop)\.yml)@(?P<branch>[^\s#]+)"
 )
 ZIZMOR_IGNORE_RE = re.compile(r"#\s*zizmor:\s*ignore\[(?P<rules>[^\]]*)\](?P<reason>.*)$")
 # Known findings of the pedantic persona in the GPU workflow files (the regular persona reports none):
@@ -680,7 +681,12 @@ def baked(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 # Non-default answers that change the GPU workflows.
-CUSTOM_ANSWERS = {"train_branch_prefix": "gpu/", "max_runtime_minutes": 95, "aws_region": "us-east-2"}
+CUSTOM_ANSWERS = {
+    "train_branch_prefix": "gpu/",
+    "max_runtime_minutes": 95,
+    "aws_region": "us-east-2",
+    "default_branch": "develop",
+}
 
 
 @pytest.fixture(scope="module")
@@ -1082,7 +1088,8 @@ def called_job(project: Path, caller: dict[str, Any], name: str) -> tuple[dict[s
     """(the reusable workflow, its one job) a train.yml job calls at the default branch (issue 13 item 2)."""
     answers = answers_of(project)
     assert caller["uses"] == (
-        f"{answers['github_owner']}/{answers['github_repo']}/.github/workflows/gpu-runner-{name}.yml@main"
+        f"{answers['github_owner']}/{answers['github_repo']}/.github/workflows/gpu-runner-{name}.yml"
+        f"@{answers['default_branch']}"
     )
     doc = gpu_workflows(project)[f"gpu-runner-{name}"]
     assert triggers(doc) == {"workflow_call"} and doc["permissions"] == {}
@@ -1093,15 +1100,15 @@ def called_job(project: Path, caller: dict[str, Any], name: str) -> tuple[dict[s
 
 def test_start_and_stop_run_the_default_branch_code(baked: Path) -> None:
     """Issue 13 item 2: a branch that rewrites train.yml cannot change what launches, registers, tears down.
-    start/stop call the default branch's reusable workflows (`@main`, not `./`), those check out the default
-    branch (never the caller's commit), no job gets a GitHub credential, and the start workflow refuses any
-    caller but train.yml on a train branch, for push or workflow_dispatch only."""
+    start/stop call the default branch's reusable workflows (`@<default_branch>`, not `./`), those check out
+    the default branch (never the caller's commit), no job gets a GitHub credential, and the start workflow
+    refuses any caller but train.yml on a train branch, for push or workflow_dispatch only."""
     workflows = gpu_workflows(baked)
     jobs = workflows["train"]["jobs"]
     for name in ("start", "stop"):
         _, job = called_job(baked, jobs[name], name)
         (checkout,) = steps_by_uses(job, "actions/checkout")
-        assert checkout["with"] == {"persist-credentials": False, "ref": "main"}
+        assert checkout["with"] == {"persist-credentials": False, "ref": answers_of(baked)["default_branch"]}
         assert job["steps"].index(checkout) < job["steps"].index(steps_by_uses(job, AWS_CREDENTIALS)[0])
     text = {n: (baked / ".github" / "workflows" / f"{n}.yml").read_text(encoding="utf-8") for n in workflows}
     for name, body in text.items():
@@ -1399,6 +1406,27 @@ def test_non_default_answers_reach_the_gpu_workflows(baked_custom: Path) -> None
     assert guard["env"] == {"PREFIX": "refs/heads/gpu/"}
     train_env = next(s for s in train["jobs"]["train"]["steps"] if s.get("id") == "train")["env"]
     assert train_env["AWS_REGION"] == train_env["AWS_DEFAULT_REGION"] == "us-east-2"
+
+
+def test_the_default_branch_answer_names_what_start_and_stop_run(baked_custom: Path) -> None:
+    """A repository whose default branch is not `main`: train.yml calls start/stop at that branch, they check
+    it out, and `make bootstrap` / `make doctor` give the same branch to the launch and reaper roles' OIDC
+    trust (`DefaultBranch`). No `main` is left over in the GPU workflows."""
+    docs = gpu_workflows(baked_custom)
+    jobs = docs["train"]["jobs"]
+    for name in ("start", "stop"):
+        called = DEFAULT_BRANCH_WORKFLOW_RE.fullmatch(jobs[name]["uses"])
+        assert called and called["branch"] == "develop", jobs[name]["uses"]
+        (checkout,) = steps_by_uses(docs[f"gpu-runner-{name}"]["jobs"][name], "actions/checkout")
+        assert checkout["with"]["ref"] == "develop"
+    for name in ("train", "gpu-runner-start", "gpu-runner-stop"):
+        text = (baked_custom / ".github" / "workflows" / f"{name}.yml").read_text(encoding="utf-8")
+        for leftover in ("@main", "ref: main", 'ref: "main"', "refs/heads/main"):
+            assert leftover not in text, f"{name}.yml still says {leftover}"
+    makefile = (baked_custom / "Makefile").read_text(encoding="utf-8")
+    for target in ("bootstrap", "doctor"):
+        recipe = re.search(rf"^{target}:.*\n((?:\t.*\n)+)", makefile, flags=re.MULTILINE)
+        assert recipe and "--default-branch develop " in recipe[1].replace("\\\n", " "), target
 
 
 def test_linters_clean_on_non_default_answers(baked_custom: Path) -> None:

@@ -68,8 +68,11 @@ RUNNER_VERSION = "2.331.0"
 TF_VERSION = "2.15.1"
 ACT_TIMEOUT_SECONDS = 1200
 USES = re.compile(r"^\s*(?:-\s+)?uses:\s*([\w.-]+/[\w.-]+)@([0-9a-f]{40})\b", re.MULTILINE)
-# train.yml's start and stop call this repository's reusable workflows at the default branch (issue 13 item 2).
-REUSABLE = re.compile(r"^\s*uses:\s*([\w.-]+/[\w.-]+)/\.github/workflows/[\w.-]+\.yml@(main)\b", re.MULTILINE)
+# train.yml's start and stop call this repository's reusable workflows at the default branch (issue 13 item 2):
+# the `default_branch` answer, whose characters the template's hook limits to letters, digits and `._/-`.
+REUSABLE = re.compile(
+    r"^\s*uses:\s*([\w.-]+/[\w.-]+)/\.github/workflows/[\w.-]+\.yml@([\w./-]+)", re.MULTILINE
+)
 
 
 # ---------------------------------------------------------------------------------------------- host-mode copy
@@ -534,10 +537,9 @@ def prepare_repository(
     _git(repo, "init", "-q", "-b", branch)
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "e2e")
-    if (
-        branch != "main"
-    ):  # the default branch, which the reusable start/stop workflows check out (same commit)
-        _git(repo, "branch", "main")
+    default = default_branch()  # which the reusable start/stop workflows check out (same commit)
+    if branch != default:
+        _git(repo, "branch", default)
     workflow = scratch / "workflows" / "train.yml"
     workflow.parent.mkdir()
     workflow.write_text(host_mode_workflow((PROJECT / ".github" / "workflows" / "train.yml").read_text()))
@@ -558,10 +560,19 @@ def action_doubles() -> list[str]:
     return args
 
 
+def default_branch() -> str:
+    """The repository's default branch: the one ref train.yml's start and stop call the reusable workflows at
+    (this file is copied into the project verbatim, so it reads the branch from what the template rendered)."""
+    refs = {ref for _, ref in REUSABLE.findall((PROJECT / ".github" / "workflows" / "train.yml").read_text())}
+    if len(refs) != 1:
+        raise AssertionError(f"train.yml's start and stop must call one default branch, found {sorted(refs)}")
+    return refs.pop()
+
+
 def default_branch_workflows(repo: Path) -> list[str]:
-    """`--local-repository owner/name@main=<repo>` for train.yml's `uses: owner/name/.github/workflows/X@main`:
-    act resolves a remote reusable workflow through its action cache, which --local-repository overrides with a
-    directory (nektos/act pkg/runner/reusable_workflow.go newActionCacheReusableWorkflowExecutor and
+    """`--local-repository owner/name@<branch>=<repo>` for train.yml's
+    `uses: owner/name/.github/workflows/X@<branch>` (the default branch): act resolves a remote reusable
+    workflow through its action cache, which --local-repository overrides with a directory (nektos/act pkg/runner/reusable_workflow.go newActionCacheReusableWorkflowExecutor and
     local_repository_cache.go, matched on "<owner>/<name>@<ref>", read 2026-12-01). The directory stands for the
     default branch: here the same commit as the branch, so the called files are the project's own."""
     text = (PROJECT / ".github" / "workflows" / "train.yml").read_text()
@@ -628,7 +639,12 @@ def run_workflow(
     owner, name = repository.split("/")
     event = scratch / f"event-{event_name}.json"
     payload: dict[str, Any] = {"schedule": "17 * * * *"}
-    repo_info = {"full_name": repository, "name": name, "owner": {"login": owner}, "default_branch": "main"}
+    repo_info = {
+        "full_name": repository,
+        "name": name,
+        "owner": {"login": owner},
+        "default_branch": default_branch(),
+    }
     if event_name == "push":
         payload = {"ref": f"refs/heads/{branch}", "repository": repo_info, "head_commit": {"id": head_sha}}
     elif event_name == "workflow_dispatch":

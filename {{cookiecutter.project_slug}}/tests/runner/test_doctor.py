@@ -338,8 +338,10 @@ def test_make_doctor_prints_one_line_per_check_and_fails_on_any_cross(
     settings_path.write_text(yaml.safe_dump(world.deployed["raw"]))
     argv[argv.index("configs/gpu-runner.yaml")] = str(settings_path)
     argv[argv.index("--repository") + 1] = DEFAULT_REPOSITORY  # the bake's repository, served by the double
-    # The stack was deployed with bootstrap's default prefix; the bake's own (another answer) is not under test here.
+    # The stack was deployed with bootstrap's default prefix and default branch; the bake's own (other answers) are
+    # not under test here.
     argv[argv.index("--branch-prefix") + 1] = "train/"
+    argv[argv.index("--default-branch") + 1] = "main"
     for key, value in world.target.env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("GITHUB_REPOSITORY", raising=False)

@@ -1103,8 +1103,8 @@ def test_runner_role_covers_exactly_the_instance_and_training_calls(
 
 
 def test_make_bootstrap_passes_the_bucket_and_branches_the_workflows_use() -> None:
-    """`make bootstrap` is what the README says to run: its flags parse, and the bucket, repository and branch
-    prefix it deploys are the ones train.yml uses."""
+    """`make bootstrap` is what the README says to run: its flags parse, and the bucket, repository, branch
+    prefix and default branch it deploys are the ones train.yml uses."""
     makefile = (PROJECT_DIR / "Makefile").read_text()
     recipe = re.search(r"^bootstrap:.*\n((?:\t.*\n)+)", makefile, flags=re.MULTILINE)
     assert recipe, "no bootstrap target in the Makefile"
@@ -1119,6 +1119,9 @@ def test_make_bootstrap_passes_the_bucket_and_branches_the_workflows_use() -> No
     assert workflow[True]["push"]["branches"] == [f"{args.branch_prefix}**"]
     answers = json.loads((PROJECT_DIR / ".cookiecutter.json").read_text())["cookiecutter"]
     assert args.repository == f"{answers['github_owner']}/{answers['github_repo']}"
+    # The default branch the roles trust (DefaultBranch) is the one train.yml calls start and stop at.
+    called = {job["uses"].rsplit("@", 1)[1] for job in (workflow["jobs"]["start"], workflow["jobs"]["stop"])}
+    assert called == {args.default_branch}
 
 
 # --- issue 13 item 4: one instance cannot read another run's JIT config -------------------------------------------
