@@ -30,6 +30,10 @@ DOUBLES = PROJECT / "tests" / "e2e" / "actions"
 WORKFLOWS = sorted((PROJECT / ".github" / "workflows").glob("*.yml"))
 COMPOSITES = sorted((PROJECT / ".github" / "actions").glob("*/action.yml"))
 REMOTE = re.compile(r"^(?P<repo>[\w.-]+/[\w.-]+)@(?P<ref>[^@\s]+)$")
+# A job calling a reusable workflow of this repository (train.yml's start and stop, at the default branch).
+THIS_REPOSITORY = "{{ cookiecutter.github_owner }}/{{ cookiecutter.github_repo }}"
+CALLED = re.compile(r"^(?P<repo>[\w.-]+/[\w.-]+)/\.github/workflows/(?P<file>[\w.-]+\.ya?ml)@(?P<ref>\S+)$")
+NEEDS_OUTPUT_READ = re.compile(r"\bneeds\.([\w-]+)\.outputs\.([\w-]+)")
 SHA = re.compile(r"^[0-9a-f]{40}$")
 OUTPUT_READ = re.compile(r"\bsteps\.([\w-]+)\.outputs\.([\w-]+)")
 
@@ -80,6 +84,53 @@ def resolve(uses: str, root: Path) -> tuple[Contract | None, str]:
     return contract, ""
 
 
+def called_contract(uses: str, root: Path) -> tuple[Contract | None, str]:
+    """A reusable workflow of this repository as a contract: its `on.workflow_call` inputs, secrets, outputs.
+    GitHub refuses a call that passes an input or secret the called workflow does not declare, or omits a
+    required one ("Reusing workflows", docs.github.com, read 2026-12-01)."""
+    match = CALLED.match(uses)
+    if not match or match["repo"] != THIS_REPOSITORY:
+        return None, f"reusable workflow `{uses}` is not one of {THIS_REPOSITORY}'s own"
+    path = root / ".github" / "workflows" / match["file"]
+    if not path.is_file():
+        return None, f"reusable workflow `{uses}`: no {path.relative_to(root)}"
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    on = doc.get("on", doc.get(True)) or {}  # PyYAML reads the bare key `on` as True
+    call = on.get("workflow_call") if isinstance(on, dict) else None
+    if not isinstance(call, dict):
+        return None, f"reusable workflow `{uses}`: {match['file']} has no `on: workflow_call`"
+
+    def declared(kind: str) -> dict[str, Any]:
+        return {
+            name: {
+                "required": bool((spec or {}).get("required", False)),
+                "default": "default" in (spec or {}),
+            }
+            for name, spec in (call.get(kind) or {}).items()
+        }
+
+    contract = {
+        "inputs": declared("inputs"),
+        "secrets": declared("secrets"),
+        "outputs": sorted(call.get("outputs") or {}),
+    }
+    return contract, ""
+
+
+def call_problems(label: str, job: dict[str, Any], root: Path) -> list[str]:
+    """A job-level `uses:`: the called workflow must exist and declare what the job passes."""
+    contract, why = called_contract(job["uses"], root)
+    if contract is None:
+        return [f"{label}: {why}"]
+    where = f"{label} ({job['uses']})"
+    found = step_problems(where, job, contract)
+    secrets = job.get("secrets") or {}
+    if secrets == "inherit":
+        return [*found, f"{where}: `secrets: inherit` hands every secret to the called workflow"]
+    passed = step_problems(where, {"with": secrets}, {"inputs": contract["secrets"]})
+    return found + [p.replace(" input ", " secret ") for p in passed]
+
+
 def scopes(doc: dict[str, Any], where: str) -> Iterator[tuple[str, dict[str, Any], list[dict[str, Any]]]]:
     """(label, the scope's whole mapping, its steps): each job of a workflow, or a composite action's steps."""
     if "jobs" in doc:
@@ -114,9 +165,13 @@ def problems(path: Path, root: Path = PROJECT) -> list[str]:
     """Everything wrong with the `uses:` of one workflow or composite action file."""
     doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     found = []
+    called: dict[str, Contract] = {}
     for label, scope, steps in scopes(doc, path.name):
         if "uses" in scope and "steps" not in scope:
-            found.append(f"{label}: reusable workflow `{scope['uses']}` is not covered by the contracts")
+            found += call_problems(label, scope, root)
+            contract, _ = called_contract(scope["uses"], root)
+            if contract is not None:
+                called[label.rsplit(" ", 1)[1]] = contract
         by_id: dict[str, Contract] = {}
         for index, step in enumerate(steps):
             if "uses" not in step:
@@ -136,6 +191,10 @@ def problems(path: Path, root: Path = PROJECT) -> list[str]:
                 found.append(
                     f"{label}: reads output {output!r} of step {step_id!r}, which the action does not set"
                 )
+    # A called workflow's outputs are read as needs.<job>.outputs.<name>: it must declare them.
+    for job_id, output in NEEDS_OUTPUT_READ.findall(yaml.safe_dump(doc.get("jobs") or {})):
+        if job_id in called and output not in called[job_id]["outputs"]:
+            found.append(f"{path.name}: reads output {output!r} of job {job_id!r}, which its workflow lacks")
     return found
 
 
@@ -227,11 +286,12 @@ def planted(tmp_path: Path, source: Path, old: str, new: str) -> Path:
 
 
 TRAIN = PROJECT / ".github" / "workflows" / "train.yml"
+START = PROJECT / ".github" / "workflows" / "gpu-runner-start.yml"
 
 
 def test_a_planted_unknown_input_fails(tmp_path: Path) -> None:
     copy = planted(
-        tmp_path, TRAIN, "role-session-name: gpu-runner-start-", "role-session-nam: gpu-runner-start-"
+        tmp_path, START, "role-session-name: gpu-runner-start-", "role-session-nam: gpu-runner-start-"
     )
     found = problems(copy)
     assert any("unknown input 'role-session-nam' (did you mean 'role-session-name'?)" in p for p in found), (
@@ -240,10 +300,10 @@ def test_a_planted_unknown_input_fails(tmp_path: Path) -> None:
 
 
 def test_a_planted_missing_required_input_fails(tmp_path: Path) -> None:
-    text = TRAIN.read_text(encoding="utf-8")
+    text = START.read_text(encoding="utf-8")
     region = re.search(r"^ +aws-region: .*\n", text, flags=re.MULTILINE)
-    assert region, "train.yml passes no aws-region"
-    copy = planted(tmp_path, TRAIN, region.group(0), "")
+    assert region, "gpu-runner-start.yml passes no aws-region"
+    copy = planted(tmp_path, START, region.group(0), "")
     assert any("missing required input 'aws-region'" in p for p in problems(copy)), problems(copy)
 
 
@@ -254,13 +314,30 @@ def test_a_planted_unknown_pin_fails(tmp_path: Path) -> None:
 
 
 def test_a_planted_output_the_action_lacks_fails(tmp_path: Path) -> None:
-    checkout = "        with:\n          persist-credentials: false\n"
     expression = (
         "$" + "{" * 2 + " steps.co.outputs.sha " + "}" * 2
     )  # spelt out: this file is a Jinja template
-    read = f'        id: co\n{checkout}      - run: echo "{expression}"\n'
-    copy = planted(tmp_path, TRAIN, checkout, read)
+    line = re.search(r"^ +uses: actions/checkout@.*\n", START.read_text(encoding="utf-8"), flags=re.MULTILINE)
+    assert line, "gpu-runner-start.yml checks nothing out"
+    copy = planted(tmp_path, START, line.group(0), line.group(0) + "        id: co\n")
+    # A last step of the start job reads the output.
+    copy.write_text(copy.read_text(encoding="utf-8").rstrip("\n") + f'\n      - run: echo "{expression}"\n')
     assert any("reads output 'sha' of step 'co'" in p for p in problems(copy)), problems(copy)
+
+
+def test_a_planted_reusable_workflow_mismatch_fails(tmp_path: Path) -> None:
+    """An input the called workflow does not declare, a secret it does not declare, and an output it lacks."""
+    copy = planted(tmp_path, TRAIN, "      attempt: ", "      attempts: ")
+    text = copy.read_text(encoding="utf-8")
+    secret = "\n      MLFLOW_TRACKING_PASSWORD: "  # the stop job's `secrets:` (6 spaces: not a step's env)
+    assert secret in text, "train.yml's stop job passes no MLflow password"
+    text = text.replace(secret, secret.replace("PASSWORD", "PASSWORD_"), 1)
+    text = text.replace("needs.start.outputs.region", "needs.start.outputs.regoin", 1)
+    copy.write_text(text, encoding="utf-8")
+    found = problems(copy)
+    assert any("unknown input 'attempts' (did you mean 'attempt'?)" in p for p in found), found
+    assert any("unknown secret 'MLFLOW_TRACKING_PASSWORD_'" in p for p in found), found
+    assert any("reads output 'regoin' of job 'start'" in p for p in found), found
 
 
 def test_a_double_with_an_input_the_real_action_lacks_fails(tmp_path: Path) -> None:
