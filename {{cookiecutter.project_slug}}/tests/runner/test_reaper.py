@@ -33,6 +33,13 @@ def state(aws: Aws, instance_id: str) -> str:
     return described(aws, instance_id)["State"]["Name"]
 
 
+def reap_around(settings, aws: Aws, github, instance_id: str, bound: datetime) -> reaper.ReapReport:
+    """Reap 1 s before `bound` (the instance must be kept) and 1 s after; returns the second pass's report."""
+    before = reaper.reap(settings, aws, github, now=bound - timedelta(seconds=1), **SILENT)
+    assert before.terminated == [] and state(aws, instance_id) == "running"
+    return reaper.reap(settings, aws, github, now=bound + timedelta(seconds=1), **SILENT)
+
+
 def ours(settings, run_id: str, runner_id: int, expires_at: datetime) -> dict[str, str]:
     ctx = RunContext("octo-org/octo-repo", run_id, "1", "train/x", "abc")
     return lifecycle.instance_tags(settings, ctx, runner_id=runner_id, expires_at=expires_at)
@@ -144,10 +151,7 @@ def test_reaper_ends_an_instance_whose_runner_never_came_online(
 
     # Within wait_timeout_seconds + margin the runner may still be connecting (or GitHub's API lagging).
     within = launched + timedelta(seconds=settings.wait_timeout_seconds) + reaper.NEVER_ONLINE_MARGIN
-    report = reaper.reap(settings, aws, github, now=within - timedelta(seconds=1), **SILENT)
-    assert report.terminated == [] and state(aws, never_online) == "running"
-
-    report = reaper.reap(settings, aws, github, now=within + timedelta(seconds=1), **SILENT)
+    report = reap_around(settings, aws, github, never_online, within)
     assert report.terminated == [never_online]
     assert state(aws, never_online) in {"shutting-down", "terminated"}
     assert never_online_runner not in github_double.runners
@@ -240,9 +244,7 @@ def test_the_deadline_is_launch_time_plus_max_runtime_whatever_expires_at_says(
     launched = described(aws, long_tagged)["LaunchTime"]
     limit = launched + timedelta(minutes=settings.max_runtime_minutes) + reaper.DEADLINE_MARGIN
 
-    report = reaper.reap(settings, aws, github, now=limit - timedelta(seconds=1), **SILENT)
-    assert report.terminated == [] and state(aws, long_tagged) == "running"
-    report = reaper.reap(settings, aws, github, now=limit + timedelta(seconds=1), **SILENT)
+    report = reap_around(settings, aws, github, long_tagged, limit)
     assert report.terminated == [long_tagged]
 
     # The tag can shorten the deadline (launch wrote it from the same settings), never lengthen it.
