@@ -100,7 +100,7 @@ def test_bake_independent_modules_are_copied_verbatim_and_read_no_rendered_file(
         source = (runner_tests / module).read_text(encoding="utf-8")
         assert not READS_RENDERED.search(source), (module, READS_RENDERED.search(source))
     # The check can fail: a module that reads the baked infra template is caught.
-    assert READS_RENDERED.search((runner_tests / "test_parameters.py").read_text(encoding="utf-8"))
+    assert READS_RENDERED.search((runner_tests / "test_ssm.py").read_text(encoding="utf-8"))
     # The fixtures they use are verbatim too, or carry no answer.
     assert "cookiecutter" not in (runner_tests.parent / "conftest.py").read_text(encoding="utf-8")
 

@@ -81,7 +81,7 @@ def holder_version(client: MlflowClient, cfg: RegistryConfig) -> str | None:
 
 def train_and_decide(
     client: MlflowClient, experiment_id: str, cfg: RegistryConfig, value: float
-) -> registry.Decision:
+) -> registry.ChampionDecision:
     """A training (registers its version, proposes it) and then the promote workflow (moves the alias if it wins)."""
     run_id, model_id = finished_run(client, experiment_id, {cfg.metric: value})
     before = holder_version(client, cfg)
@@ -282,7 +282,7 @@ def test_bad_registry_values_name_the_field(raw: dict, field: str, hint: str) ->
 
 
 def test_job_summary_shows_both_values_the_signed_delta_and_links() -> None:
-    decision = registry.Decision(
+    decision = registry.ChampionDecision(
         "kept", "not better", "best_val_loss", "minimize", "demo", "champion", "7", 0.25, "5", 0.2
     )
     text = registry.job_summary("http://mlflow.example:5000", decision)

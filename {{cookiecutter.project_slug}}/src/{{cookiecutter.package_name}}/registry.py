@@ -29,7 +29,7 @@ VERSION_REASON_TAG = "decision.reason"
 
 
 @dataclass(frozen=True)
-class Decision:
+class ChampionDecision:
     """What became of one run's model. outcome: first / promoted (the alias moved: promote only) / candidate
     (would win; training never moves the alias) / kept / skipped (<why>)."""
 
@@ -79,9 +79,9 @@ class Decision:
         return f"registry: {self.outcome} - {where} (alias {self.alias}): {self.reason}"
 
 
-def skipped(cfg: RegistryConfig, why: str, candidate_value: float | None = None) -> Decision:
+def skipped(cfg: RegistryConfig, why: str, candidate_value: float | None = None) -> ChampionDecision:
     """A decision that registers nothing and moves no alias; `why` ends up in the tag, e.g. 'skipped (why)'."""
-    return Decision(
+    return ChampionDecision(
         f"skipped ({why})", why, cfg.metric, cfg.direction, cfg.model_name, cfg.alias, None, candidate_value
     )
 
@@ -97,7 +97,7 @@ def beats(candidate: float, champion: float, direction: str) -> bool:
 
 def version_number(version: ModelVersion) -> str:
     """A version's number as a str, whatever the store: MLflow's local sqlite store answers an int, a tracking
-    server (REST, protobuf) a str. Decision holds it as a str, so comparisons and tags do not depend on the store."""
+    server (REST, protobuf) a str. The decision holds it as a str, so comparisons and tags do not depend on the store."""
     return str(version.version)
 
 
@@ -142,10 +142,10 @@ def compare(
     value: float,
     holder: ModelVersion | None,
     held: float | None,
-) -> Decision:
+) -> ChampionDecision:
     """The decision alone, no side effects: first / promoted / kept, with the reason in words."""
     number = version_number(candidate)
-    base = Decision("", "", cfg.metric, cfg.direction, cfg.model_name, cfg.alias, number, value)
+    base = ChampionDecision("", "", cfg.metric, cfg.direction, cfg.model_name, cfg.alias, number, value)
     if holder is None:
         return _with(base, "first", f"no version held '{cfg.alias}' yet")
     previous = {"previous_version": version_number(holder), "previous_value": held}
@@ -168,8 +168,8 @@ def compare(
     return _with(base, "kept", f"{words}: {why}", **previous)
 
 
-def _with(base: Decision, outcome: str, reason: str, **fields: object) -> Decision:
-    return Decision(**{**base.__dict__, "outcome": outcome, "reason": reason, **fields})
+def _with(base: ChampionDecision, outcome: str, reason: str, **fields: object) -> ChampionDecision:
+    return ChampionDecision(**{**base.__dict__, "outcome": outcome, "reason": reason, **fields})
 
 
 MOVES_ALIAS = ("first", "promoted")
@@ -180,7 +180,7 @@ def _error_reason(error: MlflowException) -> str:
     return "registry error: " + (str(error).splitlines() or [type(error).__name__])[0][:300]
 
 
-def _as_candidate(decision: Decision) -> Decision:
+def _as_candidate(decision: ChampionDecision) -> ChampionDecision:
     """What training reports instead of moving the alias: the same comparison, proposed for promotion."""
     if decision.outcome not in MOVES_ALIAS:
         return decision
@@ -192,7 +192,7 @@ def _as_candidate(decision: Decision) -> Decision:
 
 def decide(
     client: MlflowClient, cfg: RegistryConfig, run_id: str, model_id: str, metrics: Mapping[str, float]
-) -> Decision:
+) -> ChampionDecision:
     """Register this run's model and compare it with the alias holder; never move the alias (see `promote`).
 
     Registry failures become a skipped decision: the run and its model are logged already and are worth more
@@ -212,7 +212,7 @@ def decide(
         return skipped(cfg, _error_reason(error), value)
 
 
-def promote(client: MlflowClient, cfg: RegistryConfig, run_id: str) -> Decision:
+def promote(client: MlflowClient, cfg: RegistryConfig, run_id: str) -> ChampionDecision:
     """Move the alias to the version `run_id` registered when its metric strictly beats the holder's (or no
     version holds it yet). The comparison is made again here, from what the runs logged: the candidate's own
     claim (its decision tag) is not trusted."""
@@ -235,7 +235,7 @@ def promote(client: MlflowClient, cfg: RegistryConfig, run_id: str) -> Decision:
     return decision
 
 
-def log_decision(client: MlflowClient, run_id: str, decision: Decision) -> None:
+def log_decision(client: MlflowClient, run_id: str, decision: ChampionDecision) -> None:
     """Tags and metrics on the run; the outcome also on the model version, where the registry UI shows it."""
     now = int(time.time() * 1000)
     client.log_batch(
@@ -261,7 +261,7 @@ def _value(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
-def job_summary(uri: str, decision: Decision) -> str:
+def job_summary(uri: str, decision: ChampionDecision) -> str:
     """Markdown for the GitHub job summary: candidate vs champion, the delta with its sign, the decision."""
     head = f"### Champion model (`{decision.alias}`)\n\n"
     if decision.version is None:

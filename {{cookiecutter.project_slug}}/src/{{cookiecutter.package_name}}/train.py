@@ -29,7 +29,7 @@ class TrainResult:
     tracking_uri: str
     metrics: dict[str, float]
     epochs_run: int
-    champion: registry.Decision | None = None
+    champion: registry.ChampionDecision | None = None
 
 
 def _callbacks(
@@ -204,7 +204,9 @@ def _attempt() -> int:
     return int(value) if value.isdigit() and int(value) > 0 else 1
 
 
-def _champion(cfg: Config, run_id: str, model_id: str | None, metrics: dict[str, float]) -> registry.Decision:
+def _champion(
+    cfg: Config, run_id: str, model_id: str | None, metrics: dict[str, float]
+) -> registry.ChampionDecision:
     """Register the run's model and decide on the alias; the decision is logged on the run either way."""
     client = mlflow.MlflowClient()
     if not cfg.registry.enabled:

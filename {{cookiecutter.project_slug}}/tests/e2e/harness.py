@@ -585,7 +585,7 @@ def default_branch_workflows(repo: Path) -> list[str]:
 
 def store_github_credential(moto_endpoint: str, repo: Path, token: str) -> None:
     """What `gpu-runner bootstrap --token-file` writes: the SSM SecureString the start and stop workflows read
-    with the launch role (moto enforces no IAM: that part is proven by tests/runner/test_infra.py)."""
+    with the launch role (moto enforces no IAM: that part is proven by tests/runner/test_stack.py)."""
     settings = yaml.safe_load((repo / "configs" / "gpu-runner.yaml").read_text())
     ssm = boto3.client("ssm", region_name=settings["region"], endpoint_url=moto_endpoint)
     name = settings.get("ssm_prefix", "/gpu-runner").rstrip("/") + "-github-credential"

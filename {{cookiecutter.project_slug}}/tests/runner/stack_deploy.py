@@ -1,5 +1,5 @@
 """`gpu-runner bootstrap` as a user runs it, against the moto server: the one way the runner tests deploy the stack
-(test_infra checks what it builds, test_doctor checks an account built by it)."""
+(test_stack checks what it builds, test_doctor checks an account built by it)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pathlib import Path
 import boto3
 import pytest
 
-from gpu_runner import cli, infra
+from gpu_runner import cli
+from gpu_runner.stack import stack_name as name_of_stack
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 TEMPLATE = PROJECT_DIR / "infra" / "gpu-runner.yaml"
@@ -53,8 +54,8 @@ def bootstrap(
         for key, value in (github_env or {}).items():
             patch.setenv(key, value)
         assert cli.main(argv) == 0, err.getvalue()
-    stack_name = infra.stack_name(project, repository)
+    stack_name = name_of_stack(project, repository)
     cfn = boto3.Session(region_name=region).client("cloudformation")
-    stack = cfn.describe_stacks(StackName=stack_name)["Stacks"][0]
-    outputs = {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]}
+    described = cfn.describe_stacks(StackName=stack_name)["Stacks"][0]
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in described["Outputs"]}
     return Deployed(argv, out.getvalue(), stack_name, outputs)

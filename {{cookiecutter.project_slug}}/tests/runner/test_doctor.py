@@ -87,7 +87,7 @@ def deployed(tmp_path_factory: pytest.TempPathFactory, oidc_provider: str) -> di
 @pytest.fixture(scope="module")
 def spot_role(moto_endpoint: str) -> Iterator[str]:
     """The spot service-linked role under AWS's name and path (moto's create-service-linked-role misnames it).
-    IAM is account-wide: the role is deleted again afterwards, because test_infra needs an account without it
+    IAM is account-wide: the role is deleted again afterwards, because test_stack needs an account without it
     (the first spot launch is what creates it)."""
     iam = boto3.Session(region_name=REGION).client("iam")
     created = False

@@ -3,7 +3,7 @@
 actions/runner's JobHookProvider.cs runs the file as `bash -e <path>` with the default GITHUB_* variables of the
 job (ScriptHandler.cs, GitHubContext.cs): so does this test, with a matrix of jobs. Only this run's train job
 passes; every other job is refused with a "runner was taken" line and a refusal file, on which the boot script
-halts the instance (test_bootstrap.py: test_refused_job_halts_the_instance_and_runs_no_step).
+halts the instance (test_user_data.py: test_refused_job_halts_the_instance_and_runs_no_step).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from gpu_runner import naming
-from gpu_runner.bootstrap import render_job_started_hook
 from gpu_runner.errors import SettingsError
 from gpu_runner.naming import RunContext
+from gpu_runner.user_data import render_job_started_hook
 
 REPOSITORY = "octo-org/octo-repo"
 WORKFLOW_REF = f"{REPOSITORY}/.github/workflows/train.yml@refs/heads/train/demo"

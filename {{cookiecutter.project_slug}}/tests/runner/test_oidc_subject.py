@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from github_double import DEFAULT_REPOSITORY, DEFAULT_TOKEN, RUNNERS_TOKEN, GitHubDouble
 
-from gpu_runner import infra, oidc_subject
+from gpu_runner import oidc_subject, stack
 from gpu_runner.errors import RunnerError
 
 TEMPLATE = {"use_default": False, "include_claim_keys": ["repo", "context", "job_workflow_ref"]}
@@ -17,10 +17,10 @@ def test_bootstrap_sets_the_template_once(github_double: GitHubDouble) -> None:
     assert github_double.oidc_sub[repo] == {"use_default": True}  # a new repository: GitHub's default `sub`
     env = {"GITHUB_TOKEN": DEFAULT_TOKEN, "GITHUB_API_URL": github_double.url}
     said: list[str] = []
-    assert infra.set_oidc_subject(DEFAULT_REPOSITORY, env, log=said.append) is True
+    assert stack.set_oidc_subject(DEFAULT_REPOSITORY, env, log=said.append) is True
     assert github_double.oidc_sub[repo] == TEMPLATE
     # A re-run reads it back and writes nothing.
-    assert infra.set_oidc_subject(DEFAULT_REPOSITORY, env, log=said.append) is False
+    assert stack.set_oidc_subject(DEFAULT_REPOSITORY, env, log=said.append) is False
     puts = [c for c in github_double.calls if c.method == "PUT"]
     assert [c.body for c in puts] == [TEMPLATE]
     assert "already set" in said[-1]
@@ -36,7 +36,7 @@ def test_a_token_without_actions_write_is_refused_with_the_fix(github_double: Gi
 
 def test_without_a_token_bootstrap_prints_the_exact_one_time_command(github_double: GitHubDouble) -> None:
     said: list[str] = []
-    assert infra.set_oidc_subject(DEFAULT_REPOSITORY, {}, log=said.append) is False
+    assert stack.set_oidc_subject(DEFAULT_REPOSITORY, {}, log=said.append) is False
     (line,) = said
     assert (
         f"gh api --method PUT repos/{DEFAULT_REPOSITORY}/actions/oidc/customization/sub -F use_default=false "

@@ -34,11 +34,12 @@ from iam_requests import ACCOUNT, Request, allowed, granted_actions, record_call
 from parliament import analyze_policy_string
 from stack_deploy import TEMPLATE
 
-from gpu_runner import cli, infra, lambda_zip, lifecycle, naming, reaper_lambda
+from gpu_runner import cli, lambda_zip, lifecycle, naming, reaper_lambda
 from gpu_runner.aws import Aws
 from gpu_runner.errors import SettingsError
 from gpu_runner.naming import RunContext
 from gpu_runner.settings import Settings, load_settings
+from gpu_runner.stack import stack_name
 
 # A region of its own: every instance and parameter here belongs to this module.
 REGION = "ap-southeast-2"
@@ -163,7 +164,7 @@ def stack_policy(stack: dict[str, Any], logical_id: str) -> dict[str, Any]:
 
 
 def test_each_reaper_policy_names_its_own_role() -> None:
-    from test_infra import template  # the CloudFormation-tag-aware loader
+    from test_stack import template  # the CloudFormation-tag-aware loader
 
     resources = template()["Resources"]
     for policy, role in (
@@ -260,7 +261,7 @@ def test_bootstrap_refuses_a_package_swapped_in_the_bucket_before_deploy(
         assert "not the" in err and "someone else wrote to that key" in err, err
     finally:
         with contextlib.suppress(ClientError):
-            name = infra.stack_name(load_settings(settings_file).project, DEFAULT_REPOSITORY)
+            name = stack_name(load_settings(settings_file).project, DEFAULT_REPOSITORY)
             session.client("cloudformation").delete_stack(StackName=name)
 
 
@@ -270,7 +271,7 @@ def _keep_params(params: Any, context: Any, **_: Any) -> None:
 
 def test_the_schedule_invokes_the_function_every_15_minutes() -> None:
     """What moto does not create, asserted on the template (property names: CloudFormation Template Reference)."""
-    from test_infra import template  # the CloudFormation-tag-aware loader
+    from test_stack import template  # the CloudFormation-tag-aware loader
 
     parsed = template()
     resources = parsed["Resources"]

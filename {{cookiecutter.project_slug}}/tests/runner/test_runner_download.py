@@ -1,7 +1,7 @@
 """The boot script's own download and verify functions, run by bash with the real curl and sha256sum against a
 file server on 127.0.0.1: a tarball whose bytes differ from the pinned SHA-256, or one with no SHA-256 at all,
 is refused before anything unpacks it (item 8 of issue 13: a runner download that cannot be verified fails
-closed). The whole boot's reaction (no runner started, the instance halts) is in test_bootstrap.py."""
+closed). The whole boot's reaction (no runner started, the instance halts) is in test_user_data.py."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from local_http import LocalHttpServer
 
-from gpu_runner.bootstrap import template
+from gpu_runner.user_data import template
 
 GOOD = b"the runner tarball GitHub published\n" * 64
 TAMPERED = GOOD.replace(b"published", b"backdoored")
@@ -27,7 +27,7 @@ Fetch = Callable[[bytes, str], subprocess.CompletedProcess[str]]
 def _function(script: str, name: str) -> str:
     """One shell function of the boot script, verbatim: the test runs the code that ships, not a copy."""
     match = re.search("^" + re.escape(name) + r"\(\) \{.*?^\}$", script, re.S | re.M)
-    assert match, f"bootstrap.sh has no function {name}()"
+    assert match, f"user_data.sh has no function {name}()"
     return match.group(0)
 
 

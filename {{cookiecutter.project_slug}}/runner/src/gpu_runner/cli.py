@@ -234,30 +234,30 @@ def _teardown(
 
 
 def _bootstrap(args: argparse.Namespace, settings: Settings, aws: Aws) -> None:
-    from . import infra
+    from . import stack
 
-    inputs = infra.StackInputs(
+    inputs = stack.StackInputs(
         repository=args.repository, bucket=args.bucket, train_branch_prefix=args.branch_prefix,
         default_branch=args.default_branch, owner_id=args.owner_id, repository_id=args.repository_id,
         oidc_provider_arn=args.oidc_provider_arn, vpc_id=args.vpc_id,
         checkpoint_retention_days=args.checkpoint_retention_days,
     )  # fmt: skip
-    outputs = infra.bootstrap(
+    outputs = stack.bootstrap(
         settings, aws.client("cloudformation", settings.region), inputs, template=args.template,
         s3=aws.client("s3", settings.region), lambda_client=aws.client("lambda", settings.region),
         ec2=aws.client("ec2", settings.region),
     )  # fmt: skip
-    infra.store_github_credential(
+    stack.store_github_credential(
         settings, aws.client("ssm", settings.region), outputs, app_id=args.app_id,
         app_private_key_file=args.app_private_key_file, token_file=args.token_file,
     )  # fmt: skip
-    infra.set_oidc_subject(args.repository, os.environ)
+    stack.set_oidc_subject(args.repository, os.environ)
 
 
 def _doctor(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
-    from . import doctor, infra
+    from . import doctor, stack
 
-    if not infra.REPOSITORY.fullmatch(args.repository):
+    if not stack.REPOSITORY.fullmatch(args.repository):
         print(f"✗ repository: '{args.repository}' is not owner/name; fix: pass --repository owner/name")
         return 1
     target = doctor.Target(

@@ -20,8 +20,8 @@ from botocore.exceptions import ClientError
 
 from .aws import Aws
 from .doctor import Check, Outcome, Target, failed, passed
-from .infra import stack_name
 from .offerings import offered_types
+from .stack import stack_name
 
 OIDC_HOST = "token.actions.githubusercontent.com"
 OIDC_AUDIENCE = "sts.amazonaws.com"

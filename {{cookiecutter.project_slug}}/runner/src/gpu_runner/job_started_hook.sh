@@ -1,6 +1,6 @@
 #!/bin/bash
-# Job-started hook of one ephemeral GPU runner: bootstrap.sh writes it (values shell-quoted by
-# gpu_runner.bootstrap) and points ACTIONS_RUNNER_HOOK_JOB_STARTED at it. Only this run's train job may use the
+# Job-started hook of one ephemeral GPU runner: user_data.sh writes it (values shell-quoted by
+# gpu_runner.user_data) and points ACTIONS_RUNNER_HOOK_JOB_STARTED at it. Only this run's train job may use the
 # instance: the label is unguessable, but any job that names it anyway ends here, before its first step.
 #
 # What the runner does with this file (actions/runner, read 2026-12-01 at 258d6c85):

@@ -21,14 +21,14 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from . import cost, ec2, naming, offerings, parameters, timeline
+from . import cost, ec2, naming, offerings, ssm, timeline
 from .aws import Aws
-from .bootstrap import render_job_started_hook, render_user_data
 from .errors import LaunchBlockedError, RegistrationTimeout, RunnerError, SettingsError
 from .github import GitHubRunners, Runner
 from .mlflow_rest import MlflowRest
 from .outputs import append_summary, write_outputs
 from .settings import Settings
+from .user_data import render_job_started_hook, render_user_data
 
 Log = Callable[[str], None]
 # The instance must outlive its own max-lifetime shutdown a little before the reaper calls it expired.
@@ -98,10 +98,10 @@ def launch(
     region = settings.region
     # Before anything exists: the hook needs this run's identity (a missing GITHUB_WORKFLOW_REF fails here).
     hook = render_job_started_hook(ctx)
-    ec2_client, ssm = aws.client("ec2", region), aws.client("ssm", region)
+    ec2_client, ssm_client = aws.client("ec2", region), aws.client("ssm", region)
     now = now or datetime.now(UTC)
     ami_id, root_device = ec2.resolve_ami(
-        ssm, ec2_client, ami_id=settings.ami_id, ami_parameter=settings.ami_parameter, region=region
+        ssm_client, ec2_client, ami_id=settings.ami_id, ami_parameter=settings.ami_parameter, region=region
     )
     # Before anything exists: a type EC2 does not offer there is skipped, none offered fails here.
     try:
@@ -173,8 +173,8 @@ def launch(
         # in one request, so no other instance's role may ever read it. The boot script retries until it exists.
         # A failure here ends in the except below: instance terminated, runner deleted, no parameter left.
         owner_tags = {**tags, naming.TAG_INSTANCE_ARN: _instance_arn(aws, region, launched)}
-        parameters.put_jit_config(
-            ssm,
+        ssm.put_jit_config(
+            ssm_client,
             parameter,
             jit.encoded_jit_config,
             owner_tags,
@@ -210,7 +210,7 @@ def _undo_launch(
         (f"delete runner {runner_id}", lambda: github.delete_runner(runner_id)),
         (
             f"delete parameter {parameter}",
-            lambda: parameters.delete_parameter(aws.client("ssm", region), parameter),
+            lambda: ssm.delete_parameter(aws.client("ssm", region), parameter),
         ),
     ]
     for what, step in steps:
@@ -227,7 +227,7 @@ def _undo_launch(
 # token 5,000 requests per hour ("Rate limits for the REST API", docs.github.com, read 2026-12-01); one wait
 # costs at most wait_timeout_seconds / 3 + 1 requests (201 with the default 600 s), 4% of that budget.
 POLL_INTERVAL_SECONDS = 3.0
-# The boot script's console line when the job-started hook refused a job (bootstrap.sh, refusal_watch).
+# The boot script's console line when the job-started hook refused a job (user_data.sh, refusal_watch).
 RUNNER_TAKEN_MARK = "REFUSED a job (runner was taken)"
 _DEAD_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped", "gone"})
 
@@ -461,7 +461,7 @@ def _account_timeline(
 
 
 def _delete_parameter(aws: Aws, region: str, parameter: str) -> str:
-    return "deleted" if parameters.delete_parameter(aws.client("ssm", region), parameter) else "already gone"
+    return "deleted" if ssm.delete_parameter(aws.client("ssm", region), parameter) else "already gone"
 
 
 def teardown(

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from . import ec2, naming, parameters
+from . import ec2, naming, ssm
 from .aws import Aws
 from .errors import RunnerError
 from .settings import Settings
@@ -201,11 +201,11 @@ def reap(
             report.terminated.append(instance_id)
             log(f"terminated {instance_id} in {region}: {reason}")
 
-    ssm = aws.client("ssm", settings.region)
+    ssm_client = aws.client("ssm", settings.region)
     fresh_parameter_keys: set[str] = set()
-    for meta in parameters.list_parameters(ssm, settings.ssm_prefix):
+    for meta in ssm.list_parameters(ssm_client, settings.ssm_prefix):
         if now - meta["LastModifiedDate"] > grace:
-            parameters.delete_parameter(ssm, meta["Name"])
+            ssm.delete_parameter(ssm_client, meta["Name"])
             report.parameters_deleted.append(meta["Name"])
             log(f"deleted parameter {meta['Name']}: older than {settings.reap_grace_minutes} min")
         else:

@@ -22,7 +22,7 @@ WORKFLOW = "train.yml"
 
 
 @dataclass(frozen=True)
-class Decision:
+class NextAttempt:
     interrupted: bool
     reason: str
     next_inputs: dict[str, str] | None  # None: no next attempt
@@ -46,17 +46,17 @@ def decide(
     commit: str,
     config: str,
     instance_type: str = "",
-) -> Decision:
+) -> NextAttempt:
     if not reason:
-        return Decision(False, "not interrupted", None)
+        return NextAttempt(False, "not interrupted", None)
     if attempt >= settings.max_attempts:
-        return Decision(True, f"{reason}; attempt {attempt} of {settings.max_attempts}: giving up", None)
+        return NextAttempt(True, f"{reason}; attempt {attempt} of {settings.max_attempts}: giving up", None)
     spot = "false" if attempt >= settings.on_demand_after_interruptions else "default"
     inputs = {"attempt": str(attempt + 1), "commit": commit, "config": config, "spot": spot}
     if instance_type:
         inputs["instance-type"] = instance_type
     market = "on-demand (circuit breaker)" if spot == "false" else "spot first, as configured"
-    return Decision(
+    return NextAttempt(
         True, f"{reason}; starting attempt {attempt + 1} of {settings.max_attempts} on {market}", inputs
     )
 
@@ -75,7 +75,7 @@ def resume(
     config: str,
     instance_type: str = "",
     log: Callable[[str], None] = print,
-) -> Decision:
+) -> NextAttempt:
     instance = (
         ec2.describe(aws.client("ec2", region or settings.region), instance_id) if instance_id else None
     )

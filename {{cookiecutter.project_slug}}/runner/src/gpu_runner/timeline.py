@@ -3,7 +3,7 @@
 Where each moment comes from (epoch seconds, UTC), so a real AWS run measures the same phases the offline story
 prints:
 - launched: the instance's LaunchTime (EC2 DescribeInstances);
-- boot, image-ready, runner-started: the instance's boot script (bootstrap.sh appends them to
+- boot, image-ready, runner-started: the instance's boot script (user_data.sh appends them to
   <runner work folder>/_gpu_runner/timeline.env; the train job's first step turns them into job outputs);
 - runner-online: `gpu-runner wait` (the start job's output runner-online-at);
 - job-started: the train job's first step;

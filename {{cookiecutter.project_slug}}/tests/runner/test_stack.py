@@ -47,18 +47,19 @@ from iam_requests import (
 from parliament import analyze_policy_string
 from stack_deploy import OIDC_URL, PROJECT_DIR, TEMPLATE
 
-from gpu_runner import cli, credential, infra, lifecycle, naming, reaper
+from gpu_runner import cli, credential, lifecycle, naming, reaper
 from gpu_runner.aws import Aws
 from gpu_runner.github import GitHubRunners
 from gpu_runner.naming import RunContext, parameter_name
 from gpu_runner.settings import load_settings
+from gpu_runner.stack import prefix_problem, repository_key, stack_name, trust_conflicts
 
 # A region of its own: reading AWS's public parameters makes moto list them beside ours in that region, which
 # the other runner tests (counting what is left under their prefix) must not see.
 REGION = "ca-central-1"
 # The project's own package (tests/runner is copied verbatim, so its name is looked up, not written).
 PACKAGE = next(p.name for p in (PROJECT_DIR / "src").iterdir() if (p / "__init__.py").exists())
-BOOT_SCRIPT = PROJECT_DIR / "runner" / "src" / "gpu_runner" / "bootstrap.sh"
+BOOT_SCRIPT = PROJECT_DIR / "runner" / "src" / "gpu_runner" / "user_data.sh"
 # What each AWS CLI command in the boot script is authorized as.
 BOOT_SCRIPT_ACTIONS = {
     ("ssm", "get-parameter"): "ssm:GetParameter",
@@ -492,17 +493,15 @@ def test_bootstrap_refuses_bad_input_before_any_call(
 
 def test_stack_names_are_unique_per_repository_and_within_cloudformations_rules() -> None:
     """Two repositories baked with the same slug: two stacks (and so two instance profiles the policies name)."""
-    names = {infra.stack_name("ml-project", repo) for repo in ("octo-org/octo-repo", "other-org/octo-repo")}
+    names = {stack_name("ml-project", repo) for repo in ("octo-org/octo-repo", "other-org/octo-repo")}
     assert len(names) == 2
     # GitHub names are case-insensitive: one repository, one stack.
-    assert infra.stack_name("ml-project", "Octo-Org/Octo-Repo") == infra.stack_name(
-        "ml-project", DEFAULT_REPOSITORY
-    )
+    assert stack_name("ml-project", "Octo-Org/Octo-Repo") == stack_name("ml-project", DEFAULT_REPOSITORY)
     for project in ("ml-project", "ml_project.v2", "p" * 300):
-        name = infra.stack_name(project, DEFAULT_REPOSITORY)
+        name = stack_name(project, DEFAULT_REPOSITORY)
         # botocore's CloudFormation model: alphanumerics and hyphens, a letter first, at most 128 characters.
         assert re.fullmatch(r"[A-Za-z][A-Za-z0-9-]{0,127}", name), name
-        assert name.endswith("-" + infra.repository_key(DEFAULT_REPOSITORY))
+        assert name.endswith("-" + repository_key(DEFAULT_REPOSITORY))
 
 
 def test_bootstrap_refuses_a_prefix_another_repository_could_share(
@@ -523,7 +522,7 @@ def test_bootstrap_refuses_a_prefix_another_repository_could_share(
         assert f"ssm_prefix: '{prefix}' does not end with the repository" in err, err
         assert f"ssm_prefix: /gpu-runner/{DEFAULT_REPOSITORY}" in err
     assert calls == []
-    assert infra.prefix_problem("/gpu-runner/Octo-Org/Octo-Repo/", DEFAULT_REPOSITORY) is None
+    assert prefix_problem("/gpu-runner/Octo-Org/Octo-Repo/", DEFAULT_REPOSITORY) is None
 
 
 def test_a_second_bootstrap_refuses_to_move_or_widen_the_stacks_trust(
@@ -552,12 +551,10 @@ def test_trust_conflicts_name_each_field_and_ignore_case() -> None:
         "GitHubOwnerId": "",
         "GitHubRepositoryId": "",
     }
-    assert infra.trust_conflicts(existing, {**existing, "GitHubOwner": "Octo-Org"}) == []
+    assert trust_conflicts(existing, {**existing, "GitHubOwner": "Octo-Org"}) == []
     # Ids given where the stack had none narrow the trust: allowed.
-    assert (
-        infra.trust_conflicts(existing, {**existing, "GitHubOwnerId": "1", "GitHubRepositoryId": "2"}) == []
-    )
-    assert infra.trust_conflicts(existing, {**existing, "GitHubOwner": "other-org"}) == [
+    assert trust_conflicts(existing, {**existing, "GitHubOwnerId": "1", "GitHubRepositoryId": "2"}) == []
+    assert trust_conflicts(existing, {**existing, "GitHubOwner": "other-org"}) == [
         "GitHubOwner is 'octo-org' (--repository gave 'other-org')"
     ]
 

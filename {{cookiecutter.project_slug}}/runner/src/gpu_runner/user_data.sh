@@ -1,5 +1,5 @@
 #!/bin/bash
-# EC2 user-data of one ephemeral GPU runner, rendered by gpu_runner.bootstrap (values: shell-quoted data).
+# EC2 user-data of one ephemeral GPU runner, rendered by gpu_runner.user_data (values: shell-quoted data).
 # The JIT runner config is NOT in here: user-data is readable via instance metadata and the EC2 API, so it is
 # read from SSM at boot and the parameter deleted at once. Never add `set -x`: it would print that config.
 set -Eeuo pipefail

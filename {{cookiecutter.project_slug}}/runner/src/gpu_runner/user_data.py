@@ -1,4 +1,4 @@
-"""Render the instance's user-data: `bootstrap.sh` with this run's values filled in as shell-quoted data.
+"""Render the instance's user-data: `user_data.sh` with this run's values filled in as shell-quoted data.
 
 The JIT runner config never passes through here: user-data is readable through instance metadata and the EC2
 API, so the script reads the config from SSM at boot (and deletes it). Values such as the runner name are
@@ -22,8 +22,8 @@ DEFAULT_ROOT = "/opt/gpu-runner"
 _PLACEHOLDER = re.compile(r"@@([A-Z0-9_]+)@@")
 
 
-def template(name: str = "bootstrap.sh") -> str:
-    """An unrendered script (bootstrap.sh, job_started_hook.sh), shipped inside the package (and the wheel)."""
+def template(name: str = "user_data.sh") -> str:
+    """An unrendered script (user_data.sh, job_started_hook.sh), shipped inside the package (and the wheel)."""
     return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
 
 
@@ -117,7 +117,7 @@ def render_user_data(
         "RUNNER_MIRROR": settings.runner_mirror,
         "JOB_STARTED_HOOK": job_started_hook,
     }
-    rendered = _fill(template(), values, "bootstrap.sh")
+    rendered = _fill(template(), values, "user_data.sh")
     size = len(rendered.encode("utf-8"))
     if size > MAX_USER_DATA_BYTES:
         raise SettingsError(

@@ -15,7 +15,7 @@ from aws_faults import AwsFaults
 from botocore.exceptions import ClientError
 from github_double import GitHubDouble
 
-from gpu_runner import lifecycle, naming, parameters
+from gpu_runner import lifecycle, naming, ssm
 from gpu_runner.aws import Aws
 from gpu_runner.errors import LaunchBlockedError
 from gpu_runner.github import GitHubRunners
@@ -40,10 +40,10 @@ def jit(github: GitHubRunners) -> str:
 
 def test_a_real_jit_config_does_not_fit_the_standard_tier(aws: Aws, faults: AwsFaults, jit: str) -> None:
     """The call as it was before the fix (no Tier: Standard) is refused by AWS before any instance starts."""
-    assert len(jit) > parameters.STANDARD_TIER_MAX_BYTES
-    ssm = aws.client("ssm", REGION)
+    assert len(jit) > ssm.STANDARD_TIER_MAX_BYTES
+    client = aws.client("ssm", REGION)
     with pytest.raises(ClientError) as refused:
-        ssm.put_parameter(Name=NAME, Value=jit, Type="SecureString", Overwrite=False)
+        client.put_parameter(Name=NAME, Value=jit, Type="SecureString", Overwrite=False)
     assert refused.value.response["Error"]["Code"] == "ValidationException"
     assert "maximum parameter value of 4096 characters" in refused.value.response["Error"]["Message"]
 
@@ -51,23 +51,23 @@ def test_a_real_jit_config_does_not_fit_the_standard_tier(aws: Aws, faults: AwsF
 def test_put_jit_config_stores_it_in_the_advanced_tier_unweakened(
     aws: Aws, faults: AwsFaults, jit: str
 ) -> None:
-    ssm = aws.client("ssm", REGION)
-    parameters.put_jit_config(ssm, NAME, jit, TAGS, key_id=KEY)
+    client = aws.client("ssm", REGION)
+    ssm.put_jit_config(client, NAME, jit, TAGS, key_id=KEY)
 
     assert faults.refused == []
-    stored = ssm.get_parameter(Name=NAME, WithDecryption=True)["Parameter"]
+    stored = client.get_parameter(Name=NAME, WithDecryption=True)["Parameter"]
     assert stored["Value"] == jit and stored["Type"] == "SecureString"
-    (meta,) = ssm.describe_parameters(ParameterFilters=[{"Key": "Name", "Values": [NAME]}])["Parameters"]
+    (meta,) = client.describe_parameters(ParameterFilters=[{"Key": "Name", "Values": [NAME]}])["Parameters"]
     assert meta["Tier"] == "Advanced"
     assert not meta.get("Policies")  # no parameter policy came with the tier
     # The stack's customer-managed key: with the AWS-managed aws/ssm key, any principal of the account allowed
     # ssm:GetParameter there could decrypt it.
     assert meta["KeyId"] == KEY
-    listed = ssm.list_tags_for_resource(ResourceType="Parameter", ResourceId=NAME)["TagList"]
+    listed = client.list_tags_for_resource(ResourceType="Parameter", ResourceId=NAME)["TagList"]
     assert {t["Key"]: t["Value"] for t in listed} == TAGS
     # Never overwritten: a second launch for the same attempt must not replace a live config.
     with pytest.raises(ClientError) as again:
-        parameters.put_jit_config(ssm, NAME, jit, TAGS, key_id=KEY)
+        ssm.put_jit_config(client, NAME, jit, TAGS, key_id=KEY)
     assert again.value.response["Error"]["Code"] == "ParameterAlreadyExists"
 
 
@@ -76,7 +76,7 @@ def test_a_config_without_its_instance_arn_is_never_written(aws: Aws, faults: Aw
     instance could: refused before any call."""
     untagged = {k: v for k, v in TAGS.items() if k != "gpu-runner:instance-arn"}
     with pytest.raises(LaunchBlockedError, match="gpu-runner:instance-arn"):
-        parameters.put_jit_config(aws.client("ssm", REGION), NAME, "j", untagged, key_id=KEY)
+        ssm.put_jit_config(aws.client("ssm", REGION), NAME, "j", untagged, key_id=KEY)
     assert not aws.client("ssm", REGION).describe_parameters(
         ParameterFilters=[{"Key": "Name", "Values": [NAME]}]
     )["Parameters"]
@@ -87,34 +87,34 @@ def test_a_config_without_its_instance_arn_is_never_written(aws: Aws, faults: Aw
     [(1, "Standard"), (4096, "Standard"), (4097, "Advanced"), (8192, "Advanced")],
 )
 def test_the_cheapest_tier_that_holds_the_value(aws: Aws, faults: AwsFaults, size: int, tier: str) -> None:
-    ssm = aws.client("ssm", REGION)
-    parameters.put_jit_config(ssm, NAME, "j" * size, TAGS, key_id=KEY)
-    (meta,) = ssm.describe_parameters(ParameterFilters=[{"Key": "Name", "Values": [NAME]}])["Parameters"]
+    client = aws.client("ssm", REGION)
+    ssm.put_jit_config(client, NAME, "j" * size, TAGS, key_id=KEY)
+    (meta,) = client.describe_parameters(ParameterFilters=[{"Key": "Name", "Values": [NAME]}])["Parameters"]
     assert meta["Tier"] == tier
     assert faults.refused == []
 
 
 def test_multibyte_values_are_sized_in_bytes() -> None:
-    assert parameters.tier_for("é" * 2048) == "Standard"  # 4,096 bytes
-    assert parameters.tier_for("é" * 2048 + "j") == "Advanced"
+    assert ssm.tier_for("é" * 2048) == "Standard"  # 4,096 bytes
+    assert ssm.tier_for("é" * 2048 + "j") == "Advanced"
 
 
 def test_a_config_no_tier_holds_fails_before_any_aws_call(aws: Aws, faults: AwsFaults) -> None:
     with pytest.raises(LaunchBlockedError, match="8193 bytes, more than the 8192"):
-        parameters.put_jit_config(aws.client("ssm", REGION), NAME, "j" * 8193, TAGS, key_id=KEY)
+        ssm.put_jit_config(aws.client("ssm", REGION), NAME, "j" * 8193, TAGS, key_id=KEY)
     assert not aws.client("ssm", REGION).describe_parameters(
         ParameterFilters=[{"Key": "Name", "Values": [NAME]}]
     )["Parameters"]
 
 
 def test_the_boot_script_reads_a_real_size_config_back_whole(aws: Aws, faults: AwsFaults, jit: str) -> None:
-    """bootstrap.sh's own read (the aws CLI, `--query Parameter.Value --output text`) returns the whole config,
+    """user_data.sh's own read (the aws CLI, `--query Parameter.Value --output text`) returns the whole config,
     which it then hands to run.sh in ACTIONS_RUNNER_INPUT_JITCONFIG (never in argv)."""
-    parameters.put_jit_config(aws.client("ssm", REGION), NAME, jit, TAGS, key_id=KEY)
-    script = (Path(lifecycle.__file__).parent / "bootstrap.sh").read_text()
+    ssm.put_jit_config(aws.client("ssm", REGION), NAME, jit, TAGS, key_id=KEY)
+    script = (Path(lifecycle.__file__).parent / "user_data.sh").read_text()
     read = re.search(r'aws (ssm get-parameter --with-decryption --region "\$REGION" --name "\$PARAMETER_NAME" \\\n'
                      r"\s+--query Parameter\.Value --output text)", script)  # fmt: skip
-    assert read, "bootstrap.sh no longer reads the parameter this way: update this test with it"
+    assert read, "user_data.sh no longer reads the parameter this way: update this test with it"
     argv = read.group(1).replace('"$REGION"', REGION).replace('"$PARAMETER_NAME"', NAME).replace("\\\n", " ")
     aws_cli = Path(sys.executable).parent / "aws"
     result = subprocess.run(

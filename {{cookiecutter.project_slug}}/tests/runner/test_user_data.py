@@ -29,10 +29,10 @@ from pathlib import Path
 
 import pytest
 
-from gpu_runner.bootstrap import MAX_USER_DATA_BYTES, render_job_started_hook, render_user_data, template
 from gpu_runner.errors import SettingsError
 from gpu_runner.naming import RunContext
 from gpu_runner.settings import Settings
+from gpu_runner.user_data import MAX_USER_DATA_BYTES, render_job_started_hook, render_user_data, template
 
 # Unique per session, so a match can only come from a leak of this value.
 JIT = f"GPURUNNERFAKEJIT{uuid.uuid4().hex}"
@@ -386,7 +386,7 @@ def shutdown_now_called(calls: list[Call]) -> bool:
 
 def test_template_ships_in_the_package() -> None:
     assert template().startswith("#!/bin/bash\n")
-    assert (resources.files("gpu_runner") / "bootstrap.sh").is_file()
+    assert (resources.files("gpu_runner") / "user_data.sh").is_file()
 
 
 def test_values_are_quoted_data_and_no_secret_is_rendered() -> None:
@@ -674,7 +674,7 @@ def test_shellcheck_is_clean(tmp_path: Path, which: str) -> None:
     else:
         settings = make_settings(runner_version=PINNED, runner_sha256="a" * 64, runner_mirror=MIRROR)
         text = render(settings, Path("/opt/gpu-runner"))
-    script = tmp_path / "bootstrap.sh"
+    script = tmp_path / "user_data.sh"
     script.write_text(text, encoding="utf-8")
     checked = subprocess.run([shellcheck, str(script)], capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0, checked.stdout + checked.stderr
