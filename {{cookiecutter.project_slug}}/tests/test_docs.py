@@ -1,6 +1,6 @@
 """The docs a newcomer navigates: a README of at most 150 lines whose links resolve, every page of docs/
-reachable from it, and a layout page (docs/layout.md) that lists exactly the files of both packages, each with
-what it holds.
+reachable from it, a layout page (docs/layout.md) that lists exactly the files of both packages, each with what
+it holds, and a threat model (docs/security.md) whose every named test exists.
 
 Each check is a function of the text and the files on disk, so the planted-violation tests below run the same
 function on a copy with one thing wrong: a check that cannot fail would fail them.
@@ -15,6 +15,7 @@ PROJECT = Path(__file__).resolve().parent.parent
 README = PROJECT / "README.md"
 DOCS = PROJECT / "docs"
 LAYOUT = DOCS / "layout.md"
+SECURITY = DOCS / "security.md"
 README_MAX_LINES = 150
 # The two distributions whose every file the layout page lists: the ML package under src/ and the runner.
 PACKAGE_ROOTS = ("src", "runner/src")
@@ -49,6 +50,10 @@ def test_every_layout_row_says_what_the_file_holds() -> None:
     rows = layout_rows(LAYOUT.read_text(encoding="utf-8"))
     assert len(rows) > 40, len(rows)  # the parser sees the tables (both packages hold more than 40 files)
     assert [path for path, holds in rows.items() if len(holds.split()) < 3] == []
+
+
+def test_every_test_the_threat_model_names_exists() -> None:
+    assert missing_test_references(SECURITY, PROJECT) == []
 
 
 def test_a_readme_over_the_limit_is_refused() -> None:
@@ -111,6 +116,30 @@ def test_layout_rows_read_escaped_pipes_and_skip_other_tables() -> None:
         "| path | what it holds |\n|---|---|\n| `cli.py` | `run a\\|b\\|c` commands here |\n"
     )
     assert layout_rows(text) == {"cli.py": "`run a\\|b\\|c` commands here"}
+
+
+def test_a_threat_row_naming_a_gone_test_is_found(tmp_path: Path) -> None:
+    (tmp_path / "tests" / "runner").mkdir(parents=True)
+    (tmp_path / "tests" / "runner" / "test_a.py").write_text(
+        "def test_kept() -> None: ...\ndef test_taken_when_early() -> None: ...\n", encoding="utf-8"
+    )
+    (tmp_path / "tests" / "test_b.py").write_text("def test_moved_here() -> None: ...\n", encoding="utf-8")
+    page = tmp_path / "security.md"
+    page.write_text(
+        "| attacker | test |\n|---|---|\n"
+        "| a | `tests/runner/test_a.py::test_kept`, `::test_taken_*`, `test_a.py` (matrix), `None` |\n"
+        "| b | `test_kept[a case ...]`, `tests/runner/test_a.py -k 15`, template `test_only_in_the_template` |\n"
+        "| c | `tests/runner/test_a.py::test_moved_here`, `::test_gone`, `tests/test_gone.py`, `test_renamed` |\n"
+        "| d | template `tests/test_workflows.py::test_moved_here` |\n",
+        encoding="utf-8",
+    )
+    assert missing_test_references(page, tmp_path) == [
+        "tests/runner/test_a.py::test_moved_here: no such test in that file",
+        "tests/runner/test_a.py::test_gone: no such test in that file",
+        "tests/test_gone.py: no such file",
+        "test_renamed: no such test in tests/",
+        "template test_moved_here: this project has it now (drop 'template', name its file)",
+    ]
 
 
 # ---------------------------------------------------------------------- the checks
@@ -207,3 +236,56 @@ def layout_drift(layout: Path, project: Path) -> str:
             f"  extra rows (in the table, no such file): {', '.join(extra) or '-'}",
         ]
     )
+
+
+def last_cells(text: str) -> list[str]:
+    """The last cell of every table row but the separators."""
+    cells = [CELL_SPLIT.split(line.strip())[1:-1] for line in text.splitlines() if line.startswith("|")]
+    return [row[-1] for row in cells if len(row) > 1 and not set(row[0].strip()) <= {"-"}]
+
+
+def defined_tests(source: Path) -> set[str]:
+    return set(
+        re.findall(r"^\s*(?:async )?def (test_\w+)", source.read_text(encoding="utf-8"), flags=re.MULTILINE)
+    )
+
+
+def names_a_test(wanted: str, defined: set[str]) -> bool:
+    """`test_x`, `test_x[a case ...]` (a parametrized case) or `test_x_*` / `test_x_...` (a family)."""
+    name = wanted.split("[", 1)[0]
+    if name.endswith(("*", "...")):
+        return any(test.startswith(name.rstrip("*.")) for test in defined)
+    return name in defined
+
+
+def missing_test_references(page: Path, project: Path) -> list[str]:
+    """What the "test" column (the last) of a threat table names that this project does not hold: a file, a test in
+    that file (`path::test`, or `::test` after a path in the same cell), or a bare test name anywhere in tests/.
+    A name marked `template` must not be in this project (when it moves here, the row should say where)."""
+    everywhere = set().union(*(defined_tests(f) for f in (project / "tests").rglob("*.py")))
+    missing = []
+    for cell in last_cells(page.read_text(encoding="utf-8")):
+        source: Path | None = None
+        for template, span in re.findall(r"(template )?`([^`]+)`", cell):
+            path, _, name = span.split()[0].partition("::")
+            if template:
+                if names_a_test(name or path, everywhere):
+                    missing.append(
+                        f"template {name or path}: this project has it now (drop 'template', name its file)"
+                    )
+            elif path.endswith(".py"):
+                found = project / path if "/" in path else next((project / "tests").rglob(path), None)
+                if found is None or not found.exists():
+                    missing.append(f"{path}: no such file")
+                    continue
+                source = found
+                if name and not names_a_test(name, defined_tests(found)):
+                    missing.append(f"{path}::{name}: no such test in that file")
+            elif not path and name and source is not None:
+                if not names_a_test(name, defined_tests(source)):
+                    missing.append(
+                        f"{source.relative_to(project).as_posix()}::{name}: no such test in that file"
+                    )
+            elif path.startswith("test_") and not names_a_test(span, everywhere):
+                missing.append(f"{span}: no such test in tests/")
+    return missing
