@@ -1,5 +1,5 @@
-"""The README's "Bad input" table, read as the single source of truth of tests/test_bad_input.py and
-tests/runner/test_bad_input_runner.py, and the checks every row gets."""
+"""The "Bad input" table of docs/bad-input.md, read as the single source of truth of tests/test_bad_input.py
+and tests/runner/test_bad_input_runner.py, and the checks every row gets."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-HEADING = "## Bad input: what you see and what is left running"
+TABLE = Path(__file__).resolve().parent.parent / "docs" / "bad-input.md"
+HEADING = "# Bad input: what you see and what is left running"
 COLUMNS = ["id", "where", "input", "error message (exact)", "left running"]
 
 
@@ -22,10 +22,10 @@ class Row:
     left: tuple[str, ...]
 
 
-def readme_rows(readme: Path = README) -> list[Row]:
+def table_rows(page: Path = TABLE) -> list[Row]:
     """The table under HEADING; the message cell is one code span, taken verbatim; "left running" is a list of
     claims separated by "; "."""
-    section = readme.read_text(encoding="utf-8").split(HEADING, 1)[1].split("\n## ", 1)[0]
+    section = page.read_text(encoding="utf-8").split(HEADING, 1)[1].split("\n## ", 1)[0]
     lines = [line.strip() for line in section.splitlines() if line.strip().startswith("|")]
     header = [cell.strip() for cell in lines[0].strip("|").split("|")]
     assert header == COLUMNS, header

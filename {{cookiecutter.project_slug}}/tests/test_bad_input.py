@@ -1,6 +1,7 @@
-"""The README's "Bad input" table, row by row: the input given for real, the message verbatim, what is left.
+"""The "Bad input" table (docs/bad-input.md), row by row: the input given for real, the message verbatim, what
+is left.
 
-The README is the single source of truth: rows are read from it by id, and every id has exactly one trigger, here
+That table is the single source of truth: rows are read from it by id, and every id has exactly one trigger, here
 (training CLI, train.yaml, data sources) or in tests/runner/test_bad_input_runner.py (gpu-runner, AWS, GitHub).
 A row's "left running" cell is a list of claims separated by "; ", each one checked against the real servers.
 """
@@ -16,7 +17,7 @@ from typing import Any
 import boto3
 import numpy as np
 import pytest
-from bad_input_table import Row, check_row, readme_rows
+from bad_input_table import Row, check_row, table_rows
 from botocore.awsrequest import AWSResponse
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
@@ -91,7 +92,7 @@ def png(path: Path) -> None:
     Image.fromarray(np.zeros((8, 8), dtype=np.uint8)).save(path)
 
 
-# ---------------------------------------------------------------------- triggers: one per README id
+# ---------------------------------------------------------------------- triggers: one per table id
 def checkpoint_then_typo(case: Case) -> int:
     """Attempt 2 of a training whose attempt 1 left a checkpoint; the config now has a typo."""
     s3 = boto3.client("s3")
@@ -225,7 +226,7 @@ CLAIMS: dict[str, Callable[[Case], None]] = {
 
 # ---------------------------------------------------------------------- tests
 def test_the_table_has_enough_unique_rows_and_every_id_one_trigger() -> None:
-    rows = readme_rows()
+    rows = table_rows()
     ids = [row.id for row in rows]
     assert len(rows) >= MIN_ROWS
     assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
@@ -236,12 +237,12 @@ def test_the_table_has_enough_unique_rows_and_every_id_one_trigger() -> None:
 
 def test_the_parser_reads_every_cell() -> None:
     # A row the parser silently dropped or mangled would escape its test: pin one row in full.
-    row = next(r for r in readme_rows() if r.id == "config-unknown-key")
+    row = next(r for r in table_rows() if r.id == "config-unknown-key")
     assert row.message == "training.epoch: unknown key (remove it or fix its spelling)"
     assert row.left == ("no MLflow run created", "checkpoint in S3 untouched")
 
 
-@pytest.mark.parametrize("row", [r for r in readme_rows() if r.id in TRIGGERS], ids=lambda r: r.id)
+@pytest.mark.parametrize("row", [r for r in table_rows() if r.id in TRIGGERS], ids=lambda r: r.id)
 def test_bad_input_row(
     row: Row, in_tmp: Path, mlflow_server: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:

@@ -1,9 +1,10 @@
-"""The README's "Bad input" rows for `gpu-runner`, its settings file and the AWS / GitHub answers to a launch.
+"""The "Bad input" rows (docs/bad-input.md) for `gpu-runner`, its settings file and the AWS / GitHub answers to a
+launch.
 
 Each row runs `gpu-runner` in-process (the `cli_env` of conftest.py: settings file, workflow environment) against
 the moto server, with AWS errors injected by AwsFaults and GitHub's errors answered by the REST double, then checks
-the README's message verbatim and every "left running" claim against those servers. tests/test_bad_input.py
-checks that the README's ids and the TRIGGERS of both files match one to one.
+the table's message verbatim and every "left running" claim against those servers. tests/test_bad_input.py
+checks that the table's ids and the TRIGGERS of both files match one to one.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest
 import yaml
 from aws_constants import AMI_PARAMETER, REGION
 from aws_faults import AwsFaults
-from bad_input_table import Row, check_row, readme_rows
+from bad_input_table import Row, check_row, table_rows
 from github_double import (
     DEFAULT_APP_ID,
     DEFAULT_REPOSITORY,
@@ -209,7 +210,7 @@ def count_requests(aws: Aws) -> list[str]:
     return sent
 
 
-@pytest.mark.parametrize("row", [r for r in readme_rows() if r.id in TRIGGERS], ids=lambda r: r.id)
+@pytest.mark.parametrize("row", [r for r in table_rows() if r.id in TRIGGERS], ids=lambda r: r.id)
 def test_bad_input_row(
     row: Row,
     cli_env: Path,

@@ -61,7 +61,7 @@ READ_ONLY_OPERATION = re.compile(r"(Get|List|Describe|Head)[A-Za-z]*")
 
 @pytest.fixture(scope="module")
 def deployed(tmp_path_factory: pytest.TempPathFactory, oidc_provider: str) -> dict[str, Any]:
-    """`gpu-runner bootstrap` as the README's `make bootstrap` runs it, then the settings wired as it prints."""
+    """`gpu-runner bootstrap` as docs/setup.md's `make bootstrap` runs it, then the settings wired as it prints."""
     raw = {
         "project": f"doctor-{uuid.uuid4().hex[:8]}",
         "region": REGION,
@@ -308,12 +308,12 @@ def test_a_healthy_account_passes_every_check(world: World) -> None:
     ]  # fmt: skip
 
 
-def test_the_readme_lists_every_check(world: World) -> None:
-    """The README's Preflight table names exactly the checks a run prints (the quota row names both codes)."""
+def test_the_setup_doc_lists_every_check(world: World) -> None:
+    """docs/setup.md's Preflight table names exactly the checks a run prints (the quota row names both codes)."""
     answer_quotas(world.faults, on_demand=8, spot=8)
     printed = {o.check for o in run(world)}
-    text = (PROJECT_DIR / "README.md").read_text(encoding="utf-8")
-    section = text.split("### Preflight: `make doctor`", 1)[1].split("\n#", 1)[0]
+    text = (PROJECT_DIR / "docs" / "setup.md").read_text(encoding="utf-8")
+    section = text.split("## Preflight: `make doctor`", 1)[1].split("\n#", 1)[0]
     rows = re.findall(r"^\| ([^|]+?) \| ", section, flags=re.MULTILINE)[1:]  # after the header
     listed = set()
     for row in rows:
@@ -774,10 +774,10 @@ def test_a_runner_credential_that_cannot_list_runners_fails(world: World, fault:
 # --- 9. repository variables and secrets ----------------------------------------------------------------------------
 
 
-def readme_table() -> dict[str, str]:
-    """name -> kind from the generated README's "Secrets and variables" table."""
-    text = (PROJECT_DIR / "README.md").read_text(encoding="utf-8")
-    section = text.split("### Secrets and variables", 1)[1].split("\n#", 1)[0]
+def setup_table() -> dict[str, str]:
+    """name -> kind from the "Secrets and variables" table of docs/setup.md."""
+    text = (PROJECT_DIR / "docs" / "setup.md").read_text(encoding="utf-8")
+    section = text.split("## Secrets and variables", 1)[1].split("\n#", 1)[0]
     table: dict[str, str] = {}
     for row in re.findall(r"^\| (`.+?) \| (\w+) \|", section, flags=re.MULTILINE):
         for name in re.findall(r"`([A-Z_]+)`", row[0]):
@@ -797,11 +797,11 @@ def workflow_uses() -> dict[str, str]:
     return {name: kind for name, kind in uses.items() if not name.startswith("MLFLOW_PROMOTE_")}
 
 
-def test_the_checked_names_are_the_readmes_and_the_workflows() -> None:
-    assert readme_table() == doctor_github.REPOSITORY_SETTINGS
+def test_the_checked_names_are_the_setup_docs_and_the_workflows() -> None:
+    assert setup_table() == doctor_github.REPOSITORY_SETTINGS
     assert workflow_uses() == doctor_github.REPOSITORY_SETTINGS
     # The parser is not vacuous: it sees every row.
-    assert len(readme_table()) == 6  # the runner credential is no GitHub setting any more (issue 13 item 2)
+    assert len(setup_table()) == 6  # the runner credential is no GitHub setting any more (issue 13 item 2)
 
 
 SETTINGS_FAULTS = {

@@ -37,7 +37,7 @@ from .github import (
 )
 
 ENV_ADMIN_TOKEN = "GITHUB_TOKEN"
-# The repository settings the generated README's "Secrets and variables" table lists, with their kind, in the
+# The repository settings docs/setup.md's "Secrets and variables" table lists, with their kind, in the
 # table's order. tests/runner/test_doctor.py parses that table and the workflows' `vars.` / `secrets.` uses and
 # compares them with this mapping, so the three cannot drift apart.
 LEFTOVER_CREDENTIAL_SECRETS = ("GPU_RUNNER_APP_PRIVATE_KEY", "GPU_RUNNER_TOKEN")
@@ -107,7 +107,7 @@ def _pat_outcome(target: Target, count: int) -> Outcome:
         return failed(
             check,
             f"{ENV_TOKEN} is a classic token with scopes {', '.join(scopes) or 'none'}: runners need `repo`",
-            "a fine-grained PAT with Administration: Read and write on this repository (README), or add `repo`",
+            "a fine-grained PAT with Administration: Read and write on this repository (docs/setup.md), or add `repo`",
         )
     lists = f"{ENV_TOKEN} lists the {count} runner(s) of {target.repository}; its user is an admin"
     if scopes is not None:
@@ -138,7 +138,7 @@ def check_runner_credential(target: Target, aws: Aws) -> Iterator[Outcome]:
         with GitHubRunners.from_env(target.repository, env=env) as runners:
             count = len(runners.list_runners())
     except RunnerError as error:
-        yield failed(check, str(error), "see the message (README: 'GitHub App', or the PAT alternative)")
+        yield failed(check, str(error), "see the message (docs/setup.md: 'GitHub App', or the PAT)")
         return
     if uses_token:
         yield _pat_outcome(target, count)

@@ -285,7 +285,7 @@ def next_steps(repository: str, outputs: Mapping[str, str]) -> str:
         "# 1. GitHub variables the workflows read (AWS through OIDC: no AWS keys anywhere):",
         variable("AWS_ROLE_ARN", outputs["TrainRoleArn"]),
         variable("AWS_REAPER_ROLE_ARN", outputs["ReaperRoleArn"]),
-        "# 2. Runner registration: the GitHub App's key (README: 'GitHub App') goes into AWS, never into a",
+        "# 2. Runner registration: the GitHub App's key (docs/setup.md, step 2) goes into AWS, never into a",
         "#    repository secret: run bootstrap again with --app-id <id> --app-private-key-file <key.pem> (or",
         f"#    --token-file <file with a PAT>); it writes the SecureString {outputs.get('GitHubCredentialParameter', '')}.",
         "#    Delete any GPU_RUNNER_APP_PRIVATE_KEY / GPU_RUNNER_TOKEN repository secret left from older versions:",
