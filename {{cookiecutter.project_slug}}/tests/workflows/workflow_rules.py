@@ -92,7 +92,8 @@ def workflow_problems(path: Path, pins: dict[tuple[str, str], str]) -> list[str]
     if "pull_request_target" in events:
         problems.append("triggered by pull_request_target (runs fork code with a privileged token)")
     if doc.get("permissions", None) != {}:
-        problems.append(f"top-level permissions must be {{}}, found {doc.get('permissions', '<missing>')!r}")
+        found = doc.get("permissions", "<missing>")
+        problems.append("top-level permissions must be {}, found " + repr(found))
     for job_id, job in (doc.get("jobs") or {}).items():
         perms = job.get("permissions")
         if not isinstance(perms, dict):
