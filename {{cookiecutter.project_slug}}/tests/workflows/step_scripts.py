@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 from workflow_files import gpu_workflows, tool
 
-# A stand-in for uv: records its argv (one JSON list per line) and prints $FAKE_UV_STDOUT. Every generated
+# A stand-in for uv: records its argv (one JSON list per line) and prints $FAKE_UV_STDOUT. Every workflow
 # script reaches the outside world through uv, so the recording is exactly what the real commands receive.
 FAKE_UV = """\
 import json, os, sys

@@ -8,7 +8,7 @@ from pathlib import Path
 from workflow_linters import actionlint, describe_actionlint, shellcheck_action
 
 
-def test_actionlint_clean_on_generated_workflows(project: Path, project_files: dict[str, list[Path]]) -> None:
+def test_actionlint_clean_on_the_workflows(project: Path, project_files: dict[str, list[Path]]) -> None:
     code, errors = actionlint(project_files["workflows"], project)
     assert (code, errors) == (0, []), describe_actionlint(errors)
 

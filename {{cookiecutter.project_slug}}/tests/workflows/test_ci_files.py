@@ -12,7 +12,7 @@ from workflow_files import SETUP_ACTION, load_yaml, make_targets, triggers
 from workflow_rules import expressions_in_run
 
 
-def test_generated_ci_meaning(project: Path) -> None:
+def test_ci_meaning(project: Path) -> None:
     ci = load_yaml(project / ".github" / "workflows" / "ci.yml")
     assert triggers(ci) == {"push", "pull_request"}
     assert ci["concurrency"] == {

@@ -10,7 +10,7 @@ from planted_violations import BAD_DEPENDABOT, BAD_WORKFLOW
 from workflow_linters import check_jsonschema
 
 
-def test_schemas_generated(project_files: dict[str, list[Path]]) -> None:
+def test_schemas_of_the_github_files(project_files: dict[str, list[Path]]) -> None:
     checks = [
         ("vendor.github-workflows", project_files["workflows"]),
         ("custom.github-workflows-require-timeout", project_files["workflows"]),

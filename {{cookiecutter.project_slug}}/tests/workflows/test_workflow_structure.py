@@ -9,7 +9,9 @@ from workflow_files import GITHUB_HOSTED_RE, PR_EVENTS, load_yaml, triggers
 from workflow_rules import expressions_in_run, uses_problems, workflow_problems
 
 
-def test_structure_generated(project_files: dict[str, list[Path]], pins: dict[tuple[str, str], str]) -> None:
+def test_structure_of_the_workflows_and_actions(
+    project_files: dict[str, list[Path]], pins: dict[tuple[str, str], str]
+) -> None:
     problems = [f"{p.name}: {msg}" for p in project_files["workflows"] for msg in workflow_problems(p, pins)]
     for action in project_files["actions"]:
         problems += [f"{action}: {msg}" for msg in uses_problems(action, load_yaml(action), pins)]
@@ -37,7 +39,7 @@ def test_structure_negative_control(bad_project: Path, pins: dict[tuple[str, str
 
 
 def test_no_self_hosted_runner_reachable_from_pull_requests(project_files: dict[str, list[Path]]) -> None:
-    """Across the whole generated project: a workflow with a job on a runner that is not a literal
+    """Across the whole project: a workflow with a job on a runner that is not a literal
     GitHub-hosted label has only triggers that need write access (never pull_request*, workflow_run, ...)."""
     gpu_workflow_names = set()
     for path in project_files["workflows"]:

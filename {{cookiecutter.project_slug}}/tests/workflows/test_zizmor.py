@@ -31,7 +31,7 @@ EXPECTED_ZIZMOR_IGNORES = {
 EXPECTED_PEDANTIC_GPU_FINDINGS: set[tuple[str, str, str]] = set()
 
 
-def test_zizmor_clean_on_generated_project(project: Path, project_files: dict[str, list[Path]]) -> None:
+def test_zizmor_clean_on_the_github_files(project: Path, project_files: dict[str, list[Path]]) -> None:
     files = [p for group in project_files.values() for p in group]
     code, findings = zizmor(files, project)
     assert (code, findings) == (0, []), describe_zizmor(findings)
