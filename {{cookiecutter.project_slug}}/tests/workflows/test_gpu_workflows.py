@@ -252,17 +252,6 @@ def test_reap_meaning(project: Path) -> None:
     ]
 
 
-def _expression_value(condition: str, values: dict[str, Any]) -> bool:
-    """GitHub's expression syntax for the operators these `if:`s use (&&, ||, ==, !=, literals,
-    `!cancelled()`), with each context name replaced by its value: null (None) equals neither true nor ''
-    there, as in GitHub."""
-    text = condition.strip().removeprefix("${{").removesuffix("}}")
-    text = text.replace("!cancelled()", "True").replace("&&", " and ").replace("||", " or ")
-    text = re.sub(r"(?<!')\btrue\b(?!')", "True", text)  # the literal, not the string 'true'
-    text = re.sub(r"\b(?:vars|github)\.[\w.]+", lambda m: repr(values[m[0]]), text)
-    return bool(eval(text, {"__builtins__": {}}))  # the test's own workflow, every name replaced
-
-
 def test_local_mlflow_store_is_uploaded_only_for_private_repositories_or_on_opt_in(project: Path) -> None:
     """Issue 13 item 10: without an MLflow server the local store (model, checkpoints, database) would be an
     artifact anyone may download from a public repository. Uploaded only when the event's repository is
