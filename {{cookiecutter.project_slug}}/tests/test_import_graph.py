@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import pkgutil
 import shutil
 import subprocess
 import sys
@@ -18,14 +17,19 @@ LINT_IMPORTS = str(Path(sys.executable).with_name("lint-imports"))
 CONTRACTS = tomllib.loads((PROJECT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"][
     "contracts"
 ]
-# One planted import per contract (module, line to append), each breaking only its own contract, written into a
-# temporary copy of the packages.
+# One planted import per contract (module, line appended to it, what the report then says), each breaking only
+# its own contract, written into a temporary copy of the packages.
 PLANTED = {
-    "acyclic": ("gpu_runner/credential.py", "from . import stack"),  # stack imports credential, same layer
-    "tensorflow": (f"{PACKAGE}/tracking.py", "import tensorflow"),
-    "distributions": ("gpu_runner/settings.py", f"import {PACKAGE}"),
-    "ml-layers": (f"{PACKAGE}/errors.py", "from . import config"),
-    "runner-layers": ("gpu_runner/errors.py", "from . import naming"),
+    # stack imports credential (same layer): a cycle, no upward import.
+    "acyclic": ("gpu_runner/credential.py", "from . import stack", "No cycles are allowed in gpu_runner."),
+    "tensorflow": (f"{PACKAGE}/tracking.py", "import tensorflow", f"{PACKAGE}.tracking -> tensorflow"),
+    "distributions": ("gpu_runner/settings.py", f"import {PACKAGE}", f"gpu_runner.settings -> {PACKAGE}"),
+    "ml-layers": (f"{PACKAGE}/errors.py", "from . import config", f"{PACKAGE}.errors -> {PACKAGE}.config"),
+    "runner-layers": (
+        "gpu_runner/errors.py",
+        "from . import naming",
+        "gpu_runner.errors -> gpu_runner.naming",
+    ),
 }
 
 
@@ -60,7 +64,7 @@ def test_a_planted_import_breaks_each_contract(tmp_path: Path) -> None:
     site = tmp_path / "site"
     for name in (PACKAGE, "gpu_runner"):
         shutil.copytree(package_dir(name), site / name, ignore=shutil.ignore_patterns("__pycache__"))
-    for module, line in PLANTED.values():
+    for module, line, _ in PLANTED.values():
         with open(site / module, "a", encoding="utf-8") as handle:
             handle.write(f"\n{line}\n")
     shutil.copy(PROJECT / "pyproject.toml", tmp_path / "pyproject.toml")
@@ -68,34 +72,23 @@ def test_a_planted_import_breaks_each_contract(tmp_path: Path) -> None:
     result = lint_imports(tmp_path, pythonpath=site)
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"Contracts: 0 kept, {len(CONTRACTS)} broken." in result.stdout, result.stdout
-    assert f"{PACKAGE}.tracking -> tensorflow" in result.stdout
+    for _, _, evidence in PLANTED.values():
+        assert evidence in result.stdout, (evidence, result.stdout)
 
 
 def test_importing_the_cli_loads_neither_tensorflow_nor_mlflow() -> None:
-    """What the TensorFlow contract is for, observed: the CLI's --help, check-config and the GPU preflight start
-    without TensorFlow or MLflow, and no module outside the contract's allowed list loads TensorFlow."""
-    tensorflow = next(contract for contract in CONTRACTS if contract["id"] == "tensorflow")
-    allowed = {line.split(" -> ")[0] for line in tensorflow["ignore_imports"]}
-    free = [
-        m.name
-        for m in pkgutil.walk_packages([str(package_dir(PACKAGE))], f"{PACKAGE}.")
-        if m.name not in allowed and not m.name.endswith(".__main__")  # __main__ runs the CLI
-    ]
+    """What the TensorFlow contract is for, observed in a fresh interpreter: the CLI's --help, check-config and
+    the GPU preflight start without TensorFlow or MLflow, and the MLflow, S3 and spot-notice code imports without
+    TensorFlow. (Only these: importing every module would add seconds of MLflow, scikit-learn and matplotlib.)"""
     heavy = "sorted(m for m in ('tensorflow', 'keras', 'mlflow') if m in sys.modules)"
     script = (
-        f"import importlib, json, sys\nimport {PACKAGE}.cli\ncli = {heavy}\n"
-        f"for name in {free!r}:\n    importlib.import_module(name)\n"
+        f"import json, sys\nimport {PACKAGE}.cli\ncli = {heavy}\n"
+        f"import {PACKAGE}.tracking, {PACKAGE}.checkpoints, {PACKAGE}.interruption\n"
         f"print(json.dumps(dict(cli=cli, free={heavy})))"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     loaded = json.loads(result.stdout.splitlines()[-1])
     assert loaded["cli"] == [], loaded
-    # The check can fail: the TensorFlow-free modules include MLflow's users (tracking, registry), and it sees them.
+    # The check can fail: it sees the MLflow that tracking imports.
     assert loaded["free"] == ["mlflow"], loaded
-    assert {
-        f"{PACKAGE}.tracking",
-        f"{PACKAGE}.checkpoints",
-        f"{PACKAGE}.interruption",
-        f"{PACKAGE}.cli",
-    } <= set(free)
