@@ -59,8 +59,7 @@ BAKE_INDEPENDENT = (
 # name is exercised by test_tracking and test_registry, which both bakes run. With them, make test took
 # 21 min 32 s on this machine's 2 cores (issue 13's tree), over the 20-minute budget.
 TRAINING_MODULES = (
-    "test_train.py", "test_pipeline.py", "test_checkpoints.py", "test_interruption.py",
-    "test_runtime_and_model.py",
+    "test_train.py", "test_pipeline.py", "test_callbacks.py", "test_runtime_and_model.py",
 )  # fmt: skip
 READS_RENDERED = re.compile(
     r"PROJECT_DIR|parents\[\d\]|\.cookiecutter\.json|README|pyproject|[\"'/](\.github|infra|src|configs)[\"'/]"
@@ -302,7 +301,7 @@ def test_baked_project_installs_lints_and_passes_its_own_tests(name: str, tmp_pa
         # What the skipped training modules import, under this bake's package name.
         package = COMBINATIONS[name]["package_name"]
         modules = import_every_module(project)
-        trained = {f"{package}.{m}" for m in ("train", "model", "pipeline", "checkpoints", "interruption")}
+        trained = {f"{package}.{m}" for m in ("train", "model", "pipeline", "runtime", "callbacks")}
         assert trained <= set(modules), modules
         return
     # The rest of the README's quick start on the defaults, against the default local store (no server).

@@ -5,6 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from {{ cookiecutter.package_name }}.cli import main
+from {{ cookiecutter.package_name }}.errors import EXIT_INTERRUPTED, TrainingInterrupted
+
 PROJECT = Path(__file__).resolve().parent.parent
 
 
@@ -42,3 +45,16 @@ def test_bad_data_source_is_a_clear_error_and_no_run_is_started(tmp_path: Path) 
     assert "folder does not exist" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "outputs").exists()
+
+
+def test_cli_exits_75_when_interrupted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys) -> None:
+    def interrupted(*_: object) -> None:
+        raise TrainingInterrupted({"action": "terminate", "time": "2026-11-30T12:00:00Z"}, 3)
+
+    monkeypatch.setattr("{{ cookiecutter.package_name }}.train.train", interrupted)
+    config = tmp_path / "train.yaml"
+    config.write_text("training:\n  epochs: 1\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "summary.md"))
+    assert main(["train", "--config", str(config)]) == EXIT_INTERRUPTED
+    assert "3 epoch(s) done" in capsys.readouterr().err
+    assert "### Training interrupted" in (tmp_path / "summary.md").read_text()

@@ -133,15 +133,6 @@ def test_a_window_must_be_positive(days: float) -> None:
         cr.summarize(article_runs(jobs=1), days=days, always_on_monthly_usd=500.0)
 
 
-def test_the_tracking_uri_is_resolved_as_training_resolves_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    from {{ cookiecutter.package_name }} import tracking
-
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    assert cr.tracking_uri() == tracking.tracking_uri()
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:1")
-    assert cr.tracking_uri() == tracking.tracking_uri() == "http://127.0.0.1:1"
-
-
 # ------------------------------------------------------------------------ against a real MLflow server
 @dataclass(frozen=True)
 class Logged:

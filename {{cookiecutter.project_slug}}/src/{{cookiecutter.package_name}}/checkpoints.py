@@ -5,6 +5,8 @@ module mirrors it to `<checkpoint_uri>/<branch>/<commit>-<config hash>/` after e
 holding the MLflow run id, and restores it before fit() on the next attempt of the same branch, commit and
 config, so that attempt continues the same MLflow run at the right epoch. A finished training marks its prefix
 complete: a later run of the same commit and config starts fresh instead of resuming a finished fit.
+
+TensorFlow-free (boto3 and files): the Keras callback that pushes after each backup is callbacks.S3CheckpointSync.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-import tensorflow as tf
 from botocore.exceptions import ClientError
 
 from .errors import DataError
@@ -116,46 +117,3 @@ class S3Checkpoints:
         self.client.put_object(
             Bucket=self.bucket, Key=self.prefix + STATE, Body=json.dumps({**state, "complete": True}).encode()
         )
-
-
-class S3CheckpointSync(tf.keras.callbacks.Callback):
-    """Pushes the local backup to S3 whenever BackupAndRestore (earlier in the callback list) wrote a new one."""
-
-    def __init__(
-        self, store: S3Checkpoints, run_id: str, initial_epochs: int = 0, per_batch: bool = False
-    ) -> None:
-        super().__init__()
-        self.store, self.run_id = store, run_id
-        self.epochs_done = initial_epochs
-        # Batch-count backups (checkpoint_every: N) need a look after every batch; epoch backups do not.
-        self.per_batch = per_batch
-        self.pushes = 0
-        self._last_seen: float = 0.0
-
-    def _newest_write(self) -> float:
-        return max((p.stat().st_mtime for p in self.store.local_dir.rglob("*") if p.is_file()), default=0.0)
-
-    def push_if_new(self, batch: int | None = None) -> None:
-        newest = self._newest_write()
-        if newest > self._last_seen:
-            self._last_seen = newest
-            self.store.push(
-                # Keras hands numpy integers after a restore; JSON wants Python ones.
-                {
-                    "run_id": self.run_id,
-                    "epochs_done": int(self.epochs_done),
-                    "batch": None if batch is None else int(batch),
-                }
-            )
-            self.pushes += 1
-
-    def _implements_train_batch_hooks(self) -> bool:
-        return self.per_batch
-
-    def on_train_batch_end(self, batch: int, logs: Mapping[str, float] | None = None) -> None:
-        if self.per_batch:
-            self.push_if_new(batch)
-
-    def on_epoch_end(self, epoch: int, logs: Mapping[str, float] | None = None) -> None:
-        self.epochs_done = epoch + 1
-        self.push_if_new(None)

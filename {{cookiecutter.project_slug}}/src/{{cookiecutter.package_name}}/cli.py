@@ -9,7 +9,8 @@ import re
 import sys
 from pathlib import Path
 
-from .config import ConfigError, config_from_dict, load_config
+from . import cost_report, gpu_preflight, workflow_inputs
+from .config import Config, ConfigError, config_from_dict, load_config
 from .errors import EXIT_INTERRUPTED, EXIT_NO_GPU, DataError, ExportError, NoGpuError, TrainingInterrupted
 
 
@@ -75,10 +76,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _gpu_preflight(args: argparse.Namespace) -> int:
-    # Imported here: it imports TensorFlow, which the other commands' --help must not pay for.
-    # Not .tracking: importing MLflow costs seconds of the preflight's 25 s budget on a busy machine.
-    from . import gpu_preflight
-
     allow_cpu = gpu_preflight.parse_flag(args.allow_cpu) or load_config(args.config).training.allow_cpu
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     report = gpu_preflight.probe(image=os.environ.get("GPU_RUNTIME_IMAGE", ""), allow_cpu=allow_cpu)
@@ -92,17 +89,14 @@ def _gpu_preflight(args: argparse.Namespace) -> int:
 
 
 def _cost_report(args: argparse.Namespace) -> int:
-    # Imported here: the report needs MLflow and matplotlib, never TensorFlow.
-    from .cost_report import cost_report, write_report
-
     experiments = args.experiment or [load_config(args.config).tracking.experiment_name]
-    report = cost_report(
+    report = cost_report.cost_report(
         experiments,
         args.days,
         cpu_monthly_usd=args.cpu_monthly_usd,
         always_on_monthly_usd=args.always_on_monthly_usd,
     )
-    markdown, chart = write_report(report, args.out)
+    markdown, chart = cost_report.write_report(report, args.out)
     print(markdown.read_text(encoding="utf-8"))
     print(f"written: {markdown}\nwritten: {chart}")
     return 0
@@ -116,6 +110,8 @@ def _promote(args: argparse.Namespace) -> int:
             f"error: --run-id: {args.run_id!r} is not an MLflow run id (32 hex characters)", file=sys.stderr
         )
         return 2
+    # Imported here, not at the top: MLflow takes seconds to import (13 s on a loaded 2-core machine), which
+    # `check-config` and the GPU preflight (its step must end within 30 s) must not pay for.
     from mlflow.tracking import MlflowClient
 
     from . import registry, tracking
@@ -130,13 +126,31 @@ def _promote(args: argparse.Namespace) -> int:
     return 1 if decision.outcome.startswith("skipped") else 0
 
 
+def _train(cfg: Config, config_path: Path) -> int:
+    """0 when the training finished; EXIT_INTERRUPTED when a spot notice stopped it (the stop job resumes it)."""
+    # The one command that needs TensorFlow, imported here and not at the top: TensorFlow and MLflow take
+    # seconds to import, which `--help`, `check-config` and the GPU preflight must not pay for
+    # (tests/test_import_graph.py checks that importing this module loads neither).
+    from . import tracking
+    from . import train as training
+
+    try:
+        training.train(cfg, config_path)
+    except TrainingInterrupted as stopped:
+        print(f"interrupted: {stopped}", file=sys.stderr)
+        tracking.append_job_summary(
+            f"### Training interrupted\n\n{stopped}. The checkpoint is in S3; the stop job starts the next "
+            "attempt, which resumes this MLflow run.\n"
+        )
+        return EXIT_INTERRUPTED
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command in ("train", "gpu-preflight"):
-        from .workflow_inputs import check
-
         try:
-            check(args.config, os.environ)
+            workflow_inputs.check(args.config, os.environ)
         except ConfigError as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
@@ -147,11 +161,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {error}", file=sys.stderr)
             return 2
     if args.command == "cost-report":
-        from .cost_report import CostReportError
-
         try:
             return _cost_report(args)
-        except (ConfigError, CostReportError) as error:
+        except (ConfigError, cost_report.CostReportError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
     if args.command == "gpu-preflight":
@@ -171,26 +183,13 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         # TF's C++ INFO lines drown the Keras progress bars; warnings and errors still show.
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-        # Imported here so `--help` and `check-config` do not pay for importing TensorFlow.
-        from .train import train
-
-        train(cfg, args.config)
+        return _train(cfg, args.config)
     except (ConfigError, DataError, ExportError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except NoGpuError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_NO_GPU
-    except TrainingInterrupted as stopped:
-        print(f"interrupted: {stopped}", file=sys.stderr)
-        from .tracking import append_job_summary  # TensorFlow is loaded by now
-
-        append_job_summary(
-            f"### Training interrupted\n\n{stopped}. The checkpoint is in S3; the stop job starts the next "
-            "attempt, which resumes this MLflow run.\n"
-        )
-        return EXIT_INTERRUPTED
-    return 0
 
 
 if __name__ == "__main__":

@@ -8,6 +8,9 @@ job knows to re-dispatch the training.
 
 Plain urllib rather than botocore's IMDS fetcher: botocore only reads credentials and region from IMDS, not the
 spot and event paths.
+
+TensorFlow-free (a thread and urllib): the Keras callback that acts on a notice between batches is
+callbacks.StopOnInterruption.
 """
 
 from __future__ import annotations
@@ -20,10 +23,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-
-import tensorflow as tf
-
-from .errors import TrainingInterrupted
 
 DEFAULT_ENDPOINT = "http://169.254.169.254"
 TOKEN_TTL_SECONDS = 21600
@@ -121,50 +120,3 @@ class InterruptionWatcher:
                 if self.errors == 1:
                     self.log(f"WARNING: instance metadata not readable ({error}); still watching")
             self._stop.wait(self.interval)
-
-
-class StopOnInterruption(tf.keras.callbacks.Callback):
-    """Acts on the watcher's notices between batches (the only safe place to save a consistent state).
-
-    `backup` is the BackupAndRestore callback: with a batch-count checkpoint interval it is asked for one more
-    backup of the current position; with "epoch" the last epoch's backup is what resumes (a mid-epoch backup
-    would be read back as a finished epoch)."""
-
-    def __init__(
-        self,
-        watcher: InterruptionWatcher,
-        push: Callable[[int], object],
-        backup: tf.keras.callbacks.Callback | None,
-        every: str | int,
-        initial_epochs: int = 0,
-    ) -> None:
-        super().__init__()
-        self.watcher, self.push, self.backup, self.every = watcher, push, backup, every
-        self._rebalance_handled = False
-        self.epochs_done = initial_epochs
-
-    def _checkpoint_now(self, epoch: int, batch: int) -> None:
-        if self.backup is not None and self.every != "epoch":
-            # Keras 2.15's own batch-level backup (what save_freq=N calls): resumes at this epoch and batch.
-            self.backup._backup(epoch=epoch, batch=batch)
-        self.push(batch)
-
-    def _last_batch(self, batch: int) -> bool:
-        return batch == (self.params or {}).get("steps", -1) - 1
-
-    def on_train_batch_end(self, batch: int, logs: Mapping[str, float] | None = None) -> None:
-        epoch = self.backup._current_epoch if self.backup is not None else 0
-        if self.watcher.rebalance is not None and not self._rebalance_handled:
-            self._rebalance_handled = True
-            self._checkpoint_now(epoch, batch)
-        # On an epoch's last batch, let the epoch end first: a backup there reads back as a finished epoch, so
-        # its validation metrics must be logged before training stops.
-        if self.watcher.instance_action is not None and not self._last_batch(batch):
-            self._checkpoint_now(epoch, batch)
-            raise TrainingInterrupted(self.watcher.instance_action.detail, self.epochs_done)
-
-    def on_epoch_end(self, epoch: int, logs: Mapping[str, float] | None = None) -> None:
-        self.epochs_done = epoch + 1
-        if self.watcher.instance_action is not None:
-            self._checkpoint_now(epoch, (self.params or {}).get("steps", 1) - 1)
-            raise TrainingInterrupted(self.watcher.instance_action.detail, self.epochs_done)

@@ -1,6 +1,9 @@
 """Decide how to use the hardware: seeds, determinism, GPUs, mixed precision, XLA, distribution strategy.
 
 `plan_runtime` is a pure function of the GPU count and the config, so the GPU paths are tested on CPU machines.
+
+It imports TensorFlow because `configure` prepares this process for training (seeds, op determinism, GPU memory
+growth, the mixed-precision policy, the distribution strategy the model is built under): only TensorFlow can.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""Everything MLflow: where runs go, which tags identify them, per-epoch logging and the closing summary."""
+"""Everything MLflow: where runs go, which tags identify them and the closing summary.
+
+TensorFlow-free: the Keras callback that logs each epoch is callbacks.MlflowEpochLogger, and the GPU tags take
+what TensorFlow reports as arguments (train.py asks it).
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,6 @@ import os
 import subprocess
 from collections.abc import Mapping
 
-import mlflow
-import tensorflow as tf
 from mlflow.entities import RunTag
 
 from . import gpu_preflight
@@ -98,20 +100,6 @@ def gpu_tags(
         "gpu.allow_cpu": str(allow_cpu).lower(),
     }
     return tags
-
-
-def gpu_tags_here(allow_cpu: bool) -> dict[str, str]:
-    """gpu_tags for this process (TensorFlow's GPUs and build, the driver through NVML or nvidia-smi)."""
-    boundary = gpu_preflight.TfBoundary()
-    return gpu_tags(len(boundary.list_gpus()), boundary.build_info(), gpu_preflight.find_driver(), allow_cpu)
-
-
-class MlflowEpochLogger(tf.keras.callbacks.Callback):
-    """Logs every Keras metric at the end of each epoch, with the epoch as the MLflow step."""
-
-    def on_epoch_end(self, epoch: int, logs: Mapping[str, float] | None = None) -> None:
-        if logs:
-            mlflow.log_metrics({name: float(value) for name, value in logs.items()}, step=epoch)
 
 
 def run_link(uri: str, experiment_id: str, run_id: str) -> str:

@@ -15,7 +15,8 @@ import numpy as np
 import tensorflow as tf
 import yaml
 
-from . import checkpoints, data, evaluate, export, interruption, registry, runtime, tracking
+from . import checkpoints, data, evaluate, export, gpu_preflight, interruption, registry, runtime, tracking
+from .callbacks import MlflowEpochLogger, S3CheckpointSync, StopOnInterruption
 from .config import Config
 from .errors import TrainingInterrupted
 from .model import build_model
@@ -34,7 +35,7 @@ class TrainResult:
 
 def _callbacks(
     cfg: Config,
-    s3_sync: checkpoints.S3CheckpointSync | None,
+    s3_sync: S3CheckpointSync | None,
     watcher: interruption.InterruptionWatcher | None,
 ) -> list[tf.keras.callbacks.Callback]:
     backup = tf.keras.callbacks.BackupAndRestore(
@@ -42,7 +43,7 @@ def _callbacks(
     )
     stop = None
     if watcher is not None:
-        stop = interruption.StopOnInterruption(
+        stop = StopOnInterruption(
             watcher,
             s3_sync.push_if_new if s3_sync else lambda _batch: None,
             backup,
@@ -56,13 +57,21 @@ def _callbacks(
         backup,
         # Before the S3 push: an epoch is in MLflow before its checkpoint is, so a resume never skips logging
         # one (at worst an epoch is logged twice, the re-run's value last).
-        tracking.MlflowEpochLogger(),
+        MlflowEpochLogger(),
         *([s3_sync] if s3_sync else []),
         *([stop] if stop else []),
         tf.keras.callbacks.EarlyStopping(
             monitor="val_loss", patience=cfg.training.early_stopping_patience, restore_best_weights=True
         ),
     ]
+
+
+def _gpu_tags_here(allow_cpu: bool) -> dict[str, str]:
+    """tracking.gpu_tags for this process (TensorFlow's GPUs and build, the driver through NVML or nvidia-smi)."""
+    boundary = gpu_preflight.TfBoundary()
+    return tracking.gpu_tags(
+        len(boundary.list_gpus()), boundary.build_info(), gpu_preflight.find_driver(), allow_cpu
+    )
 
 
 def _checkpoint_store(cfg: Config) -> checkpoints.S3Checkpoints | None:
@@ -93,7 +102,7 @@ def _fit(
     splits: data.Splits,
     plan: runtime.RuntimePlan,
     strategy: tf.distribute.Strategy,
-    s3_sync: checkpoints.S3CheckpointSync | None,
+    s3_sync: S3CheckpointSync | None,
     watcher: interruption.InterruptionWatcher | None,
 ):
     t = cfg.training
@@ -249,7 +258,7 @@ def train(cfg: Config, config_path: Path | None = None) -> TrainResult:
         # At once, also when resumed: the stop job logs this attempt's cost to the run even if training dies.
         tracking.write_step_output("mlflow-run-id", run.info.run_id)
         # Per attempt (a resumed attempt may run on other hardware): what this machine really is.
-        mlflow.set_tags(tracking.gpu_tags_here(runtime.cpu_allowed(cfg.training)))
+        mlflow.set_tags(_gpu_tags_here(runtime.cpu_allowed(cfg.training)))
         if resume_id:
             # Params are write-once in MLflow and the first attempt logged them; this machine may differ.
             mlflow.set_tags(
@@ -258,7 +267,7 @@ def train(cfg: Config, config_path: Path | None = None) -> TrainResult:
         else:
             _log_inputs(cfg, splits, plan, config_path)
         s3_sync = (
-            checkpoints.S3CheckpointSync(
+            S3CheckpointSync(
                 store,
                 run.info.run_id,
                 restored.epochs_done if restored else 0,
