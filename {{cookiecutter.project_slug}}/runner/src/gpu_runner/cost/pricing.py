@@ -239,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     default = Path(str(resources.files(__package__).joinpath(TABLE_FILE)))
     refresh.add_argument("--path", type=Path, default=default)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")  # the lines a user reads, as plain text
+    # The lines a user reads, on stdout as print wrote them before the module logger.
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
     return 0 if refresh_table(Aws(), args.path) else 1
 
 
