@@ -329,7 +329,7 @@ def _client(uri: str) -> MlflowRest:
         raise CostReportError(
             f"MLFLOW_TRACKING_URI is {uri!r}, not an http(s) tracking server: the stop job logs each attempt's "
             "cost only to a server (a local store dies with the CI job), so the report reads one: set "
-            "MLFLOW_TRACKING_URI to the server train.yml logs to (the MLFLOW_TRACKING_URI repository secret)"
+            "MLFLOW_TRACKING_URI to the server train.yml logs to (its repository variable MLFLOW_TRACKING_URI)"
         )
     return client
 
