@@ -32,7 +32,6 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 from cookiecutter.main import cookiecutter
 
@@ -53,10 +52,10 @@ ARTICLE_GPU_USD_PER_HOUR = 0.5
 TRAINING_HOURS_PER_MONTH = 100.0
 JOB_HOURS = 2.0  # each training job: 100 h/month -> 50 jobs, each paying the per-job overhead once
 # g4dn.xlarge (1x T4), us-east-1, Linux. Taken from the generated runner's dated price table
-# (runner/src/gpu_runner/prices.json, the stop job's fallback); these are the figures when it lacks them:
+# (runner/src/gpu_runner/cost/prices.json, the stop job's fallback); these are the figures when it lacks them:
 # on-demand, the AWS list price ($0.526/h since the type launched, as of 2026-11); spot, an ASSUMPTION, not a
 # quote: a typical us-east-1 price, about 40 % of on-demand (spot moves hourly and per zone), 2026-11.
-PRICE_TABLE = "runner/src/gpu_runner/prices.json"
+PRICE_TABLE = "runner/src/gpu_runner/cost/prices.json"
 PRICE_REGION, PRICE_TYPE = "us-east-1", "g4dn.xlarge"
 FALLBACK_PRICES = {"on_demand": 0.526, "spot": 0.2104, "gp3": 0.08, "as_of": "2026-11 (run.py constants)"}
 # Root volume: configs/gpu-runner.yaml's root_volume_gb, billed only while the instance exists.
@@ -298,18 +297,27 @@ def bench_story(project: Path, uv: list[str]) -> tuple[list[Row], dict[str, obje
     return rows, report
 
 
-def load_cost_core(project: Path) -> ModuleType:
-    """The generated package's cost_report module, loaded by file path: its arithmetic imports only the
-    standard library, so the benchmark prices with the very formula `cost-report` uses, without the project's
-    venv."""
-    package = next(p for p in (project / "src").iterdir() if (p / "__init__.py").exists())
-    spec = importlib.util.spec_from_file_location("generated_cost_report", package / "cost_report.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    # dataclasses look their module up in sys.modules while the class body runs.
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+# Run in the baked project's venv, where the runner distribution is installed: the benchmark prices with the
+# very month and formula `gpu-runner cost-report` uses (gpu_runner.cost), not a copy of them.
+COST_FORMULA_SCRIPT = """
+import json, sys
+from gpu_runner.cost.record import HOURS_PER_MONTH
+from gpu_runner.cost.report import monthly_saving_pct
+out, triples = sys.argv[1], json.loads(sys.argv[2])
+savings = {key: monthly_saving_pct(*args) for key, args in triples.items()}
+json.dump({"hours_per_month": HOURS_PER_MONTH, "savings": savings}, open(out, "w", encoding="utf-8"))
+"""
+
+
+def cost_formula(
+    project: Path, uv: list[str], workdir: Path, triples: dict[str, tuple[float, float, float]]
+) -> tuple[float, dict[str, float]]:
+    """The runner's 730-hour month and its saving % for each (always-on, CPU, GPU) monthly triple."""
+    out = workdir / "cost-formula.json"
+    cmd = [*uv, "run", "--locked", "--extra", TF_EXTRA, "python", "-c", COST_FORMULA_SCRIPT, str(out)]
+    timed([*cmd, json.dumps(triples)], project)
+    payload = json.loads(out.read_text(encoding="utf-8"))
+    return float(payload["hours_per_month"]), {key: float(value) for key, value in payload["savings"].items()}
 
 
 def story_overhead_seconds(rows: list[Row]) -> float | None:
@@ -347,35 +355,46 @@ def list_prices(project: Path) -> dict[str, object]:
 
 
 def bench_cost(
-    project: Path, story_rows: list[Row], story_source: str
+    project: Path, uv: list[str], workdir: Path, story_rows: list[Row], story_source: str
 ) -> tuple[list[Row], dict[str, object]]:
     """The article's 100 GPU-hours a month, as 2-hour jobs that each pay our per-job overhead, at g4dn.xlarge
     on-demand and spot prices, against the article's $500 always-on box and against 730 h of on-demand."""
-    core = load_cost_core(project)
+    hours_per_month, _ = cost_formula(project, uv, workdir, {})
     prices = list_prices(project)
     on_demand_price, spot_price, gp3 = float(prices["on_demand"]), float(prices["spot"]), float(prices["gp3"])
     measured = story_overhead_seconds(story_rows)
     overhead_s = (measured or 0.0) + REAL_BOOT_AND_PULL_SECONDS
     jobs = math.ceil(TRAINING_HOURS_PER_MONTH / JOB_HOURS)
     billed_h = TRAINING_HOURS_PER_MONTH + jobs * overhead_s / 3600
-    volume_usd = billed_h * ROOT_VOLUME_GB * gp3 / core.HOURS_PER_MONTH
+    volume_usd = billed_h * ROOT_VOLUME_GB * gp3 / hours_per_month
     on_demand_usd = billed_h * on_demand_price + volume_usd
     spot_usd = billed_h * spot_price + volume_usd
-    always_on_730 = core.HOURS_PER_MONTH * on_demand_price
-    saving = core.monthly_saving_pct
+    always_on_730 = hours_per_month * on_demand_price
+    paper = "article on paper"
+    triples = {
+        paper: (
+            ARTICLE_ALWAYS_ON_USD_PER_MONTH,
+            ARTICLE_CPU_USD_PER_MONTH,
+            TRAINING_HOURS_PER_MONTH * ARTICLE_GPU_USD_PER_HOUR,
+        )
+    }
+    for basis, always_on in (
+        ("$500 article box", ARTICLE_ALWAYS_ON_USD_PER_MONTH),
+        ("730 h on-demand", always_on_730),
+    ):
+        for cpu in (ARTICLE_CPU_USD_PER_MONTH, 0.0):
+            for market, gpu in (("on-demand", on_demand_usd), ("spot", spot_usd)):
+                triples[f"saving vs {basis}, CPU ${cpu:g} + GPU {market}"] = (always_on, cpu, gpu)
+    _, savings = cost_formula(project, uv, workdir, triples)
 
-    def article_saving(gpu_usd: float) -> float:
-        return saving(ARTICLE_ALWAYS_ON_USD_PER_MONTH, ARTICLE_CPU_USD_PER_MONTH, gpu_usd)
+    def article_saving(market: str) -> float:
+        return savings[f"saving vs $500 article box, CPU ${ARTICLE_CPU_USD_PER_MONTH:g} + GPU {market}"]
 
     label = f"{TRAINING_HOURS_PER_MONTH:g} GPU-h/month in {jobs} jobs"
     rows: list[Row] = [
         {
             "figure": "cost: article on paper, $500 always-on vs $80 CPU + 100 h x $0.5",
-            "value": saving(
-                ARTICLE_ALWAYS_ON_USD_PER_MONTH,
-                ARTICLE_CPU_USD_PER_MONTH,
-                TRAINING_HOURS_PER_MONTH * ARTICLE_GPU_USD_PER_HOUR,
-            ),
+            "value": savings[paper],
             "unit": "%",
         },
         {
@@ -410,19 +429,7 @@ def bench_cost(
             "unit": "USD/month",
         },
     ]
-    for basis, always_on in (
-        ("$500 article box", ARTICLE_ALWAYS_ON_USD_PER_MONTH),
-        ("730 h on-demand", always_on_730),
-    ):
-        for cpu in (ARTICLE_CPU_USD_PER_MONTH, 0.0):
-            for market, gpu in (("on-demand", on_demand_usd), ("spot", spot_usd)):
-                rows.append(
-                    {
-                        "figure": f"cost: saving vs {basis}, CPU ${cpu:g} + GPU {market}",
-                        "value": saving(always_on, cpu, gpu),
-                        "unit": "%",
-                    }
-                )
+    rows += [{"figure": f"cost: {k}", "value": v, "unit": "%"} for k, v in savings.items() if k != paper]
     progress(f"cost: {billed_h:.2f} billed h, on-demand ${on_demand_usd:.2f}, spot ${spot_usd:.2f} per month")
     assumptions: dict[str, object] = {
         "g4dn.xlarge us-east-1 on-demand USD/h": on_demand_price,
@@ -431,14 +438,14 @@ def bench_cost(
         "root volume": f"{ROOT_VOLUME_GB} GB gp3 at ${gp3}/GB-month",
         "per-job overhead s (story + assumed boot/install)": round(overhead_s, 1),
         "jobs x hours": f"{jobs} x {JOB_HOURS:g} h",
-        "month": f"{core.HOURS_PER_MONTH:g} h",
+        "month": f"{hours_per_month:g} h",
         "not counted": "spot interruptions (a resumed attempt pays the overhead again), S3, traffic, "
         "GitHub-hosted CPU jobs",
         # The closing note's figure: the article's own comparison, with our overhead and today's prices.
         "headline": (
             f"article scenario ($500 always-on vs $80 CPU box + {label}, {overhead_s / 60:.1f} min overhead "
-            f"per job): saving {article_saving(on_demand_usd):.1f} % on-demand, "
-            f"{article_saving(spot_usd):.1f} % spot"
+            f"per job): saving {article_saving('on-demand'):.1f} % on-demand, "
+            f"{article_saving('spot'):.1f} % spot"
         ),
     }
     return rows, assumptions
@@ -497,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
                 story_source = "this run"
             elif earlier_story:
                 story_rows, story_source = earlier_story, f"last full run in {args.json.name}"
-            cost_rows, meta["cost_assumptions"] = bench_cost(project, story_rows, story_source)
+            cost_rows, meta["cost_assumptions"] = bench_cost(project, uv, workdir, story_rows, story_source)
             rows += cost_rows
         except (StepFailed, subprocess.TimeoutExpired) as error:
             failure = str(error)

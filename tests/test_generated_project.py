@@ -48,7 +48,8 @@ COMBINATIONS = {
 # Whatever reads a rendered file (workflows, infra, README, settings, the package) runs on both bakes; the
 # test below fails if a listed module reads one.
 BAKE_INDEPENDENT = (
-    "test_lifecycle.py", "test_ec2.py", "test_aws_limits.py", "test_cost.py", "test_reaper.py",
+    "test_lifecycle.py", "test_ec2.py", "test_aws_limits.py", "test_pricing.py", "test_cost_record.py",
+    "test_cost_accounting.py", "test_mlflow_rest.py", "test_cost_report.py", "test_reaper.py",
     "test_timeline.py", "test_github.py", "test_offerings.py", "test_gpu_runner_cli.py",
     "test_error_codes.py", "test_jit_config_double.py", "test_network_scope.py", "test_runner_download.py",
     "test_supply_chain_settings.py", "test_oidc_subject.py",

@@ -1,5 +1,5 @@
-"""Command line: `python -m <package> train --config configs/train.yaml`, `check-config`, `cost-report`,
-`gpu-preflight`, `promote`."""
+"""Command line: `python -m <package> train --config configs/train.yaml`, `check-config`, `gpu-preflight`,
+`promote` (the cost report is the runner's: `gpu-runner cost-report`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import re
 import sys
 from pathlib import Path
 
-from . import cost_report, gpu_preflight, workflow_inputs
+from . import gpu_preflight, workflow_inputs
 from .config import Config, ConfigError, config_from_dict, load_config
 from .errors import EXIT_INTERRUPTED, EXIT_NO_GPU, DataError, ExportError, NoGpuError, TrainingInterrupted
 
@@ -32,34 +32,6 @@ def _parser() -> argparse.ArgumentParser:
     promote.add_argument("--config", type=Path, default=Path("configs/train.yaml"), help="YAML config file")
     check = commands.add_parser("check-config", help="validate a config file and print it resolved")
     check.add_argument("--config", type=Path, default=Path("configs/train.yaml"))
-    cost = commands.add_parser(
-        "cost-report",
-        help="GPU hours, billed cost, overhead and spot share of the last N days vs an always-on GPU box",
-    )
-    cost.add_argument("--days", type=float, default=30.0, help="runs started in the last N days (default 30)")
-    cost.add_argument(
-        "--experiment",
-        action="append",
-        default=None,
-        help="MLflow experiment name, repeatable (default: tracking.experiment_name of --config)",
-    )
-    cost.add_argument(
-        "--config", type=Path, default=Path("configs/train.yaml"), help="for the experiment name"
-    )
-    cost.add_argument(
-        "--cpu-monthly-usd",
-        type=float,
-        default=0.0,
-        help="always-on CPU side of this setup per month, e.g. a dev box (default 0: GitHub-hosted runners)",
-    )
-    cost.add_argument(
-        "--always-on-monthly-usd",
-        type=float,
-        default=None,
-        help="what the always-on GPU box costs per month (default: 730 h x the on-demand price of the most "
-        "used instance type, from the runs' cost.on_demand_usd_per_hour tag)",
-    )
-    cost.add_argument("--out", type=Path, default=Path("outputs/cost-report"), help="for .md and .png")
     preflight = commands.add_parser(
         "gpu-preflight",
         help=f"fail fast (exit {EXIT_NO_GPU}) unless TensorFlow lists a GPU and runs a matmul on it",
@@ -86,20 +58,6 @@ def _gpu_preflight(args: argparse.Namespace) -> int:
         return 0
     print(f"{'warning' if allow_cpu else 'error'}: {gpu_preflight.message(report)}", file=sys.stderr)
     return 0 if allow_cpu else EXIT_NO_GPU
-
-
-def _cost_report(args: argparse.Namespace) -> int:
-    experiments = args.experiment or [load_config(args.config).tracking.experiment_name]
-    report = cost_report.cost_report(
-        experiments,
-        args.days,
-        cpu_monthly_usd=args.cpu_monthly_usd,
-        always_on_monthly_usd=args.always_on_monthly_usd,
-    )
-    markdown, chart = cost_report.write_report(report, args.out)
-    print(markdown.read_text(encoding="utf-8"))
-    print(f"written: {markdown}\nwritten: {chart}")
-    return 0
 
 
 def _promote(args: argparse.Namespace) -> int:
@@ -158,12 +116,6 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return _promote(args)
         except ConfigError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 2
-    if args.command == "cost-report":
-        try:
-            return _cost_report(args)
-        except (ConfigError, cost_report.CostReportError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
     if args.command == "gpu-preflight":

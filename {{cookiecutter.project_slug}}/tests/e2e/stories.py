@@ -43,7 +43,7 @@ from harness import (
 )
 from price_answers import get_products_answer, price_list_product, spot_history_xml
 
-from gpu_runner import pricing
+from gpu_runner.cost import pricing
 
 PACKAGE = next(p.name for p in (PROJECT / "src").iterdir() if (p / "__init__.py").exists())
 EPOCH = re.compile(r"Epoch (\d+)/(\d+)")
@@ -105,7 +105,7 @@ def make_stack(moto_endpoint: str, mlflow_uri: str, image_bin: Path) -> Stack:
 
 
 def story_prices(region: str) -> dict[str, dict[str, float]]:
-    """The prices the story's account answers with: the bundled table's (gpu_runner/prices.json, through
+    """The prices the story's account answers with: the bundled table's (gpu_runner/cost/prices.json, through
     pricing.load_table) for the region, or us-east-1's where the table has none for it. The table lists only
     prices it can source, and the only dated list reachable offline covers us-east-1 (see its `source`): so the
     default region's story shows us-east-1's list prices, real-looking figures, not eu-west-1's real ones."""

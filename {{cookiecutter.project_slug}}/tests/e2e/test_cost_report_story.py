@@ -7,12 +7,14 @@ experiment in an order pytest decides, and this test must know exactly which run
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
-from stories import FAST_TRAIN, PACKAGE, Scenario, Stack, run_story
+from stories import FAST_TRAIN, Scenario, Stack, run_story
+
+from gpu_runner import cli
+from gpu_runner.cost import report as cost_report
 
 pytestmark = pytest.mark.e2e
 RUN_ID = "888"
@@ -23,8 +25,6 @@ SUMMED = ("billed_seconds", "cost_usd", "overhead_seconds", "training_seconds")
 def test_cost_report_equals_the_story_runs_logged_costs(
     stack: Stack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cost_report = importlib.import_module(f"{PACKAGE}.cost_report")
-    cli = importlib.import_module(f"{PACKAGE}.cli")
     train = {**FAST_TRAIN, "tracking": {**FAST_TRAIN["tracking"], "experiment_name": EXPERIMENT}}
     story = run_story(stack, Scenario(90, "cost report", "all green", train=train), tmp_path, RUN_ID)
     assert story.run is not None
@@ -61,7 +61,7 @@ def test_cost_report_equals_the_story_runs_logged_costs(
         (tags["cost.instance_type"], tags["cost.market"])
     ]
 
-    # And the command a user runs, over the same server.
+    # And the command a user runs (make cost-report), over the same server.
     monkeypatch.setenv("MLFLOW_TRACKING_URI", stack.mlflow_uri)
     out = tmp_path / "cost-report"
     assert cli.main(["cost-report", "--experiment", EXPERIMENT, "--days", "1", "--out", str(out)]) == 0

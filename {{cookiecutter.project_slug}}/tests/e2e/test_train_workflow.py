@@ -14,7 +14,7 @@ from harness import BRANCH, act_time
 from mlflow.tracking import MlflowClient
 from stories import Scenario, Stack, run_story, story_prices
 
-from gpu_runner.pricing import load_table
+from gpu_runner.cost.pricing import load_table
 
 pytestmark = pytest.mark.e2e
 RUN_ID = "777"

@@ -10,7 +10,7 @@ from aws_constants import REGION
 from mlflow.tracking import MlflowClient
 
 from gpu_runner.cli import main
-from gpu_runner.pricing import load_table
+from gpu_runner.cost.pricing import load_table
 
 
 def read_outputs(path: Path) -> dict[str, str]:

@@ -11,7 +11,8 @@ import pytest
 from aws_constants import OTHER_REGION, REGION
 from iam_requests import record_calls
 
-from gpu_runner import offerings, pricing
+from gpu_runner import offerings
+from gpu_runner.cost import pricing
 from gpu_runner.errors import SettingsError
 
 TABLE = offerings.load_table()

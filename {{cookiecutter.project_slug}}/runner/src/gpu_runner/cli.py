@@ -1,5 +1,5 @@
-"""`gpu-runner launch | wait | teardown | resume | reap` (what train.yml and reap.yml run), `bootstrap` and
-`doctor`."""
+"""`gpu-runner launch | wait | teardown | resume | reap` (what train.yml and reap.yml run), `bootstrap`,
+`doctor` and `cost-report`."""
 
 from __future__ import annotations
 
@@ -121,7 +121,58 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--repository", required=True, help="owner/name of the GitHub repository")
     doctor.add_argument("--branch-prefix", default="train/", help="branches the train role must trust")
     doctor.add_argument("--default-branch", default="main", help="the branch the reaper role must trust")
+    _add_cost_report(commands)
     return parser
+
+
+def _add_cost_report(commands: argparse._SubParsersAction) -> None:
+    cost = commands.add_parser(
+        "cost-report",
+        help="GPU hours, billed cost, overhead and spot share of the last N days vs an always-on GPU box",
+    )
+    cost.add_argument("--days", type=float, default=30.0, help="runs started in the last N days (default 30)")
+    cost.add_argument(
+        "--experiment",
+        action="append",
+        default=None,
+        help="MLflow experiment name, repeatable (default: tracking.experiment_name of --config)",
+    )
+    cost.add_argument(
+        "--config", type=Path, default=Path("configs/train.yaml"), help="for the experiment name"
+    )
+    cost.add_argument(
+        "--cpu-monthly-usd",
+        type=float,
+        default=0.0,
+        help="always-on CPU side of this setup per month, e.g. a dev box (default 0: GitHub-hosted runners)",
+    )
+    cost.add_argument(
+        "--always-on-monthly-usd",
+        type=float,
+        default=None,
+        help="what the always-on GPU box costs per month (default: 730 h x the on-demand price of the most "
+        "used instance type, from the runs' cost.on_demand_usd_per_hour tag)",
+    )
+    cost.add_argument("--out", type=Path, default=Path("outputs/cost-report"), help="for .md and .png")
+
+
+def _cost_report(args: argparse.Namespace) -> int:
+    """The report on stdout (it is this command's output, not a log line), also written with its chart."""
+    from .cost import chart, report
+
+    experiments = args.experiment or [report.experiment_from_config(args.config)]
+    figures = report.cost_report(
+        experiments,
+        args.days,
+        cpu_monthly_usd=args.cpu_monthly_usd,
+        always_on_monthly_usd=args.always_on_monthly_usd,
+    )
+    markdown, png = report.write_report(figures, args.out)
+    print(markdown.read_text(encoding="utf-8"))
+    print(f"written: {markdown}" + (f"\nwritten: {png}" if png else ""))
+    if png is None:
+        print(f"warning: chart not drawn: {chart.PLOT_EXTRA_MISSING}", file=sys.stderr)
+    return 0
 
 
 def _raise_on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -303,6 +354,14 @@ def aws_refusal(error: ClientError, region: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "cost-report":  # reads MLflow only: no settings, no AWS, no workflow environment
+        from .cost.report import CostReportError
+
+        try:
+            return _cost_report(args)
+        except CostReportError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     region = ""
     try:

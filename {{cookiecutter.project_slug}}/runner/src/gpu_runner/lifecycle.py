@@ -21,8 +21,10 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from . import cost, ec2, naming, offerings, ssm, timeline
+from . import ec2, naming, offerings, ssm, timeline
 from .aws import Aws
+from .cost import accounting
+from .cost.record import TRAINING_SECONDS, Cost, latest_at_step
 from .errors import LaunchBlockedError, RegistrationTimeout, RunnerError, SettingsError
 from .github import GitHubRunners, Runner
 from .mlflow_rest import MlflowRest
@@ -375,7 +377,7 @@ class TeardownReport:
     instance: str
     parameter: str
     billed_seconds: int | None
-    cost: cost.Cost | None = None
+    cost: Cost | None = None
 
 
 @dataclass(frozen=True)
@@ -409,21 +411,21 @@ def _terminate(aws: Aws, region: str, instance_id: str) -> tuple[str, dict[str, 
 
 def _account_cost(
     aws: Aws, region: str, instance: dict[str, Any], billed: int, request: CostRequest, log: Log
-) -> cost.Cost | None:
+) -> Cost | None:
     """Price the attempt, log it to MLflow and the job summary. Never raises: the instance is already gone."""
     env = os.environ if request.env is None else request.env
     try:
-        estimate = cost.estimate(
-            aws, instance, region=region, billed_seconds=billed, volume_gb=request.volume_gb, log=log
+        estimate = accounting.estimate(
+            aws, instance, region=region, billed_seconds=billed, volume_gb=request.volume_gb
         )
         overhead = None
         if request.attempt is None:
             log("warning: cost not logged to MLflow: --attempt is not an attempt number")
         else:
-            overhead = cost.log_to_mlflow(
-                estimate, run_id=request.mlflow_run_id, attempt=request.attempt, env=env, log=log
+            overhead = accounting.log_to_mlflow(
+                estimate, run_id=request.mlflow_run_id, attempt=request.attempt, env=env
             )
-        line = cost.summary_line(estimate, attempt=request.attempt or 0, overhead=overhead)
+        line = accounting.summary_line(estimate, attempt=request.attempt or 0, overhead=overhead)
     except Exception as error:  # an estimate is not worth a failed teardown
         log(f"warning: cost not computed: {type(error).__name__}: {error}")
         return None
@@ -443,8 +445,8 @@ def _account_timeline(
         client = MlflowRest.from_env(env)
         record: timeline.Timeline | None = None
         if client is not None and request.mlflow_run_id and request.attempt is not None:
-            training = cost.latest_at_step(
-                client.metric_history(request.mlflow_run_id, cost.TRAINING_SECONDS), request.attempt
+            training = latest_at_step(
+                client.metric_history(request.mlflow_run_id, TRAINING_SECONDS), request.attempt
             )
             record = timeline.log_to_mlflow(
                 client, request.mlflow_run_id, attempt=request.attempt, launched=launched,

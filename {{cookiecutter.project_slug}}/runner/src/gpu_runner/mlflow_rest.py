@@ -1,4 +1,5 @@
-"""The three MLflow tracking REST calls teardown needs (runs/get, metrics/get-history, runs/log-batch).
+"""The MLflow tracking REST calls gpu-runner makes: teardown's (runs/get, metrics/get-history, runs/log-batch),
+doctor's (experiments/search) and the cost report's (experiments/get-by-name, runs/search, metrics/get-history).
 
 Plain `requests`, not the mlflow package: gpu-runner stays light enough to install in seconds on the CPU runner.
 Authentication as MLflow's own clients do it: MLFLOW_TRACKING_USERNAME/PASSWORD (basic), else
@@ -20,6 +21,10 @@ TIMEOUT = (5.0, 30.0)  # connect, read (seconds)
 
 class MlflowError(Exception):
     """The tracking server could not be reached or refused the request (the message says which)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status  # the HTTP status of a refusal, None when the server was not reached
 
 
 class MlflowRest:
@@ -72,7 +77,9 @@ class MlflowRest:
                 detail = f"{body.get('error_code', '')}: {body.get('message', '')}"
             except ValueError:
                 detail = response.text[:200]
-            raise MlflowError(f"{method} {endpoint} answered HTTP {response.status_code} ({detail})")
+            raise MlflowError(
+                f"{method} {endpoint} answered HTTP {response.status_code} ({detail})", response.status_code
+            )
         try:
             return response.json()
         except ValueError:
@@ -112,3 +119,30 @@ class MlflowRest:
         return self._call("GET", "experiments/search", params={"max_results": max_results}).get(
             "experiments", []
         )
+
+    def experiment_id(self, name: str) -> str | None:
+        """The id of the experiment named `name`, None when there is none (MLflow answers 404)."""
+        try:
+            reply = self._call("GET", "experiments/get-by-name", params={"experiment_name": name})
+        except MlflowError as error:
+            if error.status == 404:
+                return None
+            raise
+        return str(reply.get("experiment", {}).get("experiment_id", "")) or None
+
+    def search_runs(self, experiment_ids: list[str], filter_string: str) -> list[dict[str, Any]]:
+        """Every active run of the experiments that matches the filter, all pages."""
+        runs: list[dict[str, Any]] = []
+        body: dict[str, Any] = {
+            "experiment_ids": experiment_ids,
+            "filter": filter_string,
+            "run_view_type": "ACTIVE_ONLY",
+            "max_results": 1000,
+        }
+        while True:
+            page = self._call("POST", "runs/search", json=body)
+            runs += page.get("runs", [])
+            token = page.get("next_page_token")
+            if not token:
+                return runs
+            body = {**body, "page_token": token}

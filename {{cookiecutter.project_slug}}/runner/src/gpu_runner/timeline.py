@@ -10,7 +10,7 @@ prints:
 - training start / end: the training run's start_time / end_time in MLflow;
 - terminated: EC2's own termination time (StateTransitionReason), else the teardown's clock.
 
-MLflow metrics at step = attempt (seconds, like cost.py's record): runner_online_seconds (launched -> runner
+MLflow metrics at step = attempt (seconds, like the cost record, cost/record.py): runner_online_seconds (launched -> runner
 online), image_ready_seconds (launched -> image pulled), setup_seconds (job started -> training run started),
 teardown_seconds (training run ended -> instance terminated). training_seconds is the training code's own.
 """

@@ -1,8 +1,10 @@
 """The cost report: the article's arithmetic through the pure core, the MLflow reader against a real tracking
-server, and the `cost-report` command."""
+server, and the `gpu-runner cost-report` command (the table on stdout, the chart with the `plot` extra)."""
 
 from __future__ import annotations
 
+import re
+import sys
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -12,8 +14,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 from PIL import Image
 
-from {{ cookiecutter.package_name }} import cost_report as cr
-from {{ cookiecutter.package_name }}.cli import main
+from gpu_runner.cli import main
+from gpu_runner.cost import chart
+from gpu_runner.cost import report as cr
 
 # ------------------------------------------------------------------------------ the article's scenario
 # Always-on T4 box $500/month; new way: CPU dev box $80/month + 100 GPU-hours on demand at $0.5/h = $130.
@@ -131,6 +134,21 @@ def test_runs_without_an_on_demand_price_need_the_always_on_figure() -> None:
 def test_a_window_must_be_positive(days: float) -> None:
     with pytest.raises(cr.CostReportError, match="--days"):
         cr.summarize(article_runs(jobs=1), days=days, always_on_monthly_usd=500.0)
+
+
+def test_the_tracking_uri_is_read_as_training_reads_it() -> None:
+    assert cr.tracking_uri({}) == "sqlite:///mlflow.db"
+    assert cr.tracking_uri({"MLFLOW_TRACKING_URI": ""}) == "sqlite:///mlflow.db"
+    assert cr.tracking_uri({"MLFLOW_TRACKING_URI": "http://127.0.0.1:1"}) == "http://127.0.0.1:1"
+
+
+def test_a_local_store_is_named_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The stop job logs costs only to a tracking server: a local store has none to report.
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    with pytest.raises(
+        cr.CostReportError, match=re.escape("'sqlite:///mlflow.db', not an http(s) tracking server")
+    ):
+        cr.read_gpu_runs(["any"], 30)
 
 
 # ------------------------------------------------------------------------ against a real MLflow server
@@ -311,3 +329,28 @@ def test_an_unknown_experiment_is_named(
     monkeypatch.setenv("MLFLOW_TRACKING_URI", logged.uri)
     assert main(["cost-report", "--experiment", "no-such-experiment-xyz"]) == 2
     assert "no MLflow experiment named 'no-such-experiment-xyz'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_without_the_plot_extra_the_table_is_written_and_the_extra_named(
+    logged: Logged, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", logged.uri)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    assert main(["cost-report", "--experiment", logged.experiment, "--out", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert (tmp_path / "cost-report.md").read_text() in captured.out
+    assert not (tmp_path / "cost-report.png").exists()
+    assert f"warning: chart not drawn: {chart.PLOT_EXTRA_MISSING}" in captured.err
+    assert "gpu-runner[plot]" in chart.PLOT_EXTRA_MISSING
+
+
+def test_a_config_without_an_experiment_name_asks_for_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "train.yaml"
+    config.write_text("training:\n  epochs: 1\n")
+    assert main(["cost-report", "--config", str(config)]) == 2
+    assert "sets no tracking.experiment_name: pass --experiment NAME" in capsys.readouterr().err
+    assert main(["cost-report", "--config", str(tmp_path / "missing.yaml")]) == 2
+    assert "pass --experiment NAME or --config PATH" in capsys.readouterr().err

@@ -1,21 +1,19 @@
 """What the GPU runs of the last N days cost, and what the same work would cost on an always-on GPU box.
 
-    python -m <package> cost-report --days 30 [--experiment NAME] [--cpu-monthly-usd 80]
+    gpu-runner cost-report --days 30 [--experiment NAME] [--cpu-monthly-usd 80]   (make cost-report)
 
 Two layers. The arithmetic (`summarize`, `monthly_saving_pct`) takes plain dataclasses and knows nothing of MLflow,
-so the article's scenario can be checked exactly and the template's benchmark can reuse it by file path: this
-module imports only the standard library at the top. The reader (`read_gpu_runs`) turns MLflow runs into those
-dataclasses, and `write_report` draws the Markdown table and the PNG chart.
+so the article's scenario can be checked exactly and the template's benchmark can reuse it. The reader
+(`read_gpu_runs`) turns the MLflow runs, read over the tracking server's REST API, into those dataclasses, and
+`write_report` draws the Markdown table and the PNG chart (chart.py, the `plot` extra).
 
-Where the numbers come from: the stop job logs, per workflow attempt (MLflow step = attempt), `billed_seconds`,
-`cost_usd` (instance + root volume), `overhead_seconds`, and tags `cost.*` with the market and the on-demand
-price of the type; the training code logs `training_seconds`. A run's totals are the sums over its attempts
-(of the last point logged at each step: a retried write can leave two).
-Runs without `billed_seconds` (local runs, CPU CI runs) never touched a GPU instance: they are counted, not priced.
+Where the numbers come from: the stop job's cost record (record.py) on each run, per workflow attempt; a run's
+totals are the sums over its attempts of the last point logged at each step. Runs without `billed_seconds`
+(local runs, CPU CI runs) never touched a GPU instance: they are counted, not priced.
 
-Per-month normalisation: a month is 730 h (AWS's own monthly convention, 365 x 24 / 12 = 30.42 days), the same
-basis as the always-on instance. Window figures are reported as measured and projected to a month by
-x 730 h / window hours; a 30-day window is therefore scaled by 1.014.
+Per-month normalisation: a month is 730 h (record.HOURS_PER_MONTH), the same basis as the always-on instance.
+Window figures are reported as measured and projected to a month by x 730 h / window hours; a 30-day window is
+therefore scaled by 1.014.
 """
 
 from __future__ import annotations
@@ -23,19 +21,31 @@ from __future__ import annotations
 import math
 import os
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:  # the arithmetic must import without MLflow: the template's benchmark loads this file bare
-    from mlflow.entities import Metric
+import yaml
 
-HOURS_PER_MONTH = 730.0
-DAYS_PER_MONTH = HOURS_PER_MONTH / 24
+from ..mlflow_rest import MlflowError, MlflowRest
+from .record import (
+    BILLED_SECONDS,
+    COST_USD,
+    DAYS_PER_MONTH,
+    HOURS_PER_MONTH,
+    OVERHEAD_SECONDS,
+    SUMMED_METRICS,
+    TAG_INSTANCE_TYPE,
+    TAG_MARKET,
+    TAG_ON_DEMAND_USD_PER_HOUR,
+    TRAINING_SECONDS,
+    last_per_step,
+)
+
+# As the training code resolves it (MLflow's own default store): the report names it when it is not a server.
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
-SUM_METRICS = ("billed_seconds", "cost_usd", "overhead_seconds", "training_seconds")
 
 
 class CostReportError(ValueError):
@@ -210,7 +220,7 @@ def _always_on_from_prices(runs: Sequence[GpuRun]) -> tuple[float, str]:
     }
     if not prices:
         raise CostReportError(
-            f"the runs of {chosen} carry no cost.on_demand_usd_per_hour tag: "
+            f"the runs of {chosen} carry no {TAG_ON_DEMAND_USD_PER_HOUR} tag: "
             "pass --always-on-monthly-usd to say what an always-on GPU box costs per month"
         )
     price = max(prices)  # one price per type and region; several regions -> the dearer, stated below
@@ -223,16 +233,16 @@ def _always_on_from_prices(runs: Sequence[GpuRun]) -> tuple[float, str]:
 
 
 # ------------------------------------------------------------------------------------------------- output
-def _usd(value: float) -> str:
+def usd_text(value: float) -> str:
     # Cents hide a short job's cost (a 5-minute spot job is a fraction of a cent): more digits below $0.10.
     return f"${value:,.2f}" if value == 0 or abs(value) >= 0.1 else f"${value:.4f}"
 
 
-def _days(days: float) -> str:
+def days_text(days: float) -> str:
     return "1 day" if days == 1 else f"{days:g} days"
 
 
-def _h(value: float) -> str:
+def hours_text(value: float) -> str:
     return f"{value:,.2f}" if value == 0 or abs(value) >= 0.1 else f"{value:.3f}"
 
 
@@ -244,34 +254,34 @@ def render_markdown(report: CostReport) -> str:
         span = f"{report.window_days:g} days"
     where = ", ".join(f"`{name}`" for name in report.experiments) or "given runs"
     rows = [
-        ("window", f"last {_days(report.window_days)} ({span})"),
+        ("window", f"last {days_text(report.window_days)} ({span})"),
         ("experiment(s)", where),
         ("GPU runs (workflow attempts)", f"{report.runs} ({report.attempts})"),
         ("runs without cost metrics (local / CPU, excluded)", str(report.excluded_runs)),
-        ("GPU hours, billed", f"{_h(report.gpu_hours)} h"),
-        ("training hours", f"{_h(report.training_hours)} h"),
+        ("GPU hours, billed", f"{hours_text(report.gpu_hours)} h"),
+        ("training hours", f"{hours_text(report.training_hours)} h"),
         (
             "overhead (boot, setup, teardown)",
-            f"{_h(report.overhead_hours)} h = {report.overhead_pct:.1f} % of billed",
+            f"{hours_text(report.overhead_hours)} h = {report.overhead_pct:.1f} % of billed",
         ),
         ("spot share of billed hours", f"{report.spot_share_pct:.1f} %"),
-        ("billed cost (instance + root volume)", _usd(report.billed_usd)),
-        ("cost per run", _usd(report.cost_per_run_usd)),
+        ("billed cost (instance + root volume)", usd_text(report.billed_usd)),
+        ("cost per run", usd_text(report.cost_per_run_usd)),
         (
             "GPU per month (projection)",
-            f"{_usd(report.gpu_monthly_usd)} for {report.gpu_hours_per_month:,.1f} h "
+            f"{usd_text(report.gpu_monthly_usd)} for {report.gpu_hours_per_month:,.1f} h "
             f"(window x {HOURS_PER_MONTH:.0f} h / {report.window_days * 24:g} h = x {f:.4f})",
         ),
-        ("CPU side per month (--cpu-monthly-usd)", _usd(report.cpu_monthly_usd)),
-        ("**this setup per month**", f"**{_usd(report.this_setup_monthly_usd)}**"),
+        ("CPU side per month (--cpu-monthly-usd)", usd_text(report.cpu_monthly_usd)),
+        ("**this setup per month**", f"**{usd_text(report.this_setup_monthly_usd)}**"),
         (
             "**always-on GPU per month**",
-            f"**{_usd(report.always_on_monthly_usd)}** ({report.always_on_basis})",
+            f"**{usd_text(report.always_on_monthly_usd)}** ({report.always_on_basis})",
         ),
         ("**saving vs always-on**", f"**{report.saving_pct:.1f} %**"),
     ]
     lines = [
-        f"## GPU cost report: last {_days(report.window_days)}",
+        f"## GPU cost report: last {days_text(report.window_days)}",
         "",
         "| figure | value |",
         "|---|---|",
@@ -280,7 +290,7 @@ def render_markdown(report: CostReport) -> str:
         "| instance type | market | runs | billed hours | billed cost |",
         "|---|---|---:|---:|---:|",
         *(
-            f"| {u.instance_type} | {u.market} | {u.runs} | {_h(u.billed_hours)} | {_usd(u.cost_usd)} |"
+            f"| {u.instance_type} | {u.market} | {u.runs} | {hours_text(u.billed_hours)} | {usd_text(u.cost_usd)} |"
             for u in report.usage
         ),
         "",
@@ -291,73 +301,37 @@ def render_markdown(report: CostReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_report(report: CostReport, path: Path) -> Path:
-    """Left: always-on vs this setup per month. Right: billed hours of the window, training vs overhead."""
-    import matplotlib
+def write_report(report: CostReport, out_dir: Path) -> tuple[Path, Path | None]:
+    """cost-report.md and cost-report.png in `out_dir`; the chart is None without the `plot` extra (the table is
+    written first, so it is never lost to a missing chart)."""
+    from .chart import MissingPlotExtra, plot_report
 
-    matplotlib.use("Agg")  # headless: CI runners have no display
-    import matplotlib.pyplot as plt
-
-    fig, (money, hours) = plt.subplots(1, 2, figsize=(11, 4.8), gridspec_kw={"width_ratios": [1.1, 1]})
-    labels = ["always-on GPU", "this setup"]
-    money.bar(labels[:1], [report.always_on_monthly_usd], color="#9e9e9e", label="always-on on-demand")
-    money.bar(labels[1:], [report.cpu_monthly_usd], color="#90caf9", label="CPU side")
-    money.bar(
-        labels[1:],
-        [report.gpu_monthly_usd],
-        bottom=[report.cpu_monthly_usd],
-        color="#1e88e5",
-        label="GPU billed",
-    )
-    for x, total in enumerate((report.always_on_monthly_usd, report.this_setup_monthly_usd)):
-        money.annotate(
-            _usd(total), (x, total), ha="center", va="bottom", xytext=(0, 3), textcoords="offset points"
-        )
-    money.set_ylabel("USD per month (730 h)")
-    money.set_title(f"Per month: saving {report.saving_pct:.1f} %")
-    money.set_ylim(0, max(report.always_on_monthly_usd, report.this_setup_monthly_usd) * 1.15)
-    money.legend(loc="upper right", fontsize=8)
-
-    # One bar per instance type and market: where the hours went, and how much of them was not training.
-    usage = list(reversed(report.usage))  # barh draws bottom-up; the most used type on top
-    names = [f"{u.instance_type}\n{u.market}" for u in usage]
-    training = [u.training_hours for u in usage]
-    overhead = [u.overhead_hours for u in usage]
-    other = [max(u.billed_hours - t - o, 0.0) for u, t, o in zip(usage, training, overhead, strict=True)]
-    hours.barh(names, training, color="#43a047", label=f"training {_h(report.training_hours)} h")
-    hours.barh(
-        names, overhead, left=training, color="#fb8c00", label=f"overhead {_h(report.overhead_hours)} h"
-    )
-    if sum(other) > 0.005 * report.gpu_hours:
-        starts = [t + o for t, o in zip(training, overhead, strict=True)]
-        hours.barh(names, other, left=starts, color="#bdbdbd", label=f"billed, neither {_h(sum(other))} h")
-    hours.set_xlabel(f"billed hours in the window ({report.runs} runs, {report.attempts} attempts)")
-    hours.set_title(f"Overhead {report.overhead_pct:.1f} % of billed, spot {report.spot_share_pct:.0f} %")
-    hours.legend(loc="lower right", fontsize=8)
-
-    end = f" to {report.window_end:%Y-%m-%d}" if report.window_end else ""
-    fig.suptitle(
-        f"GPU cost, last {_days(report.window_days)}{end}: {_h(report.gpu_hours)} GPU-h, {_usd(report.billed_usd)}"
-    )
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
-
-
-def write_report(report: CostReport, out_dir: Path) -> tuple[Path, Path]:
-    """cost-report.md and cost-report.png in `out_dir`; returns both paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     markdown = out_dir / "cost-report.md"
     markdown.write_text(render_markdown(report), encoding="utf-8")
-    return markdown, plot_report(report, out_dir / "cost-report.png")
+    try:
+        return markdown, plot_report(report, out_dir / "cost-report.png")
+    except MissingPlotExtra:
+        return markdown, None
 
 
 # -------------------------------------------------------------------------------------------- MLflow reader
-def tracking_uri() -> str:
-    """Resolved as tracking.tracking_uri() does (tests keep the two equal); that module imports TensorFlow,
-    which a cost report has no use for."""
-    return os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+def tracking_uri(env: Mapping[str, str] | None = None) -> str:
+    """MLFLOW_TRACKING_URI, else MLflow's local default store, as the training code resolves it."""
+    env = os.environ if env is None else env
+    return env.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+def _client(uri: str) -> MlflowRest:
+    """A REST client for `uri` with the MLFLOW_TRACKING_* credentials of the environment."""
+    client = MlflowRest.from_env({**os.environ, "MLFLOW_TRACKING_URI": uri})
+    if client is None:
+        raise CostReportError(
+            f"MLFLOW_TRACKING_URI is {uri!r}, not an http(s) tracking server: the stop job logs each attempt's "
+            "cost only to a server (a local store dies with the CI job), so the report reads one: set "
+            "MLFLOW_TRACKING_URI to the server train.yml logs to (its repository variable MLFLOW_TRACKING_URI)"
+        )
+    return client
 
 
 def _float(value: str | None) -> float | None:
@@ -367,70 +341,75 @@ def _float(value: str | None) -> float | None:
         return None
 
 
-def _last_per_step(history: Iterable[Metric]) -> dict[int, float]:
-    """Attempt (step) -> its value. MLflow keeps every point, so a write the stop job retried leaves two at
-    one step: the last one logged counts, once."""
-    latest: dict[int, tuple[int, float]] = {}
-    for metric in history:
-        if metric.step not in latest or metric.timestamp >= latest[metric.step][0]:
-            latest[metric.step] = (metric.timestamp, metric.value)
-    return {step: value for step, (_, value) in latest.items()}
+def _pairs(items: Sequence[Mapping[str, Any]], value: str) -> dict[str, Any]:
+    """MLflow's REST run data (lists of {"key": ..., value: ...}) as a dict."""
+    return {item["key"]: item.get(value) for item in items}
+
+
+def _gpu_run(client: MlflowRest, run: Mapping[str, Any]) -> GpuRun:
+    info, data = run.get("info", {}), run.get("data", {})
+    run_id, tags = info["run_id"], _pairs(data.get("tags", []), "value")
+    per_step = {name: last_per_step(client.metric_history(run_id, name)) for name in SUMMED_METRICS}
+    return GpuRun(
+        run_id=run_id,
+        name=info.get("run_name") or "",
+        billed_seconds=sum(per_step[BILLED_SECONDS].values()),
+        cost_usd=sum(per_step[COST_USD].values()),
+        overhead_seconds=sum(per_step[OVERHEAD_SECONDS].values()),
+        training_seconds=sum(per_step[TRAINING_SECONDS].values()),
+        attempts=len(per_step[BILLED_SECONDS]),
+        market=tags.get(TAG_MARKET) or "unknown",
+        instance_type=tags.get(TAG_INSTANCE_TYPE) or "unknown",
+        on_demand_usd_per_hour=_float(tags.get(TAG_ON_DEMAND_USD_PER_HOUR)),
+    )
+
+
+def experiment_from_config(path: Path) -> str:
+    """`tracking.experiment_name` of the training config: the experiment the report reads by default."""
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise CostReportError(
+            f"--config {path}: {error.strerror or error}; pass --experiment NAME or --config PATH"
+        ) from None
+    except yaml.YAMLError as error:
+        raise CostReportError(
+            f"--config {path}: not YAML ({error}); fix the file or pass --experiment NAME"
+        ) from None
+    tracking = config.get("tracking") if isinstance(config, dict) else None
+    name = tracking.get("experiment_name") if isinstance(tracking, dict) else None
+    if not isinstance(name, str) or not name:
+        raise CostReportError(f"--config {path} sets no tracking.experiment_name: pass --experiment NAME")
+    return name
 
 
 def read_gpu_runs(
-    experiments: Iterable[str], days: float, *, uri: str | None = None, now: datetime | None = None
+    experiments: Sequence[str], days: float, *, uri: str | None = None, now: datetime | None = None
 ) -> tuple[list[GpuRun], int]:
     """GPU runs of the named experiments started in the last `days` days, and how many runs were not GPU runs."""
-    from mlflow.entities import ViewType
-    from mlflow.tracking import MlflowClient
-
     uri = uri or tracking_uri()
-    client = MlflowClient(uri)
-    ids = []
-    for name in experiments:
-        experiment = client.get_experiment_by_name(name)
-        if experiment is None:
-            raise CostReportError(
-                f"no MLflow experiment named {name!r} at {uri} (check --experiment and MLFLOW_TRACKING_URI)"
-            )
-        ids.append(experiment.experiment_id)
-    now = now or datetime.now(UTC)
-    since_ms = int((now - timedelta(days=days)).timestamp() * 1000)
-    found, token = [], None
-    while True:
-        page = client.search_runs(
-            ids,
-            filter_string=f"attributes.start_time >= {since_ms}",
-            run_view_type=ViewType.ACTIVE_ONLY,
-            max_results=1000,
-            page_token=token,
-        )
-        found += page
-        token = page.token
-        if not token:
-            break
-    runs, excluded = [], 0
-    for run in found:
-        # The latest value is in the search result: no history requests for runs that never had a GPU.
-        if "billed_seconds" not in run.data.metrics:
-            excluded += 1
-            continue
-        run_id, tags = run.info.run_id, run.data.tags
-        per_step = {name: _last_per_step(client.get_metric_history(run_id, name)) for name in SUM_METRICS}
-        runs.append(
-            GpuRun(
-                run_id=run_id,
-                name=run.info.run_name or "",
-                billed_seconds=sum(per_step["billed_seconds"].values()),
-                cost_usd=sum(per_step["cost_usd"].values()),
-                overhead_seconds=sum(per_step["overhead_seconds"].values()),
-                training_seconds=sum(per_step["training_seconds"].values()),
-                attempts=len(per_step["billed_seconds"]),
-                market=tags.get("cost.market") or "unknown",
-                instance_type=tags.get("cost.instance_type") or "unknown",
-                on_demand_usd_per_hour=_float(tags.get("cost.on_demand_usd_per_hour")),
-            )
-        )
+    client = _client(uri)
+    try:
+        ids = []
+        for name in experiments:
+            experiment_id = client.experiment_id(name)
+            if experiment_id is None:
+                raise CostReportError(
+                    f"no MLflow experiment named {name!r} at {uri} (check --experiment and MLFLOW_TRACKING_URI)"
+                )
+            ids.append(experiment_id)
+        now = now or datetime.now(UTC)
+        since_ms = int((now - timedelta(days=days)).timestamp() * 1000)
+        found = client.search_runs(ids, f"attributes.start_time >= {since_ms}")
+        runs, excluded = [], 0
+        for run in found:
+            # The latest value is in the search result: no history requests for runs that never had a GPU.
+            if BILLED_SECONDS not in _pairs(run.get("data", {}).get("metrics", []), "value"):
+                excluded += 1
+                continue
+            runs.append(_gpu_run(client, run))
+    except MlflowError as error:
+        raise CostReportError(f"MLflow at {uri}: {error}") from None
     return runs, excluded
 
 

@@ -3,15 +3,16 @@ history of its availability zone, and a bundled, dated table (prices.json) when 
 or fail. Every price carries its source, which is logged with the cost.
 
 Nothing here raises: a price is only an estimate for the cost record, and teardown must never fail over it.
-`python -m gpu_runner.pricing refresh-table` rewrites the table's on-demand prices from the Price List API.
+`python -m gpu_runner.cost.pricing refresh-table` rewrites the table's on-demand prices from the Price List API.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
@@ -20,9 +21,9 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from .aws import Aws
+from ..aws import Aws
 
-Log = Callable[[str], None]
+log = logging.getLogger(__name__)
 TABLE_FILE = "prices.json"
 SOURCE_PRICING_API = "aws-pricing-api"
 SOURCE_SPOT_HISTORY = "ec2-spot-price-history"
@@ -98,9 +99,7 @@ def _why(error: Exception) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def on_demand_price(
-    aws: Aws, instance_type: str, region: str, *, table: Mapping[str, Any], log: Log = print
-) -> Price:
+def on_demand_price(aws: Aws, instance_type: str, region: str, *, table: Mapping[str, Any]) -> Price:
     try:
         client = aws.lookup_client("pricing", pricing_api_region(region))
         reply = client.get_products(
@@ -113,7 +112,7 @@ def on_demand_price(
     except (ClientError, BotoCoreError, ValueError, KeyError) as error:
         why = _why(error)
     return _fallback(table, region, "on_demand_usd_per_hour", instance_type, "on-demand price", region,
-                     f"Pricing API: {why}", log)  # fmt: skip
+                     f"Pricing API: {why}")  # fmt: skip
 
 
 def _fallback(
@@ -124,15 +123,22 @@ def _fallback(
     what: str,
     where: str,
     why: str,
-    log: Log,
 ) -> Price:
     """The bundled table's price when AWS did not answer; 0 with source 'unknown' (and a warning) without one."""
     price = _from_table(table, region, key, instance_type)
     if price is not None:
-        log(f"{what} of {instance_type} in {where}: {why}; using the {price.source} price ${price.usd}/h")
+        log.info(
+            "%s of %s in %s: %s; using the %s price $%s/h",
+            what,
+            instance_type,
+            where,
+            why,
+            price.source,
+            price.usd,
+        )
         return price
-    log(f"warning: no {what} for {instance_type} in {where} ({why}; not in the bundled table): cost logged as 0 "
-        "with source 'unknown'")  # fmt: skip
+    log.warning("warning: no %s for %s in %s (%s; not in the bundled table): cost logged as 0 with source "
+                "'unknown'", what, instance_type, where, why)  # fmt: skip
     return Price(0.0, SOURCE_UNKNOWN)
 
 
@@ -167,7 +173,6 @@ def spot_price(
     end: datetime,
     *,
     table: Mapping[str, Any],
-    log: Log = print,
 ) -> Price:
     """The time-weighted average spot price over the run window: EC2 bills spot per second at the price in
     effect each second, so this is what the window cost (the answer includes the price in effect at start)."""
@@ -199,41 +204,43 @@ def spot_price(
     except (ClientError, BotoCoreError, ValueError, KeyError) as error:
         why = _why(error)
     return _fallback(table, region, "spot_typical_usd_per_hour", instance_type, "spot price",
-                     availability_zone or region, f"spot price history: {why}", log)  # fmt: skip
+                     availability_zone or region, f"spot price history: {why}")  # fmt: skip
 
 
-def volume_price(region: str, *, table: Mapping[str, Any], log: Log = print) -> Price:
+def volume_price(region: str, *, table: Mapping[str, Any]) -> Price:
     """gp3 storage per GB-month, from the table only: it changes rarely and is a small part of the cost."""
     price = _from_table(table, region, "gp3_usd_per_gb_month")
     if price is None:
-        log(f"warning: no gp3 price for {region} in the bundled table: root volume cost logged as 0")
+        log.warning("warning: no gp3 price for %s in the bundled table: root volume cost logged as 0", region)
         return Price(0.0, SOURCE_UNKNOWN)
     return price
 
 
-def refresh_table(aws: Aws, path: Path, *, log: Log = print, today: datetime | None = None) -> int:
+def refresh_table(aws: Aws, path: Path, *, today: datetime | None = None) -> int:
     """Rewrite the table's on-demand prices (every type and region it lists) from the Price List API."""
     table = load_table(path)
     updated = 0
     for region, entry in table.get("regions", {}).items():
         for instance_type in list(entry.get("on_demand_usd_per_hour", {})):
-            price = on_demand_price(aws, instance_type, region, table={}, log=log)
+            price = on_demand_price(aws, instance_type, region, table={})
             if price.source == SOURCE_PRICING_API:
                 entry["on_demand_usd_per_hour"][instance_type] = round(price.usd, 4)
                 updated += 1
     table["as_of"] = (today or datetime.now(UTC)).strftime("%Y-%m")
     path.write_text(json.dumps(table, indent=2) + "\n", encoding="utf-8")
-    log(f"{updated} on-demand prices refreshed in {path} (as of {table['as_of']})")
+    log.info("%s on-demand prices refreshed in %s (as of %s)", updated, path, table["as_of"])
     return updated
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gpu_runner.pricing", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m gpu_runner.cost.pricing", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     refresh = commands.add_parser("refresh-table", help="rewrite on-demand prices from the Price List API")
     default = Path(str(resources.files(__package__).joinpath(TABLE_FILE)))
     refresh.add_argument("--path", type=Path, default=default)
     args = parser.parse_args(argv)
+    # The lines a user reads, on stdout as print wrote them before the module logger.
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
     return 0 if refresh_table(Aws(), args.path) else 1
 
 
