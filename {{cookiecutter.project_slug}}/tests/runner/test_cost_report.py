@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient
 from PIL import Image
 
 from gpu_runner.cli import main
-from gpu_runner.cost import chart
+from gpu_runner.cost import chart, files
 from gpu_runner.cost import report as cr
 
 # ------------------------------------------------------------------------------ the article's scenario
@@ -277,14 +277,14 @@ def test_the_report_over_the_server(logged: Logged, tmp_path: Path) -> None:
         ("g5.xlarge", "on-demand", 1),
     ]
 
-    markdown, chart = cr.write_report(report, tmp_path / "out")
+    markdown, png = files.write_report(report, tmp_path / "out")
     text = markdown.read_text()
     assert "| figure | value |\n|---|---|\n" in text
     assert "| GPU hours, billed | 5.00 h |" in text
     assert "| spot share of billed hours | 70.0 % |" in text
     assert "| runs without cost metrics (local / CPU, excluded) | 1 |" in text
     assert "| g4dn.xlarge | spot | 2 | 3.50 | $0.92 |" in text
-    with Image.open(chart) as image:
+    with Image.open(png) as image:
         assert image.format == "PNG"
         assert image.width > 0 and image.height > 0
 

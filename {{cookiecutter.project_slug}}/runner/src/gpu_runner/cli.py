@@ -158,7 +158,7 @@ def _add_cost_report(commands: argparse._SubParsersAction) -> None:
 
 def _cost_report(args: argparse.Namespace) -> int:
     """The report on stdout (it is this command's output, not a log line), also written with its chart."""
-    from .cost import chart, report
+    from .cost import chart, files, report
 
     experiments = args.experiment or [report.experiment_from_config(args.config)]
     figures = report.cost_report(
@@ -167,7 +167,7 @@ def _cost_report(args: argparse.Namespace) -> int:
         cpu_monthly_usd=args.cpu_monthly_usd,
         always_on_monthly_usd=args.always_on_monthly_usd,
     )
-    markdown, png = report.write_report(figures, args.out)
+    markdown, png = files.write_report(figures, args.out)
     print(markdown.read_text(encoding="utf-8"))
     print(f"written: {markdown}" + (f"\nwritten: {png}" if png else ""))
     if png is None:

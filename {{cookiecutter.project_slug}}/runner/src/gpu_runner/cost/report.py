@@ -5,7 +5,7 @@
 Two layers. The arithmetic (`summarize`, `monthly_saving_pct`) takes plain dataclasses and knows nothing of MLflow,
 so the article's scenario can be checked exactly and the template's benchmark can reuse it. The reader
 (`read_gpu_runs`) turns the MLflow runs, read over the tracking server's REST API, into those dataclasses, and
-`write_report` draws the Markdown table and the PNG chart (chart.py, the `plot` extra).
+files.py writes the Markdown table and the PNG chart (chart.py, the `plot` extra).
 
 Where the numbers come from: the stop job's cost record (record.py) on each run, per workflow attempt; a run's
 totals are the sums over its attempts of the last point logged at each step. Runs without `billed_seconds`
@@ -299,20 +299,6 @@ def render_markdown(report: CostReport) -> str:
         "GitHub hosts.",
     ]
     return "\n".join(lines) + "\n"
-
-
-def write_report(report: CostReport, out_dir: Path) -> tuple[Path, Path | None]:
-    """cost-report.md and cost-report.png in `out_dir`; the chart is None without the `plot` extra (the table is
-    written first, so it is never lost to a missing chart)."""
-    from .chart import MissingPlotExtra, plot_report
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    markdown = out_dir / "cost-report.md"
-    markdown.write_text(render_markdown(report), encoding="utf-8")
-    try:
-        return markdown, plot_report(report, out_dir / "cost-report.png")
-    except MissingPlotExtra:
-        return markdown, None
 
 
 # -------------------------------------------------------------------------------------------- MLflow reader
