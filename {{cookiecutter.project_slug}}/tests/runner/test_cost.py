@@ -9,8 +9,11 @@ every zone: the protocol is exercised against moto, realistic prices are answere
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -43,6 +46,23 @@ class Logs(list[str]):
 
     def text(self) -> str:
         return "\n".join(self)
+
+
+@contextmanager
+def package_log_lines(logs: Logs) -> Iterator[Logs]:
+    """The package's log lines (INFO and up) while the block runs, appended to `logs`: lifecycle logs to its
+    module logger since issue 14 (it took a `log=` callable before)."""
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: logs.append(record.getMessage())  # type: ignore[method-assign]
+    package = logging.getLogger("gpu_runner")
+    level = package.level
+    package.addHandler(handler)
+    package.setLevel(logging.INFO)
+    try:
+        yield logs
+    finally:
+        package.removeHandler(handler)
+        package.setLevel(level)
 
 
 # --- on-demand: Price List API, then the table ----------------------------------------------------------------
@@ -338,7 +358,7 @@ def launch_and_teardown(
     env: dict[str, str],
     spot: str,
 ) -> tuple[lifecycle.TeardownReport, Logs]:
-    outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
+    outcome = lifecycle.launch(settings, ctx, aws, github)
     zone = outcome.launched.availability_zone
     faults.answer(
         "pricing",
@@ -350,11 +370,11 @@ def launch_and_teardown(
         "DescribeSpotPriceHistory",
         spot_history_xml([(zone, spot, datetime.now(UTC) - timedelta(days=2))]),
     )
-    logs = Logs()
-    report = lifecycle.teardown(
-        aws, github, region=REGION, instance_id=outcome.launched.instance_id, runner_id=outcome.runner_id,
-        parameter=outcome.parameter, cost_request=lifecycle.CostRequest(100, run_id, attempt, env), log=logs,
-    )  # fmt: skip
+    with package_log_lines(Logs()) as logs:
+        report = lifecycle.teardown(
+            aws, github, region=REGION, instance_id=outcome.launched.instance_id, runner_id=outcome.runner_id,
+            parameter=outcome.parameter, cost_request=lifecycle.CostRequest(100, run_id, attempt, env),
+        )  # fmt: skip
     return report, logs
 
 
@@ -414,11 +434,11 @@ def test_teardown_run_twice_logs_the_attempt_once(
     launch_and_teardown(
         settings, ctx, aws, github, faults, run_id=training_run, attempt=1, env=env, spot="0.2"
     )
-    logs = Logs()
     request = lifecycle.CostRequest(100, training_run, 1, env)
-    again = lifecycle.teardown(
-        aws, github, region=REGION, instance_id=report_instance(aws), cost_request=request, log=logs
-    )
+    with package_log_lines(Logs()) as logs:
+        again = lifecycle.teardown(
+            aws, github, region=REGION, instance_id=report_instance(aws), cost_request=request
+        )
     assert again.cost is not None
     assert "already logged" in logs.text()
     assert len(MlflowClient(mlflow_server).get_metric_history(training_run, "cost_usd")) == 1
@@ -473,12 +493,12 @@ def test_a_pricing_crash_never_fails_the_teardown(
         raise RuntimeError("prices.json is corrupt")
 
     monkeypatch.setattr(cost, "estimate", broken)
-    outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
-    logs = Logs()
-    report = lifecycle.teardown(
-        aws, github, region=REGION, instance_id=outcome.launched.instance_id, runner_id=outcome.runner_id,
-        parameter=outcome.parameter, cost_request=lifecycle.CostRequest(100, "", 1, {}), log=logs,
-    )  # fmt: skip
+    outcome = lifecycle.launch(settings, ctx, aws, github)
+    with package_log_lines(Logs()) as logs:
+        report = lifecycle.teardown(
+            aws, github, region=REGION, instance_id=outcome.launched.instance_id, runner_id=outcome.runner_id,
+            parameter=outcome.parameter, cost_request=lifecycle.CostRequest(100, "", 1, {}),
+        )  # fmt: skip
     assert report.cost is None and report.runner == "deleted"
     assert "warning: cost not computed: RuntimeError: prices.json is corrupt" in logs.text()
 

@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from . import ec2
+from . import ec2, log_output
 from . import workflow_values as values
 from .aws import Aws
 from .errors import RunnerError
@@ -303,6 +303,7 @@ def aws_refusal(error: ClientError, region: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    log_output.to_stdout()
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     region = ""
     try:
