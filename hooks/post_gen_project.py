@@ -23,6 +23,9 @@ REMOVE_WHEN: dict[tuple[str, object], list[str]] = {
 # Answers recorded in cookiecutter's replay format, so a template update is
 # `cookiecutter --replay-file .cookiecutter.json <template>`. Private keys (`_...`) come from the template.
 ANSWERS_FILE = ".cookiecutter.json"
+# Comma-separated answers, recorded as the templates render them (spaces around the commas dropped, as
+# pre_gen_project.py's comma_list accepts them), so .cookiecutter.json agrees with configs/ and infra/.
+COMMA_SEPARATED = ("gpu_instance_types",)
 
 
 def remove_optional_paths(root: Path, answers: dict[str, object]) -> list[str]:
@@ -43,8 +46,14 @@ def remove_optional_paths(root: Path, answers: dict[str, object]) -> list[str]:
     return removed
 
 
+def canonical(key: str, value: object) -> object:
+    if key in COMMA_SEPARATED and isinstance(value, str):
+        return ",".join(entry.strip() for entry in value.split(","))
+    return value
+
+
 def write_answers(root: Path, answers: dict[str, object]) -> Path:
-    public = {key: value for key, value in answers.items() if not key.startswith("_")}
+    public = {key: canonical(key, value) for key, value in answers.items() if not key.startswith("_")}
     path = root / ANSWERS_FILE
     text = json.dumps({"cookiecutter": public}, indent=2, ensure_ascii=False) + "\n"
     path.write_text(text, encoding="utf-8")
@@ -61,7 +70,7 @@ def next_steps(answers: dict[str, object]) -> str:
         "make train        # train locally and log the run to MLflow",
         "make mlflow-ui    # browse runs at http://127.0.0.1:5000",
         f"Later, to train on a GPU: push to github.com/{answers['github_owner']}/{answers['github_repo']}, "
-        f"run `make bootstrap` (AWS) and the GitHub App steps of README.md, then\n"
+        f"run `make bootstrap` (AWS) and the GitHub App steps of docs/setup.md, then\n"
         f"     git switch -c {branch} && git push -u origin {branch}",
     ]
     numbered = "\n".join(f"  {number}. {step}" for number, step in enumerate(steps, start=1))

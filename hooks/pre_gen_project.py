@@ -6,6 +6,8 @@ template syntax typed into a free-text answer are data here and can never become
 
 Each rule is a plain function `check_<field>(value) -> problem | None`; `problem` is the "how to fix" text of
     ERROR: <field> '<value>' is invalid: <how to fix>
+followed by the one command that bakes again with every answer given (the bad ones last, to be corrected):
+cookiecutter has asked all its questions before this hook runs, so without it a typo costs all the answers.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from __future__ import annotations
 import ipaddress
 import json
 import keyword
+import os
 import re
+import shlex
 import sys
 import unicodedata
 from collections.abc import Callable
@@ -198,18 +202,22 @@ def offered_problem(entries: list[str], region: object, table: dict[str, object]
     return None
 
 
+def comma_list(value: str) -> list[str]:
+    """The entries of a comma-separated answer, spaces around the commas dropped ('a, b' is 'a,b'): what a
+    person types. The templates render the same canonical form (`split(',') | map('trim')`)."""
+    return [entry.strip() for entry in value.split(",")]
+
+
 def check_gpu_instance_types(
     value: object, region: object = None, table: dict[str, object] | None = None
 ) -> str | None:
-    if not isinstance(value, str) or not value:
+    if not isinstance(value, str) or not value.strip():
         return "list at least one GPU instance type, e.g. 'g4dn.xlarge,g5.xlarge'"
-    entries = value.split(",")
+    entries = comma_list(value)
     seen: set[str] = set()
     for position, entry in enumerate(entries, start=1):
         if not entry:
             return f"entry {position} is empty; separate instance types with single commas"
-        if entry != entry.strip():
-            return f"entry {position} '{entry}' has spaces; separate instance types with commas only"
         if not INSTANCE_TYPE.fullmatch(entry):
             return (
                 f"entry {position} '{entry}' is not an instance type; write family.size in lowercase, "
@@ -369,22 +377,75 @@ def shown(value: object) -> str:
     return "".join(escaped(char) if is_control(char) else char for char in value)
 
 
-def problems(answers: dict[str, object]) -> list[str]:
-    """Every error line for `answers` (empty when all answers are valid)."""
-    lines = []
+def findings(answers: dict[str, object]) -> list[tuple[str, str]]:
+    """(field, error line) for every bad answer, in question order (empty when all answers are valid)."""
+    found = []
     for field, check in validators(answers).items():
         value = answers.get(field)
         if (fix := check(value)) is not None:
-            lines.append(f"ERROR: {field} '{shown(value)}' is invalid: {fix}")
-    return lines
+            found.append((field, f"ERROR: {field} '{shown(value)}' is invalid: {fix}"))
+    return found
+
+
+def problems(answers: dict[str, object]) -> list[str]:
+    """Every error line for `answers` (empty when all answers are valid)."""
+    return [line for _, line in findings(answers)]
+
+
+# Jinja's opening delimiters and its raw block: cookiecutter renders every `key=value` of its command line as a
+# template. Spelt in two pieces because cookiecutter renders this file with Jinja too.
+JINJA_DELIMITERS = ("{" + "{", "{" + "%", "{" + "#")
+RAW_BLOCK = ("{" + "% raw %" + "}", "{" + "% endraw %" + "}")
+
+
+def command_line_value(value: object) -> str:
+    """`value` as cookiecutter's `key=value` argument gives it back: yes/no for booleans, and text holding Jinja
+    syntax wrapped in a raw block, so that the command line's rendering returns it unchanged. Control characters
+    are left out: no answer may hold one, and printed raw they would break the line (or drive the terminal)."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    text = value if isinstance(value, str) else json.dumps(value)
+    text = "".join(char for char in text if not is_control(char))
+    if any(delimiter in text for delimiter in JINJA_DELIMITERS):
+        return RAW_BLOCK[0] + text + RAW_BLOCK[1]
+    return text
+
+
+def bake_again_command(answers: dict[str, object], bad_fields: list[str]) -> str:
+    """The `cookiecutter --no-input` command that bakes this template again with every public answer as given,
+    the bad ones last (so they are easy to find and edit), each argument quoted for a POSIX shell."""
+    command = ["cookiecutter", str(answers.get("_template", ""))]
+    if answers.get("_checkout"):
+        command += ["--checkout", str(answers["_checkout"])]
+    output_dir = answers.get("_output_dir")
+    # The hook runs inside the new project's directory; the shell that started cookiecutter set PWD.
+    if isinstance(output_dir, str) and output_dir and output_dir != os.environ.get("PWD"):
+        command += ["--output-dir", output_dir]
+    command.append("--no-input")
+    # In question order (the answers arrive with sorted keys: `tojson` sorts them).
+    questions = list(validators(answers))
+    public = [key for key in questions if key in answers]
+    public += [key for key in answers if not key.startswith("_") and key not in questions]
+    ordered = [key for key in public if key not in bad_fields] + [key for key in public if key in bad_fields]
+    command += [f"{key}={command_line_value(answers[key])}" for key in ordered]
+    return shlex.join(command)
 
 
 def main() -> int:
     sys.stderr.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
-    lines = problems(ANSWERS)
-    for line in lines:
+    found = findings(ANSWERS)
+    for _, line in found:
         print(line, file=sys.stderr)
-    return 1 if lines else 0
+    if not found:
+        return 0
+    fields = [field for field, _ in found]
+    print(
+        f"Nothing was written. To bake again with all your answers, correct {' and '.join(fields)} at the end of "
+        "this command and run it:",
+        file=sys.stderr,
+    )
+    print(f"  {bake_again_command(ANSWERS, fields)}", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ TRIGGERS: dict[str, Callable[[Path], Run]] = {
     "answer-package-name": lambda workdir: cli_no_input(workdir, package_name="my-package"),
     "answer-aws-region": lambda workdir: cli_no_input(workdir, aws_region="mars-east-1"),
     "answer-instance-types": lambda workdir: cli_no_input(
-        workdir, gpu_instance_types="g4dn.xlarge, g5.xlarge"
+        workdir, gpu_instance_types="g4dn.xlarge,,g5.xlarge"
     ),
     "answer-s3-bucket": lambda workdir: cli_no_input(workdir, s3_bucket="My_Bucket"),
     "answer-idle-timeout": lambda workdir: cli_no_input(workdir, idle_timeout_minutes="200"),

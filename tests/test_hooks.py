@@ -12,6 +12,7 @@ import ast
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from conftest import (
     ANSWERS_FILE,
     TEMPLATE_ROOT,
@@ -32,6 +34,7 @@ from conftest import (
     iter_strings,
     load_hook,
     parse_structured,
+    public,
     render_hook,
     structured_files,
     template_config,
@@ -114,7 +117,8 @@ REJECTION_CASES = [
     reject("empty", "gpu_instance_types", ""),
     reject("empty-entry", "gpu_instance_types", "g4dn.xlarge,,g5.xlarge", mentions="entry 2"),
     reject("trailing-comma", "gpu_instance_types", "g4dn.xlarge,", mentions="entry 2"),
-    reject("space", "gpu_instance_types", "g4dn.xlarge, g5.xlarge", mentions="' g5.xlarge'"),
+    # Spaces around the commas are dropped (test_spaces_around_commas_are_dropped); inside an entry they stay.
+    reject("space-inside", "gpu_instance_types", "g4dn.xlarge, g5 .xlarge", mentions="entry 2 'g5 .xlarge'"),
     reject("no-size", "gpu_instance_types", "g5.xlarge,g4dn", mentions="'g4dn'"),
     reject("uppercase", "gpu_instance_types", "G4DN.xlarge", mentions="'G4DN.xlarge'"),
     reject("digit-family", "gpu_instance_types", "4g.xlarge", mentions="'4g.xlarge'"),
@@ -250,6 +254,15 @@ REJECTION_CASES = [
 REJECTIONS = dict(REJECTION_CASES)
 
 
+BAKE_AGAIN_PREFIX = "  cookiecutter "
+
+
+def bake_again_line(stderr: str) -> str:
+    """The command the hook prints after its errors (one line, indented by two spaces)."""
+    (line,) = [line for line in stderr.splitlines() if line.startswith(BAKE_AGAIN_PREFIX)]
+    return line.strip()
+
+
 def error_lines(stderr: str) -> list[re.Match[str]]:
     return [match for line in stderr.splitlines() if (match := ERROR_LINE.match(line))]
 
@@ -297,6 +310,8 @@ def test_rejected(
     assert fix.strip(), "the message must say how to fix the answer"
     assert case.mentions in fix
     assert out_entries(workdir) == [], "a rejected answer must not leave a project directory"
+    assert f"correct {case.field}" in proc.stderr
+    assert any(arg.startswith(f"{case.field}=") for arg in shlex.split(bake_again_line(proc.stderr)))
 
 
 def test_rejection_case_ids_are_unique() -> None:
@@ -320,6 +335,102 @@ def test_every_bad_field_is_reported_once(tmp_path: Path) -> None:
     assert reported == bad
     assert len(error_lines(proc.stderr)) == len(bad)
     assert out_entries(tmp_path) == []
+
+
+# ------------------------------------------------------------------------------ baking as a person does it
+def test_spaces_around_commas_are_dropped(tmp_path: Path) -> None:
+    """`g5.xlarge, g4dn.xlarge` as typed at the prompt: accepted, and the canonical list wherever it lands."""
+    typed = " g5.xlarge ,  g4dn.xlarge\t"
+    proc = cli_no_input(tmp_path, gpu_instance_types=typed)
+
+    assert proc.returncode == 0, proc.stderr
+    project = tmp_path / "out" / "ml-project"
+    config = yaml.safe_load((project / "configs" / "gpu-runner.yaml").read_text(encoding="utf-8"))
+    assert config["instance_types"] == ["g5.xlarge", "g4dn.xlarge"]
+    (stack,) = parse_structured(project / "infra" / "gpu-runner.yaml")
+    assert stack["Parameters"]["AllowedInstanceTypes"]["Default"] == "g5.xlarge,g4dn.xlarge"
+    recorded = json.loads((project / ANSWERS_FILE).read_text(encoding="utf-8"))["cookiecutter"]
+    assert recorded["gpu_instance_types"] == "g5.xlarge,g4dn.xlarge"
+    assert [str(path) for path, text in text_files(project).items() if typed.strip() in text] == []
+
+
+@pytest.mark.parametrize("apostrophe", ["'", "\u2019"], ids=["ascii", "typographic"])
+def test_apostrophes_are_dropped_before_slugifying(apostrophe: str) -> None:
+    answers = default_answers(project_name=f"Zoë{apostrophe}s Vision Lab")
+
+    assert answers["project_slug"] == "zoes-vision-lab"
+    assert answers["package_name"] == "zoes_vision_lab"
+    assert answers["github_repo"] == "zoes-vision-lab"
+    assert answers["s3_bucket"] == "your-org-zoes-vision-lab-ml"
+
+
+# One interactive session: the answer to every prompt in cookiecutter.json's order (an empty line takes the
+# default). Free text that a shell or Jinja would change, and one bad answer (gpu_instance_types).
+TYPED = {
+    "project_name": "Zoë's Vision Lab",
+    "description": 'Ann\'s "lab": $(touch pwned) `id` {{ 7*7 }} {% raw %} #c',
+    "author_name": "O'Brien & Co; rm -rf x",
+    "gpu_instance_types": "g4dn.xlarge,,g5.xlarge",
+    "use_spot": "n",
+    "max_runtime_minutes": "240",
+    "license": "2",
+}
+CORRECTED = ("gpu_instance_types", "g4dn.xlarge, g5.xlarge")
+
+
+def bake_interactively(workdir: Path, typed: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`cookiecutter <template>` on a terminal-less stdin, answering the prompts in order; HOME is `workdir`,
+    so cookiecutter's replay file and user config stay there."""
+    questions = [key for key in template_config() if not key.startswith("_")]
+    stdin = "".join(f"{typed.get(key, '')}\n" for key in questions)
+    env = {**os.environ, "HOME": str(workdir), "PYTHONIOENCODING": "utf-8"}
+    return subprocess.run(
+        [sys.executable, "-m", "cookiecutter", str(TEMPLATE_ROOT), "--output-dir", str(workdir / "out")],
+        cwd=workdir, env=env, input=stdin, capture_output=True, text=True, encoding="utf-8", timeout=120,
+        check=False,
+    )  # fmt: skip
+
+
+def test_a_rejected_bake_prints_the_command_that_keeps_every_answer(tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    first = bake_interactively(tmp_path, TYPED)
+    assert first.returncode != 0
+    assert "ERROR: gpu_instance_types 'g4dn.xlarge,,g5.xlarge' is invalid: entry 2 is empty" in first.stderr
+    assert out_entries(tmp_path) == []
+    printed = bake_again_line(first.stderr)
+    assert "correct gpu_instance_types at the end of this command" in first.stderr
+    # What cookiecutter itself recorded of the session (its replay file): every answer, the bad one included.
+    (replay,) = (tmp_path / ".cookiecutter_replay").glob("*.json")
+    given = public(json.loads(replay.read_text(encoding="utf-8"))["cookiecutter"])
+    assert given["project_slug"] == "zoes-vision-lab" and given["license"] == "Apache-2.0"
+
+    field, fixed = CORRECTED
+    bad = shlex.quote(f"{field}={given[field]}")
+    assert printed.endswith(bad), "the bad answer comes last, where it is easy to edit"
+    command = printed.removesuffix(bad) + shlex.quote(f"{field}={fixed}")
+    env = {**os.environ, "HOME": str(tmp_path), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    second = subprocess.run(
+        ["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True, encoding="utf-8",
+        timeout=120, check=False,
+    )  # fmt: skip
+
+    assert second.returncode == 0, second.stderr
+    assert not list(tmp_path.rglob("pwned"))
+    recorded = json.loads((tmp_path / "out" / "zoes-vision-lab" / ANSWERS_FILE).read_text(encoding="utf-8"))
+    assert recorded["cookiecutter"] == given | {field: "g4dn.xlarge,g5.xlarge"}
+
+
+def test_the_command_carries_every_kind_of_answer() -> None:
+    """The command-line form of each answer type: cookiecutter renders `key=value` with Jinja and converts
+    yes/no for booleans, so text holding Jinja syntax goes in a raw block and booleans as yes/no."""
+    hook = load_hook("pre_gen_project", default_answers())
+    value = hook["command_line_value"]
+
+    assert value(True) == "yes" and value(False) == "no"
+    assert value(180) == "180"
+    assert value("{{ 7*7 }}") == "{% raw %}{{ 7*7 }}{% endraw %}"
+    assert value("plain text") == "plain text"
+    assert value("line one\nline two\x1b[31m") == "line oneline two[31m"  # the command stays one line
 
 
 def test_cli_booleans_are_converted_by_cookiecutter(tmp_path: Path) -> None:

@@ -6,7 +6,8 @@ AWS is a real moto server (the parent conftest's `moto_endpoint`) reached throug
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import boto3
@@ -156,3 +157,16 @@ def cli_env(
         monkeypatch.setenv(key, value)
     monkeypatch.chdir(tmp_path)
     return settings
+
+
+@pytest.fixture
+def logged(caplog: pytest.LogCaptureFixture) -> Iterator[Callable[[], list[str]]]:
+    """`logged()`: the package's log lines so far, in order, as `gpu-runner` shows them (pytest's caplog, from
+    INFO up; the GitHub client's INFO lines stay hidden, as in log_output.to_stdout). Until issue 14 the tests
+    collected them with `log=lines.append`; every module now logs to its own logger."""
+    caplog.set_level(logging.INFO, logger="gpu_runner")
+    github = logging.getLogger("gpu_runner.github")
+    level = github.level
+    github.setLevel(logging.WARNING)
+    yield lambda: [record.getMessage() for record in caplog.records if record.name.startswith("gpu_runner.")]
+    github.setLevel(level)

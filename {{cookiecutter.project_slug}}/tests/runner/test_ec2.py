@@ -119,7 +119,7 @@ def test_first_type_out_of_capacity_moves_to_the_next(aws: Aws, faults: AwsFault
     )
     launched = ec2.launch_instance(
         aws, spec(ami), region=REGION,
-        instance_types=("g4dn.xlarge", "g5.xlarge"), subnet_ids=(), use_spot=True, log=lambda _: None,
+        instance_types=("g4dn.xlarge", "g5.xlarge"), subnet_ids=(), use_spot=True,
     )  # fmt: skip
     assert (launched.market, launched.instance_type) == ("spot", "g5.xlarge")
     assert [(a.instance_type, a.error) for a in launched.attempts] == [
@@ -135,7 +135,7 @@ def test_every_spot_pool_out_falls_back_to_on_demand(aws: Aws, faults: AwsFaults
     )  # fmt: skip
     launched = ec2.launch_instance(
         aws, spec(ami), region=REGION,
-        instance_types=("g4dn.xlarge", "g5.xlarge"), subnet_ids=(), use_spot=True, log=lambda _: None,
+        instance_types=("g4dn.xlarge", "g5.xlarge"), subnet_ids=(), use_spot=True,
     )  # fmt: skip
     assert (launched.market, launched.instance_type) == ("on-demand", "g4dn.xlarge")
     assert run_instances_calls(faults) == [("spot", "g4dn.xlarge"), ("spot", "g5.xlarge")]
@@ -146,7 +146,7 @@ def test_spot_price_error_skips_remaining_spot_pools(aws: Aws, faults: AwsFaults
     faults.fail("ec2", "RunInstances", "SpotMaxPriceTooLow")
     launched = ec2.launch_instance(
         aws, spec(ami), region=REGION,
-        instance_types=("g4dn.xlarge", "g5.xlarge"), subnet_ids=(), use_spot=True, log=lambda _: None,
+        instance_types=("g4dn.xlarge", "g5.xlarge"), subnet_ids=(), use_spot=True,
     )  # fmt: skip
     assert (launched.market, launched.instance_type) == ("on-demand", "g4dn.xlarge")
     assert [a.error for a in launched.attempts] == ["SpotMaxPriceTooLow"]
@@ -169,7 +169,7 @@ def test_subnets_are_tried_in_order(aws: Aws, faults: AwsFaults, ami: str) -> No
     )
     launched = ec2.launch_instance(
         aws, spec(ami), region=REGION, instance_types=("g4dn.xlarge",),
-        subnet_ids=(first["SubnetId"], second["SubnetId"]), use_spot=False, log=lambda _: None,
+        subnet_ids=(first["SubnetId"], second["SubnetId"]), use_spot=False,
     )  # fmt: skip
     assert launched.subnet_id == second["SubnetId"]
     assert launched.availability_zone == f"{REGION}b"
@@ -180,7 +180,7 @@ def test_vcpu_quota_fails_fast_and_names_the_quota(aws: Aws, faults: AwsFaults, 
     with pytest.raises(LaunchBlockedError) as info:
         ec2.launch_instance(
             aws, spec(ami), region=REGION,
-            instance_types=("g4dn.xlarge", "g5.xlarge"), subnet_ids=(), use_spot=True, log=lambda _: None,
+            instance_types=("g4dn.xlarge", "g5.xlarge"), subnet_ids=(), use_spot=True,
         )  # fmt: skip
     assert "Running On-Demand G and VT instances" in str(info.value)
     assert "All G and VT Spot Instance Requests" in str(info.value)
@@ -193,7 +193,7 @@ def test_missing_permission_names_it(aws: Aws, faults: AwsFaults, ami: str) -> N
     with pytest.raises(LaunchBlockedError, match="make bootstrap again"):
         ec2.launch_instance(
             aws, spec(ami), region=REGION,
-            instance_types=("g4dn.xlarge",), subnet_ids=(), use_spot=False, log=lambda _: None,
+            instance_types=("g4dn.xlarge",), subnet_ids=(), use_spot=False,
         )  # fmt: skip
 
 
@@ -206,7 +206,7 @@ def test_no_capacity_anywhere(aws: Aws, faults: AwsFaults, ami: str) -> None:
     ):
         ec2.launch_instance(
             aws, spec(ami), region=REGION,
-            instance_types=("g4dn.xlarge", "g5.xlarge"), subnet_ids=(), use_spot=True, log=lambda _: None,
+            instance_types=("g4dn.xlarge", "g5.xlarge"), subnet_ids=(), use_spot=True,
         )  # fmt: skip
     assert len(run_instances_calls(faults)) == 4
     assert running(aws) == []
@@ -220,7 +220,7 @@ def test_throttled_launch_is_retried_with_one_client_token(
     faults.fail("ec2", "RunInstances", "InternalError", times=1, status=500)
     launched = ec2.launch_instance(
         aws, spec(ami), region=REGION,
-        instance_types=("g4dn.xlarge",), subnet_ids=(), use_spot=False, log=lambda _: None,
+        instance_types=("g4dn.xlarge",), subnet_ids=(), use_spot=False,
     )  # fmt: skip
     assert launched.attempts == ()
     calls = [params for _, operation, _, params in faults.injected if operation == "RunInstances"]
@@ -238,7 +238,7 @@ def test_transient_errors_give_up_after_the_attempt_budget(
     with pytest.raises(LaunchBlockedError, match="RequestLimitExceeded"):
         ec2.launch_instance(
             aws, spec(ami), region=REGION,
-            instance_types=("g4dn.xlarge", "g5.xlarge"), subnet_ids=(), use_spot=False, log=lambda _: None,
+            instance_types=("g4dn.xlarge", "g5.xlarge"), subnet_ids=(), use_spot=False,
         )  # fmt: skip
     assert len(run_instances_calls(faults)) == ec2.RUN_ATTEMPTS_PER_POOL
     assert running(aws) == []
@@ -260,11 +260,6 @@ def test_terminate_is_idempotent_and_console_readable(aws: Aws, ami: str) -> Non
     assert ec2.terminate(client, "i-0000000000000dead") == "terminated"
 
 
-class Logs(list[str]):
-    def __call__(self, line: str) -> None:
-        self.append(line)
-
-
 def two_subnets(aws: Aws, zones: tuple[str, str] = ("a", "b"), cidr: str = "10.30") -> tuple[str, str]:
     client = aws.client("ec2", REGION)
     vpc = client.create_vpc(CidrBlock=f"{cidr}.0.0/16")["Vpc"]["VpcId"]
@@ -278,7 +273,7 @@ def two_subnets(aws: Aws, zones: tuple[str, str] = ("a", "b"), cidr: str = "10.3
 
 
 def test_spot_service_linked_role_missing_falls_back_to_on_demand(
-    aws: Aws, faults: AwsFaults, ami: str
+    aws: Aws, faults: AwsFaults, ami: str, logged
 ) -> None:
     """A new account without AWSServiceRoleForEC2Spot (and a role that may not create it): EC2 answers with a 403
     on every spot request. No other spot pool can fix that, so the next try is on-demand, with the fix named."""
@@ -288,11 +283,11 @@ def test_spot_service_linked_role_missing_falls_back_to_on_demand(
         message="The provided credentials do not have permission to create the service-linked role for EC2 Spot "
         "Instances.",
     )  # fmt: skip
-    logs = Logs()
     launched = ec2.launch_instance(
         aws, spec(ami), region=REGION,
-        instance_types=("g4dn.xlarge", "g5.xlarge"), subnet_ids=(), use_spot=True, log=logs,
+        instance_types=("g4dn.xlarge", "g5.xlarge"), subnet_ids=(), use_spot=True,
     )  # fmt: skip
+    logs = logged()
     assert (launched.market, launched.instance_type) == ("on-demand", "g4dn.xlarge")
     assert run_instances_calls(faults) == [("spot", "g4dn.xlarge")]
     (line,) = [line for line in logs if "ServiceLinkedRoleCreationNotPermitted" in line]
@@ -302,17 +297,17 @@ def test_spot_service_linked_role_missing_falls_back_to_on_demand(
     assert len(running(aws)) == 1
 
 
-def test_a_full_subnet_moves_on_to_the_next_subnet(aws: Aws, faults: AwsFaults, ami: str) -> None:
+def test_a_full_subnet_moves_on_to_the_next_subnet(aws: Aws, faults: AwsFaults, ami: str, logged) -> None:
     first, second = two_subnets(aws, cidr="10.31")
     faults.fail(
         "ec2", "RunInstances", "InsufficientFreeAddressesInSubnet", times=-1,
         when=lambda p: p.get("SubnetId") == first,
     )  # fmt: skip
-    logs = Logs()
     launched = ec2.launch_instance(
         aws, spec(ami), region=REGION, instance_types=("g4dn.xlarge", "g5.xlarge"),
-        subnet_ids=(first, second), use_spot=False, log=logs,
+        subnet_ids=(first, second), use_spot=False,
     )  # fmt: skip
+    logs = logged()
     assert (launched.instance_type, launched.subnet_id) == ("g4dn.xlarge", second)
     assert (
         f"subnet {first} has no free IP address (InsufficientFreeAddressesInSubnet); trying the next subnet"
@@ -329,25 +324,25 @@ def test_a_full_subnet_is_not_tried_again_for_the_next_type(aws: Aws, faults: Aw
     with pytest.raises(CapacityError):
         ec2.launch_instance(
             aws, spec(ami), region=REGION, instance_types=("g4dn.xlarge", "g5.xlarge"),
-            subnet_ids=(first, second), use_spot=False, log=lambda _: None,
+            subnet_ids=(first, second), use_spot=False,
         )  # fmt: skip
     calls = [(p["InstanceType"], p["SubnetId"]) for _, op, _, p in faults.injected if op == "RunInstances"]
     assert calls == [("g4dn.xlarge", first), ("g4dn.xlarge", second), ("g5.xlarge", second)]
 
 
 def test_unsupported_says_not_offered_in_this_zone_and_moves_on(
-    aws: Aws, faults: AwsFaults, ami: str
+    aws: Aws, faults: AwsFaults, ami: str, logged
 ) -> None:
     first, second = two_subnets(aws, cidr="10.33")
     faults.fail(
         "ec2", "RunInstances", "Unsupported", when=lambda p: p.get("SubnetId") == first,
         message="Your requested instance type (g4dn.xlarge) is not supported in your requested Availability Zone",
     )  # fmt: skip
-    logs = Logs()
     launched = ec2.launch_instance(
         aws, spec(ami), region=REGION, instance_types=("g4dn.xlarge",),
-        subnet_ids=(first, second), use_spot=False, log=logs,
+        subnet_ids=(first, second), use_spot=False,
     )  # fmt: skip
+    logs = logged()
     assert launched.subnet_id == second
     assert [line for line in logs if "g4dn.xlarge is not offered in this zone" in line and first in line]
 
@@ -360,7 +355,7 @@ def test_ec2_throttled_exception_is_retried_like_request_limit_exceeded(
     faults.fail("ec2", "RunInstances", "EC2ThrottledException", times=2, status=503)
     launched = ec2.launch_instance(
         aws, spec(ami), region=REGION,
-        instance_types=("g4dn.xlarge",), subnet_ids=(), use_spot=False, log=lambda _: None,
+        instance_types=("g4dn.xlarge",), subnet_ids=(), use_spot=False,
     )  # fmt: skip
     assert launched.attempts == ()
     # Two throttled answers, then the third try reached moto and launched.

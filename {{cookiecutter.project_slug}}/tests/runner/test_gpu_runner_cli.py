@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 from aws_constants import REGION
 from mlflow.tracking import MlflowClient
 
+from gpu_runner import log_output
 from gpu_runner.cli import main
 from gpu_runner.cost.pricing import load_table
 
@@ -129,3 +131,16 @@ def test_aws_refusals_outside_launch_are_one_line(
     err = capsys.readouterr().err
     assert expected in err, err
     assert "Traceback" not in err
+
+
+def test_log_lines_reach_stdout_as_the_prints_they_replaced(capsys) -> None:
+    """What the workflows' step logs show: the message alone on stdout, once however often main() ran; the
+    GitHub client's INFO lines stay hidden, as they were before any logging was configured."""
+    log_output.to_stdout()
+    log_output.to_stdout()
+    handlers = logging.getLogger("gpu_runner").handlers
+    assert len([handler for handler in handlers if isinstance(handler, log_output.PrintHandler)]) == 1
+    logging.getLogger("gpu_runner.lifecycle").info("billed seconds: 60")
+    logging.getLogger("gpu_runner.github").info("deleted runner 7")
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err) == ("billed seconds: 60\n", "")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import logging
 import re
 from datetime import UTC, datetime, timedelta
 
@@ -57,10 +58,10 @@ def outputs(tmp_path, monkeypatch: pytest.MonkeyPatch):
 
 
 def test_launch_registers_stores_and_launches(
-    settings, ctx, aws, github, github_double, outputs, capsys
+    settings, ctx, aws, github, github_double, outputs, capsys, logged
 ) -> None:
-    logs: list[str] = []
-    outcome = lifecycle.launch(settings, ctx, aws, github, log=logs.append)
+    outcome = lifecycle.launch(settings, ctx, aws, github)
+    logs = logged()
 
     assert outcome.runner_name == "gpu-runner-777-1"
     # The label: the run key plus 64 random bits, so it cannot be derived from the public run id.
@@ -123,7 +124,7 @@ def test_the_jit_config_is_written_after_the_launch_for_that_instance_alone(
         client.meta.events.register(
             "provide-client-params", lambda params, model, **_: calls.append((model.name, dict(params)))
         )
-    outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
+    outcome = lifecycle.launch(settings, ctx, aws, github)
     operations = [name for name, _ in calls]
     assert operations.index("RunInstances") < operations.index("PutParameter"), operations
     (put,) = [params for name, params in calls if name == "PutParameter"]
@@ -152,7 +153,7 @@ def test_a_jit_config_refused_after_the_launch_leaves_no_instance_runner_or_para
     key missing or not usable, tagging refused), launch terminates the instance it just started."""
     faults.fail("ssm", "PutParameter", code, times=-1)
     with pytest.raises(ClientError) as refused:
-        lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
+        lifecycle.launch(settings, ctx, aws, github)
     assert refused.value.response["Error"]["Code"] == code
     assert_nothing_left(aws, github_double)
     instance_id = outputs()["instance-id"]  # the stop job could clean up too
@@ -173,28 +174,34 @@ def test_failed_launch_removes_runner_and_parameter(
 ) -> None:
     faults.fail("ec2", "RunInstances", code, times=-1)
     with pytest.raises(error):
-        lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
+        lifecycle.launch(settings, ctx, aws, github)
     assert [c.method for c in github_double.calls if "/actions/runners" in c.path] == ["POST", "DELETE"]
     assert_nothing_left(aws, github_double)
     assert "instance-id" not in outputs()  # the stop job has nothing to terminate
 
 
 def test_cancellation_right_after_run_instances_terminates_the_instance(
-    settings, ctx, aws, github, github_double, outputs
+    settings, ctx, aws, github, github_double, outputs, logged
 ) -> None:
-    def log(line: str) -> None:
-        if line.startswith("launched "):
-            raise SystemExit(143)  # what SIGTERM from a cancelled workflow turns into
+    class CancelAtLaunched(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("launched "):
+                raise SystemExit(143)  # what SIGTERM from a cancelled workflow turns into
 
-    with pytest.raises(SystemExit):
-        lifecycle.launch(settings, ctx, aws, github, log=log)
+    handler = CancelAtLaunched()
+    lifecycle.log.addHandler(handler)
+    try:
+        with pytest.raises(SystemExit):
+            lifecycle.launch(settings, ctx, aws, github)
+    finally:
+        lifecycle.log.removeHandler(handler)
     assert_nothing_left(aws, github_double)
 
 
 def test_bad_ami_parameter_fails_before_anything_exists(settings, ctx, aws, github, github_double) -> None:
     broken = dataclasses.replace(settings, ami_parameter="/missing/ami")
     with pytest.raises(RunnerError, match="ami_parameter '/missing/ami' does not exist"):
-        lifecycle.launch(broken, ctx, aws, github, log=lambda _: None)
+        lifecycle.launch(broken, ctx, aws, github)
     assert github_double.calls == []
 
 
@@ -208,7 +215,9 @@ def in_other_region(settings: Settings, aws: Aws, **changes: object) -> Settings
     return dataclasses.replace(settings, region=OTHER_REGION, **{"security_group_ids": groups, **changes})
 
 
-def test_launch_skips_a_type_not_offered_in_the_region(settings, ctx, aws, github, github_double) -> None:
+def test_launch_skips_a_type_not_offered_in_the_region(
+    settings, ctx, aws, github, github_double, logged
+) -> None:
     """g6.xlarge is not offered in eu-west-1 (moto answers from AWS's published offerings): it is skipped with one
     line, never tried and never reported as "no capacity"."""
     eu = in_other_region(settings, aws, instance_types=("g6.xlarge", "g4dn.xlarge"))
@@ -217,15 +226,15 @@ def test_launch_skips_a_type_not_offered_in_the_region(settings, ctx, aws, githu
     aws.session.events.register(
         "provide-client-params.ec2.RunInstances", lambda params, **_: launches.append(params["InstanceType"])
     )
-    logs: list[str] = []
-    outcome = lifecycle.launch(eu, ctx, aws, github, log=logs.append)
+    outcome = lifecycle.launch(eu, ctx, aws, github)
+    logs = logged()
     assert outcome.launched.instance_type == "g4dn.xlarge"
     assert launches == ["g4dn.xlarge"]
     skipped = [line for line in logs if "g6.xlarge" in line]
     assert len(skipped) == 1 and "not offer" in skipped[0] and OTHER_REGION in skipped[0], logs
     assert not [line for line in logs if "no capacity" in line]
     lifecycle.teardown(aws, github, region=OTHER_REGION, instance_id=outcome.launched.instance_id,
-                       runner_id=outcome.runner_id, parameter=outcome.parameter, log=lambda _: None)  # fmt: skip
+                       runner_id=outcome.runner_id, parameter=outcome.parameter)  # fmt: skip
     assert_nothing_left(aws, github_double, OTHER_REGION)
 
 
@@ -234,7 +243,7 @@ def test_launch_with_no_offered_type_fails_before_anything_exists(
 ) -> None:
     eu = in_other_region(settings, aws, instance_types=("g6.xlarge", "g6e.xlarge"))
     with pytest.raises(SettingsError) as info:
-        lifecycle.launch(eu, ctx, aws, github, log=lambda _: None)
+        lifecycle.launch(eu, ctx, aws, github)
     message = str(info.value)
     assert "instance_types in configs/gpu-runner.yaml" in message
     assert "g6.xlarge, g6e.xlarge is offered in eu-west-1" in message
@@ -244,7 +253,7 @@ def test_launch_with_no_offered_type_fails_before_anything_exists(
 
 
 def test_launch_skips_a_subnet_whose_zone_does_not_offer_the_type(
-    settings, ctx, aws, github, github_double
+    settings, ctx, aws, github, github_double, logged
 ) -> None:
     # us-east-1e offers no g4dn.xlarge (AWS's zone offerings as moto ships them); us-east-1a does.
     client = aws.client("ec2", REGION)
@@ -256,24 +265,23 @@ def test_launch_skips_a_subnet_whose_zone_does_not_offer_the_type(
         for n, z in ((1, "e"), (2, "a"))
     )
     placed = dataclasses.replace(settings, instance_types=("g4dn.xlarge",), subnet_ids=(zone_e, zone_a))
-    logs: list[str] = []
-    outcome = lifecycle.launch(placed, ctx, aws, github, log=logs.append)
+    outcome = lifecycle.launch(placed, ctx, aws, github)
+    logs = logged()
     assert (outcome.launched.subnet_id, outcome.launched.availability_zone) == (zone_a, f"{REGION}a")
     assert [line for line in logs if "g4dn.xlarge in us-east-1e" in line]
     lifecycle.teardown(aws, github, region=REGION, instance_id=outcome.launched.instance_id,
-                       runner_id=outcome.runner_id, parameter=outcome.parameter, log=lambda _: None)  # fmt: skip
+                       runner_id=outcome.runner_id, parameter=outcome.parameter)  # fmt: skip
 
 
-def test_wait_returns_when_online(settings, ctx, aws, github, github_double) -> None:
-    outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
+def test_wait_returns_when_online(settings, ctx, aws, github, github_double, logged) -> None:
+    outcome = lifecycle.launch(settings, ctx, aws, github)
     github_double.online_after(outcome.runner_id, polls=2)
-    logs: list[str] = []
     online = lifecycle.wait(
         settings, aws, github, region=REGION, instance_id=outcome.launched.instance_id,
-        runner_id=outcome.runner_id, log=logs.append,
+        runner_id=outcome.runner_id,
     )  # fmt: skip
     assert online.runner.status == "online"
-    assert any("s after launch" in line for line in logs)
+    assert any("s after launch" in line for line in logged())
 
 
 class FakeClock:
@@ -307,12 +315,12 @@ def runner_polls(github_double: GitHubDouble, runner_id: int) -> int:
 def test_wait_notices_online_within_one_poll_interval(
     settings, ctx, aws, github, github_double, outputs, online_at
 ) -> None:
-    outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
+    outcome = lifecycle.launch(settings, ctx, aws, github)
     fake = FakeClock(github_double, outcome.runner_id, online_at)
     github_double.clear_calls()
     online = lifecycle.wait(
         settings, aws, github, region=REGION, instance_id=outcome.launched.instance_id,
-        runner_id=outcome.runner_id, timeout_seconds=600, log=lambda _: None, sleep=fake.sleep, clock=fake.clock,
+        runner_id=outcome.runner_id, timeout_seconds=600, sleep=fake.sleep, clock=fake.clock,
     )  # fmt: skip
     assert online.runner.status == "online"
     # Noticed at the first poll after it connected: never more than one interval late (the capped backoff
@@ -326,13 +334,13 @@ def test_wait_notices_online_within_one_poll_interval(
 
 def test_wait_stays_within_githubs_rate_limit(settings, ctx, aws, github, github_double) -> None:
     """A runner that never comes online: one GitHub request per interval, for the whole wait_timeout."""
-    outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
+    outcome = lifecycle.launch(settings, ctx, aws, github)
     fake = FakeClock(github_double, outcome.runner_id, online_at=float("inf"))
     github_double.clear_calls()
     with pytest.raises(RegistrationTimeout, match="did not come online within 600 s"):
         lifecycle.wait(
             settings, aws, github, region=REGION, instance_id=outcome.launched.instance_id,
-            runner_id=outcome.runner_id, timeout_seconds=600, log=lambda _: None, sleep=fake.sleep,
+            runner_id=outcome.runner_id, timeout_seconds=600, sleep=fake.sleep,
             clock=fake.clock,
         )  # fmt: skip
     polls = runner_polls(github_double, outcome.runner_id)
@@ -341,40 +349,40 @@ def test_wait_stays_within_githubs_rate_limit(settings, ctx, aws, github, github
     assert polls < 5000 / 20
 
 
-def test_wait_timeout_prints_the_console_output(settings, ctx, aws, github, github_double) -> None:
-    outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
-    logs: list[str] = []
+def test_wait_timeout_prints_the_console_output(settings, ctx, aws, github, github_double, logged) -> None:
+    outcome = lifecycle.launch(settings, ctx, aws, github)
     with pytest.raises(RegistrationTimeout):
         lifecycle.wait(
             settings, aws, github, region=REGION, instance_id=outcome.launched.instance_id,
-            runner_id=outcome.runner_id, timeout_seconds=0.5, log=logs.append,
+            runner_id=outcome.runner_id, timeout_seconds=0.5,
         )  # fmt: skip
+    logs = logged()
     start = logs.index(f"--- console output of {outcome.launched.instance_id} ---")
     assert logs[start + 2] == "--- end of console output ---"
     assert logs[start + 1].strip()
 
 
 def test_wait_fails_fast_when_the_instance_dies(settings, ctx, aws, github, github_double) -> None:
-    outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
+    outcome = lifecycle.launch(settings, ctx, aws, github)
     aws.client("ec2", REGION).terminate_instances(InstanceIds=[outcome.launched.instance_id])
     with pytest.raises(RunnerError, match="before its runner came online"):
         lifecycle.wait(
             settings, aws, github, region=REGION, instance_id=outcome.launched.instance_id,
-            runner_id=outcome.runner_id, timeout_seconds=60, log=lambda _: None,
+            runner_id=outcome.runner_id, timeout_seconds=60,
         )  # fmt: skip
 
 
 def test_wait_says_the_runner_was_taken_when_another_job_holds_it(settings, ctx, aws, github, github_double):
     """Another workflow named the label while the instance booted: the runner is busy before this run's train job
     can even be queued (it needs this start job)."""
-    outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
+    outcome = lifecycle.launch(settings, ctx, aws, github)
     github_double.set_status(outcome.runner_id, "online", busy=True)
     with pytest.raises(
         RunnerError, match=r"^runner was taken: .*busy with a job while this start job still waits"
     ):
         lifecycle.wait(
             settings, aws, github, region=REGION, instance_id=outcome.launched.instance_id,
-            runner_id=outcome.runner_id, timeout_seconds=60, log=lambda _: None,
+            runner_id=outcome.runner_id, timeout_seconds=60,
         )  # fmt: skip
 
 
@@ -382,7 +390,7 @@ def test_wait_says_the_runner_was_taken_when_its_registration_went_with_the_inst
     settings, ctx, aws, github, github_double
 ) -> None:
     """The refused job ended (GitHub removes a JIT runner after its one job) and the hook halted the instance."""
-    outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
+    outcome = lifecycle.launch(settings, ctx, aws, github)
     github_double.job_completed(outcome.runner_id)
     aws.client("ec2", REGION).terminate_instances(InstanceIds=[outcome.launched.instance_id])
     with pytest.raises(
@@ -390,7 +398,7 @@ def test_wait_says_the_runner_was_taken_when_its_registration_went_with_the_inst
     ):
         lifecycle.wait(
             settings, aws, github, region=REGION, instance_id=outcome.launched.instance_id,
-            runner_id=outcome.runner_id, timeout_seconds=60, log=lambda _: None,
+            runner_id=outcome.runner_id, timeout_seconds=60,
         )  # fmt: skip
 
 
@@ -399,12 +407,12 @@ def teardown_all(
 ) -> lifecycle.TeardownReport:
     return lifecycle.teardown(
         aws, github, region=outcome.region, instance_id=outcome.launched.instance_id,
-        runner_id=outcome.runner_id, parameter=outcome.parameter, log=lambda _: None, **kw,
+        runner_id=outcome.runner_id, parameter=outcome.parameter, **kw,
     )  # fmt: skip
 
 
 def test_teardown_twice_succeeds(settings, ctx, aws, github, github_double) -> None:
-    outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
+    outcome = lifecycle.launch(settings, ctx, aws, github)
     first = teardown_all(aws, github, outcome)
     assert (first.runner, first.parameter) == ("deleted", "deleted")
     assert first.instance in {"shutting-down", "terminated"}
@@ -437,7 +445,7 @@ class TeardownOrder:
 def test_busy_runner_is_deleted_once_its_job_ends(
     settings, ctx, aws, github, github_double, monkeypatch
 ) -> None:
-    outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
+    outcome = lifecycle.launch(settings, ctx, aws, github)
     order = TeardownOrder(aws, github, monkeypatch, outcome.launched.instance_id)
     github_double.stay_busy_for(outcome.runner_id, delete_attempts=2)
     report = teardown_all(aws, github, outcome)
@@ -454,7 +462,7 @@ def test_busy_runner_is_removed_after_its_instance_is_terminated(
 ) -> None:
     """A runner busy until busy_timeout_seconds: terminating first ends the job, so GitHub marks the runner
     offline and the delete goes through. Deleting first kept the GPU billing 271 s longer."""
-    outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
+    outcome = lifecycle.launch(settings, ctx, aws, github)
     order = TeardownOrder(aws, github, monkeypatch, outcome.launched.instance_id)
     # The job never ends while its machine runs.
     github_double.stay_busy_for(outcome.runner_id, delete_attempts=10_000)
@@ -474,7 +482,7 @@ def test_busy_runner_is_removed_after_its_instance_is_terminated(
 def test_github_outage_still_terminates_the_instance(
     settings, ctx, aws, github, github_double, monkeypatch
 ) -> None:
-    outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
+    outcome = lifecycle.launch(settings, ctx, aws, github)
     order = TeardownOrder(aws, github, monkeypatch, outcome.launched.instance_id)
     # Every DELETE this teardown sends answers 503: the first try and GithubRetry's 3 retries.
     github_double.fail("DELETE", r"/actions/runners/\d+$", 503, times=4)
@@ -496,14 +504,14 @@ def test_github_outage_still_terminates_the_instance(
 
 
 def test_github_5xx_during_teardown_is_retried(settings, ctx, aws, github, github_double) -> None:
-    outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
+    outcome = lifecycle.launch(settings, ctx, aws, github)
     github_double.fail("DELETE", r"/actions/runners/\d+$", 502, times=2)
     assert teardown_all(aws, github, outcome).runner == "deleted"
     assert_nothing_left(aws, github_double)
 
 
 def test_aws_throttling_during_teardown_is_retried(settings, ctx, aws, faults, github, github_double) -> None:
-    outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
+    outcome = lifecycle.launch(settings, ctx, aws, github)
     faults.fail("ec2", "TerminateInstances", "RequestLimitExceeded", times=2, status=503)
     faults.fail("ssm", "DeleteParameter", "ThrottlingException", times=2, status=400)
     report = teardown_all(aws, github, outcome)
@@ -520,7 +528,7 @@ def test_instance_in_a_second_region_is_terminated_there(settings, ctx, aws, git
     elsewhere = dataclasses.replace(
         settings, region=OTHER_REGION, security_group_ids=(runner_security_group(aws, OTHER_REGION),)
     )
-    outcome = lifecycle.launch(elsewhere, ctx, aws, github, log=lambda _: None)
+    outcome = lifecycle.launch(elsewhere, ctx, aws, github)
     assert outcome.region == OTHER_REGION and live_instances(aws, OTHER_REGION)
     teardown_all(aws, github, outcome)
     assert live_instances(aws, OTHER_REGION) == []
@@ -528,7 +536,7 @@ def test_instance_in_a_second_region_is_terminated_there(settings, ctx, aws, git
 
 
 def test_teardown_with_nothing_given_is_a_no_op(aws, github) -> None:
-    report = lifecycle.teardown(aws, github, region=REGION, log=lambda _: None)
+    report = lifecycle.teardown(aws, github, region=REGION)
     assert report == lifecycle.TeardownReport("not given", "not given", "not given", None)
 
 
@@ -546,7 +554,7 @@ def test_billed_seconds_has_a_60_second_minimum() -> None:
 
 
 def test_the_aws_double_states_termination_times_as_ec2_does(settings, ctx, aws, github) -> None:
-    outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
+    outcome = lifecycle.launch(settings, ctx, aws, github)
     client = aws.client("ec2", REGION)
     client.terminate_instances(InstanceIds=[outcome.launched.instance_id])
     (instance,) = client.describe_instances(InstanceIds=[outcome.launched.instance_id])["Reservations"][0][
@@ -561,7 +569,7 @@ def test_the_aws_double_states_termination_times_as_ec2_does(settings, ctx, aws,
 
 def test_teardown_bills_up_to_ec2s_termination_time(settings, ctx, aws, github) -> None:
     """With EC2's own termination time readable, `now` (the fallback) does not matter."""
-    outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
+    outcome = lifecycle.launch(settings, ctx, aws, github)
     far_later = datetime.now(UTC) + timedelta(hours=2)
     report = teardown_all(aws, github, outcome, now=far_later)
     assert report.billed_seconds == lifecycle.MINIMUM_BILLED_SECONDS  # launched and ended within a minute
@@ -583,11 +591,11 @@ def test_billed_seconds_reads_the_termination_time(state: str, reason: str, bill
 
 
 @pytest.mark.parametrize("reason", ["", "User initiated", "User initiated (01/01/2026 00:10)", None])
-def test_unreadable_termination_time_bills_launch_to_now(reason) -> None:
+def test_unreadable_termination_time_bills_launch_to_now(reason, logged) -> None:
     start = datetime(2026, 1, 1, tzinfo=UTC)
     instance = {"LaunchTime": start, "State": {"Name": "terminated"}, "StateTransitionReason": reason}
-    logs: list[str] = []
-    assert lifecycle.billed_seconds(instance, start + timedelta(seconds=4321), log=logs.append) == 4321
+    assert lifecycle.billed_seconds(instance, start + timedelta(seconds=4321)) == 4321
+    logs = logged()
     assert logs and "not readable" in logs[0]
 
 

@@ -29,8 +29,6 @@ def test_launch_without_a_security_group_is_refused_before_any_call(
     session = boto3.Session(region_name=settings.region)
     calls = record_calls(session)
     with pytest.raises(SettingsError, match=r"security_group_ids: empty, so EC2 would use the VPC's default"):
-        lifecycle.launch(
-            replace(settings, security_group_ids=()), ctx, Aws(session), github, log=lambda _: None
-        )
+        lifecycle.launch(replace(settings, security_group_ids=()), ctx, Aws(session), github)
     assert calls == [], "nothing was asked of AWS"
     assert github_double.runners == {}, "no runner was registered"

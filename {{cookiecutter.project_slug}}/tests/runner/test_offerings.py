@@ -44,7 +44,7 @@ def test_bundled_table_matches_the_published_offerings(moto_endpoint: str, tmp_p
     bundled table exactly: the table cannot drift from its named source unnoticed."""
     path = tmp_path / "offerings.json"
     path.write_text(resources.files("gpu_runner").joinpath(offerings.TABLE_FILE).read_text())
-    offerings.refresh_table(boto3.Session(), path, log=lambda _: None)
+    offerings.refresh_table(boto3.Session(), path)
     assert offerings.load_table(path)["regions"] == TABLE["regions"]
     assert (
         TABLE["as_of"]
@@ -57,7 +57,7 @@ def test_a_planted_type_in_the_table_is_caught(moto_endpoint: str, tmp_path) -> 
     path = tmp_path / "offerings.json"
     planted = {**TABLE, "regions": {OTHER_REGION: [*TABLE["regions"][OTHER_REGION], "g6.xlarge"]}}
     path.write_text(json.dumps(planted))
-    offerings.refresh_table(boto3.Session(), path, log=lambda _: None)
+    offerings.refresh_table(boto3.Session(), path)
     assert "g6.xlarge" not in offerings.load_table(path)["regions"][OTHER_REGION]
 
 
@@ -66,7 +66,7 @@ def test_check_names_the_field_and_the_alternatives(moto_endpoint: str) -> None:
     with pytest.raises(
         SettingsError, match=r"instance_types in configs/gpu-runner.yaml: none of g6.xlarge"
     ) as info:
-        offerings.check(ec2, region=OTHER_REGION, instance_types=("g6.xlarge",), log=lambda _: None)
+        offerings.check(ec2, region=OTHER_REGION, instance_types=("g6.xlarge",))
     assert f"as of {TABLE['as_of']}" in str(info.value) and "g4dn.xlarge" in str(info.value)
 
 

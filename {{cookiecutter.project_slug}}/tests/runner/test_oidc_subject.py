@@ -12,18 +12,17 @@ from gpu_runner.errors import RunnerError
 TEMPLATE = {"use_default": False, "include_claim_keys": ["repo", "context", "job_workflow_ref"]}
 
 
-def test_bootstrap_sets_the_template_once(github_double: GitHubDouble) -> None:
+def test_bootstrap_sets_the_template_once(github_double: GitHubDouble, logged) -> None:
     repo = DEFAULT_REPOSITORY.lower()
     assert github_double.oidc_sub[repo] == {"use_default": True}  # a new repository: GitHub's default `sub`
     env = {"GITHUB_TOKEN": DEFAULT_TOKEN, "GITHUB_API_URL": github_double.url}
-    said: list[str] = []
-    assert stack.set_oidc_subject(DEFAULT_REPOSITORY, env, log=said.append) is True
+    assert stack.set_oidc_subject(DEFAULT_REPOSITORY, env) is True
     assert github_double.oidc_sub[repo] == TEMPLATE
     # A re-run reads it back and writes nothing.
-    assert stack.set_oidc_subject(DEFAULT_REPOSITORY, env, log=said.append) is False
+    assert stack.set_oidc_subject(DEFAULT_REPOSITORY, env) is False
     puts = [c for c in github_double.calls if c.method == "PUT"]
     assert [c.body for c in puts] == [TEMPLATE]
-    assert "already set" in said[-1]
+    assert "already set" in logged()[-1]
     assert github_double.take_violations() == []
 
 
@@ -34,10 +33,11 @@ def test_a_token_without_actions_write_is_refused_with_the_fix(github_double: Gi
     assert github_double.oidc_sub[DEFAULT_REPOSITORY.lower()] == {"use_default": True}
 
 
-def test_without_a_token_bootstrap_prints_the_exact_one_time_command(github_double: GitHubDouble) -> None:
-    said: list[str] = []
-    assert stack.set_oidc_subject(DEFAULT_REPOSITORY, {}, log=said.append) is False
-    (line,) = said
+def test_without_a_token_bootstrap_prints_the_exact_one_time_command(
+    github_double: GitHubDouble, logged
+) -> None:
+    assert stack.set_oidc_subject(DEFAULT_REPOSITORY, {}) is False
+    (line,) = logged()
     assert (
         f"gh api --method PUT repos/{DEFAULT_REPOSITORY}/actions/oidc/customization/sub -F use_default=false "
         "-f include_claim_keys[]=repo -f include_claim_keys[]=context -f include_claim_keys[]=job_workflow_ref"

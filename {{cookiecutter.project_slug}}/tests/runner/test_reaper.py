@@ -13,8 +13,6 @@ from gpu_runner import lifecycle, naming, reaper
 from gpu_runner.aws import Aws
 from gpu_runner.naming import RunContext
 
-SILENT = {"log": lambda _: None}
-
 
 def launch_raw(aws: Aws, ami: str, tags: dict[str, str]) -> str:
     reply = aws.client("ec2", REGION).run_instances(
@@ -35,9 +33,9 @@ def state(aws: Aws, instance_id: str) -> str:
 
 def reap_around(settings, aws: Aws, github, instance_id: str, bound: datetime) -> reaper.ReapReport:
     """Reap 1 s before `bound` (the instance must be kept) and 1 s after; returns the second pass's report."""
-    before = reaper.reap(settings, aws, github, now=bound - timedelta(seconds=1), **SILENT)
+    before = reaper.reap(settings, aws, github, now=bound - timedelta(seconds=1))
     assert before.terminated == [] and state(aws, instance_id) == "running"
-    return reaper.reap(settings, aws, github, now=bound + timedelta(seconds=1), **SILENT)
+    return reaper.reap(settings, aws, github, now=bound + timedelta(seconds=1))
 
 
 def ours(settings, run_id: str, runner_id: int, expires_at: datetime) -> dict[str, str]:
@@ -77,12 +75,12 @@ def test_reaper_terminates_only_our_stale_instances(
     )
 
     # Inside the grace period a missing runner is not yet a reason (it may still be registering).
-    report = reaper.reap(settings, aws, github, now=now, **SILENT)
+    report = reaper.reap(settings, aws, github, now=now)
     assert report.terminated == [expired]
     assert state(aws, orphan) == "running"
 
     later = now + timedelta(minutes=settings.reap_grace_minutes + 1)
-    report = reaper.reap(settings, aws, github, now=later, **SILENT)
+    report = reaper.reap(settings, aws, github, now=later)
     assert report.terminated == [orphan]
     for survivor in (healthy, untagged, other_project, other_repository, unmanaged):
         assert state(aws, survivor) == "running"
@@ -102,7 +100,7 @@ def test_reaper_deletes_offline_runners_with_our_prefix_only(
         Name=f"{settings.ssm_prefix}/13-1/jitconfig", Value="x", Type="SecureString"
     )
 
-    report = reaper.reap(settings, aws, github, now=now, **SILENT)
+    report = reaper.reap(settings, aws, github, now=now)
     assert report.runners_deleted == ["gpu-runner-10-1"]
     remaining = {r["name"] for r in github_double.runners.values()}
     assert remaining == {busy["name"], foreign["name"], with_instance["name"], launching["name"]}
@@ -114,9 +112,9 @@ def test_reaper_deletes_parameters_older_than_grace_under_our_prefix(settings, a
     ssm.put_parameter(Name=f"{settings.ssm_prefix}/20-1/jitconfig", Value="x", Type="SecureString")
     ssm.put_parameter(Name="/someone-else/20-1/jitconfig", Value="keep", Type="SecureString")
     now = datetime.now(UTC)
-    assert reaper.reap(settings, aws, github, now=now, **SILENT).parameters_deleted == []
+    assert reaper.reap(settings, aws, github, now=now).parameters_deleted == []
     later = now + timedelta(minutes=settings.reap_grace_minutes + 1)
-    report = reaper.reap(settings, aws, github, now=later, **SILENT)
+    report = reaper.reap(settings, aws, github, now=later)
     assert report.parameters_deleted == [f"{settings.ssm_prefix}/20-1/jitconfig"]
     assert (
         ssm.get_parameter(Name="/someone-else/20-1/jitconfig", WithDecryption=True)["Parameter"]["Value"]
@@ -172,7 +170,7 @@ def test_reaper_keeps_the_instance_when_its_runner_turns_busy_at_the_last_moment
     instance, runner_id = our_launch(settings, aws, ami, github_double, "34", status="offline")
     github_double.fail("DELETE", rf"/actions/runners/{runner_id}$", 422, times=1000)
     later = datetime.now(UTC) + timedelta(seconds=settings.wait_timeout_seconds) + timedelta(minutes=6)
-    report = reaper.reap(settings, aws, github, now=later, **SILENT)
+    report = reaper.reap(settings, aws, github, now=later)
     assert report.terminated == []
     assert state(aws, instance) == "running"
     assert runner_id in github_double.runners
@@ -198,7 +196,7 @@ def test_reaper_ignores_our_tags_on_an_instance_without_our_profile(
         return reply["Instances"][0]["InstanceId"]
 
     mine, theirs = launch_with("gpu-runner-demo"), launch_with("someone-else")
-    report = reaper.reap(ours_profile, aws, github, **SILENT)
+    report = reaper.reap(ours_profile, aws, github)
     assert report.terminated == [mine]
     assert state(aws, theirs) == "running"
     for name in ("gpu-runner-demo", "someone-else"):
@@ -225,9 +223,9 @@ def test_forged_tags_do_not_keep_an_instance(settings, aws, ami, github, github_
     grace = timedelta(minutes=settings.reap_grace_minutes)
 
     # Within the grace period it may still be registering: kept.
-    report = reaper.reap(settings, aws, github, now=launched + grace - timedelta(seconds=1), **SILENT)
+    report = reaper.reap(settings, aws, github, now=launched + grace - timedelta(seconds=1))
     assert report.terminated == []
-    report = reaper.reap(settings, aws, github, now=launched + grace + timedelta(minutes=1), **SILENT)
+    report = reaper.reap(settings, aws, github, now=launched + grace + timedelta(minutes=1))
     assert sorted(report.terminated) == sorted([forged, missing, borrowed])
     assert permanent["id"] in github_double.runners  # the other runner is left alone
 
@@ -277,6 +275,6 @@ def test_a_terminate_aws_refuses_does_not_stop_the_sweep(
         "ec2", "TerminateInstances", "UnauthorizedOperation", status=403,
         when=lambda params: params.get("InstanceId.1") == look_alike,
     )  # fmt: skip
-    report = reaper.reap(settings, aws, github, **SILENT)
+    report = reaper.reap(settings, aws, github)
     assert report.terminated == [mine] and look_alike in report.kept
     assert state(aws, look_alike) == "running"

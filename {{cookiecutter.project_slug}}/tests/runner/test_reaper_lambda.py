@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -328,6 +329,12 @@ sys.meta_path.insert(0, NotInLambda())
 sys.path.insert(0, os.environ["PACKAGE_DIR"])
 from gpu_runner import reaper_lambda
 
+# As Lambda's Python runtime sets up logging without AWS_LAMBDA_LOG_LEVEL: its handler on the root logger, whose
+# level stays Python's WARNING (awslambdaric bootstrap.py _setup_logging).
+import logging
+runtime = logging.StreamHandler(sys.stderr)
+runtime.setFormatter(logging.Formatter("[%(levelname)s]\t%(message)s"))
+logging.getLogger().addHandler(runtime)
 now = reaper_lambda.handler({"source": "scheduler"}, None)
 later = datetime.now(UTC) + timedelta(minutes=int(os.environ["GPU_RUNNER_REAP_GRACE_MINUTES"]) + 1)
 print(json.dumps({
@@ -369,6 +376,8 @@ def test_the_deployed_package_reaps_expired_instances_and_stale_parameters_witho
     assert Path(out["file"]).is_relative_to(package), out["file"]
     assert out["loaded"] == []
     assert out["now"]["terminated"] == [expired]
+    # What it did reaches the function's CloudWatch log through the runtime's handler.
+    assert f"[INFO]\tterminated {expired} in {REGION}: " in result.stderr, result.stderr[-3000:]
     assert out["now"]["parameters_deleted"] == []  # fresh: a launch may still be using it
     assert out["later"]["parameters_deleted"] == [stale]
     assert out["now"]["runners_deleted"] == out["later"]["runners_deleted"] == []
@@ -475,3 +484,16 @@ def test_the_function_role_grants_exactly_one_pass_and_nothing_else(stack: dict[
     assert allowed([policy], allowed_terminate), (
         "the refusals above must come from the conditions, not a typo"
     )
+
+
+def test_info_lines_are_shown_unless_the_function_chose_a_log_level() -> None:
+    package = logging.getLogger("gpu_runner")
+    before = package.level
+    try:
+        package.setLevel(logging.NOTSET)
+        reaper_lambda.show_info_lines({reaper_lambda.LOG_LEVEL_VARIABLE: "WARN"})
+        assert package.level == logging.NOTSET  # the runtime set the root's level from it: left alone
+        reaper_lambda.show_info_lines({})
+        assert package.level == logging.INFO
+    finally:
+        package.setLevel(before)

@@ -141,9 +141,7 @@ def test_a_tag_over_the_limit_set_through_the_real_launch_fails_the_launch(
     monkeypatch.setattr(naming, "tag_value", lambda value: value)
     long_branch = "train/" + "b" * 251  # 257 characters
     with pytest.raises(LaunchBlockedError, match="Tag value exceeds the maximum length of 256"):
-        lifecycle.launch(
-            settings, dataclasses.replace(ctx, branch=long_branch), aws, github, log=lambda _: None
-        )
+        lifecycle.launch(settings, dataclasses.replace(ctx, branch=long_branch), aws, github)
     assert [operation for operation, _ in faults.refused] == ["RunInstances"]
     assert not aws.client("ssm", REGION).describe_parameters(
         ParameterFilters=[{"Key": "Name", "Values": [NAME]}]

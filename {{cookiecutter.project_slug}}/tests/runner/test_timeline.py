@@ -16,10 +16,10 @@ from gpu_runner import lifecycle, timeline
 from gpu_runner.aws import Aws
 
 
-def test_phases_from_the_workflow_are_checked() -> None:
-    logs: list[str] = []
+def test_phases_from_the_workflow_are_checked(logged) -> None:
     pairs = ["boot=1796119890", "image-ready=1796119960", "job-started=$(touch pwned)", "nonsense=1"]
-    phases = timeline.parse_phases([*pairs, "runner-online"], log=logs.append)
+    phases = timeline.parse_phases([*pairs, "runner-online"])
+    logs = logged()
     assert phases == {"boot": 1796119890.0, "image-ready": 1796119960.0}
     assert len(logs) == 3 and all(line.startswith("warning: timeline: ignored") for line in logs)
 
@@ -67,9 +67,9 @@ def test_a_resumed_attempt_ignores_the_first_attempts_run_start() -> None:
 
 
 def test_teardown_logs_the_timeline_to_the_training_run_once(
-    settings, ctx, aws: Aws, github, faults, mlflow_server: str, tmp_path: Path
+    settings, ctx, aws: Aws, github, faults, mlflow_server: str, tmp_path: Path, logged
 ) -> None:
-    outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
+    outcome = lifecycle.launch(settings, ctx, aws, github)
     launched = outcome.launched
     described = aws.client("ec2", settings.region).describe_instances(InstanceIds=[launched.instance_id])
     launch_time = described["Reservations"][0]["Instances"][0]["LaunchTime"].timestamp()
@@ -86,12 +86,12 @@ def test_teardown_logs_the_timeline_to_the_training_run_once(
     summary = tmp_path / "summary.md"
     env = {"MLFLOW_TRACKING_URI": mlflow_server, "GITHUB_STEP_SUMMARY": str(summary)}
     request = lifecycle.CostRequest(100, run_id, 1, env, phases=phases)
-    logs: list[str] = []
     for _ in range(2):  # a re-run of the stop job logs nothing twice
         lifecycle.teardown(
             aws, github, region=settings.region, instance_id=launched.instance_id, runner_id=outcome.runner_id,
-            parameter=outcome.parameter, cost_request=request, log=logs.append,
+            parameter=outcome.parameter, cost_request=request,
         )  # fmt: skip
+    logs = logged()
     history = {
         key: [(m.step, m.value) for m in client.get_metric_history(run_id, key)]
         for key in ("runner_online_seconds", "image_ready_seconds", "setup_seconds", "teardown_seconds")
@@ -112,14 +112,14 @@ def test_teardown_logs_the_timeline_to_the_training_run_once(
 def test_without_a_tracking_server_the_timeline_still_reaches_the_summary(
     settings, ctx, aws: Aws, github, tmp_path: Path, uri: str
 ) -> None:
-    outcome = lifecycle.launch(settings, ctx, aws, github, log=lambda _: None)
+    outcome = lifecycle.launch(settings, ctx, aws, github)
     summary = tmp_path / "summary.md"
     env = {"MLFLOW_TRACKING_URI": uri, "GITHUB_STEP_SUMMARY": str(summary)}
     online = datetime.now(UTC) + timedelta(seconds=5)
     request = lifecycle.CostRequest(100, "some-run", 1, env, phases={"runner-online": online.timestamp()})
     lifecycle.teardown(
         aws, github, region=settings.region, instance_id=outcome.launched.instance_id,
-        runner_id=outcome.runner_id, parameter=outcome.parameter, cost_request=request, log=lambda _: None,
+        runner_id=outcome.runner_id, parameter=outcome.parameter, cost_request=request,
     )  # fmt: skip
     text = summary.read_text()
     assert "**Timeline (attempt 1)**" in text and "runner_online_seconds" in text

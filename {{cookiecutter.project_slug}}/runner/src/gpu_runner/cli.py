@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from . import ec2
+from . import ec2, log_output
 from . import workflow_values as values
 from .aws import Aws
 from .errors import RunnerError
@@ -354,6 +354,7 @@ def aws_refusal(error: ClientError, region: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    log_output.to_stdout()
     if args.command == "cost-report":  # reads MLflow only: no settings, no AWS, no workflow environment
         from .cost.report import CostReportError
 

@@ -8,6 +8,7 @@ other pool can fix (quota, permission, bad parameter) stop at once with a messag
 from __future__ import annotations
 
 import base64
+import logging
 import random
 import time
 import uuid
@@ -20,6 +21,8 @@ from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConn
 
 from .aws import Aws
 from .errors import CapacityError, LaunchBlockedError, SettingsError
+
+log = logging.getLogger(__name__)
 
 Market = Literal["spot", "on-demand"]
 Kind = Literal["capacity", "not-offered", "subnet-full", "spot-only", "fatal"]
@@ -283,7 +286,6 @@ def launch_instance(
     subnet_ids: tuple[str, ...],
     use_spot: bool,
     offered: Callable[[str, str | None], bool] | None = None,
-    log: Callable[[str], None] = print,
 ) -> Launched:
     """Launch exactly one instance in the first pool with capacity. Through a single-attempt client: retries
     are decided here, per error (see _run_instances). `offered(type, subnet)` (offerings.Offered.allows) leaves
@@ -303,20 +305,20 @@ def launch_instance(
                 kind = classify(code)
                 where = f"{market} {instance_type}" + (f" in {subnet_id}" if subnet_id else "")
                 if kind == "capacity":
-                    log(f"no capacity for {where} ({code}); trying the next pool")
+                    log.info(f"no capacity for {where} ({code}); trying the next pool")
                     continue
                 if kind == "not-offered":
-                    log(
+                    log.info(
                         f"{instance_type} is not offered in this zone ({where}, {code}); trying the next pool"
                     )
                     continue
                 if kind == "subnet-full" and subnet_id:
                     full_subnets.add(subnet_id)
-                    log(f"subnet {subnet_id} has no free IP address ({code}); trying the next subnet")
+                    log.info(f"subnet {subnet_id} has no free IP address ({code}); trying the next subnet")
                     continue
                 if kind == "spot-only":
                     hint = SPOT_FALLBACK_HINTS.get(code, "").format(region=region)
-                    log(
+                    log.info(
                         f"spot refused for {where} ({code}); falling back to on-demand"
                         + (f": {hint}" if hint else "")
                     )

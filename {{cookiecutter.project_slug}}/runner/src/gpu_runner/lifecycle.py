@@ -10,6 +10,7 @@ Ordering rules that keep a paid GPU from being left behind:
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
@@ -32,7 +33,8 @@ from .outputs import append_summary, write_outputs
 from .settings import Settings
 from .user_data import render_job_started_hook, render_user_data
 
-Log = Callable[[str], None]
+log = logging.getLogger(__name__)
+
 # The instance must outlive its own max-lifetime shutdown a little before the reaper calls it expired.
 EXPIRY_MARGIN = timedelta(minutes=10)
 MINIMUM_BILLED_SECONDS = 60
@@ -92,7 +94,6 @@ def launch(
     use_spot: bool | None = None,
     now: datetime | None = None,
     label_nonce: str | None = None,
-    log: Log = print,
 ) -> LaunchOutcome:
     """Register the JIT runner, store its config and launch the instance. `label_nonce` is for the offline
     tests only (act maps the runner label before the run starts); otherwise a new random one."""
@@ -112,7 +113,6 @@ def launch(
             region=region,
             instance_types=settings.instance_types,
             subnet_ids=settings.subnet_ids,
-            log=log,
         )
     except ClientError as error:  # an unknown subnet, a missing permission: the same hints as RunInstances
         raise LaunchBlockedError(ec2.explain(error, region)) from None
@@ -124,7 +124,7 @@ def launch(
     jit = github.create_jit_config(name, [label])
     runner_id = jit.runner.id
     # Not the label: it is the one thing another workflow would need to queue a job for this runner.
-    log(f"registered just-in-time runner {name} (id {runner_id})")
+    log.info(f"registered just-in-time runner {name} (id {runner_id})")
     launched: ec2.Launched | None = None
     try:
         write_outputs(
@@ -156,9 +156,8 @@ def launch(
             subnet_ids=settings.subnet_ids,
             use_spot=settings.use_spot if use_spot is None else use_spot,
             offered=offered.allows,
-            log=log,
         )
-        log(
+        log.info(
             f"launched {launched.instance_id}: {launched.market} {launched.instance_type} "
             f"in {launched.availability_zone or region}"
         )
@@ -184,8 +183,8 @@ def launch(
         )
     except BaseException:
         # BaseException: a cancelled workflow (SIGTERM -> SystemExit) must clean up too.
-        log("launch failed: removing what it created")
-        _undo_launch(aws, github, region, runner_id, parameter, launched, log)
+        log.info("launch failed: removing what it created")
+        _undo_launch(aws, github, region, runner_id, parameter, launched)
         raise
     return LaunchOutcome(runner_id, name, label, parameter, region, launched)
 
@@ -198,7 +197,7 @@ def _instance_arn(aws: Aws, region: str, launched: ec2.Launched) -> str:
 
 
 def _undo_launch(
-    aws: Aws, github: GitHubRunners, region: str, runner_id: int, parameter: str, launched: Any, log: Log
+    aws: Aws, github: GitHubRunners, region: str, runner_id: int, parameter: str, launched: Any
 ) -> None:
     steps: list[tuple[str, Callable[[], object]]] = []
     if launched is not None:
@@ -218,9 +217,9 @@ def _undo_launch(
     for what, step in steps:
         try:
             step()
-            log(f"cleanup: {what}: done")
+            log.info(f"cleanup: {what}: done")
         except Exception as error:  # keep going: every step removes something that costs or leaks
-            log(f"cleanup: {what} FAILED ({error}); the scheduled reaper will retry")
+            log.warning(f"cleanup: {what} FAILED ({error}); the scheduled reaper will retry")
 
 
 # Between "is the runner online?" polls once the instance runs. Every second between the runner connecting and
@@ -252,7 +251,6 @@ def wait(
     instance_id: str,
     runner_id: int,
     timeout_seconds: float | None = None,
-    log: Log = print,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> Online:
@@ -279,9 +277,9 @@ def wait(
                         _taken(runner_id, "it is busy with a job while this start job still waits")
                     )
                 if runner is not None and runner.status == "online":
-                    return _online(runner, instance, elapsed, log)
+                    return _online(runner, instance, elapsed)
             if status != seen:  # one line per change, not one per poll
-                log(f"[{elapsed:5.0f} s] runner {runner_id}: {status}")
+                log.info(f"[{elapsed:5.0f} s] runner {runner_id}: {status}")
                 seen = status
             remaining = timeout - elapsed
             if remaining <= 0:
@@ -293,9 +291,9 @@ def wait(
             sleep(min(POLL_INTERVAL_SECONDS, remaining))
     except (RegistrationTimeout, RunnerError) as error:
         console = ec2.console_output(ec2_client, instance_id)
-        log(f"--- console output of {instance_id} ---")
-        log(console or "(empty: the instance has not written any yet)")
-        log("--- end of console output ---")
+        log.info(f"--- console output of {instance_id} ---")
+        log.info(console or "(empty: the instance has not written any yet)")
+        log.info("--- end of console output ---")
         if RUNNER_TAKEN_MARK in console:
             raise RunnerError(_taken(runner_id, "the instance's job-started hook refused a job")) from None
         # After a timeout the last poll already answered; after the instance died, ask once.
@@ -328,10 +326,10 @@ def _alive(ec2_client: Any, instance_id: str) -> dict[str, Any]:
     return instance
 
 
-def _online(runner: Runner, instance: Mapping[str, Any], waited: float, log: Log) -> Online:
+def _online(runner: Runner, instance: Mapping[str, Any], waited: float) -> Online:
     online_at = datetime.now(UTC)
     after_launch = max(0.0, (online_at - instance["LaunchTime"]).total_seconds())
-    log(
+    log.info(
         f"runner {runner.name} online {after_launch:.0f} s after launch (waited {waited:.0f} s, "
         f"polling every {POLL_INTERVAL_SECONDS:.0f} s)"
     )
@@ -356,7 +354,7 @@ def transition_time(instance: Mapping[str, Any]) -> datetime | None:
     return datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
 
 
-def billed_seconds(instance: Mapping[str, Any], now: datetime, log: Log | None = None) -> int:
+def billed_seconds(instance: Mapping[str, Any], now: datetime) -> int:
     """Per-second billing from launch to termination, with EC2's 60-second minimum.
 
     The end is EC2's own termination time; when the reason carries none (still running, or a form we cannot
@@ -364,9 +362,9 @@ def billed_seconds(instance: Mapping[str, Any], now: datetime, log: Log | None =
     launched: datetime = instance["LaunchTime"]
     end = transition_time(instance) if instance["State"]["Name"] in _ENDING_STATES else None
     if end is None:
-        if instance["State"]["Name"] in _ENDING_STATES and log is not None:
+        if instance["State"]["Name"] in _ENDING_STATES:
             reason = instance.get("StateTransitionReason") or "(empty)"
-            log(f"termination time not readable from {reason!r}: billed up to now")
+            log.info(f"termination time not readable from {reason!r}: billed up to now")
         end = now
     return max(MINIMUM_BILLED_SECONDS, math.ceil((end - launched).total_seconds()))
 
@@ -410,7 +408,7 @@ def _terminate(aws: Aws, region: str, instance_id: str) -> tuple[str, dict[str, 
 
 
 def _account_cost(
-    aws: Aws, region: str, instance: dict[str, Any], billed: int, request: CostRequest, log: Log
+    aws: Aws, region: str, instance: dict[str, Any], billed: int, request: CostRequest
 ) -> Cost | None:
     """Price the attempt, log it to MLflow and the job summary. Never raises: the instance is already gone."""
     env = os.environ if request.env is None else request.env
@@ -420,24 +418,22 @@ def _account_cost(
         )
         overhead = None
         if request.attempt is None:
-            log("warning: cost not logged to MLflow: --attempt is not an attempt number")
+            log.warning("warning: cost not logged to MLflow: --attempt is not an attempt number")
         else:
             overhead = accounting.log_to_mlflow(
                 estimate, run_id=request.mlflow_run_id, attempt=request.attempt, env=env
             )
         line = accounting.summary_line(estimate, attempt=request.attempt or 0, overhead=overhead)
     except Exception as error:  # an estimate is not worth a failed teardown
-        log(f"warning: cost not computed: {type(error).__name__}: {error}")
+        log.warning(f"warning: cost not computed: {type(error).__name__}: {error}")
         return None
-    log(line)
+    log.info(line)
     append_summary(line, env)
-    _account_timeline(instance, request, env, log)
+    _account_timeline(instance, request, env)
     return estimate
 
 
-def _account_timeline(
-    instance: Mapping[str, Any], request: CostRequest, env: Mapping[str, str], log: Log
-) -> None:
+def _account_timeline(instance: Mapping[str, Any], request: CostRequest, env: Mapping[str, str]) -> None:
     """The attempt's phase timeline to MLflow (step = attempt) and the job summary. Never raises."""
     try:
         launched = instance["LaunchTime"].timestamp()
@@ -450,15 +446,15 @@ def _account_timeline(
             )
             record = timeline.log_to_mlflow(
                 client, request.mlflow_run_id, attempt=request.attempt, launched=launched,
-                terminated=terminated, phases=request.phases, training_seconds=training, log=log,
+                terminated=terminated, phases=request.phases, training_seconds=training,
             )  # fmt: skip
         if record is None:
             record = timeline.Timeline(launched, terminated, request.phases)
         text = timeline.summary(record, attempt=request.attempt or 0)
     except Exception as error:  # a timeline is not worth a failed teardown
-        log(f"warning: timeline not recorded: {type(error).__name__}: {error}")
+        log.warning(f"warning: timeline not recorded: {type(error).__name__}: {error}")
         return
-    log(text.strip())
+    log.info(text.strip())
     append_summary(text, env)
 
 
@@ -476,7 +472,6 @@ def teardown(
     parameter: str = "",
     cost_request: CostRequest | None = None,
     now: datetime | None = None,
-    log: Log = print,
 ) -> TeardownReport:
     """Idempotent: terminate, deregister, delete the parameter; each step runs even when another one failed.
     With a cost request, then price the terminated instance and log it (never failing the teardown).
@@ -505,7 +500,7 @@ def teardown(
             state, described = _terminate(aws, region, instance_id)
             # Taken after the terminate call: a fallback end time never bills less than launch-to-now.
             ended = now or datetime.now(UTC)
-            billed = billed_seconds(described, ended, log=log) if described else None
+            billed = billed_seconds(described, ended) if described else None
             return state
 
         attempt("instance", terminate_step)
@@ -515,16 +510,18 @@ def teardown(
         attempt("parameter", lambda: _delete_parameter(aws, region, parameter))
 
     report = TeardownReport(states["runner"], states["instance"], states["parameter"], billed)
-    log(
+    log.info(
         f"runner {runner_id}: {report.runner}; instance {instance_id or '-'}: {report.instance}; "
         f"parameter {parameter or '-'}: {report.parameter}"
     )
     if billed is not None:
-        log(f"billed seconds: {billed}")
+        log.info(f"billed seconds: {billed}")
     if cost_request is not None and described is not None and billed is not None:
-        report = replace(report, cost=_account_cost(aws, region, described, billed, cost_request, log))
+        report = replace(report, cost=_account_cost(aws, region, described, billed, cost_request))
     elif cost_request is not None:
-        log("no cost recorded: no instance was terminated by this teardown (none given, or already gone)")
+        log.info(
+            "no cost recorded: no instance was terminated by this teardown (none given, or already gone)"
+        )
     if problems:
         raise RunnerError(
             "teardown incomplete (the scheduled reaper retries): "

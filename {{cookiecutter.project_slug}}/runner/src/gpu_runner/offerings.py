@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from . import log_output
 from .errors import SettingsError
 
-Log = Callable[[str], None]
+log = logging.getLogger(__name__)
+
 TABLE_FILE = "offerings.json"
 # GPU instance families start with g or p (g4dn, g5, g6e, p4d, p5, ...): the table keeps only those.
 GPU_FAMILY_PREFIXES = ("g", "p")
@@ -90,7 +93,6 @@ def check(
     instance_types: tuple[str, ...],
     subnet_ids: tuple[str, ...] = (),
     table: Mapping[str, Any] | None = None,
-    log: Log = print,
 ) -> Offered:
     """What `launch` may try. Logs one line for the (type, zone) pairs EC2 does not offer; raises SettingsError
     naming `instance_types` and what the region offers when no configured type is offered where it would run."""
@@ -106,7 +108,7 @@ def check(
         )
     if skipped:
         shown = ", ".join(f"{t} in {by_subnet.get(s, s)}" if s else t for t, s in skipped)
-        log(f"skipping what EC2 does not offer in {where}: {shown} (DescribeInstanceTypeOfferings)")
+        log.info(f"skipping what EC2 does not offer in {where}: {shown} (DescribeInstanceTypeOfferings)")
     return offered
 
 
@@ -118,7 +120,7 @@ def _alternatives(region: str, table: Mapping[str, Any] | None) -> str:
     return f"GPU types offered in {region} as of {table.get('as_of', 'undated')}: {', '.join(types)}"
 
 
-def refresh_table(session: Any, path: Path, *, regions: Iterable[str] | None = None, log: Log = print,
+def refresh_table(session: Any, path: Path, *, regions: Iterable[str] | None = None,
                   today: datetime | None = None) -> int:  # fmt: skip
     """Rewrite the table: per region, the GPU types DescribeInstanceTypeOfferings (location type region) lists."""
     table = load_table(path)
@@ -136,7 +138,7 @@ def refresh_table(session: Any, path: Path, *, regions: Iterable[str] | None = N
     table["as_of"] = (today or datetime.now(UTC)).strftime("%Y-%m-%d")
     table["source"] = "AWS DescribeInstanceTypeOfferings (LocationType region), read by refresh-table"
     path.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
-    log(f"{len(result)} regions written to {path} (as of {table['as_of']})")
+    log.info(f"{len(result)} regions written to {path} (as of {table['as_of']})")
     return len(result)
 
 
@@ -152,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         "--path", type=Path, default=Path(str(resources.files(__package__).joinpath(TABLE_FILE)))
     )
     args = parser.parse_args(argv)
+    log_output.to_stdout()
     return 0 if refresh_table(boto3.Session(), args.path) else 1
 
 

@@ -22,8 +22,8 @@ rules AWS alone can judge (expiry, stale parameters) and never imports PyGithub:
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -34,6 +34,8 @@ from . import ec2, naming, ssm
 from .aws import Aws
 from .errors import RunnerError
 from .settings import Settings
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # types only: importing .github loads PyGithub, which the Lambda package does not carry
     from .github import GitHubRunners, Runner
@@ -118,7 +120,6 @@ def _why_orphaned(
     now: datetime,
     limits: _Limits,
     report: ReapReport,
-    log: Callable[[str], None],
 ) -> str | None:
     """Why this instance of ours should be terminated, or None to keep it."""
     grace, never_online_after = limits.grace, limits.never_online_after
@@ -144,10 +145,10 @@ def _why_orphaned(
     try:
         github.delete_runner(runner.id)
     except RunnerError as error:
-        log(f"kept {instance['InstanceId']}: its runner {runner.name} could not be removed ({error})")
+        log.info(f"kept {instance['InstanceId']}: its runner {runner.name} could not be removed ({error})")
         return None
     report.runners_deleted.append(runner.name)
-    log(f"deleted runner {runner.name} (id {runner.id}): registered but never online")
+    log.info(f"deleted runner {runner.name} (id {runner.id}): registered but never online")
     minutes = never_online_after.total_seconds() / 60
     return f"its runner registered but was not online {minutes:.0f} min after launch"
 
@@ -160,7 +161,6 @@ def reap(
     repository: str = "",
     regions: tuple[str, ...] = (),
     now: datetime | None = None,
-    log: Callable[[str], None] = print,
 ) -> ReapReport:
     """`repository` (owner/name): whose instances these are; defaults to the GitHub client's (the Lambda has none)."""
     repository = repository or (github.repository if github is not None else "")
@@ -181,9 +181,9 @@ def reap(
         for instance in our_instances(client, settings.project, repository):
             tags, instance_id = _tags(instance), instance["InstanceId"]
             if not launched_with_profile(instance, settings.instance_profile):
-                log(f"ignored {instance_id} in {region}: our tags but not our instance profile")
+                log.info(f"ignored {instance_id} in {region}: our tags but not our instance profile")
                 continue
-            reason = _why_orphaned(github, instance, tags, now, limits, report, log)
+            reason = _why_orphaned(github, instance, tags, now, limits, report)
             if reason is None:
                 live_run_keys.add(naming.run_key_of_runner(tags.get("Name", "")) or "")
                 report.kept.append(instance_id)
@@ -195,11 +195,13 @@ def reap(
                     raise
                 # The roles may end only instances of this stack's instance profile (infra/): a look-alike with
                 # copied tags is refused, and must not stop the rest of the sweep.
-                log(f"kept {instance_id} in {region}: AWS refused to end it (not this stack's instance?)")
+                log.info(
+                    f"kept {instance_id} in {region}: AWS refused to end it (not this stack's instance?)"
+                )
                 report.kept.append(instance_id)
                 continue
             report.terminated.append(instance_id)
-            log(f"terminated {instance_id} in {region}: {reason}")
+            log.info(f"terminated {instance_id} in {region}: {reason}")
 
     ssm_client = aws.client("ssm", settings.region)
     fresh_parameter_keys: set[str] = set()
@@ -207,7 +209,7 @@ def reap(
         if now - meta["LastModifiedDate"] > grace:
             ssm.delete_parameter(ssm_client, meta["Name"])
             report.parameters_deleted.append(meta["Name"])
-            log(f"deleted parameter {meta['Name']}: older than {settings.reap_grace_minutes} min")
+            log.info(f"deleted parameter {meta['Name']}: older than {settings.reap_grace_minutes} min")
         else:
             fresh_parameter_keys.add(naming.run_key_of_parameter(meta["Name"]))
 
@@ -220,8 +222,8 @@ def reap(
             continue
         if github.delete_runner(runner.id):
             report.runners_deleted.append(runner.name)
-            log(f"deleted offline runner {runner.name} (id {runner.id})")
-    log(
+            log.info(f"deleted offline runner {runner.name} (id {runner.id})")
+    log.info(
         f"reaper: {len(report.terminated)} instance(s) terminated, {len(report.runners_deleted)} runner(s) and "
         f"{len(report.parameters_deleted)} parameter(s) deleted, {len(report.kept)} instance(s) healthy"
     )

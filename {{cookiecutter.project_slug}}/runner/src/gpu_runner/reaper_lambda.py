@@ -11,6 +11,7 @@ AWS Lambda Developer Guide, read 2026-12-01), and the deployment package is this
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from collections.abc import Mapping
 from datetime import datetime
@@ -72,7 +73,21 @@ def reap_aws(
     return dataclasses.asdict(report)
 
 
+# Lambda's Python runtime puts its CloudWatch handler on the root logger and sets the root's level only from
+# AWS_LAMBDA_LOG_LEVEL (advanced logging controls); without it the root keeps Python's default WARNING, which
+# would drop the reaper's INFO lines (what it terminated and deleted). awslambdaric/bootstrap.py,
+# _setup_logging (github.com/aws/aws-lambda-python-runtime-interface-client at 46e4c6a, read 2026-12-01).
+LOG_LEVEL_VARIABLE = "AWS_LAMBDA_LOG_LEVEL"
+
+
+def show_info_lines(env: Mapping[str, str]) -> None:
+    """The package's INFO lines reach the runtime's handler, unless the function's log level was chosen."""
+    if not env.get(LOG_LEVEL_VARIABLE):
+        logging.getLogger(__package__).setLevel(logging.INFO)
+
+
 def handler(event: Mapping[str, Any], context: Any) -> dict[str, list[str]]:
     """Lambda entry point (`gpu_runner.reaper_lambda.handler`). The event carries nothing we trust or need: the
     schedule's payload is fixed, and whoever may invoke the function can only make it reap sooner."""
+    show_info_lines(os.environ)
     return reap_aws(os.environ)

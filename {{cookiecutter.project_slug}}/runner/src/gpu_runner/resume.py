@@ -9,6 +9,7 @@ the same MLflow run. After `on_demand_after_interruptions` interrupted attempts 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -16,6 +17,8 @@ from . import ec2
 from .aws import Aws
 from .errors import RunnerError
 from .settings import Settings
+
+log = logging.getLogger(__name__)
 
 SPOT_RECLAIM = "Server.SpotInstanceTermination"
 WORKFLOW = "train.yml"
@@ -74,7 +77,6 @@ def resume(
     commit: str,
     config: str,
     instance_type: str = "",
-    log: Callable[[str], None] = print,
 ) -> NextAttempt:
     instance = (
         ec2.describe(aws.client("ec2", region or settings.region), instance_id) if instance_id else None
@@ -87,10 +89,10 @@ def resume(
         config=config,
         instance_type=instance_type,
     )
-    log(f"attempt {attempt}: {decision.reason}")
+    log.info(f"attempt {attempt}: {decision.reason}")
     if decision.next_inputs is not None:
         dispatch(ref, decision.next_inputs)
-        log(f"dispatched {WORKFLOW} on {ref} with {decision.next_inputs}")
+        log.info(f"dispatched {WORKFLOW} on {ref} with {decision.next_inputs}")
     elif decision.interrupted:
         raise RunnerError(
             f"training interrupted {attempt} time(s); max_attempts ({settings.max_attempts}) reached"

@@ -7,9 +7,10 @@ what launch, teardown and the reaper use. Re-running it updates the stack (or re
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from .errors import RunnerError
 from .github import DEFAULT_BASE_URL
 from .settings import Settings
 
+log = logging.getLogger(__name__)
+
 DEFAULT_TEMPLATE = Path("infra/gpu-runner.yaml")
 # The roles get generated names, so CAPABILITY_IAM suffices (no CAPABILITY_NAMED_IAM).
 CAPABILITIES = ["CAPABILITY_IAM"]
@@ -30,7 +33,6 @@ BRANCH_PREFIX = re.compile(r"[A-Za-z0-9._/-]+")
 OIDC_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:oidc-provider/token\.actions\.githubusercontent\.com")
 FAILED_STATES = ("CREATE_FAILED", "UPDATE_FAILED", "DELETE_FAILED")
 NO_UPDATES = "No updates are to be performed"
-Log = Callable[[str], None]
 HINTS = {
     "BucketAlreadyExists": " (bucket names are global: pass --bucket with another name, and use it in train.yml)",
     "InsufficientCapabilitiesException": " (the template changed to name its roles: add CAPABILITY_NAMED_IAM)",
@@ -231,7 +233,6 @@ def deploy(
     parameters: list[dict[str, str]],
     *,
     delay_seconds: int = 10,
-    log: Log = print,
 ) -> dict[str, str]:
     """Create or update the stack and wait for it; returns its outputs."""
     status = _stack_status(cfn, name)
@@ -243,17 +244,17 @@ def deploy(
     common = {"StackName": name, "TemplateBody": template_body, "Parameters": parameters}
     try:
         if status is None:
-            log(f"creating stack {name}")
+            log.info(f"creating stack {name}")
             cfn.create_stack(**common, Capabilities=CAPABILITIES, OnFailure="ROLLBACK")
             waiter = "stack_create_complete"
         else:
-            log(f"updating stack {name} ({status})")
+            log.info(f"updating stack {name} ({status})")
             cfn.update_stack(**common, Capabilities=CAPABILITIES)
             waiter = "stack_update_complete"
     except ClientError as error:
         message = error.response.get("Error", {}).get("Message", "")
         if NO_UPDATES in message:
-            log(f"stack {name} is up to date")
+            log.info(f"stack {name} is up to date")
             return _outputs(cfn, name)
         code = error.response.get("Error", {}).get("Code", "")
         hint = HINTS.get(code, "")
@@ -265,7 +266,7 @@ def deploy(
         raise BootstrapError(
             f"stack {name} ended in {_stack_status(cfn, name)}:\n" + "\n".join(f"  {r}" for r in reasons)
         ) from None
-    log(f"stack {name}: {_stack_status(cfn, name)}")
+    log.info(f"stack {name}: {_stack_status(cfn, name)}")
     return _outputs(cfn, name)
 
 
@@ -301,7 +302,7 @@ def next_steps(repository: str, outputs: Mapping[str, str]) -> str:
     return "\n".join(lines)
 
 
-def _deploy_reaper_code(s3: Any, bucket: str, log: Log) -> lambda_zip.UploadedCode:
+def _deploy_reaper_code(s3: Any, bucket: str) -> lambda_zip.UploadedCode:
     data = lambda_zip.build_zip()
     try:
         code = lambda_zip.upload(s3, bucket, data)
@@ -311,7 +312,7 @@ def _deploy_reaper_code(s3: Any, bucket: str, log: Log) -> lambda_zip.UploadedCo
             f"could not upload the reaper Lambda's package to s3://{bucket}/{lambda_zip.code_key(data)}: "
             f"{code_name} (bootstrap needs s3:GetObject and s3:PutObject on the stack's bucket)"
         ) from None
-    log(f"reaper Lambda package: s3://{bucket}/{code.key} ({len(data)} bytes)")
+    log.info(f"reaper Lambda package: s3://{bucket}/{code.key} ({len(data)} bytes)")
     return code
 
 
@@ -336,7 +337,6 @@ def store_github_credential(
     app_id: str = "",
     app_private_key_file: Path | None = None,
     token_file: Path | None = None,
-    log: Log = print,
 ) -> str | None:
     """The one-time step: the GitHub credential into the stack's SecureString (None when none was given)."""
     from . import credential
@@ -357,13 +357,13 @@ def store_github_credential(
         token=read("--token-file", token_file),
     )  # fmt: skip
     name = credential.store(ssm, settings, outputs["GitHubCredentialKeyArn"], value)
-    log(
+    log.info(
         f"stored the GitHub credential in SSM SecureString {name} (decrypt: the launch and reaper roles only)"
     )
     return name
 
 
-def set_oidc_subject(repository: str, env: Mapping[str, str], log: Log = print) -> bool:
+def set_oidc_subject(repository: str, env: Mapping[str, str]) -> bool:
     """The repository's OIDC `sub` template (oidc_subject.py) with the admin's GITHUB_TOKEN; without one, says
     the exact command (the roles refuse every token until it is set)."""
     from . import oidc_subject
@@ -371,7 +371,7 @@ def set_oidc_subject(repository: str, env: Mapping[str, str], log: Log = print) 
     token = env.get("GITHUB_TOKEN", "").strip()
     if not token:
         keys = " ".join(f"-f include_claim_keys[]={k}" for k in oidc_subject.CLAIM_KEYS)
-        log(
+        log.info(
             "# REQUIRED once (the roles trust only the customised OIDC subject): export GITHUB_TOKEN=$(gh auth token) "
             "and run bootstrap again, or:\n"
             f"#    gh api --method PUT repos/{repository}/actions/oidc/customization/sub "
@@ -382,7 +382,7 @@ def set_oidc_subject(repository: str, env: Mapping[str, str], log: Log = print) 
         repository, token, env.get("GITHUB_API_URL") or DEFAULT_BASE_URL
     )
     keys = ", ".join(oidc_subject.CLAIM_KEYS)
-    log(f"OIDC subject template of {repository}: {keys}" + ("" if changed else " (already set)"))
+    log.info(f"OIDC subject template of {repository}: {keys}" + ("" if changed else " (already set)"))
     return changed
 
 
@@ -395,7 +395,6 @@ def bootstrap(
     lambda_client: Any,
     template: Path = DEFAULT_TEMPLATE,
     delay_seconds: int = 10,
-    log: Log = print,
     ec2: Any = None,
 ) -> dict[str, str]:
     try:
@@ -414,11 +413,9 @@ def bootstrap(
     _refuse_foreign_stack(cfn, name, inputs.repository, parameters)
     if _stack_status(cfn, name) is None:
         # The Lambda's package lives in the stack's bucket: a new stack is created without the Lambda first.
-        deploy(cfn, name, body, parameters, delay_seconds=delay_seconds, log=log)
-    code = _deploy_reaper_code(s3, inputs.bucket, log)
-    outputs = deploy(
-        cfn, name, body, stack_parameters(settings, inputs, code), delay_seconds=delay_seconds, log=log
-    )
+        deploy(cfn, name, body, parameters, delay_seconds=delay_seconds)
+    code = _deploy_reaper_code(s3, inputs.bucket)
+    outputs = deploy(cfn, name, body, stack_parameters(settings, inputs, code), delay_seconds=delay_seconds)
     missing = {
         "TrainRoleArn",
         "ReaperRoleArn",
@@ -435,5 +432,5 @@ def bootstrap(
             f"stack {name} lacks output(s) {', '.join(sorted(missing))}: is {template} ours?"
         )
     verify_reaper_code(lambda_client, outputs["ReaperFunctionName"], code)
-    log(next_steps(inputs.repository, outputs))
+    log.info(next_steps(inputs.repository, outputs))
     return outputs

@@ -17,13 +17,15 @@ teardown_seconds (training run ended -> instance terminated). training_seconds i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .mlflow_rest import MlflowError, MlflowRest
 
-Log = Callable[[str], None]
+log = logging.getLogger(__name__)
+
 # The moments the workflow hands the teardown (`--phase NAME=EPOCH`), in the order they happen.
 WORKFLOW_PHASES = ("boot", "image-ready", "runner-started", "runner-online", "job-started")
 METRICS = ("runner_online_seconds", "image_ready_seconds", "setup_seconds", "teardown_seconds")
@@ -31,7 +33,7 @@ METRICS = ("runner_online_seconds", "image_ready_seconds", "setup_seconds", "tea
 _PLAUSIBLE_SECONDS = 86_400
 
 
-def parse_phases(pairs: Sequence[str], log: Log = print) -> dict[str, float]:
+def parse_phases(pairs: Sequence[str]) -> dict[str, float]:
     """`NAME=EPOCH` pairs from the workflow; anything else is skipped with a warning (never fails the teardown:
     the values come from step outputs that a failed or hostile job may have left malformed)."""
     phases: dict[str, float] = {}
@@ -39,7 +41,9 @@ def parse_phases(pairs: Sequence[str], log: Log = print) -> dict[str, float]:
         name, _, value = pair.partition("=")
         if name not in WORKFLOW_PHASES or not value.isdigit():
             names = ", ".join(WORKFLOW_PHASES)
-            log(f"warning: timeline: ignored {pair[:60]!r} (expected NAME=EPOCH, NAME one of {names})")
+            log.warning(
+                f"warning: timeline: ignored {pair[:60]!r} (expected NAME=EPOCH, NAME one of {names})"
+            )
             continue
         phases[name] = float(value)
     return phases
@@ -117,7 +121,6 @@ def log_to_mlflow(
     terminated: float,
     phases: Mapping[str, float],
     training_seconds: float | None,
-    log: Log = print,
 ) -> Timeline | None:
     """Log this attempt's phase durations to the training run (once per attempt). Never raises."""
     try:
@@ -129,12 +132,12 @@ def log_to_mlflow(
         logged = client.metric_history(run_id, first) if first else []
         # A re-run of the stop job must not add this attempt twice.
         if any(int(point.get("step", 0)) == attempt for point in logged):
-            log(f"timeline of attempt {attempt} already logged to MLflow run {run_id}: not logged again")
+            log.info(f"timeline of attempt {attempt} already logged to MLflow run {run_id}: not logged again")
         elif durations:
             client.log_batch(run_id, durations, {}, step=attempt)
-            log(f"timeline logged to MLflow run {run_id} (attempt {attempt}): {durations}")
+            log.info(f"timeline logged to MLflow run {run_id} (attempt {attempt}): {durations}")
     except MlflowError as error:
-        log(f"warning: timeline not logged to MLflow run {run_id}: {error}")
+        log.warning(f"warning: timeline not logged to MLflow run {run_id}: {error}")
         return None
     return timeline
 

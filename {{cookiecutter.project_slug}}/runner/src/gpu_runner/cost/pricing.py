@@ -21,6 +21,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from .. import log_output
 from ..aws import Aws
 
 log = logging.getLogger(__name__)
@@ -239,8 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     default = Path(str(resources.files(__package__).joinpath(TABLE_FILE)))
     refresh.add_argument("--path", type=Path, default=default)
     args = parser.parse_args(argv)
-    # The lines a user reads, on stdout as print wrote them before the module logger.
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+    log_output.to_stdout()  # the lines a user reads, on stdout as print wrote them before the module logger
     return 0 if refresh_table(Aws(), args.path) else 1
 
 
