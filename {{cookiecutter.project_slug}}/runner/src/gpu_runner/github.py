@@ -208,7 +208,9 @@ class GitHubRunners:
         # Never log `data`: it holds the encoded JIT config.
         runner = Runner.from_api(data["runner"])
         # Nor the labels: one is the run's secret label (issue 13, item 1), should INFO be turned on here.
-        log.info("registered JIT runner %s (id %d) with %d labels", runner.name, runner.id, len(runner.labels))
+        log.info(
+            "registered JIT runner %s (id %d) with %d labels", runner.name, runner.id, len(runner.labels)
+        )
         encoded = str(data["encoded_jit_config"])
         mask(encoded)  # a backstop in the workflow log: nothing prints it
         return JitConfig(runner=runner, encoded_jit_config=encoded)
