@@ -93,7 +93,7 @@ TIMELINE_PHASES = ("boot", "image-ready", "runner-started", "job-started")
 # unpinned-uses: train.yml's start and stop call the default branch's reusable workflows at
 # `@<default_branch>` on purpose (the launch role trusts only that ref; issue 13 item 2).
 EXPECTED_ZIZMOR_IGNORES = {
-    ".github/workflows/ci.yml": ["self-repository"] * 2,
+    ".github/workflows/ci.yml": ["self-repository"] * 3,
     ".github/workflows/promote.yml": ["self-repository"],
     ".github/workflows/gpu-runner-start.yml": ["self-repository"],
     ".github/workflows/gpu-runner-stop.yml": ["self-repository"],
@@ -930,7 +930,9 @@ def test_generated_ci_meaning(baked: Path) -> None:
         "cancel-in-progress": "${{ github.event_name == 'pull_request' }}",
     }
     targets = make_targets(baked / "Makefile")
-    expected_runs = {"lint": ["make lock-check", "make lint"], "test": ["make test"]}
+    expected_runs = {
+        "lint": ["make lock-check", "make lint"], "test": ["make test"], "test-slow": ["make test-slow"]
+    }
     assert set(ci["jobs"]) == set(expected_runs)
     for job_id, runs in expected_runs.items():
         job = ci["jobs"][job_id]
