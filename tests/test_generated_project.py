@@ -62,6 +62,8 @@ BAKE_INDEPENDENT = (
 TRAINING_MODULES = (
     "test_train.py", "test_pipeline.py", "test_callbacks.py", "test_runtime_and_model.py",
 )  # fmt: skip
+# The generated Makefile's test targets each bake runs; together they cover every test but e2e.
+TIERS = {"defaults": ("test", "test-slow"), "custom": ("test-all",)}
 READS_RENDERED = re.compile(
     r"PROJECT_DIR|parents\[\d\]|\.cookiecutter\.json|README|pyproject|[\"'/](\.github|infra|src|configs)[\"'/]"
 )
@@ -297,7 +299,11 @@ def test_baked_project_installs_lints_and_passes_its_own_tests(name: str, tmp_pa
     make(project, "lock-check")
     make(project, "install")
     make(project, "lint")
-    check_test_summary(make(project, "test", f"PYTEST_ARGS={suite_args(name)}"))
+    # The defaults run both tiers as the generated CI does (`make test` on every push, `make test-slow` beside
+    # it), which also proves the push tier passes without the slow one; the custom bake runs both in one
+    # session (`make test-all`), one start of TensorFlow and the servers fewer.
+    for target in TIERS[name]:
+        check_test_summary(make(project, target, f"PYTEST_ARGS={suite_args(name)}"))
     if name != "defaults":
         # What the skipped training modules import, under this bake's package name.
         package = COMBINATIONS[name]["package_name"]

@@ -176,6 +176,7 @@ def _preflight(
     return result, outputs, summary
 
 
+@pytest.mark.slow  # a fresh interpreter that imports TensorFlow
 def test_cli_without_a_gpu_exits_with_its_own_status(tmp_path: Path) -> None:
     result, outputs, summary = _preflight(tmp_path)
     assert result.returncode == EXIT_NO_GPU == 78, result.stderr
@@ -186,6 +187,7 @@ def test_cli_without_a_gpu_exits_with_its_own_status(tmp_path: Path) -> None:
     assert "### GPU preflight: no GPU visible: training not started" in summary.read_text()
 
 
+@pytest.mark.slow  # a fresh interpreter that imports TensorFlow
 def test_cli_allows_cpu_only_when_asked(tmp_path: Path) -> None:
     result, outputs, summary = _preflight(tmp_path, "--allow-cpu", "true")
     assert result.returncode == 0, result.stderr
@@ -194,6 +196,7 @@ def test_cli_allows_cpu_only_when_asked(tmp_path: Path) -> None:
     assert "CPU training allowed (debugging flag)" in summary.read_text()
 
 
+@pytest.mark.slow  # a fresh interpreter that imports TensorFlow
 def test_cli_allows_cpu_from_the_train_config(tmp_path: Path) -> None:
     result, outputs, _ = _preflight(tmp_path, config="training:\n  allow_cpu: true\n")
     assert result.returncode == 0, result.stderr

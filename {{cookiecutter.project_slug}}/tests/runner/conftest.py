@@ -83,9 +83,9 @@ def aws(session: boto3.Session, faults: AwsFaults) -> Iterator[Aws]:
 
 
 @pytest.fixture
-def ami(aws: Aws) -> str:
+def ami(aws: Aws, amazon_image: Callable[[str], str]) -> str:
     """A moto AMI, published under a configurable SSM path like the Deep Learning AMI's (moto has none)."""
-    ami_id = aws.client("ec2", REGION).describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    ami_id = amazon_image(REGION)
     aws.client("ssm", REGION).put_parameter(Name=AMI_PARAMETER, Value=ami_id, Type="String", Overwrite=True)
     return ami_id
 

@@ -39,6 +39,7 @@ def test_the_look_up_is_one_call_filtered_to_the_subnets_zones(moto_endpoint: st
     }
 
 
+@pytest.mark.slow  # asks moto for every region's offerings
 def test_bundled_table_matches_the_published_offerings(moto_endpoint: str, tmp_path) -> None:
     """refresh-table against the moto server (which answers from AWS's published offerings) reproduces the
     bundled table exactly: the table cannot drift from its named source unnoticed."""

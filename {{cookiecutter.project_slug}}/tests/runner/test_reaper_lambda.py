@@ -346,6 +346,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.slow  # runs the built package's handler in a fresh interpreter
 def test_the_deployed_package_reaps_expired_instances_and_stale_parameters_without_github(
     stack: dict[str, Any], ec2: Any, tmp_path: Path
 ) -> None:

@@ -107,6 +107,7 @@ def test_a_config_no_tier_holds_fails_before_any_aws_call(aws: Aws, faults: AwsF
     )["Parameters"]
 
 
+@pytest.mark.slow  # starts the aws CLI (a fresh interpreter)
 def test_the_boot_script_reads_a_real_size_config_back_whole(aws: Aws, faults: AwsFaults, jit: str) -> None:
     """user_data.sh's own read (the aws CLI, `--query Parameter.Value --output text`) returns the whole config,
     which it then hands to run.sh in ACTIONS_RUNNER_INPUT_JITCONFIG (never in argv)."""

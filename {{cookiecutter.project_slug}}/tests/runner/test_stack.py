@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -102,11 +102,13 @@ def cfn_lint(path: Path) -> subprocess.CompletedProcess[str]:
 # --- linters -------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # cfn-lint loads its whole spec; `make lint` runs it too
 def test_template_is_cfn_lint_clean() -> None:
     result = cfn_lint(TEMPLATE)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow  # cfn-lint loads its whole spec
 def test_cfn_lint_catches_a_broken_template(tmp_path: Path) -> None:
     broken = tmp_path / "broken.yaml"
     broken.write_text(
@@ -197,7 +199,10 @@ def ami_for_infra(moto_endpoint: str) -> str:
 
 @pytest.fixture(scope="module")
 def stack(
-    settings_file: Path, oidc_provider: str, tmp_path_factory: pytest.TempPathFactory
+    settings_file: Path,
+    oidc_provider: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    amazon_image: Callable[[str], str],
 ) -> Iterator[dict[str, Any]]:
     """`gpu-runner bootstrap` as a user runs it (reusing the account's OIDC provider, with the immutable ids),
     storing the GitHub credential in AWS and setting the repository's OIDC subject template (GitHub double)."""
@@ -217,7 +222,7 @@ def stack(
     session = boto3.Session(region_name=REGION)
     yield {"argv": deployed.argv, "printed": deployed.printed, "outputs": deployed.outputs, "settings": settings,
            "bucket": bucket, "session": session, "oidc": oidc_provider, "name": deployed.stack_name,
-           "oidc_sub": oidc_sub}  # fmt: skip
+           "oidc_sub": oidc_sub, "amazon_image": amazon_image(REGION)}  # fmt: skip
     # Best effort: moto deletes a stack's resources in template order, so a role with an attached policy
     # refuses (DeleteConflict). Names are unique per module, so a leftover stack cannot affect another test.
     with contextlib.suppress(ClientError):
@@ -823,7 +828,7 @@ def _launch_requests(stack: dict[str, Any], extra_tag_on: str = "", **changes: A
     `extra_tag_on` adds EXTRA_TAG to that resource type's tags."""
     profile = stack["outputs"]["RunnerInstanceProfile"]
     ec2 = stack["session"].client("ec2")
-    amazon_image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    amazon_image = stack["amazon_image"]
     default_subnet = ec2.describe_subnets(Filters=[{"Name": "default-for-az", "Values": ["true"]}])[
         "Subnets"
     ][0]
@@ -881,7 +886,7 @@ def _other_network(stack: dict[str, Any]) -> dict[str, str]:
             {"Name": "vpc-id", "Values": [stack_vpc(stack)]},
         ]
     )["SecurityGroups"][0]["GroupId"]
-    source = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    source = stack["amazon_image"]
     image = ec2.copy_image(Name=f"own-{vpc}", SourceImageId=source, SourceRegion=REGION)["ImageId"]
     return {"subnet": subnet, "group": group, "default_group": default_group, "image": image}
 

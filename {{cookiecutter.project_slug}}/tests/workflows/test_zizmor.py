@@ -18,7 +18,7 @@ from workflow_rules import DEFAULT_BRANCH_WORKFLOW_RE
 # unpinned-uses: train.yml's start and stop call the default branch's reusable workflows at
 # `@<default_branch>` on purpose (the launch role trusts only that ref; issue 13 item 2).
 EXPECTED_ZIZMOR_IGNORES = {
-    ".github/workflows/ci.yml": ["self-repository"] * 2,
+    ".github/workflows/ci.yml": ["self-repository"] * 3,
     ".github/workflows/promote.yml": ["self-repository"],
     ".github/workflows/gpu-runner-start.yml": ["self-repository"],
     ".github/workflows/gpu-runner-stop.yml": ["self-repository"],
