@@ -21,7 +21,9 @@ def test_ci_meaning(project: Path) -> None:
     }
     targets = make_targets(project / "Makefile")
     expected_runs = {
-        "lint": ["make lock-check", "make lint"], "test": ["make test"], "test-slow": ["make test-slow"]
+        "lint": ["make lock-check", "make lint"],
+        "test": ["make test"],
+        "test-slow": ["make test-slow"],
     }
     assert set(ci["jobs"]) == set(expected_runs)
     for job_id, runs in expected_runs.items():
