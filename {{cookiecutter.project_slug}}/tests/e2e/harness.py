@@ -1,7 +1,7 @@
 """Run the project's real .github/workflows/train.yml with `act`, against local doubles of everything remote.
 
 - AWS: the moto server of the test session (real HTTP, real boto3 and aws CLI).
-- GitHub REST: tests/runner/github_double.py, in this process.
+- GitHub REST: tests/doubles/github_double.py, in this process.
 - MLflow: the real `mlflow server` of the test session.
 - Remote actions: local composite doubles (tests/e2e/actions/<name>) swapped in with `--local-repository`.
 - The GPU instance: when `gpu-runner launch` creates one in moto, its REAL rendered user-data (read back through
@@ -43,14 +43,12 @@ from typing import Any
 
 import boto3
 import yaml
+from doubles.aws_fault_proxy import AwsFaultProxy, Rule, kill_matching
+from doubles.github_double import DEFAULT_TOKEN, GitHubDouble, decode_jit_config
+from doubles.imds_double import ImdsDouble
 
 HERE = Path(__file__).resolve().parent
 PROJECT = HERE.parent.parent
-sys.path[:0] = [str(PROJECT / "tests" / "runner"), str(PROJECT / "tests")]
-
-from faults import AwsFaultProxy, Rule, kill_matching  # noqa: E402
-from github_double import DEFAULT_TOKEN, GitHubDouble, decode_jit_config  # noqa: E402
-from imds_double import ImdsDouble  # noqa: E402
 
 __all__ = ["DEFAULT_TOKEN", "AwsFaultProxy", "GitHubDouble", "ImdsDouble", "Rule", "kill_matching"]
 

@@ -5,24 +5,19 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
-import aws_limits
 import boto3
 import pytest
-from aws_constants import REGION
-from aws_faults import AwsFaults, ec2_error
 from botocore.exceptions import ClientError
-
-# The proxy lives with the e2e story (tests/e2e/faults.py); importing it needs that directory, as harness.py does.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e"))
-from faults import AwsFaultProxy
+from doubles import aws_limits
+from doubles.aws_constants import REGION
+from doubles.aws_fault_proxy import AwsFaultProxy
+from doubles.aws_faults import AwsFaults, ec2_error
 
 
 @dataclass

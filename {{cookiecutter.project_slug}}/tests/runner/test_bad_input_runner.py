@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 import yaml
-from aws_constants import AMI_PARAMETER, REGION
-from aws_faults import AwsFaults
 from bad_input_table import Row, check_row, readme_rows
-from github_double import (
+from doubles.aws_constants import AMI_PARAMETER, REGION
+from doubles.aws_faults import AwsFaults
+from doubles.github_double import (
     DEFAULT_APP_ID,
     DEFAULT_REPOSITORY,
     READ_ONLY_TOKEN,

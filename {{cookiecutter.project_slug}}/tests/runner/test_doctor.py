@@ -28,11 +28,11 @@ from typing import Any
 import boto3
 import botocore.session
 import pytest
-import stack_deploy
 import yaml
-from aws_faults import AwsFaults
 from botocore.exceptions import ClientError
-from github_double import (
+from doubles import stack_deploy
+from doubles.aws_faults import AwsFaults
+from doubles.github_double import (
     ADMIN_TOKEN,
     DEFAULT_APP_ID,
     DEFAULT_REPOSITORY,
@@ -40,7 +40,7 @@ from github_double import (
     GitHubDouble,
     app_private_key_pem,
 )
-from stack_deploy import OIDC_URL, PROJECT_DIR
+from doubles.stack_deploy import OIDC_URL, PROJECT_DIR
 
 from gpu_runner import cli, doctor, doctor_aws, doctor_github, doctor_mlflow
 from gpu_runner.aws import Aws

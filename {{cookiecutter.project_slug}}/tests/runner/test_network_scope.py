@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import boto3
 import pytest
-from github_double import GitHubDouble
-from iam_requests import record_calls
+from doubles.github_double import GitHubDouble
+from doubles.iam_requests import record_calls
 
 from gpu_runner import lifecycle
 from gpu_runner.aws import Aws

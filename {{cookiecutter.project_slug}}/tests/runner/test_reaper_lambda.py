@@ -26,13 +26,13 @@ from typing import Any
 
 import boto3
 import pytest
-import stack_deploy
 import yaml
 from botocore.exceptions import ClientError
-from github_double import DEFAULT_REPOSITORY
-from iam_requests import ACCOUNT, Request, allowed, granted_actions, record_calls, requests_for
+from doubles import stack_deploy
+from doubles.github_double import DEFAULT_REPOSITORY
+from doubles.iam_requests import ACCOUNT, Request, allowed, granted_actions, record_calls, requests_for
+from doubles.stack_deploy import TEMPLATE
 from parliament import analyze_policy_string
-from stack_deploy import TEMPLATE
 
 from gpu_runner import cli, lambda_zip, lifecycle, naming, reaper_lambda
 from gpu_runner.aws import Aws

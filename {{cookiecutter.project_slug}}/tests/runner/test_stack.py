@@ -24,12 +24,12 @@ from typing import Any
 
 import boto3
 import pytest
-import stack_deploy
 import yaml
-from aws_faults import AwsFaults
 from botocore.exceptions import ClientError
-from github_double import DEFAULT_REPOSITORY, DEFAULT_TOKEN, GitHubDouble
-from iam_requests import (
+from doubles import stack_deploy
+from doubles.aws_faults import AwsFaults
+from doubles.github_double import DEFAULT_REPOSITORY, DEFAULT_TOKEN, GitHubDouble
+from doubles.iam_requests import (
     SPOT_ROLE_ARN,
     SPOT_SERVICE,
     Call,
@@ -44,8 +44,8 @@ from iam_requests import (
     ssm_kms_request,
     web_identity_allowed,
 )
+from doubles.stack_deploy import OIDC_URL, PROJECT_DIR, TEMPLATE
 from parliament import analyze_policy_string
-from stack_deploy import OIDC_URL, PROJECT_DIR, TEMPLATE
 
 from gpu_runner import cli, credential, lifecycle, naming, reaper
 from gpu_runner.aws import Aws
