@@ -181,8 +181,29 @@ CLAIMS: dict[str, Callable[[Case], None]] = {
     "no SSM parameter": no_parameter,
 }
 
-
 _AMI_ID: list[str] = []
+
+
+@pytest.mark.parametrize("row", [r for r in readme_rows() if r.id in TRIGGERS], ids=lambda r: r.id)
+def test_bad_input_row(
+    row: Row,
+    cli_env: Path,
+    aws: Aws,
+    faults: AwsFaults,
+    github_double: GitHubDouble,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    # The CLI's own Aws() would open a fresh session, out of reach of the injected faults and the request count.
+    monkeypatch.setattr(cli, "Aws", lambda: aws)
+    case = Case(aws, faults, github_double, monkeypatch, count_requests(aws))
+    try:
+        status = TRIGGERS[row.id](case)
+        captured = capsys.readouterr()
+        check_row(row, status, captured.out, captured.err, CLAIMS, case)
+    finally:
+        for undo in reversed(case.stack):
+            undo()
 
 
 @pytest.fixture
@@ -207,25 +228,3 @@ def count_requests(aws: Aws) -> list[str]:
     for client in aws._clients.values():
         client.meta.events.register("before-send", record)
     return sent
-
-
-@pytest.mark.parametrize("row", [r for r in readme_rows() if r.id in TRIGGERS], ids=lambda r: r.id)
-def test_bad_input_row(
-    row: Row,
-    cli_env: Path,
-    aws: Aws,
-    faults: AwsFaults,
-    github_double: GitHubDouble,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture,
-) -> None:
-    # The CLI's own Aws() would open a fresh session, out of reach of the injected faults and the request count.
-    monkeypatch.setattr(cli, "Aws", lambda: aws)
-    case = Case(aws, faults, github_double, monkeypatch, count_requests(aws))
-    try:
-        status = TRIGGERS[row.id](case)
-        captured = capsys.readouterr()
-        check_row(row, status, captured.out, captured.err, CLAIMS, case)
-    finally:
-        for undo in reversed(case.stack):
-            undo()
