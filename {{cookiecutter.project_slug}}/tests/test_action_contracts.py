@@ -48,6 +48,141 @@ def load_contracts() -> dict[tuple[str, str], Contract]:
 CONTRACTS = load_contracts()
 
 
+def scopes(doc: dict[str, Any], where: str) -> Iterator[tuple[str, dict[str, Any], list[dict[str, Any]]]]:
+    """(label, the scope's whole mapping, its steps): each job of a workflow, or a composite action's steps."""
+    if "jobs" in doc:
+        for job_id, job in doc["jobs"].items():
+            yield f"{where} job {job_id}", job, job.get("steps") or []
+    elif isinstance(doc.get("runs"), dict) and doc["runs"].get("using") == "composite":
+        yield f"{where} (composite)", doc, doc["runs"].get("steps") or []
+
+
+def remote_uses() -> list[tuple[str, dict[str, Any]]]:
+    """(owner/repo@sha, step) of every remote action step in the workflows and composite actions."""
+    found = []
+    for path in [*WORKFLOWS, *COMPOSITES]:
+        for _, _, steps in scopes(yaml.safe_load(path.read_text(encoding="utf-8")), path.name):
+            found += [(step["uses"], step) for step in steps if REMOTE.match(step.get("uses", ""))]
+    return found
+
+
+# ---------------------------------------------------------------------- the real files
+@pytest.mark.parametrize("path", [*WORKFLOWS, *COMPOSITES], ids=lambda p: str(p.relative_to(PROJECT)))
+def test_every_uses_respects_the_action_contract(path: Path) -> None:
+    assert problems(path) == []
+
+
+def test_every_workflow_and_composite_action_is_checked() -> None:
+    assert {p.name for p in WORKFLOWS} >= {"ci.yml", "train.yml", "reap.yml"}
+    assert COMPOSITES, "no .github/actions/*/action.yml found"
+    assert remote_uses(), "no remote action found: the check would have nothing to check"
+
+
+def test_the_contracts_say_where_they_were_read() -> None:
+    for (repo, sha), action in CONTRACTS.items():
+        assert action["snapshot"]["fetch"] == f"github:{repo}" and SHA.match(action["snapshot"]["head"])
+        if action["sha_in_snapshot"]:
+            assert action["read_at"] == sha
+            # The version comment names a tag: where the snapshot has it, it is this commit.
+            assert action["tag_commit"] in (None, sha), f"{repo}: tag {action['version']} is not {sha}"
+        else:
+            assert action["note"].startswith("NOT CHECKED") and action["read_at_tag"], action
+        assert action["runs_using"] in {"node24", "composite", "docker"}, f"{repo}@{action['version']}"
+
+
+# ---------------------------------------------------------------------- the act doubles
+def doubled() -> dict[str, list[Contract]]:
+    """Double name (tests/e2e/actions/<repo name>) -> the contracts of the pins it stands in for."""
+    pins: dict[str, list[Contract]] = {}
+    for uses, _ in remote_uses():
+        match = REMOTE.match(uses)
+        assert match is not None
+        contract = CONTRACTS.get((match["repo"], match["ref"]))
+        if contract is not None and contract not in pins.setdefault(match["repo"].split("/")[1], []):
+            pins[match["repo"].split("/")[1]].append(contract)
+    return pins
+
+
+@pytest.mark.parametrize("name", sorted(doubled()))
+def test_each_double_declares_only_what_the_real_action_has(name: str) -> None:
+    passed = {
+        key
+        for uses, step in remote_uses()
+        if uses.split("@")[0].split("/")[1] == name
+        for key in step.get("with") or {}
+    }
+    assert double_problems(DOUBLES / name, doubled()[name], passed) == []
+
+
+TRAIN = PROJECT / ".github" / "workflows" / "train.yml"
+START = PROJECT / ".github" / "workflows" / "gpu-runner-start.yml"
+
+
+def test_a_planted_unknown_input_fails(tmp_path: Path) -> None:
+    copy = planted(
+        tmp_path, START, "role-session-name: gpu-runner-start-", "role-session-nam: gpu-runner-start-"
+    )
+    found = problems(copy)
+    assert any("unknown input 'role-session-nam' (did you mean 'role-session-name'?)" in p for p in found), (
+        found
+    )
+
+
+def test_a_planted_missing_required_input_fails(tmp_path: Path) -> None:
+    text = START.read_text(encoding="utf-8")
+    region = re.search(r"^ +aws-region: .*\n", text, flags=re.MULTILINE)
+    assert region, "gpu-runner-start.yml passes no aws-region"
+    copy = planted(tmp_path, START, region.group(0), "")
+    assert any("missing required input 'aws-region'" in p for p in problems(copy)), problems(copy)
+
+
+def test_a_planted_unknown_pin_fails(tmp_path: Path) -> None:
+    uses = next(uses for uses, _ in remote_uses() if uses in TRAIN.read_text(encoding="utf-8"))
+    copy = planted(tmp_path, TRAIN, uses, uses[:-40] + "0" * 40)
+    assert any("is not in actions.json" in p for p in problems(copy)), problems(copy)
+
+
+def test_a_planted_output_the_action_lacks_fails(tmp_path: Path) -> None:
+    expression = (
+        "$" + "{" * 2 + " steps.co.outputs.sha " + "}" * 2
+    )  # spelt out: this file is a Jinja template
+    line = re.search(r"^ +uses: actions/checkout@.*\n", START.read_text(encoding="utf-8"), flags=re.MULTILINE)
+    assert line, "gpu-runner-start.yml checks nothing out"
+    copy = planted(tmp_path, START, line.group(0), line.group(0) + "        id: co\n")
+    # A last step of the start job reads the output.
+    copy.write_text(copy.read_text(encoding="utf-8").rstrip("\n") + f'\n      - run: echo "{expression}"\n')
+    assert any("reads output 'sha' of step 'co'" in p for p in problems(copy)), problems(copy)
+
+
+def test_a_planted_reusable_workflow_mismatch_fails(tmp_path: Path) -> None:
+    """An input the called workflow does not declare, a secret it does not declare, and an output it lacks."""
+    copy = planted(tmp_path, TRAIN, "      attempt: ", "      attempts: ")
+    text = copy.read_text(encoding="utf-8")
+    secret = "\n      MLFLOW_TRACKING_PASSWORD: "  # the stop job's `secrets:` (6 spaces: not a step's env)
+    assert secret in text, "train.yml's stop job passes no MLflow password"
+    text = text.replace(secret, secret.replace("PASSWORD", "PASSWORD_"), 1)
+    text = text.replace("needs.start.outputs.region", "needs.start.outputs.regoin", 1)
+    copy.write_text(text, encoding="utf-8")
+    found = problems(copy)
+    assert any("unknown input 'attempts' (did you mean 'attempt'?)" in p for p in found), found
+    assert any("unknown secret 'MLFLOW_TRACKING_PASSWORD_'" in p for p in found), found
+    assert any("reads output 'regoin' of job 'start'" in p for p in found), found
+
+
+def test_a_double_with_an_input_the_real_action_lacks_fails(tmp_path: Path) -> None:
+    name = sorted(doubled())[0]
+    double = tmp_path / name
+    double.mkdir()
+    meta = yaml.safe_load((DOUBLES / name / "action.yml").read_text(encoding="utf-8"))
+    meta["inputs"]["made-up"] = {"required": False, "default": ""}
+    meta["outputs"] = {**(meta.get("outputs") or {}), "made-up-output": {"value": "x"}}
+    (double / "action.yml").write_text(yaml.safe_dump(meta), encoding="utf-8")
+    found = double_problems(double, doubled()[name], {"never-declared"})
+    assert any("input 'made-up' is not the real action's" in p for p in found), found
+    assert any("output 'made-up-output' is not the real action's" in p for p in found), found
+    assert any("pass 'never-declared'" in p for p in found), found
+
+
 def local_contract(action_yml: Path) -> Contract:
     """The same shape as the extracted contracts, read from an action.yml in this repository."""
     meta = yaml.safe_load(action_yml.read_text(encoding="utf-8"))
@@ -131,15 +266,6 @@ def call_problems(label: str, job: dict[str, Any], root: Path) -> list[str]:
     return found + [p.replace(" input ", " secret ") for p in passed]
 
 
-def scopes(doc: dict[str, Any], where: str) -> Iterator[tuple[str, dict[str, Any], list[dict[str, Any]]]]:
-    """(label, the scope's whole mapping, its steps): each job of a workflow, or a composite action's steps."""
-    if "jobs" in doc:
-        for job_id, job in doc["jobs"].items():
-            yield f"{where} job {job_id}", job, job.get("steps") or []
-    elif isinstance(doc.get("runs"), dict) and doc["runs"].get("using") == "composite":
-        yield f"{where} (composite)", doc, doc["runs"].get("steps") or []
-
-
 def hint(name: str, inputs: dict[str, Any]) -> str:
     close = difflib.get_close_matches(name, inputs, n=1)
     return f"did you mean {close[0]!r}?" if close else f"the action's inputs: {', '.join(inputs)}"
@@ -198,52 +324,6 @@ def problems(path: Path, root: Path = PROJECT) -> list[str]:
     return found
 
 
-def remote_uses() -> list[tuple[str, dict[str, Any]]]:
-    """(owner/repo@sha, step) of every remote action step in the workflows and composite actions."""
-    found = []
-    for path in [*WORKFLOWS, *COMPOSITES]:
-        for _, _, steps in scopes(yaml.safe_load(path.read_text(encoding="utf-8")), path.name):
-            found += [(step["uses"], step) for step in steps if REMOTE.match(step.get("uses", ""))]
-    return found
-
-
-# ---------------------------------------------------------------------- the real files
-@pytest.mark.parametrize("path", [*WORKFLOWS, *COMPOSITES], ids=lambda p: str(p.relative_to(PROJECT)))
-def test_every_uses_respects_the_action_contract(path: Path) -> None:
-    assert problems(path) == []
-
-
-def test_every_workflow_and_composite_action_is_checked() -> None:
-    assert {p.name for p in WORKFLOWS} >= {"ci.yml", "train.yml", "reap.yml"}
-    assert COMPOSITES, "no .github/actions/*/action.yml found"
-    assert remote_uses(), "no remote action found: the check would have nothing to check"
-
-
-def test_the_contracts_say_where_they_were_read() -> None:
-    for (repo, sha), action in CONTRACTS.items():
-        assert action["snapshot"]["fetch"] == f"github:{repo}" and SHA.match(action["snapshot"]["head"])
-        if action["sha_in_snapshot"]:
-            assert action["read_at"] == sha
-            # The version comment names a tag: where the snapshot has it, it is this commit.
-            assert action["tag_commit"] in (None, sha), f"{repo}: tag {action['version']} is not {sha}"
-        else:
-            assert action["note"].startswith("NOT CHECKED") and action["read_at_tag"], action
-        assert action["runs_using"] in {"node24", "composite", "docker"}, f"{repo}@{action['version']}"
-
-
-# ---------------------------------------------------------------------- the act doubles
-def doubled() -> dict[str, list[Contract]]:
-    """Double name (tests/e2e/actions/<repo name>) -> the contracts of the pins it stands in for."""
-    pins: dict[str, list[Contract]] = {}
-    for uses, _ in remote_uses():
-        match = REMOTE.match(uses)
-        assert match is not None
-        contract = CONTRACTS.get((match["repo"], match["ref"]))
-        if contract is not None and contract not in pins.setdefault(match["repo"].split("/")[1], []):
-            pins[match["repo"].split("/")[1]].append(contract)
-    return pins
-
-
 def double_problems(double: Path, real: list[Contract], passed: set[str]) -> list[str]:
     mine = local_contract(double / "action.yml")
     found = []
@@ -264,17 +344,6 @@ def double_problems(double: Path, real: list[Contract], passed: set[str]) -> lis
     return found
 
 
-@pytest.mark.parametrize("name", sorted(doubled()))
-def test_each_double_declares_only_what_the_real_action_has(name: str) -> None:
-    passed = {
-        key
-        for uses, step in remote_uses()
-        if uses.split("@")[0].split("/")[1] == name
-        for key in step.get("with") or {}
-    }
-    assert double_problems(DOUBLES / name, doubled()[name], passed) == []
-
-
 # ---------------------------------------------------------------------- planted mismatches: the check can fail
 def planted(tmp_path: Path, source: Path, old: str, new: str) -> Path:
     """A copy of a real workflow with one edit (`./.github/actions/...` still resolve against PROJECT)."""
@@ -283,72 +352,3 @@ def planted(tmp_path: Path, source: Path, old: str, new: str) -> Path:
     copy = tmp_path / f"planted-{source.name}"
     copy.write_text(text.replace(old, new, 1), encoding="utf-8")
     return copy
-
-
-TRAIN = PROJECT / ".github" / "workflows" / "train.yml"
-START = PROJECT / ".github" / "workflows" / "gpu-runner-start.yml"
-
-
-def test_a_planted_unknown_input_fails(tmp_path: Path) -> None:
-    copy = planted(
-        tmp_path, START, "role-session-name: gpu-runner-start-", "role-session-nam: gpu-runner-start-"
-    )
-    found = problems(copy)
-    assert any("unknown input 'role-session-nam' (did you mean 'role-session-name'?)" in p for p in found), (
-        found
-    )
-
-
-def test_a_planted_missing_required_input_fails(tmp_path: Path) -> None:
-    text = START.read_text(encoding="utf-8")
-    region = re.search(r"^ +aws-region: .*\n", text, flags=re.MULTILINE)
-    assert region, "gpu-runner-start.yml passes no aws-region"
-    copy = planted(tmp_path, START, region.group(0), "")
-    assert any("missing required input 'aws-region'" in p for p in problems(copy)), problems(copy)
-
-
-def test_a_planted_unknown_pin_fails(tmp_path: Path) -> None:
-    uses = next(uses for uses, _ in remote_uses() if uses in TRAIN.read_text(encoding="utf-8"))
-    copy = planted(tmp_path, TRAIN, uses, uses[:-40] + "0" * 40)
-    assert any("is not in actions.json" in p for p in problems(copy)), problems(copy)
-
-
-def test_a_planted_output_the_action_lacks_fails(tmp_path: Path) -> None:
-    expression = (
-        "$" + "{" * 2 + " steps.co.outputs.sha " + "}" * 2
-    )  # spelt out: this file is a Jinja template
-    line = re.search(r"^ +uses: actions/checkout@.*\n", START.read_text(encoding="utf-8"), flags=re.MULTILINE)
-    assert line, "gpu-runner-start.yml checks nothing out"
-    copy = planted(tmp_path, START, line.group(0), line.group(0) + "        id: co\n")
-    # A last step of the start job reads the output.
-    copy.write_text(copy.read_text(encoding="utf-8").rstrip("\n") + f'\n      - run: echo "{expression}"\n')
-    assert any("reads output 'sha' of step 'co'" in p for p in problems(copy)), problems(copy)
-
-
-def test_a_planted_reusable_workflow_mismatch_fails(tmp_path: Path) -> None:
-    """An input the called workflow does not declare, a secret it does not declare, and an output it lacks."""
-    copy = planted(tmp_path, TRAIN, "      attempt: ", "      attempts: ")
-    text = copy.read_text(encoding="utf-8")
-    secret = "\n      MLFLOW_TRACKING_PASSWORD: "  # the stop job's `secrets:` (6 spaces: not a step's env)
-    assert secret in text, "train.yml's stop job passes no MLflow password"
-    text = text.replace(secret, secret.replace("PASSWORD", "PASSWORD_"), 1)
-    text = text.replace("needs.start.outputs.region", "needs.start.outputs.regoin", 1)
-    copy.write_text(text, encoding="utf-8")
-    found = problems(copy)
-    assert any("unknown input 'attempts' (did you mean 'attempt'?)" in p for p in found), found
-    assert any("unknown secret 'MLFLOW_TRACKING_PASSWORD_'" in p for p in found), found
-    assert any("reads output 'regoin' of job 'start'" in p for p in found), found
-
-
-def test_a_double_with_an_input_the_real_action_lacks_fails(tmp_path: Path) -> None:
-    name = sorted(doubled())[0]
-    double = tmp_path / name
-    double.mkdir()
-    meta = yaml.safe_load((DOUBLES / name / "action.yml").read_text(encoding="utf-8"))
-    meta["inputs"]["made-up"] = {"required": False, "default": ""}
-    meta["outputs"] = {**(meta.get("outputs") or {}), "made-up-output": {"value": "x"}}
-    (double / "action.yml").write_text(yaml.safe_dump(meta), encoding="utf-8")
-    found = double_problems(double, doubled()[name], {"never-declared"})
-    assert any("input 'made-up' is not the real action's" in p for p in found), found
-    assert any("output 'made-up-output' is not the real action's" in p for p in found), found
-    assert any("pass 'never-declared'" in p for p in found), found

@@ -32,18 +32,6 @@ DATA_BUCKET = "bad-input-data"
 CHECKPOINT_BUCKET = "bad-input-ckpt"
 
 
-def runner_trigger_ids() -> set[str]:
-    """TRIGGERS' keys in the runner test module, read without importing it (it needs the runner fixtures)."""
-    tree = ast.parse(RUNNER_TESTS.read_text(encoding="utf-8"))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.AnnAssign | ast.Assign):
-            targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
-            if any(isinstance(t, ast.Name) and t.id == "TRIGGERS" for t in targets):
-                assert isinstance(node.value, ast.Dict)
-                return {ast.literal_eval(key) for key in node.value.keys if key is not None}
-    raise AssertionError(f"no TRIGGERS dict in {RUNNER_TESTS}")
-
-
 # ---------------------------------------------------------------------- the world a row runs in
 @dataclass
 class Case:
@@ -254,3 +242,15 @@ def test_bad_input_row(
 
     captured = capsys.readouterr()
     check_row(row, status, captured.out, captured.err, CLAIMS, case)
+
+
+def runner_trigger_ids() -> set[str]:
+    """TRIGGERS' keys in the runner test module, read without importing it (it needs the runner fixtures)."""
+    tree = ast.parse(RUNNER_TESTS.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AnnAssign | ast.Assign):
+            targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
+            if any(isinstance(t, ast.Name) and t.id == "TRIGGERS" for t in targets):
+                assert isinstance(node.value, ast.Dict)
+                return {ast.literal_eval(key) for key in node.value.keys if key is not None}
+    raise AssertionError(f"no TRIGGERS dict in {RUNNER_TESTS}")

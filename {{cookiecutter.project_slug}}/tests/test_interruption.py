@@ -6,7 +6,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from imds_double import ImdsDouble
+from doubles.imds_double import ImdsDouble
 
 from {{ cookiecutter.package_name }}.interruption import ImdsClient, InterruptionWatcher, should_watch
 

@@ -22,78 +22,6 @@ from {{ cookiecutter.package_name }}.train import train
 _names = itertools.count(1)
 
 
-@pytest.fixture(scope="module")
-def local_store(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The store `make train` logs to without MLFLOW_TRACKING_URI (tracking.DEFAULT_TRACKING_URI), in tmp.
-
-    It is not the server's store behind REST: its ModelVersion.version is an int where the server's is a str,
-    and it checks tag values with len(), so an unconverted int fails here and nowhere else."""
-    return f"sqlite:///{tmp_path_factory.mktemp('local-store') / 'mlflow.db'}"
-
-
-@pytest.fixture(params=["server", "local sqlite"])
-def store(request: pytest.FixtureRequest) -> str:
-    return request.getfixturevalue("mlflow_server" if request.param == "server" else "local_store")
-
-
-@pytest.fixture
-def client(store: str) -> MlflowClient:
-    # mlflow.register_model talks to the global tracking URI.
-    mlflow.set_tracking_uri(store)
-    return MlflowClient(store)
-
-
-@pytest.fixture
-def experiment_id(client: MlflowClient, store: str, tmp_path_factory: pytest.TempPathFactory) -> str:
-    experiment = client.get_experiment_by_name("registry-decisions")
-    if experiment:
-        return experiment.experiment_id
-    # The local store would put artifacts under ./mlruns of the working directory; the server has its own root.
-    local = store.startswith("sqlite:")
-    artifacts = tmp_path_factory.mktemp("local-artifacts").as_uri() if local else None
-    return client.create_experiment("registry-decisions", artifact_location=artifacts)
-
-
-def registry_cfg(**values: object) -> RegistryConfig:
-    """A fresh model name per call: the server is shared by the whole session."""
-    return RegistryConfig(**{"model_name": f"decisions-{next(_names)}", **values})
-
-
-def finished_run(client: MlflowClient, experiment_id: str, metrics: dict[str, float]) -> tuple[str, str]:
-    """A run that logged `metrics` and a model, as train() leaves it: (run id, logged model id)."""
-    run_id = client.create_run(experiment_id).info.run_id
-    for name, value in metrics.items():
-        client.log_metric(run_id, name, value)
-    model = client.create_logged_model(experiment_id, name="model", source_run_id=run_id)
-    client.set_terminated(run_id)
-    return run_id, model.model_id
-
-
-def alias_version(client: MlflowClient, cfg: RegistryConfig) -> str:
-    # str(): MLflow's own entity says int for the local store and str behind REST.
-    return str(client.get_model_version_by_alias(cfg.model_name, cfg.alias).version)
-
-
-def holder_version(client: MlflowClient, cfg: RegistryConfig) -> str | None:
-    holder = registry.alias_holder(client, cfg.model_name, cfg.alias)
-    return None if holder is None else str(holder.version)
-
-
-def train_and_decide(
-    client: MlflowClient, experiment_id: str, cfg: RegistryConfig, value: float
-) -> registry.ChampionDecision:
-    """A training (registers its version, proposes it) and then the promote workflow (moves the alias if it wins)."""
-    run_id, model_id = finished_run(client, experiment_id, {cfg.metric: value})
-    before = holder_version(client, cfg)
-    proposed = registry.decide(client, cfg, run_id, model_id, {cfg.metric: value})
-    registry.log_decision(client, run_id, proposed)
-    assert proposed.outcome in ("candidate", "kept"), proposed
-    assert holder_version(client, cfg) == before, "a training moved the alias"
-    decision = registry.promote(client, cfg, run_id)
-    registry.log_decision(client, run_id, decision)
-    return decision
-
-
 # ---------------------------------------------------------------------- decisions on real runs and versions
 def test_first_then_better_then_worse_then_tie(client: MlflowClient, experiment_id: str) -> None:
     cfg = registry_cfg()
@@ -298,40 +226,6 @@ def test_job_summary_shows_both_values_the_signed_delta_and_links() -> None:
     assert "Decision: **kept**: not better" in text
 
 
-# ---------------------------------------------------------------------- real training
-@pytest.fixture(scope="module")
-def trained(mlflow_server: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """A champion worth 0.5 test accuracy exists; a real training beats it; a second one logs no model."""
-    workdir = tmp_path_factory.mktemp("registry-train")
-    model_name = "registry-real"
-    mlflow.set_tracking_uri(mlflow_server)
-    client = MlflowClient(mlflow_server)
-    experiment_id = client.create_experiment("registry-train")
-    seed_run, seed_model = finished_run(client, experiment_id, {"test_accuracy": 0.5})
-    seed_cfg = RegistryConfig(model_name=model_name)
-    assert (
-        registry.decide(client, seed_cfg, seed_run, seed_model, {"test_accuracy": 0.5}).outcome == "candidate"
-    )
-    assert registry.promote(client, seed_cfg, seed_run).outcome == "first"
-
-    def config(name: str, **tracking: object) -> dict:
-        return {
-            "training": {"epochs": 2, "checkpoint_dir": str(workdir / name / "ckpt")},
-            "export": {"output_dir": str(workdir / name / "out"), "tflite": name == "logged"},
-            "tracking": {"experiment_name": "registry-train", "log_system_metrics": False, **tracking},
-            "registry": {"model_name": model_name},
-        }
-
-    results = {}
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
-        patch.setenv("TRAIN_ATTEMPT", "3")
-        for name, tracking in (("logged", {}), ("no-model", {"log_model": False})):
-            patch.setenv("GITHUB_STEP_SUMMARY", str(workdir / f"{name}.md"))
-            results[name] = train(config_from_dict(config(name, **tracking)))
-    return {"client": client, "model_name": model_name, "workdir": workdir, **results}
-
-
 @pytest.mark.slow
 def test_a_real_branch_run_leaves_the_champion_and_the_promote_path_moves_it(
     trained: dict, monkeypatch: pytest.MonkeyPatch, mlflow_server: str
@@ -408,3 +302,109 @@ def test_tag_values_are_converted_once_and_none_is_refused() -> None:
     assert [(t.key, t.value) for t in tags] == [("registry.version", "3"), ("a", "b")]
     with pytest.raises(ValueError, match=r"'champion\.previous_version' has no value"):
         tracking.tag_value("champion.previous_version", None)
+
+
+@pytest.fixture(scope="module")
+def local_store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The store `make train` logs to without MLFLOW_TRACKING_URI (tracking.DEFAULT_TRACKING_URI), in tmp.
+
+    It is not the server's store behind REST: its ModelVersion.version is an int where the server's is a str,
+    and it checks tag values with len(), so an unconverted int fails here and nowhere else."""
+    return f"sqlite:///{tmp_path_factory.mktemp('local-store') / 'mlflow.db'}"
+
+
+@pytest.fixture(params=["server", "local sqlite"])
+def store(request: pytest.FixtureRequest) -> str:
+    return request.getfixturevalue("mlflow_server" if request.param == "server" else "local_store")
+
+
+@pytest.fixture
+def client(store: str) -> MlflowClient:
+    # mlflow.register_model talks to the global tracking URI.
+    mlflow.set_tracking_uri(store)
+    return MlflowClient(store)
+
+
+@pytest.fixture
+def experiment_id(client: MlflowClient, store: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    experiment = client.get_experiment_by_name("registry-decisions")
+    if experiment:
+        return experiment.experiment_id
+    # The local store would put artifacts under ./mlruns of the working directory; the server has its own root.
+    local = store.startswith("sqlite:")
+    artifacts = tmp_path_factory.mktemp("local-artifacts").as_uri() if local else None
+    return client.create_experiment("registry-decisions", artifact_location=artifacts)
+
+
+def registry_cfg(**values: object) -> RegistryConfig:
+    """A fresh model name per call: the server is shared by the whole session."""
+    return RegistryConfig(**{"model_name": f"decisions-{next(_names)}", **values})
+
+
+def finished_run(client: MlflowClient, experiment_id: str, metrics: dict[str, float]) -> tuple[str, str]:
+    """A run that logged `metrics` and a model, as train() leaves it: (run id, logged model id)."""
+    run_id = client.create_run(experiment_id).info.run_id
+    for name, value in metrics.items():
+        client.log_metric(run_id, name, value)
+    model = client.create_logged_model(experiment_id, name="model", source_run_id=run_id)
+    client.set_terminated(run_id)
+    return run_id, model.model_id
+
+
+def alias_version(client: MlflowClient, cfg: RegistryConfig) -> str:
+    # str(): MLflow's own entity says int for the local store and str behind REST.
+    return str(client.get_model_version_by_alias(cfg.model_name, cfg.alias).version)
+
+
+def holder_version(client: MlflowClient, cfg: RegistryConfig) -> str | None:
+    holder = registry.alias_holder(client, cfg.model_name, cfg.alias)
+    return None if holder is None else str(holder.version)
+
+
+def train_and_decide(
+    client: MlflowClient, experiment_id: str, cfg: RegistryConfig, value: float
+) -> registry.ChampionDecision:
+    """A training (registers its version, proposes it) and then the promote workflow (moves the alias if it wins)."""
+    run_id, model_id = finished_run(client, experiment_id, {cfg.metric: value})
+    before = holder_version(client, cfg)
+    proposed = registry.decide(client, cfg, run_id, model_id, {cfg.metric: value})
+    registry.log_decision(client, run_id, proposed)
+    assert proposed.outcome in ("candidate", "kept"), proposed
+    assert holder_version(client, cfg) == before, "a training moved the alias"
+    decision = registry.promote(client, cfg, run_id)
+    registry.log_decision(client, run_id, decision)
+    return decision
+
+
+# ---------------------------------------------------------------------- real training
+@pytest.fixture(scope="module")
+def trained(mlflow_server: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """A champion worth 0.5 test accuracy exists; a real training beats it; a second one logs no model."""
+    workdir = tmp_path_factory.mktemp("registry-train")
+    model_name = "registry-real"
+    mlflow.set_tracking_uri(mlflow_server)
+    client = MlflowClient(mlflow_server)
+    experiment_id = client.create_experiment("registry-train")
+    seed_run, seed_model = finished_run(client, experiment_id, {"test_accuracy": 0.5})
+    seed_cfg = RegistryConfig(model_name=model_name)
+    assert (
+        registry.decide(client, seed_cfg, seed_run, seed_model, {"test_accuracy": 0.5}).outcome == "candidate"
+    )
+    assert registry.promote(client, seed_cfg, seed_run).outcome == "first"
+
+    def config(name: str, **tracking: object) -> dict:
+        return {
+            "training": {"epochs": 2, "checkpoint_dir": str(workdir / name / "ckpt")},
+            "export": {"output_dir": str(workdir / name / "out"), "tflite": name == "logged"},
+            "tracking": {"experiment_name": "registry-train", "log_system_metrics": False, **tracking},
+            "registry": {"model_name": model_name},
+        }
+
+    results = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
+        patch.setenv("TRAIN_ATTEMPT", "3")
+        for name, tracking in (("logged", {}), ("no-model", {"log_model": False})):
+            patch.setenv("GITHUB_STEP_SUMMARY", str(workdir / f"{name}.md"))
+            results[name] = train(config_from_dict(config(name, **tracking)))
+    return {"client": client, "model_name": model_name, "workdir": workdir, **results}

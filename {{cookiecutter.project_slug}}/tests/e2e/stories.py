@@ -24,6 +24,7 @@ from urllib.parse import parse_qs
 
 import boto3
 import yaml
+from doubles.price_answers import get_products_answer, price_list_product, spot_history_xml
 from harness import (
     AMI_PARAMETER,
     AWS_TEST_CREDENTIALS,
@@ -41,7 +42,6 @@ from harness import (
     prepare_repository,
     run_workflow,
 )
-from price_answers import get_products_answer, price_list_product, spot_history_xml
 
 from gpu_runner.cost import pricing
 

@@ -15,6 +15,18 @@ from stories import FAST_TRAIN, HOSTILE_RUN_ID, SCENARIOS, Stack, Story, assert_
 
 pytestmark = pytest.mark.e2e
 
+CHECKS = {n: globals()[f"check_{n}"] for n in range(1, 16)}
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[f"{s.number:02d}" for s in SCENARIOS])
+def test_fault_scenario(scenario, stack: Stack, tmp_path: Path) -> None:
+    story = run_story(stack, scenario, tmp_path, run_id=str(1000 + scenario.number))
+    record("faults", story.row())
+    context = f"act log: {story.run.log if story.run else None}\n{story.row()}"
+    assert story.simulator is not None and not story.simulator.errors, context
+    CHECKS[scenario.number](story)
+    assert (story.instances_left, story.runners_left, story.params_left) == (0, 0, 0), context
+
 
 def _log(story: Story) -> str:
     assert story.run is not None
@@ -179,16 +191,3 @@ def check_15(story: Story) -> None:
     ), log
     # The attempt was still priced in the job summary; only the MLflow logging was skipped.
     assert "**GPU cost (attempt 1)**" in "".join(run.summaries.get("stop", [])), run.summaries.get("stop")
-
-
-CHECKS = {n: globals()[f"check_{n}"] for n in range(1, 16)}
-
-
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=[f"{s.number:02d}" for s in SCENARIOS])
-def test_fault_scenario(scenario, stack: Stack, tmp_path: Path) -> None:
-    story = run_story(stack, scenario, tmp_path, run_id=str(1000 + scenario.number))
-    record("faults", story.row())
-    context = f"act log: {story.run.log if story.run else None}\n{story.row()}"
-    assert story.simulator is not None and not story.simulator.errors, context
-    CHECKS[scenario.number](story)
-    assert (story.instances_left, story.runners_left, story.params_left) == (0, 0, 0), context

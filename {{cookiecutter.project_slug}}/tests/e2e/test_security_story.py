@@ -45,73 +45,6 @@ EC2_TAG_BRANCH = "train/__touch__IFS_pwned_"
 MARKER = "pwned"
 
 
-# ------------------------------------------------------------------------------------------------ the story
-@dataclass
-class SecurityStory:
-    story: Story
-    secrets: dict[str, str]  # name -> value, everything the story was given or issued
-    started_at: float
-
-
-@pytest.fixture(scope="module")
-def security_story(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> SecurityStory:
-    """One story for both tests (a story costs about a minute): the hostile branch, distinctive credentials,
-    and the model logged, so the scan also covers what MLflow stores with it."""
-    aws_key_id = random_key("AKIAE2E", 13, string.ascii_uppercase + string.digits)
-    aws_secret = random_key("", 40, string.ascii_letters + string.digits)
-    token = random_key("github_pat_e2e_", 40, string.ascii_letters + string.digits)
-    mlflow_password = random_key("mlflow-", 24, string.ascii_letters + string.digits)
-    scenario = Scenario(
-        90, "hostile branch name, distinctive credentials", "all green; nothing executed; nothing leaked",
-        train={"training": {"epochs": 3}, "tracking": {"log_system_metrics": False}},
-        branch=HOSTILE_BRANCH, aws_credentials=(aws_key_id, aws_secret), github_token=token,
-        secrets={"MLFLOW_TRACKING_USERNAME": "e2e-mlflow-user", "MLFLOW_TRACKING_PASSWORD": mlflow_password},
-    )  # fmt: skip
-    started_at = time.time()
-    story = run_story(stack, scenario, tmp_path_factory.mktemp("security-story"), RUN_ID)
-    assert story.github is not None
-    named = {
-        "GitHub token": token,
-        "AWS access key id": aws_key_id,
-        "AWS secret access key": aws_secret,
-        "MLflow password": mlflow_password,
-    }
-    for index, installation_token in enumerate(story.github.installation_tokens):
-        named[f"GitHub installation token {index}"] = installation_token
-    for name, encoded in story.github.issued_jit_configs.items():
-        named.update(jit_config_secrets(name, encoded))
-    return SecurityStory(story, named, started_at)
-
-
-def _mlflow_run(stack: Stack) -> str:
-    client = MlflowClient(stack.mlflow_uri)
-    runs = [
-        r.info.run_id
-        for e in client.search_experiments()
-        for r in client.search_runs([e.experiment_id])
-        if r.data.tags.get("github.run_url", "").endswith(f"/actions/runs/{RUN_ID}/attempts/1")
-    ]
-    assert len(runs) == 1, runs
-    return runs[0]
-
-
-def files_named(
-    name: str, roots: Iterable[Path], shared: Iterable[Path] = (), since: float = 0.0
-) -> list[Path]:
-    """Files or directories called `name` anywhere under `roots`, or directly in a `shared` directory (which
-    others use too: only what changed since `since` counts)."""
-    found = []
-    for root in roots:
-        for directory, dirs, files in os.walk(root):
-            found += [Path(directory) / n for n in [*dirs, *files] if n == name]
-    for directory in shared:
-        path = directory / name
-        with contextlib.suppress(FileNotFoundError):
-            if path.lstat().st_mtime >= since:
-                found.append(path)
-    return found
-
-
 # ------------------------------------------------------------------------------------------------ the tests
 def test_hostile_branch_name_stays_a_string(security_story: SecurityStory, stack: Stack) -> None:
     story = security_story.story
@@ -226,7 +159,7 @@ def test_no_credential_reaches_any_log_output_or_artifact(
         p["Name"] for page in ssm.get_paginator("describe_parameters").paginate() for p in page["Parameters"]
     ]
     # The one place the GitHub credential is meant to be (issue 13 item 2: a SecureString under the stack's key,
-    # decrypted only by the launch and reaper roles, tests/runner/test_stack.py); every other parameter is scanned.
+    # decrypted only by the launch and reaper roles, tests/runner/test_key_policies.py); every other parameter is scanned.
     credential = stack.settings["ssm_prefix"].rstrip("/") + "-github-credential"
     assert credential in names
     for name in (n for n in names if n != credential):
@@ -309,3 +242,70 @@ def test_the_branch_name_is_a_working_injection(tmp_path: Path) -> None:
     subprocess.run(["bash", "-c", f'echo "checking out {HOSTILE_BRANCH}"'], cwd=tmp_path, check=True)
     assert files_named(MARKER, [tmp_path]) == [tmp_path / MARKER]
     assert files_named(MARKER, [], shared=[tmp_path], since=time.time() - 60) == [tmp_path / MARKER]
+
+
+# ------------------------------------------------------------------------------------------------ the story
+@dataclass
+class SecurityStory:
+    story: Story
+    secrets: dict[str, str]  # name -> value, everything the story was given or issued
+    started_at: float
+
+
+@pytest.fixture(scope="module")
+def security_story(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> SecurityStory:
+    """One story for both tests (a story costs about a minute): the hostile branch, distinctive credentials,
+    and the model logged, so the scan also covers what MLflow stores with it."""
+    aws_key_id = random_key("AKIAE2E", 13, string.ascii_uppercase + string.digits)
+    aws_secret = random_key("", 40, string.ascii_letters + string.digits)
+    token = random_key("github_pat_e2e_", 40, string.ascii_letters + string.digits)
+    mlflow_password = random_key("mlflow-", 24, string.ascii_letters + string.digits)
+    scenario = Scenario(
+        90, "hostile branch name, distinctive credentials", "all green; nothing executed; nothing leaked",
+        train={"training": {"epochs": 3}, "tracking": {"log_system_metrics": False}},
+        branch=HOSTILE_BRANCH, aws_credentials=(aws_key_id, aws_secret), github_token=token,
+        secrets={"MLFLOW_TRACKING_USERNAME": "e2e-mlflow-user", "MLFLOW_TRACKING_PASSWORD": mlflow_password},
+    )  # fmt: skip
+    started_at = time.time()
+    story = run_story(stack, scenario, tmp_path_factory.mktemp("security-story"), RUN_ID)
+    assert story.github is not None
+    named = {
+        "GitHub token": token,
+        "AWS access key id": aws_key_id,
+        "AWS secret access key": aws_secret,
+        "MLflow password": mlflow_password,
+    }
+    for index, installation_token in enumerate(story.github.installation_tokens):
+        named[f"GitHub installation token {index}"] = installation_token
+    for name, encoded in story.github.issued_jit_configs.items():
+        named.update(jit_config_secrets(name, encoded))
+    return SecurityStory(story, named, started_at)
+
+
+def _mlflow_run(stack: Stack) -> str:
+    client = MlflowClient(stack.mlflow_uri)
+    runs = [
+        r.info.run_id
+        for e in client.search_experiments()
+        for r in client.search_runs([e.experiment_id])
+        if r.data.tags.get("github.run_url", "").endswith(f"/actions/runs/{RUN_ID}/attempts/1")
+    ]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def files_named(
+    name: str, roots: Iterable[Path], shared: Iterable[Path] = (), since: float = 0.0
+) -> list[Path]:
+    """Files or directories called `name` anywhere under `roots`, or directly in a `shared` directory (which
+    others use too: only what changed since `since` counts)."""
+    found = []
+    for root in roots:
+        for directory, dirs, files in os.walk(root):
+            found += [Path(directory) / n for n in [*dirs, *files] if n == name]
+    for directory in shared:
+        path = directory / name
+        with contextlib.suppress(FileNotFoundError):
+            if path.lstat().st_mtime >= since:
+                found.append(path)
+    return found

@@ -13,11 +13,14 @@ from pathlib import Path
 import boto3
 import pytest
 import yaml
-from aws_constants import AMI_PARAMETER, REGION
-from aws_faults import AwsFaults
-from github_double import DEFAULT_REPOSITORY, DEFAULT_TOKEN, GitHubDouble
-from security_groups import runner_security_group
-from stack_deploy import oidc_provider_arn
+from doubles.aws_constants import AMI_PARAMETER, REGION
+from doubles.aws_faults import AwsFaults
+from doubles.github_double import DEFAULT_REPOSITORY, DEFAULT_TOKEN, GitHubDouble
+
+# The stack the infra tests (test_stack_*, test_*_policy, test_role_trust, test_key_policies) deploy, one per module.
+from doubles.gpu_runner_stack import ami_for_infra, recorded, settings_file, stack, workflow_env  # noqa: F401
+from doubles.security_groups import runner_security_group
+from doubles.stack_deploy import oidc_provider_arn
 
 from gpu_runner.aws import Aws
 from gpu_runner.github import GitHubRunners

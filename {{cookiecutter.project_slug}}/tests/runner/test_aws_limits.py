@@ -5,24 +5,19 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
-import aws_limits
 import boto3
 import pytest
-from aws_constants import REGION
-from aws_faults import AwsFaults, ec2_error
 from botocore.exceptions import ClientError
-
-# The proxy lives with the e2e story (tests/e2e/faults.py); importing it needs that directory, as harness.py does.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e"))
-from faults import AwsFaultProxy
+from doubles import aws_limits
+from doubles.aws_constants import REGION
+from doubles.aws_fault_proxy import AwsFaultProxy
+from doubles.aws_faults import AwsFaults, ec2_error
 
 
 @dataclass
@@ -31,80 +26,6 @@ class Clients:
     ec2: Any
     ami: str
     refused: Callable[[], list[str]]  # codes the double refused so far
-
-
-@contextlib.contextmanager
-def reach_moto(
-    kind: str, moto_endpoint: str
-) -> Iterator[tuple[boto3.Session, str | None, Callable[[], list[str]]]]:
-    """A boto3 session and endpoint that reach moto through one of the two doubles, and what it refused."""
-    session = boto3.Session(region_name=REGION)
-    if kind == "botocore hook":
-        faults = AwsFaults(session)
-        yield session, None, lambda: [refusal.code for _, refusal in faults.refused]
-        return
-    with AwsFaultProxy(moto_endpoint) as proxy:
-        yield session, proxy.url, lambda: [call.injected for call in proxy.calls if call.injected]
-
-
-@pytest.fixture(scope="module")
-def moto_ami(moto_endpoint: str) -> str:
-    """Once per module: moto's DescribeImages over all of Amazon's images takes seconds."""
-    ec2 = boto3.Session(region_name=REGION).client("ec2")
-    return ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
-
-
-@pytest.fixture(params=["botocore hook", "fault proxy"])
-def clients(request: pytest.FixtureRequest, moto_endpoint: str, moto_ami: str) -> Iterator[Clients]:
-    with reach_moto(request.param, moto_endpoint) as (session, endpoint, refused):
-        ssm = session.client("ssm", endpoint_url=endpoint)
-        ec2 = session.client("ec2", endpoint_url=endpoint)
-        yield Clients(ssm, ec2, moto_ami, refused)
-        # moto keeps state for the session: end what the passing calls created.
-        ids = [i["InstanceId"] for i in live(ec2)]
-        if ids:
-            ec2.terminate_instances(InstanceIds=ids)
-
-
-def live(ec2: Any) -> list[dict[str, Any]]:
-    reply = ec2.describe_instances(
-        Filters=[
-            {"Name": "tag:limits-test", "Values": ["yes"]},
-            {"Name": "instance-state-name", "Values": ["pending", "running"]},
-        ]
-    )
-    return [i for r in reply["Reservations"] for i in r["Instances"]]
-
-
-def _name() -> str:
-    return f"/limits/{uuid.uuid4().hex}"
-
-
-def put(c: Clients, value: str, *, tier: str | None = None, tags: list[dict[str, str]] | None = None) -> None:
-    name = _name()
-    extra: dict[str, Any] = {"Tier": tier} if tier else {}
-    c.ssm.put_parameter(Name=name, Value=value, Type="SecureString", Tags=tags or [], **extra)
-    assert c.ssm.get_parameter(Name=name, WithDecryption=True)["Parameter"]["Value"] == value
-    c.ssm.delete_parameter(Name=name)
-
-
-def run(
-    c: Clients, *, user_data: str = "", tags: list[dict[str, str]] | None = None, token: str = ""
-) -> None:
-    base_tags = [{"Key": "limits-test", "Value": "yes"}]
-    c.ec2.run_instances(
-        ImageId=c.ami,
-        InstanceType="t3.micro",
-        MinCount=1,
-        MaxCount=1,
-        UserData=user_data,
-        ClientToken=token or uuid.uuid4().hex,
-        TagSpecifications=[{"ResourceType": "instance", "Tags": base_tags + (tags or [])}],
-    )
-
-
-def tags(count: int, key_len: int = 8, value_len: int = 8) -> list[dict[str, str]]:
-    return [{"Key": f"k{i:03d}".ljust(key_len, "k"), "Value": "v" * value_len} for i in range(count)]
 
 
 # (limit, call just under, call just over, AWS's error code, a piece of AWS's message)
@@ -196,3 +117,77 @@ def test_user_data_limit_is_on_the_raw_bytes_not_the_base64() -> None:
 def test_an_error_message_is_valid_xml_whatever_the_value() -> None:
     """A refused tag value is echoed in the message: XML-special characters must not break EC2's error document."""
     ElementTree.fromstring(ec2_error("InvalidParameterValue", "Tag value <&> exceeds"))
+
+
+def _name() -> str:
+    return f"/limits/{uuid.uuid4().hex}"
+
+
+def put(c: Clients, value: str, *, tier: str | None = None, tags: list[dict[str, str]] | None = None) -> None:
+    name = _name()
+    extra: dict[str, Any] = {"Tier": tier} if tier else {}
+    c.ssm.put_parameter(Name=name, Value=value, Type="SecureString", Tags=tags or [], **extra)
+    assert c.ssm.get_parameter(Name=name, WithDecryption=True)["Parameter"]["Value"] == value
+    c.ssm.delete_parameter(Name=name)
+
+
+def run(
+    c: Clients, *, user_data: str = "", tags: list[dict[str, str]] | None = None, token: str = ""
+) -> None:
+    base_tags = [{"Key": "limits-test", "Value": "yes"}]
+    c.ec2.run_instances(
+        ImageId=c.ami,
+        InstanceType="t3.micro",
+        MinCount=1,
+        MaxCount=1,
+        UserData=user_data,
+        ClientToken=token or uuid.uuid4().hex,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": base_tags + (tags or [])}],
+    )
+
+
+def tags(count: int, key_len: int = 8, value_len: int = 8) -> list[dict[str, str]]:
+    return [{"Key": f"k{i:03d}".ljust(key_len, "k"), "Value": "v" * value_len} for i in range(count)]
+
+
+@contextlib.contextmanager
+def reach_moto(
+    kind: str, moto_endpoint: str
+) -> Iterator[tuple[boto3.Session, str | None, Callable[[], list[str]]]]:
+    """A boto3 session and endpoint that reach moto through one of the two doubles, and what it refused."""
+    session = boto3.Session(region_name=REGION)
+    if kind == "botocore hook":
+        faults = AwsFaults(session)
+        yield session, None, lambda: [refusal.code for _, refusal in faults.refused]
+        return
+    with AwsFaultProxy(moto_endpoint) as proxy:
+        yield session, proxy.url, lambda: [call.injected for call in proxy.calls if call.injected]
+
+
+@pytest.fixture(scope="module")
+def moto_ami(moto_endpoint: str) -> str:
+    """Once per module: moto's DescribeImages over all of Amazon's images takes seconds."""
+    ec2 = boto3.Session(region_name=REGION).client("ec2")
+    return ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+
+
+@pytest.fixture(params=["botocore hook", "fault proxy"])
+def clients(request: pytest.FixtureRequest, moto_endpoint: str, moto_ami: str) -> Iterator[Clients]:
+    with reach_moto(request.param, moto_endpoint) as (session, endpoint, refused):
+        ssm = session.client("ssm", endpoint_url=endpoint)
+        ec2 = session.client("ec2", endpoint_url=endpoint)
+        yield Clients(ssm, ec2, moto_ami, refused)
+        # moto keeps state for the session: end what the passing calls created.
+        ids = [i["InstanceId"] for i in live(ec2)]
+        if ids:
+            ec2.terminate_instances(InstanceIds=ids)
+
+
+def live(ec2: Any) -> list[dict[str, Any]]:
+    reply = ec2.describe_instances(
+        Filters=[
+            {"Name": "tag:limits-test", "Values": ["yes"]},
+            {"Name": "instance-state-name", "Values": ["pending", "running"]},
+        ]
+    )
+    return [i for r in reply["Reservations"] for i in r["Instances"]]

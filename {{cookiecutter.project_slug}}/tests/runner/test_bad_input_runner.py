@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 import yaml
-from aws_constants import AMI_PARAMETER, REGION
-from aws_faults import AwsFaults
 from bad_input_table import Row, check_row, table_rows
-from github_double import (
+from doubles.aws_constants import AMI_PARAMETER, REGION
+from doubles.aws_faults import AwsFaults
+from doubles.github_double import (
     DEFAULT_APP_ID,
     DEFAULT_REPOSITORY,
     READ_ONLY_TOKEN,
@@ -182,8 +182,29 @@ CLAIMS: dict[str, Callable[[Case], None]] = {
     "no SSM parameter": no_parameter,
 }
 
-
 _AMI_ID: list[str] = []
+
+
+@pytest.mark.parametrize("row", [r for r in table_rows() if r.id in TRIGGERS], ids=lambda r: r.id)
+def test_bad_input_row(
+    row: Row,
+    cli_env: Path,
+    aws: Aws,
+    faults: AwsFaults,
+    github_double: GitHubDouble,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    # The CLI's own Aws() would open a fresh session, out of reach of the injected faults and the request count.
+    monkeypatch.setattr(cli, "Aws", lambda: aws)
+    case = Case(aws, faults, github_double, monkeypatch, count_requests(aws))
+    try:
+        status = TRIGGERS[row.id](case)
+        captured = capsys.readouterr()
+        check_row(row, status, captured.out, captured.err, CLAIMS, case)
+    finally:
+        for undo in reversed(case.stack):
+            undo()
 
 
 @pytest.fixture
@@ -208,25 +229,3 @@ def count_requests(aws: Aws) -> list[str]:
     for client in aws._clients.values():
         client.meta.events.register("before-send", record)
     return sent
-
-
-@pytest.mark.parametrize("row", [r for r in table_rows() if r.id in TRIGGERS], ids=lambda r: r.id)
-def test_bad_input_row(
-    row: Row,
-    cli_env: Path,
-    aws: Aws,
-    faults: AwsFaults,
-    github_double: GitHubDouble,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture,
-) -> None:
-    # The CLI's own Aws() would open a fresh session, out of reach of the injected faults and the request count.
-    monkeypatch.setattr(cli, "Aws", lambda: aws)
-    case = Case(aws, faults, github_double, monkeypatch, count_requests(aws))
-    try:
-        status = TRIGGERS[row.id](case)
-        captured = capsys.readouterr()
-        check_row(row, status, captured.out, captured.err, CLAIMS, case)
-    finally:
-        for undo in reversed(case.stack):
-            undo()

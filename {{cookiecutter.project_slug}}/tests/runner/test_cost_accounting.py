@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aws_constants import REGION
-from aws_faults import AwsFaults
+from doubles.aws_constants import REGION
+from doubles.aws_faults import AwsFaults
+from doubles.price_answers import get_products_answer, price_list_product, spot_history_xml
 from mlflow.tracking import MlflowClient
-from price_answers import get_products_answer, price_list_product, spot_history_xml
 
 from gpu_runner import lifecycle
 from gpu_runner.aws import Aws

@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from aws_constants import REGION
-from github_double import DEFAULT_REPOSITORY, START_JOB_TOKEN, WORKFLOW_TOKEN, GitHubDouble
+from doubles.aws_constants import REGION
+from doubles.github_double import DEFAULT_REPOSITORY, START_JOB_TOKEN, WORKFLOW_TOKEN, GitHubDouble
 
 from gpu_runner.aws import Aws
 from gpu_runner.cli import main

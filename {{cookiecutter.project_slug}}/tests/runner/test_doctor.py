@@ -28,11 +28,11 @@ from typing import Any
 import boto3
 import botocore.session
 import pytest
-import stack_deploy
 import yaml
-from aws_faults import AwsFaults
 from botocore.exceptions import ClientError
-from github_double import (
+from doubles import stack_deploy
+from doubles.aws_faults import AwsFaults
+from doubles.github_double import (
     ADMIN_TOKEN,
     DEFAULT_APP_ID,
     DEFAULT_REPOSITORY,
@@ -40,7 +40,7 @@ from github_double import (
     GitHubDouble,
     app_private_key_pem,
 )
-from stack_deploy import OIDC_URL, PROJECT_DIR
+from doubles.stack_deploy import OIDC_URL, PROJECT_DIR
 
 from gpu_runner import cli, doctor, doctor_aws, doctor_github, doctor_mlflow
 from gpu_runner.aws import Aws
@@ -54,98 +54,6 @@ PUBLIC_AMI_PARAMETER = "/aws/service/ami-amazon-linux-latest/amzn2-ami-hvm-x86_6
 OWNER, NAME = DEFAULT_REPOSITORY.split("/")
 LINE = re.compile(r"(✓|✗) [A-Za-z0-9 ./-]+: \S.*")
 READ_ONLY_OPERATION = re.compile(r"(Get|List|Describe|Head)[A-Za-z]*")
-
-
-# --- the account: the stack as bootstrap deploys it ----------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def deployed(tmp_path_factory: pytest.TempPathFactory, oidc_provider: str) -> dict[str, Any]:
-    """`gpu-runner bootstrap` as docs/setup.md's `make bootstrap` runs it, then the settings wired as it prints."""
-    raw = {
-        "project": f"doctor-{uuid.uuid4().hex[:8]}",
-        "region": REGION,
-        "instance_types": ["g4dn.xlarge", "g5.xlarge"],
-        "ami_parameter": PUBLIC_AMI_PARAMETER,
-        "ssm_prefix": f"/gpu-runner/{DEFAULT_REPOSITORY}",
-    }
-    path = tmp_path_factory.mktemp("doctor") / "gpu-runner.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    bucket = f"doctor-test-{uuid.uuid4().hex[:12]}"
-    outputs = stack_deploy.bootstrap(
-        path, project=raw["project"], region=REGION, repository=DEFAULT_REPOSITORY, bucket=bucket,
-        oidc_provider=oidc_provider,
-    ).outputs  # fmt: skip
-    wired = {
-        **raw,
-        "instance_profile": outputs["RunnerInstanceProfile"],
-        "security_group_ids": [outputs["RunnerSecurityGroupId"]],
-    }
-    return {"raw": wired, "outputs": outputs, "bucket": bucket, "oidc": oidc_provider}
-
-
-@pytest.fixture(scope="module")
-def spot_role(moto_endpoint: str) -> Iterator[str]:
-    """The spot service-linked role under AWS's name and path (moto's create-service-linked-role misnames it).
-    IAM is account-wide: the role is deleted again afterwards, because test_stack needs an account without it
-    (the first spot launch is what creates it)."""
-    iam = boto3.Session(region_name=REGION).client("iam")
-    created = False
-    try:
-        iam.get_role(RoleName=doctor_aws.SPOT_ROLE)
-    except ClientError:
-        created = True
-        trust = {
-            "Version": "2012-10-17",
-            "Statement": [
-                {
-                    "Effect": "Allow",
-                    "Principal": {"Service": "spot.amazonaws.com"},
-                    "Action": "sts:AssumeRole",
-                }
-            ],
-        }
-        iam.create_role(
-            RoleName=doctor_aws.SPOT_ROLE,
-            Path="/aws-service-role/spot.amazonaws.com/",
-            AssumeRolePolicyDocument=json.dumps(trust),
-        )
-    yield doctor_aws.SPOT_ROLE
-    if created:
-        iam.delete_role(RoleName=doctor_aws.SPOT_ROLE)
-
-
-def quota_body(code: str, value: float) -> dict[str, Any]:
-    """A GetServiceQuota / GetAWSDefaultServiceQuota answer, every key a member of botocore's ServiceQuota shape."""
-    names = {
-        doctor_aws.ON_DEMAND_QUOTA[0]: doctor_aws.ON_DEMAND_QUOTA[1],
-        doctor_aws.SPOT_QUOTA[0]: doctor_aws.SPOT_QUOTA[1],
-    }
-    return {
-        "Quota": {
-            "ServiceCode": "ec2",
-            "ServiceName": "Amazon Elastic Compute Cloud (Amazon EC2)",
-            "QuotaArn": f"arn:aws:servicequotas:{REGION}:123456789012:ec2/{code}",
-            "QuotaCode": code,
-            "QuotaName": names[code],
-            "Value": value,
-            "Unit": "None",
-            "Adjustable": True,
-            "GlobalQuota": False,
-            "UsageMetric": {
-                "MetricNamespace": "AWS/Usage",
-                "MetricName": "ResourceCount",
-                "MetricDimensions": {
-                    "Class": "Standard/OnDemand",
-                    "Resource": "vCPU",
-                    "Service": "EC2",
-                    "Type": "Resource",
-                },
-                "MetricStatisticRecommendation": "Maximum",
-            },
-            "QuotaAppliedAtLevel": "ACCOUNT",
-        }
-    }
 
 
 def test_quota_bodies_are_shaped_as_botocore_says() -> None:
@@ -162,111 +70,6 @@ def test_quota_bodies_are_shaped_as_botocore_says() -> None:
     assert not set(misspelt) <= set(model.shape_for("ServiceQuota").members)
 
 
-def answer_quotas(faults: AwsFaults, on_demand: float, spot: float) -> None:
-    for code, value in ((doctor_aws.ON_DEMAND_QUOTA[0], on_demand), (doctor_aws.SPOT_QUOTA[0], spot)):
-        faults.answer(
-            "service-quotas",
-            "GetServiceQuota",
-            quota_body(code, value),
-            times=-1,
-            when=lambda params, code=code: params.get("QuotaCode") == code,
-        )
-
-
-# --- a healthy account and repository --------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class World:
-    target: Target
-    aws: Aws
-    session: boto3.Session
-    faults: AwsFaults
-    github: GitHubDouble
-    deployed: dict[str, Any]
-
-    def settings(self, **changes: Any) -> Settings:
-        return settings_from_mapping({**self.deployed["raw"], **changes})
-
-
-def github_env(double: GitHubDouble, **extra: str) -> dict[str, str]:
-    return {
-        "GITHUB_API_URL": double.url,
-        "GPU_RUNNER_TOKEN": DEFAULT_TOKEN,
-        "GITHUB_TOKEN": ADMIN_TOKEN,
-        **extra,
-    }
-
-
-@pytest.fixture
-def world(
-    deployed: dict[str, Any],
-    spot_role: str,
-    session: boto3.Session,
-    faults: AwsFaults,
-    github_double: GitHubDouble,
-) -> World:
-    outputs = deployed["outputs"]
-    github_double.set_variable("AWS_ROLE_ARN", outputs["TrainRoleArn"])
-    github_double.set_variable("AWS_REAPER_ROLE_ARN", outputs["ReaperRoleArn"])
-    target = Target(
-        settings=settings_from_mapping(deployed["raw"]),
-        repository=DEFAULT_REPOSITORY,
-        env=github_env(github_double),
-    )
-    return World(target, Aws(session), session, faults, github_double, deployed)
-
-
-class CallRecorder:
-    """Every AWS operation a run makes (botocore's before-call: after parameter validation, before sending)."""
-
-    def __init__(self) -> None:
-        self.operations: list[str] = []
-
-    def __call__(self, model: Any, **_: Any) -> None:
-        self.operations.append(f"{model.service_model.service_name}:{model.name}")
-
-
-def check_name(check: doctor.Check) -> str:
-    """The name doctor gives a check's failure line (the CHECKS tables; check_identity runs first)."""
-    table = [("AWS credentials", doctor_aws.check_identity), *doctor_aws.CHECKS, *doctor_github.CHECKS,
-             *doctor_mlflow.CHECKS]  # fmt: skip
-    return next((n for n, f in table if check in (f, getattr(f, "__wrapped__", None))), check.__name__)
-
-
-def run(world: World, checks: list[doctor.Check] | None = None) -> list[Outcome]:
-    """The whole doctor (or only `checks`), asserting it stayed read-only on AWS and GitHub."""
-    recorder = CallRecorder()
-    world.session.events.register("before-call", recorder)
-    world.github.clear_calls()
-    runners_before = world.github.runners
-    try:
-        if checks is None:
-            lines: list[str] = []
-            outcomes = doctor.run_checks(world.target, world.aws, lines.append)
-            assert lines[:-1] == [o.line() for o in outcomes]  # printed as found, one line each
-        else:
-            outcomes = [
-                o
-                for check in checks
-                for o in doctor.guarded(check_name(check), lambda c=check: c(world.target, world.aws), REGION)
-            ]
-    finally:
-        world.session.events.unregister("before-call", recorder)
-    # The format: `✓ <check>: <found>` or `✗ <check>: <found>; fix: <fix>`, one line each.
-    malformed = [
-        o.line() for o in outcomes if not LINE.fullmatch(o.line()) or ("; fix: " in o.line()) == o.ok
-    ]
-    assert not malformed, malformed
-    mutating = [op for op in recorder.operations if not READ_ONLY_OPERATION.fullmatch(op.split(":")[1])]
-    assert not mutating, mutating
-    writes = [c for c in world.github.calls if c.method != "GET" and not c.path.endswith("/access_tokens")]
-    assert not writes, writes
-    assert world.github.runners == runners_before  # nothing registered, nothing deleted
-    assert not world.github.issued_jit_configs
-    return outcomes
-
-
 def test_the_read_only_guard_catches_a_mutating_call(world: World) -> None:
     """The control of `run`'s assertion: a check that writes (here an SSM parameter) fails the test."""
 
@@ -279,20 +82,6 @@ def test_the_read_only_guard_catches_a_mutating_call(world: World) -> None:
     with pytest.raises(AssertionError, match="ssm:PutParameter"):
         run(world, [writes])
     world.session.client("ssm", region_name=REGION).delete_parameter(Name="/doctor/planted")
-
-
-def one(outcomes: list[Outcome], check: str) -> Outcome:
-    (found,) = [o for o in outcomes if o.check == check]
-    return found
-
-
-def stack_checks(world: World) -> None:
-    """The checks that read the stack's outputs need the stack check to have run first."""
-    run(world, [doctor_aws.check_stack])
-    assert world.target.outputs
-
-
-# --- the whole doctor -----------------------------------------------------------------------------------------------
 
 
 def test_a_healthy_account_passes_every_check(world: World) -> None:
@@ -445,9 +234,6 @@ def test_a_missing_stack_is_a_cross_with_the_bootstrap_fix(world: World) -> None
     assert one(outcomes, "AMI").ok
 
 
-# --- 1. OIDC provider and role trust --------------------------------------------------------------------------------
-
-
 def test_oidc_provider_missing(world: World) -> None:
     stack_checks(world)
     world.faults.fail("iam", "GetOpenIDConnectProvider", "NoSuchEntity", status=404)
@@ -459,28 +245,6 @@ def test_oidc_provider_present(world: World) -> None:
     stack_checks(world)
     outcome = one(run(world, [doctor_aws.check_oidc_provider]), "OIDC provider")
     assert outcome.ok and "sts.amazonaws.com" in outcome.found
-
-
-def _role_with_trust(world: World, subjects: list[str], audience: str | None = "sts.amazonaws.com") -> str:
-    condition: dict[str, Any] = {"StringLike": {f"{OIDC_URL}:sub": subjects}}
-    if audience:
-        condition["StringEquals"] = {f"{OIDC_URL}:aud": audience}
-    document = {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Effect": "Allow",
-                "Principal": {"Federated": world.deployed["oidc"]},
-                "Action": "sts:AssumeRoleWithWebIdentity",
-                "Condition": condition,
-            }
-        ],
-    }
-    name = f"doctor-trust-{uuid.uuid4().hex[:8]}"
-    role = world.session.client("iam").create_role(
-        RoleName=name, AssumeRolePolicyDocument=json.dumps(document)
-    )
-    return role["Role"]["Arn"]
 
 
 TRAIN_TRUST_FAULTS = {
@@ -533,9 +297,6 @@ def test_the_deployed_roles_trust_exactly_the_train_branches_and_main(world: Wor
     assert one(outcomes, "reaper role trust").ok and "branch main" in one(outcomes, "reaper role trust").found
 
 
-# --- 2. spot service-linked role ------------------------------------------------------------------------------------
-
-
 def test_spot_role_missing(world: World) -> None:
     world.faults.fail(
         "iam", "GetRole", "NoSuchEntity", status=404, when=lambda p: p.get("RoleName") == doctor_aws.SPOT_ROLE
@@ -554,9 +315,6 @@ def test_spot_role_present_or_not_needed(world: World) -> None:
     world.faults.fail("iam", "GetRole", "NoSuchEntity", status=404, times=-1)
     outcome = one(run(world, [doctor_aws.check_spot_role]), "spot service-linked role")
     assert outcome.ok and "use_spot: false" in outcome.found
-
-
-# --- 3. vCPU quotas -------------------------------------------------------------------------------------------------
 
 
 def test_quotas_below_the_largest_type_fail(world: World) -> None:
@@ -598,15 +356,6 @@ def test_quotas_that_cover_the_largest_type_pass(world: World) -> None:
     )
 
 
-# --- 4. instance type offerings -------------------------------------------------------------------------------------
-
-
-def _subnet_in(world: World, zone: str) -> str:
-    ec2 = world.session.client("ec2", region_name=REGION)
-    subnets = ec2.describe_subnets(Filters=[{"Name": "availability-zone", "Values": [zone]}])["Subnets"]
-    return subnets[0]["SubnetId"]
-
-
 def test_a_type_not_offered_in_the_region_fails(world: World) -> None:
     """g6.xlarge is not offered in eu-west-1 (issue 12 A.4; moto's offerings from AWS's data agree)."""
     world.target.settings = world.settings(region="eu-west-1", instance_types=["g4dn.xlarge", "g6.xlarge"])
@@ -628,9 +377,6 @@ def test_types_offered_in_every_subnets_zone_pass(world: World) -> None:
     assert outcome.ok and "zones ap-northeast-1a, ap-northeast-1c" in outcome.found
 
 
-# --- 5. AMI ---------------------------------------------------------------------------------------------------------
-
-
 def test_a_root_snapshot_larger_than_the_volume_fails(world: World) -> None:
     world.target.settings = world.settings(root_volume_gb=10)  # moto's Amazon Linux snapshot is 15 GB
     outcome = one(run(world, [doctor_aws.check_ami]), "AMI")
@@ -648,9 +394,6 @@ def test_an_ami_parameter_that_does_not_resolve_fails(world: World) -> None:
 def test_the_ami_resolves_and_fits(world: World) -> None:
     outcome = one(run(world, [doctor_aws.check_ami]), "AMI")
     assert outcome.ok and "root snapshot 15 GB fits root_volume_gb 100" in outcome.found
-
-
-# --- 6. security group ----------------------------------------------------------------------------------------------
 
 
 def test_a_group_with_an_inbound_rule_fails(world: World) -> None:
@@ -677,9 +420,6 @@ def test_the_stacks_group_has_no_inbound_rule(world: World) -> None:
     assert one(run(world, [doctor_aws.check_security_groups]), "security group").ok
 
 
-# --- 7. bucket and instance profile ---------------------------------------------------------------------------------
-
-
 def test_a_missing_bucket_fails(world: World) -> None:
     stack_checks(world)
     world.target.outputs["BucketName"] = f"gone-{uuid.uuid4().hex[:10]}"
@@ -703,17 +443,6 @@ def test_a_missing_instance_profile_fails(world: World, profile: str) -> None:
 def test_the_instance_profile_exists_with_its_role(world: World) -> None:
     outcome = one(run(world, [doctor_aws.check_instance_profile]), "instance profile")
     assert outcome.ok and "with role" in outcome.found
-
-
-# --- 8. the runner credential ---------------------------------------------------------------------------------------
-
-
-def app_env(double: GitHubDouble) -> dict[str, str]:
-    env = github_env(
-        double, GPU_RUNNER_APP_ID=str(DEFAULT_APP_ID), GPU_RUNNER_APP_PRIVATE_KEY=app_private_key_pem()
-    )
-    del env["GPU_RUNNER_TOKEN"]
-    return env
 
 
 def test_an_app_with_administration_write_passes(world: World) -> None:
@@ -771,32 +500,6 @@ def test_a_runner_credential_that_cannot_list_runners_fails(world: World, fault:
     assert not outcome.ok and outcome.fix
 
 
-# --- 9. repository variables and secrets ----------------------------------------------------------------------------
-
-
-def setup_table() -> dict[str, str]:
-    """name -> kind from the "Secrets and variables" table of docs/setup.md."""
-    text = (PROJECT_DIR / "docs" / "setup.md").read_text(encoding="utf-8")
-    section = text.split("## Secrets and variables", 1)[1].split("\n#", 1)[0]
-    table: dict[str, str] = {}
-    for row in re.findall(r"^\| (`.+?) \| (\w+) \|", section, flags=re.MULTILINE):
-        for name in re.findall(r"`([A-Z_]+)`", row[0]):
-            table[name] = row[1].rstrip("s")
-    return table
-
-
-def workflow_uses() -> dict[str, str]:
-    uses: dict[str, str] = {}
-    for workflow in (PROJECT_DIR / ".github" / "workflows").glob("*.yml"):
-        text = workflow.read_text(encoding="utf-8")
-        uses |= {name: "variable" for name in re.findall(r"\bvars\.([A-Z_]+)", text)}
-        uses |= {
-            name: "secret" for name in re.findall(r"\bsecrets\.([A-Z_]+)", text) if name != "GITHUB_TOKEN"
-        }
-    # promote.yml's MLflow credentials are secrets of the `production` environment, not of the repository.
-    return {name: kind for name, kind in uses.items() if not name.startswith("MLFLOW_PROMOTE_")}
-
-
 def test_the_checked_names_are_the_setup_docs_and_the_workflows() -> None:
     assert setup_table() == doctor_github.REPOSITORY_SETTINGS
     assert workflow_uses() == doctor_github.REPOSITORY_SETTINGS
@@ -850,9 +553,6 @@ def test_the_repository_settings_pass_and_are_paged(world: World) -> None:
     assert len(pages) == 2
 
 
-# --- 10. MLflow -----------------------------------------------------------------------------------------------------
-
-
 def test_mlflow_that_answers_passes(world: World, mlflow_server: str) -> None:
     world.target.env = {**world.target.env, "MLFLOW_TRACKING_URI": mlflow_server}
     outcome = one(run(world, [doctor_mlflow.check_mlflow]), "MLflow")
@@ -882,11 +582,269 @@ def test_mlflow_unset_or_local_passes_and_a_local_store_for_the_gpu_job_fails(
     assert one(run(world, [doctor_mlflow.check_mlflow]), "MLflow").ok is ok
 
 
-# --- the trust parser on its own ------------------------------------------------------------------------------------
-
-
 def test_iam_wildcards_are_iam_s_not_shell_globs() -> None:
     assert doctor_aws._iam_like("repo:o/r:ref:refs/heads/train/*", "repo:o/r:ref:refs/heads/train/a/b")
     assert doctor_aws._iam_like("repo:o/r?:*", "repo:o/rx:pull_request")
     assert not doctor_aws._iam_like("repo:o/[rx]:*", "repo:o/r:pull_request")  # brackets are literal in IAM
     assert not doctor_aws._iam_like("repo:o/r:ref:refs/heads/train/*", "repo:o/r:ref:refs/heads/main")
+
+
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory: pytest.TempPathFactory, oidc_provider: str) -> dict[str, Any]:
+    """`gpu-runner bootstrap` as docs/setup.md's `make bootstrap` runs it, then the settings wired as it prints."""
+    raw = {
+        "project": f"doctor-{uuid.uuid4().hex[:8]}",
+        "region": REGION,
+        "instance_types": ["g4dn.xlarge", "g5.xlarge"],
+        "ami_parameter": PUBLIC_AMI_PARAMETER,
+        "ssm_prefix": f"/gpu-runner/{DEFAULT_REPOSITORY}",
+    }
+    path = tmp_path_factory.mktemp("doctor") / "gpu-runner.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    bucket = f"doctor-test-{uuid.uuid4().hex[:12]}"
+    outputs = stack_deploy.bootstrap(
+        path, project=raw["project"], region=REGION, repository=DEFAULT_REPOSITORY, bucket=bucket,
+        oidc_provider=oidc_provider,
+    ).outputs  # fmt: skip
+    wired = {
+        **raw,
+        "instance_profile": outputs["RunnerInstanceProfile"],
+        "security_group_ids": [outputs["RunnerSecurityGroupId"]],
+    }
+    return {"raw": wired, "outputs": outputs, "bucket": bucket, "oidc": oidc_provider}
+
+
+@pytest.fixture(scope="module")
+def spot_role(moto_endpoint: str) -> Iterator[str]:
+    """The spot service-linked role under AWS's name and path (moto's create-service-linked-role misnames it).
+    IAM is account-wide: the role is deleted again afterwards, because test_train_policy needs an account without it
+    (the first spot launch is what creates it)."""
+    iam = boto3.Session(region_name=REGION).client("iam")
+    created = False
+    try:
+        iam.get_role(RoleName=doctor_aws.SPOT_ROLE)
+    except ClientError:
+        created = True
+        trust = {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Principal": {"Service": "spot.amazonaws.com"},
+                    "Action": "sts:AssumeRole",
+                }
+            ],
+        }
+        iam.create_role(
+            RoleName=doctor_aws.SPOT_ROLE,
+            Path="/aws-service-role/spot.amazonaws.com/",
+            AssumeRolePolicyDocument=json.dumps(trust),
+        )
+    yield doctor_aws.SPOT_ROLE
+    if created:
+        iam.delete_role(RoleName=doctor_aws.SPOT_ROLE)
+
+
+def quota_body(code: str, value: float) -> dict[str, Any]:
+    """A GetServiceQuota / GetAWSDefaultServiceQuota answer, every key a member of botocore's ServiceQuota shape."""
+    names = {
+        doctor_aws.ON_DEMAND_QUOTA[0]: doctor_aws.ON_DEMAND_QUOTA[1],
+        doctor_aws.SPOT_QUOTA[0]: doctor_aws.SPOT_QUOTA[1],
+    }
+    return {
+        "Quota": {
+            "ServiceCode": "ec2",
+            "ServiceName": "Amazon Elastic Compute Cloud (Amazon EC2)",
+            "QuotaArn": f"arn:aws:servicequotas:{REGION}:123456789012:ec2/{code}",
+            "QuotaCode": code,
+            "QuotaName": names[code],
+            "Value": value,
+            "Unit": "None",
+            "Adjustable": True,
+            "GlobalQuota": False,
+            "UsageMetric": {
+                "MetricNamespace": "AWS/Usage",
+                "MetricName": "ResourceCount",
+                "MetricDimensions": {
+                    "Class": "Standard/OnDemand",
+                    "Resource": "vCPU",
+                    "Service": "EC2",
+                    "Type": "Resource",
+                },
+                "MetricStatisticRecommendation": "Maximum",
+            },
+            "QuotaAppliedAtLevel": "ACCOUNT",
+        }
+    }
+
+
+def answer_quotas(faults: AwsFaults, on_demand: float, spot: float) -> None:
+    for code, value in ((doctor_aws.ON_DEMAND_QUOTA[0], on_demand), (doctor_aws.SPOT_QUOTA[0], spot)):
+        faults.answer(
+            "service-quotas",
+            "GetServiceQuota",
+            quota_body(code, value),
+            times=-1,
+            when=lambda params, code=code: params.get("QuotaCode") == code,
+        )
+
+
+@dataclasses.dataclass
+class World:
+    target: Target
+    aws: Aws
+    session: boto3.Session
+    faults: AwsFaults
+    github: GitHubDouble
+    deployed: dict[str, Any]
+
+    def settings(self, **changes: Any) -> Settings:
+        return settings_from_mapping({**self.deployed["raw"], **changes})
+
+
+def github_env(double: GitHubDouble, **extra: str) -> dict[str, str]:
+    return {
+        "GITHUB_API_URL": double.url,
+        "GPU_RUNNER_TOKEN": DEFAULT_TOKEN,
+        "GITHUB_TOKEN": ADMIN_TOKEN,
+        **extra,
+    }
+
+
+@pytest.fixture
+def world(
+    deployed: dict[str, Any],
+    spot_role: str,
+    session: boto3.Session,
+    faults: AwsFaults,
+    github_double: GitHubDouble,
+) -> World:
+    outputs = deployed["outputs"]
+    github_double.set_variable("AWS_ROLE_ARN", outputs["TrainRoleArn"])
+    github_double.set_variable("AWS_REAPER_ROLE_ARN", outputs["ReaperRoleArn"])
+    target = Target(
+        settings=settings_from_mapping(deployed["raw"]),
+        repository=DEFAULT_REPOSITORY,
+        env=github_env(github_double),
+    )
+    return World(target, Aws(session), session, faults, github_double, deployed)
+
+
+class CallRecorder:
+    """Every AWS operation a run makes (botocore's before-call: after parameter validation, before sending)."""
+
+    def __init__(self) -> None:
+        self.operations: list[str] = []
+
+    def __call__(self, model: Any, **_: Any) -> None:
+        self.operations.append(f"{model.service_model.service_name}:{model.name}")
+
+
+def check_name(check: doctor.Check) -> str:
+    """The name doctor gives a check's failure line (the CHECKS tables; check_identity runs first)."""
+    table = [("AWS credentials", doctor_aws.check_identity), *doctor_aws.CHECKS, *doctor_github.CHECKS,
+             *doctor_mlflow.CHECKS]  # fmt: skip
+    return next((n for n, f in table if check in (f, getattr(f, "__wrapped__", None))), check.__name__)
+
+
+def run(world: World, checks: list[doctor.Check] | None = None) -> list[Outcome]:
+    """The whole doctor (or only `checks`), asserting it stayed read-only on AWS and GitHub."""
+    recorder = CallRecorder()
+    world.session.events.register("before-call", recorder)
+    world.github.clear_calls()
+    runners_before = world.github.runners
+    try:
+        if checks is None:
+            lines: list[str] = []
+            outcomes = doctor.run_checks(world.target, world.aws, lines.append)
+            assert lines[:-1] == [o.line() for o in outcomes]  # printed as found, one line each
+        else:
+            outcomes = [
+                o
+                for check in checks
+                for o in doctor.guarded(check_name(check), lambda c=check: c(world.target, world.aws), REGION)
+            ]
+    finally:
+        world.session.events.unregister("before-call", recorder)
+    # The format: `✓ <check>: <found>` or `✗ <check>: <found>; fix: <fix>`, one line each.
+    malformed = [
+        o.line() for o in outcomes if not LINE.fullmatch(o.line()) or ("; fix: " in o.line()) == o.ok
+    ]
+    assert not malformed, malformed
+    mutating = [op for op in recorder.operations if not READ_ONLY_OPERATION.fullmatch(op.split(":")[1])]
+    assert not mutating, mutating
+    writes = [c for c in world.github.calls if c.method != "GET" and not c.path.endswith("/access_tokens")]
+    assert not writes, writes
+    assert world.github.runners == runners_before  # nothing registered, nothing deleted
+    assert not world.github.issued_jit_configs
+    return outcomes
+
+
+def one(outcomes: list[Outcome], check: str) -> Outcome:
+    (found,) = [o for o in outcomes if o.check == check]
+    return found
+
+
+def stack_checks(world: World) -> None:
+    """The checks that read the stack's outputs need the stack check to have run first."""
+    run(world, [doctor_aws.check_stack])
+    assert world.target.outputs
+
+
+def _role_with_trust(world: World, subjects: list[str], audience: str | None = "sts.amazonaws.com") -> str:
+    condition: dict[str, Any] = {"StringLike": {f"{OIDC_URL}:sub": subjects}}
+    if audience:
+        condition["StringEquals"] = {f"{OIDC_URL}:aud": audience}
+    document = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"Federated": world.deployed["oidc"]},
+                "Action": "sts:AssumeRoleWithWebIdentity",
+                "Condition": condition,
+            }
+        ],
+    }
+    name = f"doctor-trust-{uuid.uuid4().hex[:8]}"
+    role = world.session.client("iam").create_role(
+        RoleName=name, AssumeRolePolicyDocument=json.dumps(document)
+    )
+    return role["Role"]["Arn"]
+
+
+def _subnet_in(world: World, zone: str) -> str:
+    ec2 = world.session.client("ec2", region_name=REGION)
+    subnets = ec2.describe_subnets(Filters=[{"Name": "availability-zone", "Values": [zone]}])["Subnets"]
+    return subnets[0]["SubnetId"]
+
+
+def app_env(double: GitHubDouble) -> dict[str, str]:
+    env = github_env(
+        double, GPU_RUNNER_APP_ID=str(DEFAULT_APP_ID), GPU_RUNNER_APP_PRIVATE_KEY=app_private_key_pem()
+    )
+    del env["GPU_RUNNER_TOKEN"]
+    return env
+
+
+def setup_table() -> dict[str, str]:
+    """name -> kind from the "Secrets and variables" table of docs/setup.md."""
+    text = (PROJECT_DIR / "docs" / "setup.md").read_text(encoding="utf-8")
+    section = text.split("## Secrets and variables", 1)[1].split("\n#", 1)[0]
+    table: dict[str, str] = {}
+    for row in re.findall(r"^\| (`.+?) \| (\w+) \|", section, flags=re.MULTILINE):
+        for name in re.findall(r"`([A-Z_]+)`", row[0]):
+            table[name] = row[1].rstrip("s")
+    return table
+
+
+def workflow_uses() -> dict[str, str]:
+    uses: dict[str, str] = {}
+    for workflow in (PROJECT_DIR / ".github" / "workflows").glob("*.yml"):
+        text = workflow.read_text(encoding="utf-8")
+        uses |= {name: "variable" for name in re.findall(r"\bvars\.([A-Z_]+)", text)}
+        uses |= {
+            name: "secret" for name in re.findall(r"\bsecrets\.([A-Z_]+)", text) if name != "GITHUB_TOKEN"
+        }
+    # promote.yml's MLflow credentials are secrets of the `production` environment, not of the repository.
+    return {name: kind for name, kind in uses.items() if not name.startswith("MLFLOW_PROMOTE_")}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from aws_constants import REGION
-from aws_faults import AwsFaults
+from doubles.aws_constants import REGION
+from doubles.aws_faults import AwsFaults
 
 from gpu_runner import ec2
 from gpu_runner.aws import Aws

@@ -1,10 +1,11 @@
 """Every error code gpu_runner.ec2 classifies is one AWS documents: EC2's error-code list (encoded in
-ec2_error_codes.json, with its URL and date) or, for throttling, botocore's own retry configuration, read from the
+tests/doubles/ec2_error_codes.json, with its URL and date) or, for throttling, botocore's own retry configuration, read from the
 installed botocore here (machine-readable, so it cannot drift unnoticed)."""
 
 from __future__ import annotations
 
 import json
+from importlib import resources
 from pathlib import Path
 
 import botocore
@@ -13,7 +14,7 @@ from botocore.retries.standard import ThrottledRetryableChecker
 
 from gpu_runner import ec2
 
-DATA = json.loads((Path(__file__).parent / "ec2_error_codes.json").read_text(encoding="utf-8"))
+DATA = json.loads((resources.files("doubles") / "ec2_error_codes.json").read_text(encoding="utf-8"))
 EC2_DOCUMENTED = frozenset(DATA["seen"]) | frozenset(DATA["listed"])
 
 

@@ -9,8 +9,7 @@ from collections.abc import Iterator
 import jwt
 import pytest
 import requests
-from github import Auth
-from github_double import (
+from doubles.github_double import (
     DEFAULT_CLIENT_ID,
     DEFAULT_REPOSITORY,
     DEFAULT_TOKEN,
@@ -21,6 +20,7 @@ from github_double import (
     app_private_key_pem,
     decode_jit_config,
 )
+from github import Auth
 
 from gpu_runner.errors import RegistrationTimeout, RunnerError, SettingsError
 from gpu_runner.github import GitHubRunners, JitConfig, Runner, dispatch_workflow

@@ -15,14 +15,14 @@ from types import ModuleType
 
 import pytest
 import requests
-from github import Auth, Github, GithubException
-from github_contract import CONTRACT_FILE, Contract, ContractViolation, default_contract
-from github_double import (
+from doubles.github_contract import CONTRACT_FILE, Contract, ContractViolation, default_contract
+from doubles.github_double import (
     DEFAULT_REPOSITORY,
     DEFAULT_TOKEN,
     REQUIRED_PERMISSIONS,
     GitHubDouble,
 )
+from github import Auth, Github, GithubException
 
 from gpu_runner.errors import RunnerError
 from gpu_runner.github import GitHubRunners

@@ -7,7 +7,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from aws_constants import REGION
+from doubles.aws_constants import REGION
 from mlflow.tracking import MlflowClient
 
 from gpu_runner import log_output

@@ -57,28 +57,6 @@ HIJACKERS: dict[str, dict[str, str | None]] = {
 }  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def hook(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The hook where the boot script installs it: <root>/hooks/job-started.sh, refusals in <root>/refusals."""
-    root = tmp_path_factory.mktemp("root")
-    (root / "hooks").mkdir()
-    (root / "refusals").mkdir()
-    path = root / "hooks" / "job-started.sh"
-    path.write_text(render_job_started_hook(CTX), encoding="utf-8")
-    return path
-
-
-def run_hook(hook: Path, job: dict[str, str | None]) -> tuple[subprocess.CompletedProcess[str], str | None]:
-    refusal = hook.parent.parent / "refusals" / "refused"
-    refusal.unlink(missing_ok=True)
-    env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
-    env.update({key: value for key, value in job.items() if value is not None})
-    done = subprocess.run(
-        ["bash", "-e", str(hook)], env=env, capture_output=True, text=True, timeout=30, check=False
-    )
-    return done, refusal.read_text(encoding="utf-8") if refusal.exists() else None
-
-
 @pytest.mark.parametrize("event", ["push", "workflow_dispatch"])
 def test_this_runs_train_job_is_accepted(hook: Path, event: str) -> None:
     done, refusal = run_hook(hook, {**TRAIN_JOB, "GITHUB_EVENT_NAME": event})
@@ -144,3 +122,25 @@ def test_the_hook_checks_the_job_train_yml_names() -> None:
     # The job key the hook expects is the one train.yml runs on the GPU runner.
     assert naming.TRAIN_JOB == "train"
     assert naming.TRAIN_EVENTS == ("push", "workflow_dispatch")
+
+
+@pytest.fixture(scope="module")
+def hook(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The hook where the boot script installs it: <root>/hooks/job-started.sh, refusals in <root>/refusals."""
+    root = tmp_path_factory.mktemp("root")
+    (root / "hooks").mkdir()
+    (root / "refusals").mkdir()
+    path = root / "hooks" / "job-started.sh"
+    path.write_text(render_job_started_hook(CTX), encoding="utf-8")
+    return path
+
+
+def run_hook(hook: Path, job: dict[str, str | None]) -> tuple[subprocess.CompletedProcess[str], str | None]:
+    refusal = hook.parent.parent / "refusals" / "refused"
+    refusal.unlink(missing_ok=True)
+    env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
+    env.update({key: value for key, value in job.items() if value is not None})
+    done = subprocess.run(
+        ["bash", "-e", str(hook)], env=env, capture_output=True, text=True, timeout=30, check=False
+    )
+    return done, refusal.read_text(encoding="utf-8") if refusal.exists() else None

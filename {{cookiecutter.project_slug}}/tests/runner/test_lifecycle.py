@@ -9,11 +9,11 @@ import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from aws_constants import AMI_PARAMETER, OTHER_REGION, REGION
-from aws_faults import AwsFaults
 from botocore.exceptions import ClientError
-from github_double import GitHubDouble, decode_jit_config
-from security_groups import runner_security_group
+from doubles.aws_constants import AMI_PARAMETER, OTHER_REGION, REGION
+from doubles.aws_faults import AwsFaults
+from doubles.github_double import GitHubDouble, decode_jit_config
+from doubles.security_groups import runner_security_group
 
 from gpu_runner import lifecycle, naming
 from gpu_runner.aws import Aws

@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any, ClassVar
 
 import pytest
-from local_http import LocalHttpServer
+from doubles.local_http import LocalHttpServer
 
 from gpu_runner.mlflow_rest import MlflowRest
 

@@ -1,6 +1,6 @@
 """Launch refuses an empty security_group_ids before any API call (issue 13, item 9): EC2 would otherwise put
 the instance in the VPC's default group, open to every other instance in it. The IAM side (only the stack's
-group, subnets of its VPC, images of the expected owners) is in test_stack.py."""
+group, subnets of its VPC, images of the expected owners) is in test_train_policy.py."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import boto3
 import pytest
-from github_double import GitHubDouble
-from iam_requests import record_calls
+from doubles.github_double import GitHubDouble
+from doubles.iam_requests import record_calls
 
 from gpu_runner import lifecycle
 from gpu_runner.aws import Aws

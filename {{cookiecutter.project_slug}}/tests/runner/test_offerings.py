@@ -8,8 +8,8 @@ from importlib import resources
 
 import boto3
 import pytest
-from aws_constants import OTHER_REGION, REGION
-from iam_requests import record_calls
+from doubles.aws_constants import OTHER_REGION, REGION
+from doubles.iam_requests import record_calls
 
 from gpu_runner import offerings
 from gpu_runner.cost import pricing

@@ -4,7 +4,7 @@ request and answer against GitHub's REST description, @octokit/openapi 23.0.2)."
 from __future__ import annotations
 
 import pytest
-from github_double import DEFAULT_REPOSITORY, DEFAULT_TOKEN, RUNNERS_TOKEN, GitHubDouble
+from doubles.github_double import DEFAULT_REPOSITORY, DEFAULT_TOKEN, RUNNERS_TOKEN, GitHubDouble
 
 from gpu_runner import oidc_subject, stack
 from gpu_runner.errors import RunnerError

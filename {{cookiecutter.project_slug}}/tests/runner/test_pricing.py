@@ -15,9 +15,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from aws_constants import REGION
-from aws_faults import AwsFaults
-from price_answers import get_products_answer, price_list_product, spot_history_xml
+from doubles.aws_constants import REGION
+from doubles.aws_faults import AwsFaults
+from doubles.price_answers import get_products_answer, price_list_product, spot_history_xml
 
 from gpu_runner.aws import Aws
 from gpu_runner.cost import pricing

@@ -6,8 +6,8 @@ import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from aws_constants import REGION
-from github_double import GitHubDouble
+from doubles.aws_constants import REGION
+from doubles.github_double import GitHubDouble
 
 from gpu_runner import lifecycle, naming, reaper
 from gpu_runner.aws import Aws

@@ -27,13 +27,13 @@ from typing import Any
 
 import boto3
 import pytest
-import stack_deploy
 import yaml
 from botocore.exceptions import ClientError
-from github_double import DEFAULT_REPOSITORY
-from iam_requests import ACCOUNT, Request, allowed, granted_actions, record_calls, requests_for
+from doubles import stack_deploy
+from doubles.github_double import DEFAULT_REPOSITORY
+from doubles.iam_requests import ACCOUNT, Request, allowed, granted_actions, record_calls, requests_for
+from doubles.stack_deploy import TEMPLATE
 from parliament import analyze_policy_string
-from stack_deploy import TEMPLATE
 
 from gpu_runner import cli, lambda_zip, lifecycle, naming, reaper_lambda
 from gpu_runner.aws import Aws
@@ -49,6 +49,304 @@ REGION = "ap-southeast-2"
 NOT_IN_LAMBDA = ("github", "requests", "yaml", "tenacity")
 # Lambda itself writes the function's logs with these, as the function's role ("Working with Lambda function logs").
 RUNTIME_LOG_ACTIONS = {"logs:CreateLogStream", "logs:PutLogEvents"}
+
+
+def test_each_reaper_policy_names_its_own_role() -> None:
+    from doubles.gpu_runner_stack import template  # the CloudFormation-tag-aware loader
+
+    resources = template()["Resources"]
+    for policy, role in (
+        ("ReaperFunctionPolicy", "ReaperFunctionRole"),
+        ("ReaperSchedulePolicy", "ReaperScheduleRole"),
+    ):
+        assert resources[policy]["Properties"]["Roles"] == [{"Ref": role}]
+    # Exactly one policy per role: nothing else grants these roles anything.
+    named = [r["Properties"]["Roles"] for r in resources.values() if r["Type"] == "AWS::IAM::ManagedPolicy"]
+    assert sum(roles.count({"Ref": "ReaperFunctionRole"}) for roles in named) == 1
+    assert sum(roles.count({"Ref": "ReaperScheduleRole"}) for roles in named) == 1
+    assert not [r for r in resources.values() if r["Type"] == "AWS::IAM::Policy"]
+    assert "Policies" not in resources["ReaperFunctionRole"]["Properties"]
+    assert "ManagedPolicyArns" not in resources["ReaperFunctionRole"]["Properties"]
+
+
+def test_bootstrap_deploys_the_function_from_the_package_it_built(stack: dict[str, Any]) -> None:
+    config, settings = stack["function"], stack["settings"]
+    data = lambda_zip.build_zip()
+    assert config["Handler"] == lambda_zip.HANDLER == "gpu_runner.reaper_lambda.handler"
+    assert config["Runtime"] == "python3.13"
+    assert config["CodeSha256"] == lambda_zip.code_sha256(data)
+    assert data == lambda_zip.build_zip(), (
+        "the package must be reproducible, or every bootstrap updates the stack"
+    )
+    assert function_env(stack) == {
+        "GPU_RUNNER_PROJECT": settings.project, "GPU_RUNNER_REPOSITORY": DEFAULT_REPOSITORY,
+        "GPU_RUNNER_SSM_PREFIX": settings.ssm_prefix, "GPU_RUNNER_INSTANCE_PROFILE": stack["profile_arn"],
+        "GPU_RUNNER_MAX_RUNTIME_MINUTES": "60", "GPU_RUNNER_IDLE_TIMEOUT_MINUTES": "10",
+        "GPU_RUNNER_WAIT_TIMEOUT_SECONDS": "5", "GPU_RUNNER_REAP_GRACE_MINUTES": "20", "AWS_REGION": REGION,
+    }  # fmt: skip
+    assert reaper_lambda.settings_from_env(function_env(stack)) == Settings(
+        **{**settings.__dict__, "instance_profile": stack["profile_arn"], "ami_parameter": Settings.ami_parameter,
+           "instance_types": reaper_lambda.NEVER_LAUNCHED}
+    )  # fmt: skip
+    names = zipfile.ZipFile(io.BytesIO(data)).namelist()
+    assert "gpu_runner/reaper_lambda.py" in names and not [n for n in names if "__pycache__" in n]
+    # The package sits in the stack's bucket under its content key.
+    bucket = stack["deployed"].outputs["BucketName"]
+    body = (
+        stack["session"].client("s3").get_object(Bucket=bucket, Key=lambda_zip.code_key(data))["Body"].read()
+    )
+    assert body == data
+    # The role trusts Lambda only.
+    (statement,) = trust_of(stack["session"], config["Role"])["Statement"]
+    assert (statement["Principal"], statement["Action"]) == (
+        {"Service": "lambda.amazonaws.com"},
+        "sts:AssumeRole",
+    )
+
+
+def test_a_rerun_reuses_the_uploaded_package(stack: dict[str, Any]) -> None:
+    before, after = stack["object"]
+    assert (after.get("VersionId"), after["LastModified"]) == (
+        before.get("VersionId"),
+        before["LastModified"],
+    )
+
+
+def test_bootstrap_refuses_a_package_swapped_in_the_bucket_before_deploy(
+    tmp_path: Path, oidc_provider: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Attack: someone who may write to the bucket (the runner role may) replaces the package between upload and
+    deploy. On AWS the pinned S3ObjectVersion keeps the real one; moto ignores the version and deploys the swapped
+    one, and bootstrap's CodeSha256 check refuses it with the reason."""
+    session = boto3.Session(region_name=REGION)
+    attacker = boto3.Session(region_name=REGION).client("s3")
+    evil = io.BytesIO()
+    with zipfile.ZipFile(evil, "w") as archive:
+        archive.writestr(
+            "gpu_runner/reaper_lambda.py", "def handler(event, context):\n    pass  # anything\n"
+        )
+
+    def swap(params: Any, model: Any, **_: Any) -> None:
+        if model.name == "PutObject" and params.get("Key", "").startswith(lambda_zip.KEY_PREFIX):
+            attacker.put_object(Bucket=params["Bucket"], Key=params["Key"], Body=evil.getvalue())
+
+    session.events.register(
+        "after-call.s3.PutObject", lambda model, **kw: swap(kw["context"]["api_params"], model)
+    )
+    session.events.register("provide-client-params.s3.PutObject", _keep_params)
+    monkeypatch.setattr(cli, "Aws", lambda: Aws(session))
+    settings_file = write_settings(tmp_path / "gpu-runner.yaml")
+    bucket = f"lambda-swap-{uuid.uuid4().hex[:12]}"
+    monkeypatch.delenv("GITHUB_REPOSITORY", raising=False)
+    argv = ["--settings", str(settings_file), "bootstrap", "--repository", DEFAULT_REPOSITORY, "--bucket", bucket,
+            "--oidc-provider-arn", oidc_provider, "--template", str(TEMPLATE)]  # fmt: skip
+    try:
+        assert cli.main(argv) == 1
+        err = capsys.readouterr().err
+        assert "not the" in err and "someone else wrote to that key" in err, err
+    finally:
+        with contextlib.suppress(ClientError):
+            name = stack_name(load_settings(settings_file).project, DEFAULT_REPOSITORY)
+            session.client("cloudformation").delete_stack(StackName=name)
+
+
+def test_the_schedule_invokes_the_function_every_15_minutes() -> None:
+    """What moto does not create, asserted on the template (property names: CloudFormation Template Reference)."""
+    from doubles.gpu_runner_stack import template  # the CloudFormation-tag-aware loader
+
+    parsed = template()
+    resources = parsed["Resources"]
+    schedule = resources["ReaperScheduleRule"]
+    assert schedule["Type"] == "AWS::Scheduler::Schedule" and schedule["Condition"] == "HasReaperCode"
+    props = schedule["Properties"]
+    assert props["ScheduleExpression"] == {"Ref": "ReaperSchedule"}
+    assert parsed["Parameters"]["ReaperSchedule"]["Default"] == "rate(15 minutes)"
+    assert props["FlexibleTimeWindow"] == {"Mode": "OFF"} and props["State"] == "ENABLED"
+    assert props["Target"]["Arn"] == {"Fn::GetAtt": ["ReaperFunction", "Arn"]}
+    assert props["Target"]["RoleArn"] == {"Fn::GetAtt": ["ReaperScheduleRole", "Arn"]}
+    # Retries end before the next run starts.
+    assert props["Target"]["RetryPolicy"]["MaximumEventAgeInSeconds"] < 15 * 60
+    code = resources["ReaperFunction"]["Properties"]["Code"]
+    assert code["S3ObjectVersion"] == {"Fn::If": ["HasReaperCodeVersion", {"Ref": "ReaperCodeVersion"}, {"Ref": "AWS::NoValue"}]}  # fmt: skip
+    assert {r["Condition"] for r in resources.values() if r["Type"].startswith(("AWS::Lambda", "AWS::Scheduler"))} == {"HasReaperCode"}  # fmt: skip
+
+
+def test_moto_still_skips_the_schedule_and_its_role_is_scoped(stack: dict[str, Any]) -> None:
+    session = stack["session"]
+    # If this fails, moto's CloudFormation creates schedules now: assert the deployed one instead of the template.
+    assert session.client("scheduler").list_schedules()["Schedules"] == []
+    resources = session.client("cloudformation").describe_stack_resources(
+        StackName=stack["deployed"].stack_name
+    )
+    role = next(r for r in resources["StackResources"] if r.get("LogicalResourceId") == "ReaperScheduleRole")
+    role_arn = session.client("iam").get_role(RoleName=role["PhysicalResourceId"])["Role"]["Arn"]
+    (statement,) = trust_of(session, role_arn)["Statement"]
+    policy = stack_policy(stack, "ReaperSchedulePolicy")
+    assert statement["Principal"] == {"Service": "scheduler.amazonaws.com"}
+    assert statement["Condition"] == {"StringEquals": {"aws:SourceAccount": ACCOUNT}}
+    function_arn = stack["function"]["FunctionArn"]
+    assert allowed([policy], Request("lambda:InvokeFunction", function_arn))
+    other = function_arn.rsplit(":", 1)[0] + ":someone-elses-function"
+    assert not allowed([policy], Request("lambda:InvokeFunction", other))
+    assert granted_actions([policy]) == {"lambda:InvokeFunction"}
+    assert _parliament(policy) == []
+
+
+HANDLER_RUN = """
+import importlib.abc, json, os, sys
+from datetime import UTC, datetime, timedelta
+
+class NotInLambda(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError(f"{name} is not in the Lambda Python runtime")
+        return None
+
+BLOCKED = set(json.loads(os.environ["NOT_IN_LAMBDA"]))
+sys.meta_path.insert(0, NotInLambda())
+sys.path.insert(0, os.environ["PACKAGE_DIR"])
+from gpu_runner import reaper_lambda
+
+# As Lambda's Python runtime sets up logging without AWS_LAMBDA_LOG_LEVEL: its handler on the root logger, whose
+# level stays Python's WARNING (awslambdaric bootstrap.py _setup_logging).
+import logging
+runtime = logging.StreamHandler(sys.stderr)
+runtime.setFormatter(logging.Formatter("[%(levelname)s]\t%(message)s"))
+logging.getLogger().addHandler(runtime)
+now = reaper_lambda.handler({"source": "scheduler"}, None)
+later = datetime.now(UTC) + timedelta(minutes=int(os.environ["GPU_RUNNER_REAP_GRACE_MINUTES"]) + 1)
+print(json.dumps({
+    "now": now,
+    "later": reaper_lambda.reap_aws(os.environ, now=later),
+    "file": reaper_lambda.__file__,
+    "loaded": sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED),
+}))
+"""
+
+
+@pytest.mark.slow  # runs the built package's handler in a fresh interpreter
+def test_the_deployed_package_reaps_expired_instances_and_stale_parameters_without_github(
+    stack: dict[str, Any], ec2: Any, tmp_path: Path
+) -> None:
+    settings, session, profile = stack["settings"], stack["session"], stack["profile_arn"]
+    now = datetime.now(UTC)
+    expired = launch(ec2, tags_of(settings, "1", now - timedelta(minutes=1)), profile)
+    healthy = launch(ec2, tags_of(settings, "2", now + timedelta(hours=2)), profile)
+    # Tagged like ours by another principal, but not launched with our instance profile: never ours to end.
+    copied_tags = launch(ec2, tags_of(settings, "3", now - timedelta(days=1)), None)
+    other_project = launch(ec2, tags_of(settings, "4", now - timedelta(days=1), **{naming.TAG_PROJECT: "other"}), profile)  # fmt: skip
+    ssm = session.client("ssm")
+    stale = f"{settings.ssm_prefix}/1-1/jitconfig"
+    ssm.put_parameter(Name=stale, Value="x", Type="SecureString")
+    ssm.put_parameter(Name=f"/elsewhere/{uuid.uuid4().hex[:6]}/jitconfig", Value="keep", Type="SecureString")
+
+    # The package exactly as deployed: the object the function was created from.
+    bucket = stack["deployed"].outputs["BucketName"]
+    data = session.client("s3").get_object(Bucket=bucket, Key=lambda_zip.code_key(lambda_zip.build_zip()))["Body"].read()  # fmt: skip
+    assert lambda_zip.code_sha256(data) == stack["function"]["CodeSha256"]
+    package = tmp_path / "package"
+    zipfile.ZipFile(io.BytesIO(data)).extractall(package)
+    env = {**os.environ, **function_env(stack), "PACKAGE_DIR": str(package), "NOT_IN_LAMBDA": json.dumps(NOT_IN_LAMBDA)}  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", HANDLER_RUN], env=env, capture_output=True, text=True, check=False, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert Path(out["file"]).is_relative_to(package), out["file"]
+    assert out["loaded"] == []
+    assert out["now"]["terminated"] == [expired]
+    # What it did reaches the function's CloudWatch log through the runtime's handler.
+    assert f"[INFO]\tterminated {expired} in {REGION}: " in result.stderr, result.stderr[-3000:]
+    assert out["now"]["parameters_deleted"] == []  # fresh: a launch may still be using it
+    assert out["later"]["parameters_deleted"] == [stale]
+    assert out["now"]["runners_deleted"] == out["later"]["runners_deleted"] == []
+    assert state(ec2, expired) in {"shutting-down", "terminated"}
+    for survivor in (healthy, copied_tags, other_project):
+        assert state(ec2, survivor) == "running", survivor
+
+
+def test_the_package_fails_loudly_when_github_would_be_imported(tmp_path: Path) -> None:
+    """The import blocker above can fail: the CLI's module imports PyGithub at its top."""
+    package = tmp_path / "package"
+    zipfile.ZipFile(io.BytesIO(lambda_zip.build_zip())).extractall(package)
+    script = HANDLER_RUN.split("from gpu_runner import reaper_lambda")[0] + "from gpu_runner import cli\n"
+    env = {**os.environ, "PACKAGE_DIR": str(package), "NOT_IN_LAMBDA": json.dumps(NOT_IN_LAMBDA)}
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False
+    )
+    assert result.returncode != 0 and "is not in the Lambda Python runtime" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"GPU_RUNNER_PROJECT": None}, "GPU_RUNNER_PROJECT: not set"),
+        ({"GPU_RUNNER_MAX_RUNTIME_MINUTES": "3h"}, "GPU_RUNNER_MAX_RUNTIME_MINUTES: '3h' is not an integer"),
+        ({"GPU_RUNNER_REAP_GRACE_MINUTES": "0"}, "reap_grace_minutes: must be a positive integer"),
+    ],
+)
+def test_a_bad_function_environment_is_named(
+    stack: dict[str, Any], change: dict[str, str | None], message: str
+) -> None:
+    env = {k: v for k, v in {**function_env(stack), **change}.items() if v is not None}
+    with pytest.raises(SettingsError, match=message):
+        reaper_lambda.settings_from_env(env)
+
+
+def test_the_function_role_grants_exactly_one_pass_and_nothing_else(stack: dict[str, Any], ec2: Any) -> None:
+    settings, profile = stack["settings"], stack["profile_arn"]
+    now = datetime.now(UTC)
+    expired = launch(ec2, tags_of(settings, "11", now - timedelta(minutes=1)), profile)
+    stack["session"].client("ssm").put_parameter(Name=f"{settings.ssm_prefix}/11-1/jitconfig", Value="x", Type="SecureString")  # fmt: skip
+    (described,) = ec2.describe_instances(InstanceIds=[expired])["Reservations"][0]["Instances"]
+    profiles = {expired: described["IamInstanceProfile"]["Arn"]}
+    recorded = boto3.Session(region_name=REGION)
+    calls = record_calls(recorded)
+    report = reaper_lambda.reap_aws(function_env(stack), aws=Aws(recorded), now=now + timedelta(hours=1))
+    assert report["terminated"] == [expired] and len(report["parameters_deleted"]) == 1, report
+
+    policy = stack_policy(stack, "ReaperFunctionPolicy")
+    requests = _authorizations(stack["session"], calls, profiles)
+    assert [r for r in requests if not allowed([policy], r)] == []
+    assert granted_actions([policy]) == {r.action for r in requests} | RUNTIME_LOG_ACTIONS
+    assert _parliament(policy) == []
+
+    instance_arn = f"arn:aws:ec2:{REGION}:{ACCOUNT}:instance/i-0123456789abcdef0"
+    ours = {"ec2:ResourceTag/gpu-runner:managed-by": "gpu-runner", "ec2:ResourceTag/gpu-runner:project": settings.project}  # fmt: skip
+    parameter = f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter{settings.ssm_prefix}/12-1/jitconfig"
+    other_profile = profile.replace("instance-profile/", "instance-profile/x")
+    other_project = {**ours, "ec2:ResourceTag/gpu-runner:project": "other", "ec2:InstanceProfile": profile}
+    refused = [
+        # Our tags, copied onto an instance launched with another profile, or none.
+        Request("ec2:TerminateInstances", instance_arn, {**ours, "ec2:InstanceProfile": other_profile}),
+        Request("ec2:TerminateInstances", instance_arn, ours),
+        Request("ec2:TerminateInstances", instance_arn, other_project),
+        Request("ec2:RunInstances", instance_arn, ours),
+        Request("ssm:GetParameter", parameter),  # it never reads a runner's config
+        Request("ssm:DeleteParameter", f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter/other/1-1/jitconfig"),
+        Request("logs:PutLogEvents", f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/lambda/other:*"),
+        Request("iam:PassRole", stack["function"]["Role"]),
+    ]
+    assert [r for r in refused if allowed([policy], r)] == []
+    allowed_terminate = Request(
+        "ec2:TerminateInstances", instance_arn, {**ours, "ec2:InstanceProfile": profile}
+    )
+    assert allowed([policy], allowed_terminate), (
+        "the refusals above must come from the conditions, not a typo"
+    )
+
+
+def test_info_lines_are_shown_unless_the_function_chose_a_log_level() -> None:
+    package = logging.getLogger("gpu_runner")
+    before = package.level
+    try:
+        package.setLevel(logging.NOTSET)
+        reaper_lambda.show_info_lines({reaper_lambda.LOG_LEVEL_VARIABLE: "WARN"})
+        assert package.level == logging.NOTSET  # the runtime set the root's level from it: left alone
+        reaper_lambda.show_info_lines({})
+        assert package.level == logging.INFO
+    finally:
+        package.setLevel(before)
 
 
 def write_settings(path: Path) -> Path:
@@ -164,258 +462,8 @@ def stack_policy(stack: dict[str, Any], logical_id: str) -> dict[str, Any]:
     ]
 
 
-def test_each_reaper_policy_names_its_own_role() -> None:
-    from test_stack import template  # the CloudFormation-tag-aware loader
-
-    resources = template()["Resources"]
-    for policy, role in (
-        ("ReaperFunctionPolicy", "ReaperFunctionRole"),
-        ("ReaperSchedulePolicy", "ReaperScheduleRole"),
-    ):
-        assert resources[policy]["Properties"]["Roles"] == [{"Ref": role}]
-    # Exactly one policy per role: nothing else grants these roles anything.
-    named = [r["Properties"]["Roles"] for r in resources.values() if r["Type"] == "AWS::IAM::ManagedPolicy"]
-    assert sum(roles.count({"Ref": "ReaperFunctionRole"}) for roles in named) == 1
-    assert sum(roles.count({"Ref": "ReaperScheduleRole"}) for roles in named) == 1
-    assert not [r for r in resources.values() if r["Type"] == "AWS::IAM::Policy"]
-    assert "Policies" not in resources["ReaperFunctionRole"]["Properties"]
-    assert "ManagedPolicyArns" not in resources["ReaperFunctionRole"]["Properties"]
-
-
-# --- what bootstrap deploys ---------------------------------------------------------------------------------------
-
-
-def test_bootstrap_deploys_the_function_from_the_package_it_built(stack: dict[str, Any]) -> None:
-    config, settings = stack["function"], stack["settings"]
-    data = lambda_zip.build_zip()
-    assert config["Handler"] == lambda_zip.HANDLER == "gpu_runner.reaper_lambda.handler"
-    assert config["Runtime"] == "python3.13"
-    assert config["CodeSha256"] == lambda_zip.code_sha256(data)
-    assert data == lambda_zip.build_zip(), (
-        "the package must be reproducible, or every bootstrap updates the stack"
-    )
-    assert function_env(stack) == {
-        "GPU_RUNNER_PROJECT": settings.project, "GPU_RUNNER_REPOSITORY": DEFAULT_REPOSITORY,
-        "GPU_RUNNER_SSM_PREFIX": settings.ssm_prefix, "GPU_RUNNER_INSTANCE_PROFILE": stack["profile_arn"],
-        "GPU_RUNNER_MAX_RUNTIME_MINUTES": "60", "GPU_RUNNER_IDLE_TIMEOUT_MINUTES": "10",
-        "GPU_RUNNER_WAIT_TIMEOUT_SECONDS": "5", "GPU_RUNNER_REAP_GRACE_MINUTES": "20", "AWS_REGION": REGION,
-    }  # fmt: skip
-    assert reaper_lambda.settings_from_env(function_env(stack)) == Settings(
-        **{**settings.__dict__, "instance_profile": stack["profile_arn"], "ami_parameter": Settings.ami_parameter,
-           "instance_types": reaper_lambda.NEVER_LAUNCHED}
-    )  # fmt: skip
-    names = zipfile.ZipFile(io.BytesIO(data)).namelist()
-    assert "gpu_runner/reaper_lambda.py" in names and not [n for n in names if "__pycache__" in n]
-    # The package sits in the stack's bucket under its content key.
-    bucket = stack["deployed"].outputs["BucketName"]
-    body = (
-        stack["session"].client("s3").get_object(Bucket=bucket, Key=lambda_zip.code_key(data))["Body"].read()
-    )
-    assert body == data
-    # The role trusts Lambda only.
-    (statement,) = trust_of(stack["session"], config["Role"])["Statement"]
-    assert (statement["Principal"], statement["Action"]) == (
-        {"Service": "lambda.amazonaws.com"},
-        "sts:AssumeRole",
-    )
-
-
-def test_a_rerun_reuses_the_uploaded_package(stack: dict[str, Any]) -> None:
-    before, after = stack["object"]
-    assert (after.get("VersionId"), after["LastModified"]) == (
-        before.get("VersionId"),
-        before["LastModified"],
-    )
-
-
-def test_bootstrap_refuses_a_package_swapped_in_the_bucket_before_deploy(
-    tmp_path: Path, oidc_provider: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Attack: someone who may write to the bucket (the runner role may) replaces the package between upload and
-    deploy. On AWS the pinned S3ObjectVersion keeps the real one; moto ignores the version and deploys the swapped
-    one, and bootstrap's CodeSha256 check refuses it with the reason."""
-    session = boto3.Session(region_name=REGION)
-    attacker = boto3.Session(region_name=REGION).client("s3")
-    evil = io.BytesIO()
-    with zipfile.ZipFile(evil, "w") as archive:
-        archive.writestr(
-            "gpu_runner/reaper_lambda.py", "def handler(event, context):\n    pass  # anything\n"
-        )
-
-    def swap(params: Any, model: Any, **_: Any) -> None:
-        if model.name == "PutObject" and params.get("Key", "").startswith(lambda_zip.KEY_PREFIX):
-            attacker.put_object(Bucket=params["Bucket"], Key=params["Key"], Body=evil.getvalue())
-
-    session.events.register(
-        "after-call.s3.PutObject", lambda model, **kw: swap(kw["context"]["api_params"], model)
-    )
-    session.events.register("provide-client-params.s3.PutObject", _keep_params)
-    monkeypatch.setattr(cli, "Aws", lambda: Aws(session))
-    settings_file = write_settings(tmp_path / "gpu-runner.yaml")
-    bucket = f"lambda-swap-{uuid.uuid4().hex[:12]}"
-    monkeypatch.delenv("GITHUB_REPOSITORY", raising=False)
-    argv = ["--settings", str(settings_file), "bootstrap", "--repository", DEFAULT_REPOSITORY, "--bucket", bucket,
-            "--oidc-provider-arn", oidc_provider, "--template", str(TEMPLATE)]  # fmt: skip
-    try:
-        assert cli.main(argv) == 1
-        err = capsys.readouterr().err
-        assert "not the" in err and "someone else wrote to that key" in err, err
-    finally:
-        with contextlib.suppress(ClientError):
-            name = stack_name(load_settings(settings_file).project, DEFAULT_REPOSITORY)
-            session.client("cloudformation").delete_stack(StackName=name)
-
-
 def _keep_params(params: Any, context: Any, **_: Any) -> None:
     context["api_params"] = dict(params)
-
-
-def test_the_schedule_invokes_the_function_every_15_minutes() -> None:
-    """What moto does not create, asserted on the template (property names: CloudFormation Template Reference)."""
-    from test_stack import template  # the CloudFormation-tag-aware loader
-
-    parsed = template()
-    resources = parsed["Resources"]
-    schedule = resources["ReaperScheduleRule"]
-    assert schedule["Type"] == "AWS::Scheduler::Schedule" and schedule["Condition"] == "HasReaperCode"
-    props = schedule["Properties"]
-    assert props["ScheduleExpression"] == {"Ref": "ReaperSchedule"}
-    assert parsed["Parameters"]["ReaperSchedule"]["Default"] == "rate(15 minutes)"
-    assert props["FlexibleTimeWindow"] == {"Mode": "OFF"} and props["State"] == "ENABLED"
-    assert props["Target"]["Arn"] == {"Fn::GetAtt": ["ReaperFunction", "Arn"]}
-    assert props["Target"]["RoleArn"] == {"Fn::GetAtt": ["ReaperScheduleRole", "Arn"]}
-    # Retries end before the next run starts.
-    assert props["Target"]["RetryPolicy"]["MaximumEventAgeInSeconds"] < 15 * 60
-    code = resources["ReaperFunction"]["Properties"]["Code"]
-    assert code["S3ObjectVersion"] == {"Fn::If": ["HasReaperCodeVersion", {"Ref": "ReaperCodeVersion"}, {"Ref": "AWS::NoValue"}]}  # fmt: skip
-    assert {r["Condition"] for r in resources.values() if r["Type"].startswith(("AWS::Lambda", "AWS::Scheduler"))} == {"HasReaperCode"}  # fmt: skip
-
-
-def test_moto_still_skips_the_schedule_and_its_role_is_scoped(stack: dict[str, Any]) -> None:
-    session = stack["session"]
-    # If this fails, moto's CloudFormation creates schedules now: assert the deployed one instead of the template.
-    assert session.client("scheduler").list_schedules()["Schedules"] == []
-    resources = session.client("cloudformation").describe_stack_resources(
-        StackName=stack["deployed"].stack_name
-    )
-    role = next(r for r in resources["StackResources"] if r.get("LogicalResourceId") == "ReaperScheduleRole")
-    role_arn = session.client("iam").get_role(RoleName=role["PhysicalResourceId"])["Role"]["Arn"]
-    (statement,) = trust_of(session, role_arn)["Statement"]
-    policy = stack_policy(stack, "ReaperSchedulePolicy")
-    assert statement["Principal"] == {"Service": "scheduler.amazonaws.com"}
-    assert statement["Condition"] == {"StringEquals": {"aws:SourceAccount": ACCOUNT}}
-    function_arn = stack["function"]["FunctionArn"]
-    assert allowed([policy], Request("lambda:InvokeFunction", function_arn))
-    other = function_arn.rsplit(":", 1)[0] + ":someone-elses-function"
-    assert not allowed([policy], Request("lambda:InvokeFunction", other))
-    assert granted_actions([policy]) == {"lambda:InvokeFunction"}
-    assert _parliament(policy) == []
-
-
-# --- the handler, from the deployed package --------------------------------------------------------------------------
-
-HANDLER_RUN = """
-import importlib.abc, json, os, sys
-from datetime import UTC, datetime, timedelta
-
-class NotInLambda(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in BLOCKED:
-            raise ImportError(f"{name} is not in the Lambda Python runtime")
-        return None
-
-BLOCKED = set(json.loads(os.environ["NOT_IN_LAMBDA"]))
-sys.meta_path.insert(0, NotInLambda())
-sys.path.insert(0, os.environ["PACKAGE_DIR"])
-from gpu_runner import reaper_lambda
-
-# As Lambda's Python runtime sets up logging without AWS_LAMBDA_LOG_LEVEL: its handler on the root logger, whose
-# level stays Python's WARNING (awslambdaric bootstrap.py _setup_logging).
-import logging
-runtime = logging.StreamHandler(sys.stderr)
-runtime.setFormatter(logging.Formatter("[%(levelname)s]\t%(message)s"))
-logging.getLogger().addHandler(runtime)
-now = reaper_lambda.handler({"source": "scheduler"}, None)
-later = datetime.now(UTC) + timedelta(minutes=int(os.environ["GPU_RUNNER_REAP_GRACE_MINUTES"]) + 1)
-print(json.dumps({
-    "now": now,
-    "later": reaper_lambda.reap_aws(os.environ, now=later),
-    "file": reaper_lambda.__file__,
-    "loaded": sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED),
-}))
-"""
-
-
-@pytest.mark.slow  # runs the built package's handler in a fresh interpreter
-def test_the_deployed_package_reaps_expired_instances_and_stale_parameters_without_github(
-    stack: dict[str, Any], ec2: Any, tmp_path: Path
-) -> None:
-    settings, session, profile = stack["settings"], stack["session"], stack["profile_arn"]
-    now = datetime.now(UTC)
-    expired = launch(ec2, tags_of(settings, "1", now - timedelta(minutes=1)), profile)
-    healthy = launch(ec2, tags_of(settings, "2", now + timedelta(hours=2)), profile)
-    # Tagged like ours by another principal, but not launched with our instance profile: never ours to end.
-    copied_tags = launch(ec2, tags_of(settings, "3", now - timedelta(days=1)), None)
-    other_project = launch(ec2, tags_of(settings, "4", now - timedelta(days=1), **{naming.TAG_PROJECT: "other"}), profile)  # fmt: skip
-    ssm = session.client("ssm")
-    stale = f"{settings.ssm_prefix}/1-1/jitconfig"
-    ssm.put_parameter(Name=stale, Value="x", Type="SecureString")
-    ssm.put_parameter(Name=f"/elsewhere/{uuid.uuid4().hex[:6]}/jitconfig", Value="keep", Type="SecureString")
-
-    # The package exactly as deployed: the object the function was created from.
-    bucket = stack["deployed"].outputs["BucketName"]
-    data = session.client("s3").get_object(Bucket=bucket, Key=lambda_zip.code_key(lambda_zip.build_zip()))["Body"].read()  # fmt: skip
-    assert lambda_zip.code_sha256(data) == stack["function"]["CodeSha256"]
-    package = tmp_path / "package"
-    zipfile.ZipFile(io.BytesIO(data)).extractall(package)
-    env = {**os.environ, **function_env(stack), "PACKAGE_DIR": str(package), "NOT_IN_LAMBDA": json.dumps(NOT_IN_LAMBDA)}  # fmt: skip
-    result = subprocess.run(
-        [sys.executable, "-c", HANDLER_RUN], env=env, capture_output=True, text=True, check=False, timeout=120
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    out = json.loads(result.stdout.strip().splitlines()[-1])
-    assert Path(out["file"]).is_relative_to(package), out["file"]
-    assert out["loaded"] == []
-    assert out["now"]["terminated"] == [expired]
-    # What it did reaches the function's CloudWatch log through the runtime's handler.
-    assert f"[INFO]\tterminated {expired} in {REGION}: " in result.stderr, result.stderr[-3000:]
-    assert out["now"]["parameters_deleted"] == []  # fresh: a launch may still be using it
-    assert out["later"]["parameters_deleted"] == [stale]
-    assert out["now"]["runners_deleted"] == out["later"]["runners_deleted"] == []
-    assert state(ec2, expired) in {"shutting-down", "terminated"}
-    for survivor in (healthy, copied_tags, other_project):
-        assert state(ec2, survivor) == "running", survivor
-
-
-def test_the_package_fails_loudly_when_github_would_be_imported(tmp_path: Path) -> None:
-    """The import blocker above can fail: the CLI's module imports PyGithub at its top."""
-    package = tmp_path / "package"
-    zipfile.ZipFile(io.BytesIO(lambda_zip.build_zip())).extractall(package)
-    script = HANDLER_RUN.split("from gpu_runner import reaper_lambda")[0] + "from gpu_runner import cli\n"
-    env = {**os.environ, "PACKAGE_DIR": str(package), "NOT_IN_LAMBDA": json.dumps(NOT_IN_LAMBDA)}
-    result = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False
-    )
-    assert result.returncode != 0 and "is not in the Lambda Python runtime" in result.stderr, result.stderr
-
-
-@pytest.mark.parametrize(
-    ("change", "message"),
-    [
-        ({"GPU_RUNNER_PROJECT": None}, "GPU_RUNNER_PROJECT: not set"),
-        ({"GPU_RUNNER_MAX_RUNTIME_MINUTES": "3h"}, "GPU_RUNNER_MAX_RUNTIME_MINUTES: '3h' is not an integer"),
-        ({"GPU_RUNNER_REAP_GRACE_MINUTES": "0"}, "reap_grace_minutes: must be a positive integer"),
-    ],
-)
-def test_a_bad_function_environment_is_named(
-    stack: dict[str, Any], change: dict[str, str | None], message: str
-) -> None:
-    env = {k: v for k, v in {**function_env(stack), **change}.items() if v is not None}
-    with pytest.raises(SettingsError, match=message):
-        reaper_lambda.settings_from_env(env)
-
-
-# --- the function's role: exactly what a pass needs -------------------------------------------------------------------
 
 
 def _parliament(document: dict[str, Any]) -> list[str]:
@@ -442,59 +490,3 @@ def _authorizations(session: boto3.Session, calls: list[Any], profiles: dict[str
                 )
             requests.append(r)
     return requests
-
-
-def test_the_function_role_grants_exactly_one_pass_and_nothing_else(stack: dict[str, Any], ec2: Any) -> None:
-    settings, profile = stack["settings"], stack["profile_arn"]
-    now = datetime.now(UTC)
-    expired = launch(ec2, tags_of(settings, "11", now - timedelta(minutes=1)), profile)
-    stack["session"].client("ssm").put_parameter(Name=f"{settings.ssm_prefix}/11-1/jitconfig", Value="x", Type="SecureString")  # fmt: skip
-    (described,) = ec2.describe_instances(InstanceIds=[expired])["Reservations"][0]["Instances"]
-    profiles = {expired: described["IamInstanceProfile"]["Arn"]}
-    recorded = boto3.Session(region_name=REGION)
-    calls = record_calls(recorded)
-    report = reaper_lambda.reap_aws(function_env(stack), aws=Aws(recorded), now=now + timedelta(hours=1))
-    assert report["terminated"] == [expired] and len(report["parameters_deleted"]) == 1, report
-
-    policy = stack_policy(stack, "ReaperFunctionPolicy")
-    requests = _authorizations(stack["session"], calls, profiles)
-    assert [r for r in requests if not allowed([policy], r)] == []
-    assert granted_actions([policy]) == {r.action for r in requests} | RUNTIME_LOG_ACTIONS
-    assert _parliament(policy) == []
-
-    instance_arn = f"arn:aws:ec2:{REGION}:{ACCOUNT}:instance/i-0123456789abcdef0"
-    ours = {"ec2:ResourceTag/gpu-runner:managed-by": "gpu-runner", "ec2:ResourceTag/gpu-runner:project": settings.project}  # fmt: skip
-    parameter = f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter{settings.ssm_prefix}/12-1/jitconfig"
-    other_profile = profile.replace("instance-profile/", "instance-profile/x")
-    other_project = {**ours, "ec2:ResourceTag/gpu-runner:project": "other", "ec2:InstanceProfile": profile}
-    refused = [
-        # Our tags, copied onto an instance launched with another profile, or none.
-        Request("ec2:TerminateInstances", instance_arn, {**ours, "ec2:InstanceProfile": other_profile}),
-        Request("ec2:TerminateInstances", instance_arn, ours),
-        Request("ec2:TerminateInstances", instance_arn, other_project),
-        Request("ec2:RunInstances", instance_arn, ours),
-        Request("ssm:GetParameter", parameter),  # it never reads a runner's config
-        Request("ssm:DeleteParameter", f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter/other/1-1/jitconfig"),
-        Request("logs:PutLogEvents", f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/lambda/other:*"),
-        Request("iam:PassRole", stack["function"]["Role"]),
-    ]
-    assert [r for r in refused if allowed([policy], r)] == []
-    allowed_terminate = Request(
-        "ec2:TerminateInstances", instance_arn, {**ours, "ec2:InstanceProfile": profile}
-    )
-    assert allowed([policy], allowed_terminate), (
-        "the refusals above must come from the conditions, not a typo"
-    )
-
-
-def test_info_lines_are_shown_unless_the_function_chose_a_log_level() -> None:
-    package = logging.getLogger("gpu_runner")
-    before = package.level
-    try:
-        package.setLevel(logging.NOTSET)
-        reaper_lambda.show_info_lines({reaper_lambda.LOG_LEVEL_VARIABLE: "WARN"})
-        assert package.level == logging.NOTSET  # the runtime set the root's level from it: left alone
-        reaper_lambda.show_info_lines({})
-        assert package.level == logging.INFO
-    finally:
-        package.setLevel(before)

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
-from local_http import LocalHttpServer
+from doubles.local_http import LocalHttpServer
 
 from gpu_runner.user_data import template
 
@@ -22,6 +22,26 @@ GOOD = b"the runner tarball GitHub published\n" * 64
 TAMPERED = GOOD.replace(b"published", b"backdoored")
 TARBALL = "actions-runner-linux-x64-2.330.0.tar.gz"
 Fetch = Callable[[bytes, str], subprocess.CompletedProcess[str]]
+
+
+def test_the_published_tarball_is_verified(fetch: Fetch) -> None:
+    result = fetch(GOOD, hashlib.sha256(GOOD).hexdigest())
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "runner: SHA-256 verified" in result.stdout
+
+
+def test_a_tampered_tarball_fails_closed(fetch: Fetch) -> None:
+    result = fetch(TAMPERED, hashlib.sha256(GOOD).hexdigest())
+    assert result.returncode != 0
+    assert f"SHA-256 of {TARBALL} does not match" in result.stdout
+    assert "verified" not in result.stdout
+
+
+@pytest.mark.parametrize("sha", ["", "None", "0" * 63], ids=["missing", "unparsed", "short"])
+def test_a_tarball_without_a_digest_fails_closed(fetch: Fetch, sha: str) -> None:
+    result = fetch(GOOD, sha)
+    assert result.returncode != 0
+    assert f"no SHA-256 to verify {TARBALL} against; refusing to run it" in result.stdout
 
 
 def _function(script: str, name: str) -> str:
@@ -66,23 +86,3 @@ def fetch(tmp_path: Path) -> Fetch:
             )  # fmt: skip
 
     return run
-
-
-def test_the_published_tarball_is_verified(fetch: Fetch) -> None:
-    result = fetch(GOOD, hashlib.sha256(GOOD).hexdigest())
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "runner: SHA-256 verified" in result.stdout
-
-
-def test_a_tampered_tarball_fails_closed(fetch: Fetch) -> None:
-    result = fetch(TAMPERED, hashlib.sha256(GOOD).hexdigest())
-    assert result.returncode != 0
-    assert f"SHA-256 of {TARBALL} does not match" in result.stdout
-    assert "verified" not in result.stdout
-
-
-@pytest.mark.parametrize("sha", ["", "None", "0" * 63], ids=["missing", "unparsed", "short"])
-def test_a_tarball_without_a_digest_fails_closed(fetch: Fetch, sha: str) -> None:
-    result = fetch(GOOD, sha)
-    assert result.returncode != 0
-    assert f"no SHA-256 to verify {TARBALL} against; refusing to run it" in result.stdout

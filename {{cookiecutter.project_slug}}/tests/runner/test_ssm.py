@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from aws_constants import REGION
-from aws_faults import AwsFaults
 from botocore.exceptions import ClientError
-from github_double import GitHubDouble
+from doubles.aws_constants import REGION
+from doubles.aws_faults import AwsFaults
+from doubles.github_double import GitHubDouble
 
 from gpu_runner import lifecycle, naming, ssm
 from gpu_runner.aws import Aws

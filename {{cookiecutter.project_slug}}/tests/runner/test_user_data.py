@@ -1,14 +1,14 @@
-"""The real rendered user-data script, run by bash in a sandbox whose PATH starts with recording stubs.
+"""The real rendered user-data script, run by bash in the boot-script sandbox (tests/doubles/boot_sandbox.py, the
+one the e2e story's simulated instance uses too): PATH starts with recording stubs.
 
 Every command the script could use to touch the machine (`shutdown`, `docker`, `curl`, `aws`, `useradd`,
 `runuser`, ...) is a small bash stub that appends `<epoch seconds> <name> <args>` to a shared call log; `tar`,
-`sha256sum`, `python3` and the rest of coreutils are the real ones. The "actions runner" is a tarball built here
+`sha256sum`, `python3` and the rest of coreutils are the real ones. The "actions runner" is a tarball built there
 whose `run.sh` takes a job, hangs or fails depending on GPU_RUNNER_STUB_MODE.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import inspect
 import io
@@ -17,7 +17,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import tarfile
 import time
@@ -28,6 +27,17 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
+from doubles.boot_sandbox import (
+    MACHINE_STUBS,
+    RECORDING_STUBS,
+    SCRIPTED_RUN_SH,
+    Call,
+    read_calls,
+    runner_tarball,
+    start,
+    stop,
+    write_stubs,
+)
 
 from gpu_runner.errors import SettingsError
 from gpu_runner.naming import RunContext
@@ -47,341 +57,9 @@ LATEST = "2.331.0"
 PINNED = "2.330.0"
 MIRROR = "s3://ml-bucket/runner-mirror/actions"
 LOG_LINE = re.compile(r"\[gpu-runner \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\] [a-z]+: .*")
-
-# Every command that could change the host the tests run on: each must resolve to a stub, or the test refuses
-# to start the script (a real `shutdown` on a developer's machine is not a test failure anyone wants).
-_RECORD = """#!/bin/bash
-set -euo pipefail
-record() { printf '%s %s %s\\n' "$(date +%s.%N)" "$1" "${*:2}" >>"$STUB_CALL_LOG"; }
-"""
-STUBS: dict[str, str] = {
-    "shutdown": 'record shutdown "$@"\n',
-    "docker": """record docker "$@"
-if [[ $1 == pull ]]; then
-  sleep "${STUB_DOCKER_PULL_SECONDS:-1.5}"
-  record docker-done "$@"
-fi
-""",
-    "curl": """record curl "$@"
-out=/dev/stdout
-url=""
-while (($#)); do
-  case $1 in
-    -o | --output) out=$2; shift ;;
-    http://* | https://*) url=$1 ;;
-  esac
-  shift
-done
-case $url in
-  https://api.github.com/repos/actions/runner/releases/latest) src=$STUB_DIR/release.json ;;
-  https://github.com/actions/runner/releases/download/v*/actions-runner-linux-x64-*.tar.gz)
-    src=$STUB_DIR/github/${url##*/}
-    sleep 0.3 ;;
-  *) src=/nonexistent ;;
-esac
-if [[ ! -f $src ]]; then
-  echo "curl: (22) The requested URL returned error: 404" >&2
-  exit 22
-fi
-cp "$src" "$out"
-record curl-done "$url"
-""",
-    "aws": """record aws "$@"
-service="$1 $2"
-shift 2
-positional=()
-while (($#)); do
-  case $1 in
-    --region | --name | --query | --output) shift ;;
-    --*) ;;
-    *) positional+=("$1") ;;
-  esac
-  shift
-done
-case $service in
-  "ssm get-parameter")
-    if [[ -e $STUB_DIR/ssm-denied ]]; then
-      echo "An error occurred (AccessDeniedException) when calling the GetParameter operation" >&2
-      exit 254
-    fi
-    cat "$STUB_DIR/jit" ;;
-  "ssm delete-parameter") ;;
-  "s3 ls")
-    for f in "$STUB_DIR"/s3/*; do
-      printf '2024-05-01 12:00:00 %10d %s\\n' "$(stat -c %s "$f")" "${f##*/}"
-    done ;;
-  "s3 cp") cp "$STUB_DIR/s3/${positional[0]##*/}" "${positional[1]}" ;;
-  *) exit 2 ;;
-esac
-""",
-    "useradd": 'record useradd "$@"\n',
-    "usermod": 'record usermod "$@"\n',
-    "chown": 'record chown "$@"\n',
-    # The runner user does not exist yet on a fresh instance.
-    "id": 'record id "$@"\nexit 1\n',
-    "getent": """record getent "$@"
-if [[ $1 == group && $2 == docker ]]; then echo 'docker:x:999:'; else exit 2; fi
-""",
-    # Runs the command as the current user (the sandbox cannot switch users).
-    "runuser": """record runuser "$@"
-while (($#)) && [[ $1 != -- ]]; do shift; done
-shift
-exec "$@"
-""",
-    "sudo": 'record sudo "$@"\nexit 1\n',
-    "ldconfig": """record ldconfig "$@"
-echo '	libicuuc.so.70 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libicuuc.so.70'
-""",
-}
-
-# The config as the real runner takes it (ACTIONS_RUNNER_INPUT_JITCONFIG): recorded under a name of its own so the
-# tests can tell the hand-over from a leak into some command's argv.
-RUN_SH = """record run.sh "$@"
-record run.sh-input "${ACTIONS_RUNNER_INPUT_JITCONFIG:-}"
-echo "Connected to GitHub"
-case ${GPU_RUNNER_STUB_MODE:-job} in
-  job)
-    mkdir -p _diag
-    : >_diag/Worker_20240501-120000-utc.log
-    echo "Running job: train"
-    sleep "${STUB_JOB_SECONDS:-2}"
-    code=0 ;;
-  hang) sleep 600 ;;
-  fail) code=1 ;;
-  hook)
-    # As actions/runner does (JobExtension.cs, JobHookProvider.cs): the job-started hook, `bash -e <file>` with
-    # the job's GITHUB_* variables, before any step; a non-zero exit fails the job and no step runs.
-    if (set -a && . "$STUB_DIR/job.env" && exec bash -e "$ACTIONS_RUNNER_HOOK_JOB_STARTED"); then
-      mkdir -p _diag
-      : >_diag/Worker_20240501-120000-utc.log
-      record job-step ran
-      code=0
-    else
-      record job-refused
-      sleep "${STUB_AFTER_REFUSAL_SECONDS:-0}"
-      code=1
-    fi ;;
-esac
-record run.sh-exit "$code"
-exit "$code"
-"""
-
-
-@dataclass(frozen=True)
-class Call:
-    at: float
-    name: str
-    args: str
-
-    def is_(self, name: str, args: str = "") -> bool:
-        return self.name == name and self.args.startswith(args)
-
-
-@dataclass
-class Result:
-    returncode: int | None
-    calls: list[Call]
-    stdout: str
-    stderr: str
-    log_file: str
-    user_data: str
-
-    def index(self, name: str, args: str = "") -> int:
-        for i, call in enumerate(self.calls):
-            if call.is_(name, args):
-                return i
-        raise AssertionError(f"no call `{name} {args}` in:\n{self.dump()}")
-
-    def find(self, name: str, args: str = "") -> Call:
-        return self.calls[self.index(name, args)]
-
-    def count(self, name: str, args: str = "") -> int:
-        return sum(call.is_(name, args) for call in self.calls)
-
-    def dump(self) -> str:
-        calls = "\n".join(f"{c.at:.3f} {c.name} {c.args}" for c in self.calls)
-        return f"calls:\n{calls}\nstdout:\n{self.stdout}\nstderr:\n{self.stderr}"
-
-
-@dataclass
-class Sandbox:
-    path: Path
-    bin: Path
-    stub_dir: Path
-    root: Path
-    call_log: Path
-    tarball_sha256: str
-
-    def env(self, **extra: str) -> dict[str, str]:
-        env = {
-            "PATH": f"{self.bin}{os.pathsep}{os.environ['PATH']}",
-            "HOME": str(self.path),
-            "LC_ALL": "C.UTF-8",
-            "STUB_CALL_LOG": str(self.call_log),
-            "STUB_DIR": str(self.stub_dir),
-            "GPU_RUNNER_WATCHDOG_POLL_SECONDS": "1",
-            "GPU_RUNNER_RETRY_DELAY_SECONDS": "0",
-        }
-        env.update(extra)
-        return env
-
-    def release(self, *, asset_digest: str | None = None, body_sha: str | None = None) -> None:
-        """The GitHub "latest release" answer; the notes carry other 64-hex strings, as the real ones do."""
-        tarball = f"actions-runner-linux-x64-{LATEST}.tar.gz"
-        body = f"- deadbeef{'0' * 56} is an unrelated commit\n"
-        body += f"- actions-runner-linux-arm64-{LATEST}.tar.gz <!-- BEGIN SHA linux-arm64 -->{'b' * 64}"
-        body += "<!-- END SHA linux-arm64 -->\n"
-        if body_sha:
-            body += f"- {tarball} <!-- BEGIN SHA linux-x64 -->{body_sha}<!-- END SHA linux-x64 -->\n"
-        assets = [{"name": f"actions-runner-linux-arm64-{LATEST}.tar.gz", "digest": f"sha256:{'b' * 64}"}]
-        assets.append({"name": tarball, "digest": f"sha256:{asset_digest}" if asset_digest else None})
-        release = {"tag_name": f"v{LATEST}", "body": body, "assets": assets}
-        (self.stub_dir / "release.json").write_text(json.dumps(release), encoding="utf-8")
-
-
-def _runner_tarball() -> bytes:
-    members = {
-        "run.sh": _RECORD + RUN_SH,
-        "config.sh": "#!/bin/bash\necho 'config.sh is not used with a JIT config' >&2\nexit 1\n",
-        "bin/installdependencies.sh": _RECORD + 'record installdependencies.sh "$@"\n',
-    }
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
-        for name, text in members.items():
-            data = text.encode()
-            info = tarfile.TarInfo(f"./{name}")
-            info.size, info.mode, info.mtime = len(data), 0o755, int(time.time())
-            archive.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
-
-
-@pytest.fixture
-def sandbox(tmp_path: Path) -> Sandbox:
-    bin_dir, stub_dir, root = tmp_path / "bin", tmp_path / "stub", tmp_path / "opt" / "gpu-runner"
-    for directory in (bin_dir, stub_dir / "github", stub_dir / "s3"):
-        directory.mkdir(parents=True)
-    for name, body in STUBS.items():
-        stub = bin_dir / name
-        stub.write_text(_RECORD + body, encoding="utf-8")
-        stub.chmod(0o755)
-    tarball = _runner_tarball()
-    for version in (LATEST, PINNED):
-        (stub_dir / "github" / f"actions-runner-linux-x64-{version}.tar.gz").write_bytes(tarball)
-    # 2.99.0 sorts last as text but first as a version.
-    for version in ("2.99.0", PINNED, "2.330.1"):
-        (stub_dir / "s3" / f"actions-runner-linux-x64-{version}.tar.gz").write_bytes(tarball)
-    (stub_dir / "s3" / "README.txt").write_text("not a runner\n", encoding="utf-8")
-    (stub_dir / "jit").write_text(JIT + "\n", encoding="utf-8")
-    call_log = tmp_path / "calls.log"
-    call_log.touch()
-    box = Sandbox(tmp_path, bin_dir, stub_dir, root, call_log, hashlib.sha256(tarball).hexdigest())
-    box.release(body_sha=box.tarball_sha256)
-    return box
-
-
-def make_settings(**overrides: object) -> Settings:
-    values: dict[str, object] = {
-        "project": "demo",
-        "region": REGION,
-        "instance_types": ("g4dn.xlarge",),
-        "max_runtime_minutes": 180,
-        "idle_timeout_minutes": 1,
-    }
-    values.update(overrides)
-    return Settings(**values)  # type: ignore[arg-type]
-
-
-def unchecked(settings: Settings, **values: object) -> Settings:
-    """Settings with values their validation refuses: the boot script must still treat them as inert data."""
-    for name, value in values.items():
-        object.__setattr__(settings, name, value)
-    return settings
-
-
-def render(settings: Settings, root: Path, **overrides: object) -> str:
-    kwargs: dict[str, object] = {
-        "region": REGION,
-        "parameter_name": PARAMETER,
-        "runner_name": RUNNER_NAME,
-        "expires_at": int(time.time()) + settings.max_runtime_minutes * 60,
-        "job_started_hook": render_job_started_hook(CTX),
-        "root": str(root),
-    }
-    kwargs.update(overrides)
-    return render_user_data(settings, **kwargs)  # type: ignore[arg-type]
-
-
-def read_calls(path: Path) -> list[Call]:
-    calls = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        at, name, args = [*line.split(" ", 2), ""][:3]
-        calls.append(Call(float(at), name, args))
-    return calls
-
-
-def run_bootstrap(
-    box: Sandbox,
-    settings: Settings | None = None,
-    *,
-    mode: str = "job",
-    until: Callable[[list[Call]], bool] | None = None,
-    timeout: float = 30.0,
-    env: dict[str, str] | None = None,
-    **render_overrides: object,
-) -> Result:
-    """Run the rendered script to its end (or, with `until`, until the call log satisfies it), then kill the
-    whole process group: background pulls, the watchdog and a hung run.sh must not outlive the test."""
-    user_data = render(settings or make_settings(), box.root, **render_overrides)
-    script = box.path / "user-data.sh"
-    script.write_text(user_data, encoding="utf-8")
-    full_env = box.env(GPU_RUNNER_STUB_MODE=mode, **(env or {}))
-    for name in STUBS:
-        assert shutil.which(name, path=full_env["PATH"]) == str(box.bin / name), f"{name} is not stubbed"
-    out_path, err_path = box.path / "stdout.txt", box.path / "stderr.txt"
-    with out_path.open("wb") as out, err_path.open("wb") as err:
-        process = subprocess.Popen(
-            ["bash", str(script)], env=full_env, cwd=box.path, stdout=out, stderr=err, start_new_session=True
-        )
-    returncode: int | None = None
-    try:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            returncode = process.poll()
-            if returncode is not None or (until is not None and until(read_calls(box.call_log))):
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail(f"bootstrap still running after {timeout} s:\n{out_path.read_text()}")
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=10)
-    log_file = box.root / "bootstrap.log"
-    return Result(
-        returncode=returncode,
-        calls=read_calls(box.call_log),
-        stdout=out_path.read_text(encoding="utf-8"),
-        stderr=err_path.read_text(encoding="utf-8"),
-        log_file=log_file.read_text(encoding="utf-8") if log_file.exists() else "",
-        user_data=user_data,
-    )
-
-
-def assert_secret_kept(result: Result) -> None:
-    for where in ("stdout", "stderr", "log_file", "user_data"):
-        assert JIT not in getattr(result, where), f"JIT config leaked into {where}"
-    # No command's argv carries it (any local user reads /proc/<pid>/cmdline): only the runner's environment does.
-    assert {c.name for c in result.calls if JIT in c.args} <= {"run.sh-input"}
-
-
-def assert_shuts_down_now(result: Result) -> Call:
-    assert result.calls[0].is_("shutdown", "-h +"), result.dump()
-    assert result.count("shutdown", "-h now") == 1, result.dump()
-    return result.find("shutdown", "-h now")
-
-
-def shutdown_now_called(calls: list[Call]) -> bool:
-    return any(call.is_("shutdown", "-h now") for call in calls)
+# The host's commands as both boot sandboxes stub them, plus a recording `shutdown` and an `aws` that answers from
+# the sandbox (boot_sandbox.py).
+STUBS = {**MACHINE_STUBS, **RECORDING_STUBS}
 
 
 def test_template_ships_in_the_package() -> None:
@@ -472,16 +150,6 @@ def test_job_runs_then_the_instance_shuts_down_at_once(sandbox: Sandbox) -> None
     assert result.log_file.splitlines() and all(LOG_LINE.fullmatch(x) for x in result.log_file.splitlines())
     assert "lifetime: shutdown scheduled in 180 min" in result.stdout
     assert_secret_kept(result)
-
-
-def write_job(box: Sandbox, **changes: str) -> None:
-    """The job the stub runner takes: this run's train job (CTX), with `changes`."""
-    job = {
-        "GITHUB_REPOSITORY": CTX.repository, "GITHUB_RUN_ID": CTX.run_id, "GITHUB_RUN_ATTEMPT": CTX.run_attempt,
-        "GITHUB_JOB": "train", "GITHUB_WORKFLOW_REF": CTX.workflow_ref, "GITHUB_EVENT_NAME": "push", **changes,
-    }  # fmt: skip
-    text = "".join(f"{key}={shlex.quote(value)}\n" for key, value in job.items())
-    (box.stub_dir / "job.env").write_text(text, encoding="utf-8")
 
 
 def test_the_runner_gets_the_hook_and_this_runs_train_job_passes(sandbox: Sandbox) -> None:
@@ -640,7 +308,7 @@ def test_a_mirror_never_decides_what_runs(sandbox: Sandbox, pin: str) -> None:
 
 
 def test_prebaked_runner_skips_the_download(sandbox: Sandbox) -> None:
-    with tarfile.open(fileobj=io.BytesIO(_runner_tarball())) as archive:
+    with tarfile.open(fileobj=io.BytesIO(runner_tarball(SCRIPTED_RUN_SH))) as archive:
         archive.extractall(sandbox.root / "runner", filter="data")
     result = run_bootstrap(sandbox, mode="fail")
     assert result.count("curl") == 0 and result.count("aws", "s3") == 0
@@ -686,3 +354,187 @@ def test_host_mode_pulls_no_image(sandbox: Sandbox) -> None:
     assert result.returncode == 0, result.dump()
     assert not [c for c in result.calls if c.is_("docker")], result.dump()
     assert "image: none (host mode): nothing to pull" in result.log_file
+
+
+@dataclass
+class Result:
+    returncode: int | None
+    calls: list[Call]
+    stdout: str
+    stderr: str
+    log_file: str
+    user_data: str
+
+    def index(self, name: str, args: str = "") -> int:
+        for i, call in enumerate(self.calls):
+            if call.is_(name, args):
+                return i
+        raise AssertionError(f"no call `{name} {args}` in:\n{self.dump()}")
+
+    def find(self, name: str, args: str = "") -> Call:
+        return self.calls[self.index(name, args)]
+
+    def count(self, name: str, args: str = "") -> int:
+        return sum(call.is_(name, args) for call in self.calls)
+
+    def dump(self) -> str:
+        calls = "\n".join(f"{c.at:.3f} {c.name} {c.args}" for c in self.calls)
+        return f"calls:\n{calls}\nstdout:\n{self.stdout}\nstderr:\n{self.stderr}"
+
+
+@dataclass
+class Sandbox:
+    path: Path
+    bin: Path
+    stub_dir: Path
+    root: Path
+    call_log: Path
+    tarball_sha256: str
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {
+            "PATH": f"{self.bin}{os.pathsep}{os.environ['PATH']}",
+            "HOME": str(self.path),
+            "LC_ALL": "C.UTF-8",
+            "STUB_CALL_LOG": str(self.call_log),
+            "STUB_DIR": str(self.stub_dir),
+            "GPU_RUNNER_WATCHDOG_POLL_SECONDS": "1",
+            "GPU_RUNNER_RETRY_DELAY_SECONDS": "0",
+        }
+        env.update(extra)
+        return env
+
+    def release(self, *, asset_digest: str | None = None, body_sha: str | None = None) -> None:
+        """The GitHub "latest release" answer; the notes carry other 64-hex strings, as the real ones do."""
+        tarball = f"actions-runner-linux-x64-{LATEST}.tar.gz"
+        body = f"- deadbeef{'0' * 56} is an unrelated commit\n"
+        body += f"- actions-runner-linux-arm64-{LATEST}.tar.gz <!-- BEGIN SHA linux-arm64 -->{'b' * 64}"
+        body += "<!-- END SHA linux-arm64 -->\n"
+        if body_sha:
+            body += f"- {tarball} <!-- BEGIN SHA linux-x64 -->{body_sha}<!-- END SHA linux-x64 -->\n"
+        assets = [{"name": f"actions-runner-linux-arm64-{LATEST}.tar.gz", "digest": f"sha256:{'b' * 64}"}]
+        assets.append({"name": tarball, "digest": f"sha256:{asset_digest}" if asset_digest else None})
+        release = {"tag_name": f"v{LATEST}", "body": body, "assets": assets}
+        (self.stub_dir / "release.json").write_text(json.dumps(release), encoding="utf-8")
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Sandbox:
+    bin_dir, stub_dir, root = tmp_path / "bin", tmp_path / "stub", tmp_path / "opt" / "gpu-runner"
+    for directory in (bin_dir, stub_dir / "github", stub_dir / "s3"):
+        directory.mkdir(parents=True)
+    write_stubs(bin_dir, STUBS)
+    tarball = runner_tarball(SCRIPTED_RUN_SH)
+    for version in (LATEST, PINNED):
+        (stub_dir / "github" / f"actions-runner-linux-x64-{version}.tar.gz").write_bytes(tarball)
+    # 2.99.0 sorts last as text but first as a version.
+    for version in ("2.99.0", PINNED, "2.330.1"):
+        (stub_dir / "s3" / f"actions-runner-linux-x64-{version}.tar.gz").write_bytes(tarball)
+    (stub_dir / "s3" / "README.txt").write_text("not a runner\n", encoding="utf-8")
+    (stub_dir / "jit").write_text(JIT + "\n", encoding="utf-8")
+    call_log = tmp_path / "calls.log"
+    call_log.touch()
+    box = Sandbox(tmp_path, bin_dir, stub_dir, root, call_log, hashlib.sha256(tarball).hexdigest())
+    box.release(body_sha=box.tarball_sha256)
+    return box
+
+
+def make_settings(**overrides: object) -> Settings:
+    values: dict[str, object] = {
+        "project": "demo",
+        "region": REGION,
+        "instance_types": ("g4dn.xlarge",),
+        "max_runtime_minutes": 180,
+        "idle_timeout_minutes": 1,
+    }
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+def unchecked(settings: Settings, **values: object) -> Settings:
+    """Settings with values their validation refuses: the boot script must still treat them as inert data."""
+    for name, value in values.items():
+        object.__setattr__(settings, name, value)
+    return settings
+
+
+def render(settings: Settings, root: Path, **overrides: object) -> str:
+    kwargs: dict[str, object] = {
+        "region": REGION,
+        "parameter_name": PARAMETER,
+        "runner_name": RUNNER_NAME,
+        "expires_at": int(time.time()) + settings.max_runtime_minutes * 60,
+        "job_started_hook": render_job_started_hook(CTX),
+        "root": str(root),
+    }
+    kwargs.update(overrides)
+    return render_user_data(settings, **kwargs)  # type: ignore[arg-type]
+
+
+def run_bootstrap(
+    box: Sandbox,
+    settings: Settings | None = None,
+    *,
+    mode: str = "job",
+    until: Callable[[list[Call]], bool] | None = None,
+    timeout: float = 30.0,
+    env: dict[str, str] | None = None,
+    **render_overrides: object,
+) -> Result:
+    """Run the rendered script to its end (or, with `until`, until the call log satisfies it), then kill the
+    whole process group: background pulls, the watchdog and a hung run.sh must not outlive the test."""
+    user_data = render(settings or make_settings(), box.root, **render_overrides)
+    script = box.path / "user-data.sh"
+    script.write_text(user_data, encoding="utf-8")
+    full_env = box.env(GPU_RUNNER_STUB_MODE=mode, **(env or {}))
+    out_path, err_path = box.path / "stdout.txt", box.path / "stderr.txt"
+    with out_path.open("wb") as out, err_path.open("wb") as err:
+        process = start(script, full_env, STUBS, box.bin, stdout=out, stderr=err)
+    returncode: int | None = None
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            returncode = process.poll()
+            if returncode is not None or (until is not None and until(read_calls(box.call_log))):
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail(f"bootstrap still running after {timeout} s:\n{out_path.read_text()}")
+    finally:
+        stop(process)
+    log_file = box.root / "bootstrap.log"
+    return Result(
+        returncode=returncode,
+        calls=read_calls(box.call_log),
+        stdout=out_path.read_text(encoding="utf-8"),
+        stderr=err_path.read_text(encoding="utf-8"),
+        log_file=log_file.read_text(encoding="utf-8") if log_file.exists() else "",
+        user_data=user_data,
+    )
+
+
+def assert_secret_kept(result: Result) -> None:
+    for where in ("stdout", "stderr", "log_file", "user_data"):
+        assert JIT not in getattr(result, where), f"JIT config leaked into {where}"
+    # No command's argv carries it (any local user reads /proc/<pid>/cmdline): only the runner's environment does.
+    assert {c.name for c in result.calls if JIT in c.args} <= {"run.sh-input"}
+
+
+def assert_shuts_down_now(result: Result) -> Call:
+    assert result.calls[0].is_("shutdown", "-h +"), result.dump()
+    assert result.count("shutdown", "-h now") == 1, result.dump()
+    return result.find("shutdown", "-h now")
+
+
+def shutdown_now_called(calls: list[Call]) -> bool:
+    return any(call.is_("shutdown", "-h now") for call in calls)
+
+
+def write_job(box: Sandbox, **changes: str) -> None:
+    """The job the stub runner takes: this run's train job (CTX), with `changes`."""
+    job = {
+        "GITHUB_REPOSITORY": CTX.repository, "GITHUB_RUN_ID": CTX.run_id, "GITHUB_RUN_ATTEMPT": CTX.run_attempt,
+        "GITHUB_JOB": "train", "GITHUB_WORKFLOW_REF": CTX.workflow_ref, "GITHUB_EVENT_NAME": "push", **changes,
+    }  # fmt: skip
+    text = "".join(f"{key}={shlex.quote(value)}\n" for key, value in job.items())
+    (box.stub_dir / "job.env").write_text(text, encoding="utf-8")

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from aws_constants import REGION
-from github_double import DEFAULT_TOKEN
+from doubles.aws_constants import REGION
+from doubles.github_double import DEFAULT_TOKEN
 
 from gpu_runner import workflow_values as values
 from gpu_runner.cli import main

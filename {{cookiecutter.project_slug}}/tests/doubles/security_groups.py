@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from aws_constants import REGION
-
+from doubles.aws_constants import REGION
 from gpu_runner.aws import Aws
 
 

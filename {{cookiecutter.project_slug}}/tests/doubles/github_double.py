@@ -45,8 +45,9 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from github_contract import Contract, ContractViolation, Operation, default_contract
-from jit_config_double import encoded_jit_config
+
+from doubles.github_contract import Contract, ContractViolation, Operation, default_contract
+from doubles.jit_config_double import encoded_jit_config
 
 DEFAULT_REPOSITORY = "octo-org/octo-repo"
 # Fake fine-grained PATs, each with the repository permissions GitHub would have granted it.

@@ -6,7 +6,7 @@ points at this proxy. It forwards every request to the moto server unchanged, ex
   exactly as a real AWS answer (throttling, capacity, quota);
 - or forward it, then SIGKILL the calling command and drop the connection: a crash right after the call
   succeeded on the AWS side (the created instance exists, the caller never learns its id).
-Every request no rule answers is held against AWS's documented limits that moto ignores (tests/runner/aws_limits.py,
+Every request no rule answers is held against AWS's documented limits that moto ignores (tests/doubles/aws_limits.py,
 the same rules as the unit tests' botocore hook): one that crosses a limit gets AWS's refusal, never moto's success.
 Hand-written because no offline proxy knows EC2 and SSM actions; it binds 127.0.0.1 only.
 """
@@ -23,9 +23,9 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-import aws_limits
-from aws_faults import ec2_error, json_error
-from local_http import LocalHttpServer
+from doubles import aws_limits
+from doubles.aws_faults import ec2_error, json_error
+from doubles.local_http import LocalHttpServer
 
 # Response status of each injected error, as AWS sends it.
 STATUS = {

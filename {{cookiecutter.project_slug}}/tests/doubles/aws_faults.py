@@ -23,9 +23,10 @@ from typing import Any
 from urllib.parse import parse_qs
 from xml.sax.saxutils import escape
 
-import aws_limits
 import boto3
 from botocore.awsrequest import AWSResponse
+
+from doubles import aws_limits
 
 Predicate = Callable[[dict[str, str]], bool]
 

@@ -11,7 +11,7 @@ import json
 import secrets
 from http.server import BaseHTTPRequestHandler
 
-from local_http import LocalHttpServer
+from doubles.local_http import LocalHttpServer
 
 INSTANCE_ACTION = "/latest/meta-data/spot/instance-action"
 REBALANCE = "/latest/meta-data/events/recommendations/rebalance"

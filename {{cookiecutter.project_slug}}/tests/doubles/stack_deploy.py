@@ -1,5 +1,5 @@
 """`gpu-runner bootstrap` as a user runs it, against the moto server: the one way the runner tests deploy the stack
-(test_stack checks what it builds, test_doctor checks an account built by it)."""
+(test_stack_bootstrap and the policy tests check what it builds, test_doctor checks an account built by it)."""
 
 from __future__ import annotations
 

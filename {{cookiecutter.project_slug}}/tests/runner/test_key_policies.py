@@ -1,0 +1,108 @@
+"""The stack's KMS key policies: who may decrypt the GitHub credential and the JIT configs."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from doubles.github_double import DEFAULT_REPOSITORY
+from doubles.gpu_runner_stack import (
+    REGION,
+    managed_policies,
+    role_policies,
+    runner_role_name,
+)
+from doubles.iam_requests import (
+    Request,
+    allowed,
+    key_policy_allows,
+    ssm_kms_request,
+)
+
+from gpu_runner import credential, naming
+from gpu_runner.naming import RunContext, parameter_name
+
+
+def test_only_the_launch_and_reaper_roles_can_read_the_github_credential(stack: dict[str, Any]) -> None:
+    """The credential's parameter: readable by the launch and reaper roles' policies, not the runner role's
+    (which may read everything below ssm_prefix); its key decrypts for those two roles only, through SSM."""
+    session, outputs = stack["session"], stack["outputs"]
+    name = outputs["GitHubCredentialParameter"]
+    assert name == credential.parameter_name(stack["settings"])
+    read = Request("ssm:GetParameter", f"arn:aws:ssm:{REGION}:123456789012:parameter{name}")
+    assert allowed(role_policies(stack, "TrainRoleArn"), read)
+    assert allowed(role_policies(stack, "ReaperRoleArn"), read)
+    assert not allowed(managed_policies(session, runner_role_name(stack)), read)
+    # The value is a SecureString under the stack's key, not the AWS-managed aws/ssm key.
+    ssm = session.client("ssm")
+    (meta,) = ssm.describe_parameters(ParameterFilters=[{"Key": "Name", "Values": [name]}])["Parameters"]
+    assert meta["Type"] == "SecureString" and meta["KeyId"] == outputs["GitHubCredentialKeyArn"]
+    # Key policy: kms:Decrypt only for the two roles and only through SSM; the account itself gets no decrypt, so
+    # no IAM policy in the account can grant one (AWS KMS Developer Guide, "Key policies": without a key policy
+    # statement for the account, IAM policies do not apply).
+    kms = session.client("kms")
+    raw = kms.get_key_policy(KeyId=outputs["GitHubCredentialKeyArn"], PolicyName="default")["Policy"]
+    # AWS answers a JSON string; moto's CloudFormation keeps the template's KeyPolicy object as it was given.
+    policy = json.loads(raw) if isinstance(raw, str) else raw
+    decrypters = [
+        s for s in policy["Statement"]
+        if s["Effect"] == "Allow" and any(a in ("kms:Decrypt", "kms:*") for a in json_list(s["Action"]))
+    ]  # fmt: skip
+    (statement,) = decrypters
+    assert sorted(json_list(statement["Principal"]["AWS"])) == sorted(
+        [outputs["TrainRoleArn"], outputs["ReaperRoleArn"]]
+    )
+    assert statement["Condition"] == {"StringEquals": {"kms:ViaService": f"ssm.{REGION}.amazonaws.com"}}
+    for s in policy["Statement"]:
+        assert (
+            not any(a.startswith("kms:Decrypt") or a == "kms:*" for a in json_list(s["Action"]))
+            or s is statement
+        )
+
+
+def test_jit_config_key_only_the_runner_role_decrypts_and_only_through_ssm(stack: dict[str, Any]) -> None:
+    """The customer-managed key: the launch role encrypts, the runner role decrypts, both only through Parameter
+    Store and only for parameters under the prefix; no other principal of the account, whatever its IAM policies."""
+    session, outputs, settings = stack["session"], stack["outputs"], stack["settings"]
+    kms = session.client("kms")
+    key_arn = outputs["JitConfigKeyArn"]
+    aliases = {a["AliasName"]: a.get("TargetKeyId") for a in kms.list_aliases()["Aliases"]}
+    alias = naming.jit_config_key_alias(settings.ssm_prefix)
+    assert aliases[alias] == key_arn.rsplit("/", 1)[-1], "launch encrypts under this alias"
+    raw = kms.get_key_policy(KeyId=key_arn, PolicyName="default")["Policy"]
+    # AWS answers a JSON string; moto's CloudFormation keeps the template's KeyPolicy object as it was given.
+    key_policy = raw if isinstance(raw, dict) else json.loads(raw)
+    runner = session.client("iam").get_role(RoleName=runner_role_name(stack))["Role"]["Arn"]
+    train = stack["outputs"]["TrainRoleArn"]
+    reaper_role = stack["outputs"]["ReaperRoleArn"]
+    ours = parameter_name(
+        settings.ssm_prefix, RunContext(DEFAULT_REPOSITORY, "7001", "1", "train/x", "a" * 40)
+    )
+    elsewhere = "/someone-else/7001-1/jitconfig"
+    everything = [
+        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "kms:*", "Resource": "*"}]}
+    ]
+
+    def may(principal: str, action: str, parameter: str = ours, via: str = "ssm", iam: Any = ()) -> bool:
+        request = ssm_kms_request(action, REGION, key_arn, parameter, via)
+        return key_policy_allows(key_policy, principal, list(iam), request)
+
+    assert may(runner, "kms:Decrypt")
+    assert not may(runner, "kms:Decrypt", via="")  # straight to KMS, outside Parameter Store
+    assert not may(runner, "kms:Decrypt", via="ec2")
+    assert not may(runner, "kms:Decrypt", parameter=elsewhere)
+    assert not may(runner, "kms:Encrypt") and not may(runner, "kms:GenerateDataKey")
+    assert may(train, "kms:Encrypt") and may(train, "kms:GenerateDataKey")  # standard and advanced tier
+    assert not may(train, "kms:Decrypt"), "the launch role writes configs, it never reads one back"
+    assert not may(train, "kms:GenerateDataKey", via="")
+    # Another principal of the account, even one whose IAM policies allow kms:* everywhere.
+    for principal in (reaper_role, "arn:aws:iam::123456789012:role/admin"):
+        assert not may(principal, "kms:Decrypt", iam=everything)
+        assert not may(principal, "kms:Encrypt", iam=everything)
+    # The account may still administer the key (never locked out), not use it.
+    admin = Request("kms:PutKeyPolicy", key_arn)
+    assert key_policy_allows(key_policy, "arn:aws:iam::123456789012:role/admin", everything, admin)
+
+
+def json_list(value: Any) -> list[str]:
+    return value if isinstance(value, list) else [value]

@@ -1,0 +1,221 @@
+"""`gpu-runner bootstrap` (and `make bootstrap`) deploying infra/gpu-runner.yaml to the moto server: what it prints,
+what it refuses, and a re-run."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import uuid
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+import yaml
+from doubles.aws_faults import AwsFaults
+from doubles.github_double import DEFAULT_REPOSITORY
+from doubles.gpu_runner_stack import (
+    REGION,
+    _trust_subjects,
+    role_of,
+    write_settings,
+)
+from doubles.iam_requests import (
+    record_calls,
+)
+from doubles.stack_deploy import PROJECT_DIR, TEMPLATE
+
+from gpu_runner import cli
+from gpu_runner.aws import Aws
+from gpu_runner.stack import prefix_problem, repository_key, stack_name, trust_conflicts
+
+
+def test_bootstrap_deploys_and_prints_the_github_settings(stack: dict[str, Any]) -> None:
+    outputs, printed, session = stack["outputs"], stack["printed"], stack["session"]
+    repo = DEFAULT_REPOSITORY
+    assert f"gh variable set AWS_ROLE_ARN --repo {repo} --body {outputs['TrainRoleArn']}" in printed
+    assert f"gh variable set AWS_REAPER_ROLE_ARN --repo {repo} --body {outputs['ReaperRoleArn']}" in printed
+    # The credential went into AWS, not a repository secret; the OIDC subject template names the workflow.
+    assert "gh secret set" not in printed
+    assert (
+        f"stored the GitHub credential in SSM SecureString {outputs['GitHubCredentialParameter']}" in printed
+    )
+    assert stack["oidc_sub"] == {
+        "use_default": False,
+        "include_claim_keys": ["repo", "context", "job_workflow_ref"],
+    }
+    assert f"instance_profile: {outputs['RunnerInstanceProfile']}" in printed
+    assert f"security_group_ids: [{outputs['RunnerSecurityGroupId']}]" in printed
+    assert outputs["OidcProviderArn"] == stack["oidc"]
+
+    # The security group: no inbound rule at all.
+    ec2 = session.client("ec2")
+    (group,) = ec2.describe_security_groups(GroupIds=[outputs["RunnerSecurityGroupId"]])["SecurityGroups"]
+    assert group["IpPermissions"] == []
+    # The bucket exists, encrypted.
+    s3 = session.client("s3")
+    rules = s3.get_bucket_encryption(Bucket=stack["bucket"])["ServerSideEncryptionConfiguration"]["Rules"]
+    assert rules[0]["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"] == "AES256"
+
+    # A second run updates nothing and succeeds.
+    assert cli.main(stack["argv"]) == 0
+
+
+def test_a_rerun_without_changes_says_up_to_date(
+    stack: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # moto applies every update; real CloudFormation refuses an update that changes nothing with this error.
+    session = boto3.Session(region_name=REGION)
+    AwsFaults(session).fail(
+        "cloudformation", "UpdateStack", "ValidationError", message="No updates are to be performed."
+    )
+    monkeypatch.setattr(cli, "Aws", lambda: Aws(session))
+    assert cli.main(stack["argv"]) == 0
+    out = capsys.readouterr().out
+    assert f"stack {stack['name']} is up to date" in out
+    assert f"--body {stack['outputs']['TrainRoleArn']}" in out
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--repository", "octo-org", "--repository: 'octo-org' is not owner/name"),
+        ("--bucket", "Bad_Bucket", "--bucket: 'Bad_Bucket' is not a valid S3 bucket name"),
+        ("--owner-id", "octo", "--owner-id: 'octo' must be GitHub's numeric id"),
+        ("--oidc-provider-arn", "arn:aws:iam::123456789012:oidc-provider/example.com", "is not the ARN of a"),
+        ("--template", "missing.yaml", "--template: missing.yaml not found"),
+    ],
+)  # fmt: skip
+def test_bootstrap_refuses_bad_input_before_any_call(
+    settings_file: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    flag: str,
+    value: str,
+    message: str,
+) -> None:
+    session = boto3.Session(region_name=REGION)
+    calls = record_calls(session)
+    monkeypatch.setattr(cli, "Aws", lambda: Aws(session))
+    args = {
+        "--repository": DEFAULT_REPOSITORY,
+        "--bucket": "good-bucket",
+        "--template": str(TEMPLATE),
+        flag: value,
+    }
+    if flag == "--owner-id":
+        args["--repository-id"] = "2002"
+    argv = ["--settings", str(settings_file), "bootstrap", *[x for kv in args.items() for x in kv]]
+    assert cli.main(argv) == 1
+    assert message in capsys.readouterr().err
+    assert calls == []
+
+
+def test_stack_names_are_unique_per_repository_and_within_cloudformations_rules() -> None:
+    """Two repositories baked with the same slug: two stacks (and so two instance profiles the policies name)."""
+    names = {stack_name("ml-project", repo) for repo in ("octo-org/octo-repo", "other-org/octo-repo")}
+    assert len(names) == 2
+    # GitHub names are case-insensitive: one repository, one stack.
+    assert stack_name("ml-project", "Octo-Org/Octo-Repo") == stack_name("ml-project", DEFAULT_REPOSITORY)
+    for project in ("ml-project", "ml_project.v2", "p" * 300):
+        name = stack_name(project, DEFAULT_REPOSITORY)
+        # botocore's CloudFormation model: alphanumerics and hyphens, a letter first, at most 128 characters.
+        assert re.fullmatch(r"[A-Za-z][A-Za-z0-9-]{0,127}", name), name
+        assert name.endswith("-" + repository_key(DEFAULT_REPOSITORY))
+
+
+def test_bootstrap_refuses_a_prefix_another_repository_could_share(
+    moto_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`/gpu-runner/<slug>` (the old default) is the same in every repository baked with that slug."""
+    settings_file = write_settings(tmp_path / "gpu-runner.yaml")
+    raw = yaml.safe_load(settings_file.read_text())
+    session = boto3.Session(region_name=REGION)
+    calls = record_calls(session)
+    monkeypatch.setattr(cli, "Aws", lambda: Aws(session))
+    argv = ["--settings", str(settings_file), "bootstrap", "--repository", DEFAULT_REPOSITORY, "--bucket",
+            "good-bucket", "--template", str(TEMPLATE)]  # fmt: skip
+    for prefix in ("/gpu-runner/ml-project", "/gpu-runner/other-org/octo-repo", "/octo-org/octo-repo"):
+        settings_file.write_text(yaml.safe_dump({**raw, "ssm_prefix": prefix}))
+        assert cli.main(argv) == 1
+        err = capsys.readouterr().err
+        assert f"ssm_prefix: '{prefix}' does not end with the repository" in err, err
+        assert f"ssm_prefix: /gpu-runner/{DEFAULT_REPOSITORY}" in err
+    assert calls == []
+    assert prefix_problem("/gpu-runner/Octo-Org/Octo-Repo/", DEFAULT_REPOSITORY) is None
+
+
+def test_a_second_bootstrap_refuses_to_move_or_widen_the_stacks_trust(
+    stack: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The stack trusts repository id 2002. A bootstrap that names another id (a recycled repository name) or
+    none (any repository under that name) is refused before any change; before, it updated the trust."""
+    argv = stack["argv"]
+    other_id = [*argv[: argv.index("2002")], "3003", *argv[argv.index("2002") + 1 :]]
+    start = argv.index("--owner-id")  # --owner-id 1001 --repository-id 2002, in that order
+    without_ids = argv[:start] + argv[start + 4 :]
+    assert "2002" not in without_ids and "--repository-id" not in without_ids
+    for attempt, flag in ((other_id, "--repository-id gave '3003'"), (without_ids, "--owner-id gave ''")):
+        assert cli.main(attempt) == 1
+        err = capsys.readouterr().err
+        assert f"stack {stack['name']} trusts another repository" in err and flag in err, err
+        assert "delete-stack" in err
+    _, subjects = _trust_subjects(role_of(stack["session"], stack["outputs"]["TrainRoleArn"]))
+    assert any("@2002:" in subject for subject in subjects), subjects
+
+
+def test_trust_conflicts_name_each_field_and_ignore_case() -> None:
+    existing = {
+        "GitHubOwner": "octo-org",
+        "GitHubRepository": "octo-repo",
+        "GitHubOwnerId": "",
+        "GitHubRepositoryId": "",
+    }
+    assert trust_conflicts(existing, {**existing, "GitHubOwner": "Octo-Org"}) == []
+    # Ids given where the stack had none narrow the trust: allowed.
+    assert trust_conflicts(existing, {**existing, "GitHubOwnerId": "1", "GitHubRepositoryId": "2"}) == []
+    assert trust_conflicts(existing, {**existing, "GitHubOwner": "other-org"}) == [
+        "GitHubOwner is 'octo-org' (--repository gave 'other-org')"
+    ]
+
+
+def test_bootstrap_names_a_bucket_that_exists_already(
+    tmp_path: Path,
+    oidc_provider: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    settings_file = write_settings(tmp_path / "gpu-runner.yaml")
+    bucket = f"taken-{uuid.uuid4().hex[:12]}"
+    boto3.Session(region_name=REGION).client("s3").create_bucket(
+        Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": REGION}
+    )
+    monkeypatch.delenv("GITHUB_REPOSITORY", raising=False)
+    argv = ["--settings", str(settings_file), "bootstrap", "--repository", DEFAULT_REPOSITORY, "--bucket", bucket,
+            "--oidc-provider-arn", oidc_provider, "--template", str(TEMPLATE)]  # fmt: skip
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "BucketAlreadyExists" in err and "--bucket" in err, err
+
+
+def test_make_bootstrap_passes_the_bucket_and_branches_the_workflows_use() -> None:
+    """`make bootstrap` is what the README says to run: its flags parse, and the bucket, repository, branch
+    prefix and default branch it deploys are the ones train.yml uses."""
+    makefile = (PROJECT_DIR / "Makefile").read_text()
+    recipe = re.search(r"^bootstrap:.*\n((?:\t.*\n)+)", makefile, flags=re.MULTILINE)
+    assert recipe, "no bootstrap target in the Makefile"
+    command = recipe.group(1).replace("\\\n", " ").replace("$(BOOTSTRAP_ARGS)", "")
+    words = shlex.split(command)
+    args = cli._parser().parse_args(words[words.index("gpu-runner") + 1 :])
+    assert args.command == "bootstrap" and str(args.settings) == "configs/gpu-runner.yaml"
+    workflow = yaml.safe_load((PROJECT_DIR / ".github" / "workflows" / "train.yml").read_text())
+    (train_step,) = [step for step in workflow["jobs"]["train"]["steps"] if step.get("id") == "train"]
+    checkpoint_uri = train_step["env"]["CHECKPOINT_URI"]
+    assert checkpoint_uri == f"s3://{args.bucket}/checkpoints"
+    assert workflow[True]["push"]["branches"] == [f"{args.branch_prefix}**"]
+    answers = json.loads((PROJECT_DIR / ".cookiecutter.json").read_text())["cookiecutter"]
+    assert args.repository == f"{answers['github_owner']}/{answers['github_repo']}"
+    # The default branch the roles trust (DefaultBranch) is the one train.yml calls start and stop at.
+    called = {job["uses"].rsplit("@", 1)[1] for job in (workflow["jobs"]["start"], workflow["jobs"]["stop"])}
+    assert called == {args.default_branch}
