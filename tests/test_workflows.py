@@ -68,21 +68,24 @@ CLI_CONTRACT = {
         "--instance-type",
     },
     "reap": set(),
+    "workflow-settings": set(),
 }  # fmt: skip
+# The output keys are written once, in the runner's workflow_contract.py (copied verbatim into every bake).
+RUNNER_CONTRACT = RUNNER_CLI.with_name("workflow_contract.py")
+
+
+def runner_output_keys(enum: str) -> dict[str, str]:
+    """Member name -> value of one StrEnum of gpu_runner/workflow_contract.py, read from its source."""
+    tree = ast.parse(RUNNER_CONTRACT.read_text(encoding="utf-8"))
+    (cls,) = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == enum]
+    assigns = [node for node in cls.body if isinstance(node, ast.Assign)]
+    return {node.targets[0].id: node.value.value for node in assigns}  # type: ignore[attr-defined]
+
+
 # Step outputs `gpu-runner launch` writes to $GITHUB_OUTPUT (all are mapped to outputs of the start job).
-LAUNCH_OUTPUTS = (
-    "runner-id",
-    "runner-name",
-    "label",
-    "parameter",
-    "instance-id",
-    "region",
-    "instance-type",
-    "market",
-    "availability-zone",
-)
+LAUNCH_OUTPUTS = tuple(runner_output_keys("LaunchOutput").values())
 # `gpu-runner wait`'s outputs: the timeline's "runner online" moment.
-WAIT_OUTPUTS = ("runner-online-at", "runner-online-seconds")
+WAIT_OUTPUTS = tuple(runner_output_keys("WaitOutput").values())
 # The train job's timeline outputs (<phase>-at, epoch seconds): the boot script's moments and the job's start.
 TIMELINE_PHASES = ("boot", "image-ready", "runner-started", "job-started")
 
@@ -511,6 +514,8 @@ ATTACK_REF = "train/$(touch${IFS}pwned)"
 PAYLOAD = "$(touch pwned)`touch pwned`\"; touch pwned; echo \"';touch pwned;'"
 BENIGN_OUTPUTS = {
     "availability-zone": "eu-west-1b",
+    "bucket": "your-org-ml-project-ml",
+    "train-branch-prefix": "train/",
     "runner-id": "4242",
     "runner-name": "ml-project-777-1",
     "label": "ml-project-777-1",
@@ -1118,9 +1123,20 @@ def test_start_and_stop_run_the_default_branch_code(baked: Path) -> None:
     # The train job (branch code on the GPU) has no OIDC token: only the instance profile.
     assert "id-token" not in jobs["train"]["permissions"]
     _, start = called_job(baked, jobs["start"], "start")
-    guard = start["steps"][0]
+    (guard,) = [
+        s for s in start["steps"] if s.get("name") == "Refuse callers other than train.yml on a train branch"
+    ]
     answers = answers_of(baked)
-    assert "run" in guard and guard["env"] == {"PREFIX": f"refs/heads/{answers['train_branch_prefix']}"}
+    # The prefix: the default branch's configs/gpu-runner.yaml, read by the step before (no credential yet).
+    assert "run" in guard and guard["env"] == {
+        "BRANCH_PREFIX": "${{ steps.settings.outputs.train-branch-prefix }}"
+    }
+    steps = start["steps"]
+    assert steps.index(guard) < steps.index(steps_by_uses(start, AWS_CREDENTIALS)[0])
+    assert all(
+        "uses" not in s or s["uses"].startswith(("actions/checkout@", SETUP_ACTION))
+        for s in steps[: steps.index(guard)]
+    )
     base = "o/r/.github/workflows/"
     for event, ref, caller, ok in (
         ("push", "refs/heads/train/x", "train.yml@refs/heads/train/x", True),
@@ -1129,8 +1145,8 @@ def test_start_and_stop_run_the_default_branch_code(baked: Path) -> None:
         ("push", "refs/heads/feature", "train.yml@refs/heads/feature", False),
         ("push", "refs/heads/train/x", "steal.yml@refs/heads/train/x", False),
     ):
-        env = {**guard["env"], "GITHUB_EVENT_NAME": event, "GITHUB_REF": ref, "GITHUB_REPOSITORY": "o/r",
-               "GITHUB_WORKFLOW_REF": base + caller}  # fmt: skip
+        env = {"BRANCH_PREFIX": answers["train_branch_prefix"], "GITHUB_EVENT_NAME": event, "GITHUB_REF": ref,
+               "GITHUB_REPOSITORY": "o/r", "GITHUB_WORKFLOW_REF": base + caller}  # fmt: skip
         code, _ = run_bash(guard["run"], env, baked.parent / f"guard-{event}-{caller.replace('/', '_')}")
         assert (code == 0) is ok, (event, ref, caller)
 
@@ -1333,7 +1349,6 @@ def test_local_mlflow_store_is_uploaded_only_for_private_repositories_or_on_opt_
 def test_aws_jobs_use_oidc_and_no_cache(baked: Path) -> None:
     """Exactly the jobs that configure AWS credentials ask for an OIDC token; they do so with the repository
     variable and the rendered region, install only the light runner package, and restore no cache."""
-    region = answers_of(baked)["aws_region"]
     aws_jobs = []
     for name, doc in gpu_workflows(baked).items():
         for job_id, job in doc["jobs"].items():
@@ -1348,7 +1363,13 @@ def test_aws_jobs_use_oidc_and_no_cache(baked: Path) -> None:
             # The reaper has its own role (infra/: default branch only, no launch rights).
             role = "AWS_REAPER_ROLE_ARN" if name == "reap" else "AWS_ROLE_ARN"
             assert aws["with"]["role-to-assume"] == f"${{{{ vars.{role} }}}}"
-            assert aws["with"]["aws-region"] == region
+            # The region of the default branch's configs/gpu-runner.yaml, read by the step before it.
+            assert aws["with"]["aws-region"] == "${{ steps.settings.outputs.region }}"
+            settings_step = next(s for s in job["steps"] if s.get("id") == "settings")
+            assert settings_step["run"].endswith(
+                "gpu-runner --settings configs/gpu-runner.yaml workflow-settings"
+            )
+            assert job["steps"].index(settings_step) < job["steps"].index(aws)
             (setup,) = steps_by_uses(job, SETUP_ACTION)
             assert setup["with"] == {"install": "runner", "enable-cache": "false"}
             # Credentials exist only after the set-up, and no third-party code runs after them.
@@ -1398,14 +1419,14 @@ def test_non_default_answers_reach_the_gpu_workflows(baked_custom: Path) -> None
         for job in doc["jobs"].values()
         for step in steps_by_uses(job, AWS_CREDENTIALS)
     ]
-    assert regions == ["us-east-2"] * 3
+    assert regions == ["${{ steps.settings.outputs.region }}"] * 3
+    settings = yaml.safe_load((baked_custom / "configs" / "gpu-runner.yaml").read_text(encoding="utf-8"))
+    assert (settings["region"], settings["train_branch_prefix"]) == ("us-east-2", "gpu/")
     # The reusable workflows are called in the custom answers' repository, and guard its train branches.
     answers = answers_of(baked_custom)
     assert train["jobs"]["start"]["uses"].startswith(f"{answers['github_owner']}/{answers['github_repo']}/")
-    guard = docs["gpu-runner-start"]["jobs"]["start"]["steps"][0]
-    assert guard["env"] == {"PREFIX": "refs/heads/gpu/"}
     train_env = next(s for s in train["jobs"]["train"]["steps"] if s.get("id") == "train")["env"]
-    assert train_env["AWS_REGION"] == train_env["AWS_DEFAULT_REGION"] == "us-east-2"
+    assert train_env["AWS_REGION"] == train_env["AWS_DEFAULT_REGION"] == "${{ needs.start.outputs.region }}"
 
 
 def test_the_default_branch_answer_names_what_start_and_stop_run(baked_custom: Path) -> None:
@@ -1631,7 +1652,12 @@ def test_every_value_reaches_a_cli_as_opt_equals_value(baked: Path, tmp_path: Pa
 
 
 def written_step_outputs(package: Path) -> set[str]:
-    """Keys of every dict literal passed to `write_outputs(...)` in the gpu_runner sources."""
+    """Keys of every dict literal passed to `write_outputs(...)` in the gpu_runner sources (as the values of
+    workflow_contract's LaunchOutput / WaitOutput members they name)."""
+    members = {
+        **{f"LaunchOutput.{k}": v for k, v in runner_output_keys("LaunchOutput").items()},
+        **{f"WaitOutput.{k}": v for k, v in runner_output_keys("WaitOutput").items()},
+    }
     keys: set[str] = set()
     for path in package.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -1641,6 +1667,11 @@ def written_step_outputs(package: Path) -> set[str]:
                 for arg in node.args:
                     if isinstance(arg, ast.Dict):
                         keys |= {k.value for k in arg.keys if isinstance(k, ast.Constant)}
+                        keys |= {
+                            members.get(ast.unparse(k), ast.unparse(k))
+                            for k in arg.keys
+                            if isinstance(k, ast.Attribute)
+                        }
     return keys
 
 

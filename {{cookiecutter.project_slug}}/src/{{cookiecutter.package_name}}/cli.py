@@ -9,6 +9,7 @@ import re
 import sys
 from pathlib import Path
 
+from . import workflow_contract
 from .config import ConfigError, config_from_dict, load_config
 from .errors import EXIT_INTERRUPTED, EXIT_NO_GPU, DataError, ExportError, NoGpuError, TrainingInterrupted
 
@@ -81,9 +82,11 @@ def _gpu_preflight(args: argparse.Namespace) -> int:
 
     allow_cpu = gpu_preflight.parse_flag(args.allow_cpu) or load_config(args.config).training.allow_cpu
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-    report = gpu_preflight.probe(image=os.environ.get("GPU_RUNTIME_IMAGE", ""), allow_cpu=allow_cpu)
-    gpu_preflight.write_github_file("GITHUB_OUTPUT", f"gpu-preflight={report.result}\n")
-    gpu_preflight.write_github_file("GITHUB_STEP_SUMMARY", gpu_preflight.summary(report) + "\n")
+    report = gpu_preflight.probe(
+        image=os.environ.get(workflow_contract.GPU_RUNTIME_IMAGE, ""), allow_cpu=allow_cpu
+    )
+    workflow_contract.write_step_output(workflow_contract.GPU_PREFLIGHT_OUTPUT, report.result)
+    workflow_contract.append_job_summary(gpu_preflight.summary(report))
     if report.gpu_ok:
         print(gpu_preflight.summary(report).splitlines()[-1])
         return 0
@@ -126,14 +129,14 @@ def _promote(args: argparse.Namespace) -> int:
     if decision.version is not None:
         registry.log_decision(client, args.run_id, decision)
     print(decision.line())
-    tracking.append_job_summary(registry.job_summary(tracking.tracking_uri(), decision))
+    workflow_contract.append_job_summary(registry.job_summary(tracking.tracking_uri(), decision))
     return 1 if decision.outcome.startswith("skipped") else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command in ("train", "gpu-preflight"):
-        from .workflow_inputs import check
+        from .workflow_contract import check
 
         try:
             check(args.config, os.environ)
@@ -183,9 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_NO_GPU
     except TrainingInterrupted as stopped:
         print(f"interrupted: {stopped}", file=sys.stderr)
-        from .tracking import append_job_summary  # TensorFlow is loaded by now
-
-        append_job_summary(
+        workflow_contract.append_job_summary(
             f"### Training interrupted\n\n{stopped}. The checkpoint is in S3; the stop job starts the next "
             "attempt, which resumes this MLflow run.\n"
         )

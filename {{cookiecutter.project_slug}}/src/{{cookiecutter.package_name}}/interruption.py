@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
+from . import workflow_contract
 from .errors import TrainingInterrupted
 
 DEFAULT_ENDPOINT = "http://169.254.169.254"
@@ -42,7 +43,7 @@ def should_watch(setting: str | bool, env: Mapping[str, str] | None = None) -> b
     """ "auto": only on spot capacity (train.yml sets GPU_MARKET), where IMDS exists and notices can come."""
     env = os.environ if env is None else env
     if setting == "auto":
-        return env.get("GPU_MARKET") == "spot"
+        return env.get(workflow_contract.GPU_MARKET) == "spot"
     return bool(setting)
 
 

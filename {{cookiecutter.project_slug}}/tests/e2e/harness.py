@@ -52,6 +52,8 @@ from faults import AwsFaultProxy, Rule, kill_matching  # noqa: E402
 from github_double import DEFAULT_TOKEN, GitHubDouble, decode_jit_config  # noqa: E402
 from imds_double import ImdsDouble  # noqa: E402
 
+from gpu_runner.workflow_contract import LABEL_NONCE  # noqa: E402
+
 __all__ = ["DEFAULT_TOKEN", "AwsFaultProxy", "GitHubDouble", "ImdsDouble", "Rule", "kill_matching"]
 
 RUN_ID = "777"
@@ -665,7 +667,7 @@ def run_workflow(
         "GITHUB_REPOSITORY": repository,
         # GitHub sets it (the caller's workflow file and ref, also inside a called workflow); act does not.
         "GITHUB_WORKFLOW_REF": workflow_ref,
-        "GPU_RUNNER_LABEL_NONCE": nonce,
+        LABEL_NONCE: nonce,
         "GITHUB_API_URL": github.url,
         "UV_OFFLINE": "1",
         "UV_CACHE_DIR": uv_cache,

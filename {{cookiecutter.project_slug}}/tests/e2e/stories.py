@@ -44,6 +44,7 @@ from harness import (
 from price_answers import get_products_answer, price_list_product, spot_history_xml
 
 from gpu_runner import pricing
+from gpu_runner.workflow_contract import LaunchOutput
 
 PACKAGE = next(p.name for p in (PROJECT / "src").iterdir() if (p / "__init__.py").exists())
 EPOCH = re.compile(r"Epoch (\d+)/(\d+)")
@@ -422,9 +423,14 @@ def teardown_again(story: Story, repo: Path) -> subprocess.CompletedProcess:
     assert story.run and story.github
     out = story.run.outputs.get("start", {})
     args = ["uv", "run", "--no-sync", "gpu-runner", "--settings", "configs/gpu-runner.yaml", "teardown"]
-    for flag, key in (("--region", "region"), ("--instance-id", "instance-id"), ("--runner-id", "runner-id"), ("--parameter", "parameter")):  # fmt: skip
+    for key in (
+        LaunchOutput.REGION,
+        LaunchOutput.INSTANCE_ID,
+        LaunchOutput.RUNNER_ID,
+        LaunchOutput.PARAMETER,
+    ):
         if out.get(key):
-            args += [flag, out[key]]
+            args += [f"--{key}", out[key]]  # the flag is named as the output
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GITHUB_", "VIRTUAL_ENV"))}
     env.update(
         AWS_ENDPOINT_URL=story.stack.moto_endpoint, AWS_ACCESS_KEY_ID=story.scenario.aws_credentials[0],
