@@ -86,6 +86,8 @@ def runner_output_keys(enum: str) -> dict[str, str]:
 LAUNCH_OUTPUTS = tuple(runner_output_keys("LaunchOutput").values())
 # `gpu-runner wait`'s outputs: the timeline's "runner online" moment.
 WAIT_OUTPUTS = tuple(runner_output_keys("WaitOutput").values())
+# `gpu-runner workflow-settings`'s outputs: region and train branch prefix of the default branch's settings.
+SETTINGS_OUTPUTS = tuple(runner_output_keys("SettingsOutput").values())
 # The train job's timeline outputs (<phase>-at, epoch seconds): the boot script's moments and the job's start.
 TIMELINE_PHASES = ("boot", "image-ready", "runner-started", "job-started")
 
@@ -557,6 +559,10 @@ def context_value(name: str, scenario: str) -> str:
         return "train/demo"
     if not UNTRUSTED_RE.match(name):
         return f"<{name}>"
+    if name.startswith("steps.settings.outputs."):
+        # The default branch's configs/gpu-runner.yaml, validated by gpu-runner (a failed read ends the job):
+        # neither empty nor outsider-controlled.
+        return BENIGN_OUTPUTS[name.rsplit(".", 1)[-1]]
     if scenario == "attack":
         return PAYLOAD
     if scenario == "empty":
@@ -1258,7 +1264,7 @@ def test_train_job_graph(baked: Path) -> None:
     }
     # After "Cancel workflow" only `if: always()` steps run: every step of stop must say so.
     assert all(step.get("if") == "always()" for step in stop["steps"]), stop["steps"]
-    teardown, resume = [s for s in stop["steps"] if "run" in s]
+    _, teardown, resume = [s for s in stop["steps"] if "run" in s]  # after reading the settings
     assert re.search(r"gpu-runner --settings \S+ teardown ", teardown["run"])
     assert re.search(r"gpu-runner --settings \S+ resume ", resume["run"])
     assert resume["env"]["GITHUB_TOKEN"] == "${{ github.token }}"
@@ -1305,7 +1311,8 @@ def test_reap_meaning(baked: Path) -> None:
     (setup,) = steps_by_uses(job, SETUP_ACTION)
     assert setup["with"] == {"install": "runner", "enable-cache": "false"}
     assert [s["run"].strip() for s in job["steps"] if "run" in s] == [
-        "uv run --no-sync gpu-runner --settings configs/gpu-runner.yaml reap"
+        "uv run --no-sync gpu-runner --settings configs/gpu-runner.yaml workflow-settings",
+        "uv run --no-sync gpu-runner --settings configs/gpu-runner.yaml reap",
     ]
 
 
@@ -1529,7 +1536,10 @@ def test_untrusted_expressions_only_under_env(baked: Path) -> None:
                                 "actions/checkout@"
                             )
                             checkout_ref = checkout_ref and expression == "inputs.commit || github.sha"
-                            assert key in {"env", "if"} or checkout_ref, (
+                            # And the region of the AWS credentials action: the default branch's settings.
+                            region = key == "with" and step.get("uses", "").startswith(AWS_CREDENTIALS)
+                            region = region and expression == "steps.settings.outputs.region"
+                            assert key in {"env", "if"} or checkout_ref or region, (
                                 f"{name}.yml {where}.{key}: ${{{{ {expression} }}}}"
                             )
 
@@ -1549,13 +1559,15 @@ def test_hostile_branch_names_and_inputs_stay_data(baked: Path, tmp_path: Path) 
             assert code == 0, f"{name}.yml {where} failed"
             arguments = [a for argv in calls for a in argv]
             hostile = [a for a in arguments if "pwned" in a]
-            # A whole argument, `--opt=value` or `--phase=name=value` (neither payload holds an "=").
-            assert all(a.rpartition("=")[2] in (PAYLOAD, ATTACK_REF) for a in hostile), hostile
+            # A whole argument, `--opt=value` or `--phase=name=value` (neither payload holds an "="); the one
+            # composed value is the train step's checkpoint URI around the start job's bucket output.
+            whole = (PAYLOAD, ATTACK_REF, f"s3://{PAYLOAD}/checkpoints")
+            assert all(a.rpartition("=")[2] in whole for a in hostile), hostile
             if PAYLOAD in env.values():
                 assert hostile, f"{name}.yml {where}: no hostile value reached a command (is the test stale?)"
     # 8, + the start workflow's caller guard and its own teardown when it fails (item 2), + train's "MLflow
-    # store not kept" warning (item 10)
-    assert ran == 11
+    # store not kept" warning (item 10), + start's, stop's and reap's settings read (issue 14)
+    assert ran == 14
 
 
 def test_injection_harness_catches_an_expression_in_run(baked: Path, tmp_path: Path) -> None:
@@ -1655,8 +1667,9 @@ def written_step_outputs(package: Path) -> set[str]:
     """Keys of every dict literal passed to `write_outputs(...)` in the gpu_runner sources (as the values of
     workflow_contract's LaunchOutput / WaitOutput members they name)."""
     members = {
-        **{f"LaunchOutput.{k}": v for k, v in runner_output_keys("LaunchOutput").items()},
-        **{f"WaitOutput.{k}": v for k, v in runner_output_keys("WaitOutput").items()},
+        f"{enum}.{name}": value
+        for enum in ("LaunchOutput", "WaitOutput", "SettingsOutput")
+        for name, value in runner_output_keys(enum).items()
     }
     keys: set[str] = set()
     for path in package.glob("*.py"):
@@ -1668,7 +1681,7 @@ def written_step_outputs(package: Path) -> set[str]:
                     if isinstance(arg, ast.Dict):
                         keys |= {k.value for k in arg.keys if isinstance(k, ast.Constant)}
                         keys |= {
-                            members.get(ast.unparse(k), ast.unparse(k))
+                            members.get(ast.unparse(k).removeprefix("contract."), ast.unparse(k))
                             for k in arg.keys
                             if isinstance(k, ast.Attribute)
                         }
@@ -1681,7 +1694,7 @@ def written_step_outputs(package: Path) -> set[str]:
 def test_launch_outputs_match_the_runner_sources(baked: Path) -> None:
     written = written_step_outputs(baked / "runner" / "src" / "gpu_runner")
     assert written, "no write_outputs({...}) call found in the gpu_runner sources: update this test"
-    assert written == set(LAUNCH_OUTPUTS + WAIT_OUTPUTS)
+    assert written == set(LAUNCH_OUTPUTS + WAIT_OUTPUTS + SETTINGS_OUTPUTS)
 
 
 @pytest.fixture(scope="module")
