@@ -90,9 +90,8 @@ def runner_security_group(ec2: Any) -> str:
 
 def make_stack(moto_endpoint: str, mlflow_uri: str, image_bin: Path) -> Stack:
     settings = yaml.safe_load((PROJECT / "configs" / "gpu-runner.yaml").read_text())
-    workflow = yaml.safe_load((PROJECT / ".github" / "workflows" / "train.yml").read_text())
-    train_step = next(s for s in workflow["jobs"]["train"]["steps"] if s.get("name") == "Train")
-    stack = Stack(moto_endpoint, mlflow_uri, image_bin, settings, train_step["env"]["CHECKPOINT_URI"])
+    # The train step checkpoints to s3://<bucket>/checkpoints, the bucket of the settings (the start job's output).
+    stack = Stack(moto_endpoint, mlflow_uri, image_bin, settings, f"s3://{settings['bucket']}/checkpoints")
     ec2, ssm = stack.client("ec2"), stack.client("ssm")
     # What `make bootstrap` creates (RunnerSecurityGroup): launch refuses an empty security_group_ids.
     stack = replace(stack, security_group=runner_security_group(ec2))
