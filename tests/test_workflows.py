@@ -201,14 +201,14 @@ def test_non_default_answers_reach_the_gpu_workflows(baked_custom: Path) -> None
         for job in doc["jobs"].values()
         for step in steps_by_uses(job, AWS_CREDENTIALS)
     ]
-    assert regions == ["us-east-2"] * 3
+    assert regions == ["${{ steps.settings.outputs.region }}"] * 3
+    settings = yaml.safe_load((baked_custom / "configs" / "gpu-runner.yaml").read_text(encoding="utf-8"))
+    assert (settings["region"], settings["train_branch_prefix"]) == ("us-east-2", "gpu/")
     # The reusable workflows are called in the custom answers' repository, and guard its train branches.
     answers = answers_of(baked_custom)
     assert train["jobs"]["start"]["uses"].startswith(f"{answers['github_owner']}/{answers['github_repo']}/")
-    guard = docs["gpu-runner-start"]["jobs"]["start"]["steps"][0]
-    assert guard["env"] == {"PREFIX": "refs/heads/gpu/"}
     train_env = next(s for s in train["jobs"]["train"]["steps"] if s.get("id") == "train")["env"]
-    assert train_env["AWS_REGION"] == train_env["AWS_DEFAULT_REGION"] == "us-east-2"
+    assert train_env["AWS_REGION"] == train_env["AWS_DEFAULT_REGION"] == "${{ needs.start.outputs.region }}"
 
 
 def test_the_default_branch_answer_names_what_start_and_stop_run(baked_custom: Path) -> None:

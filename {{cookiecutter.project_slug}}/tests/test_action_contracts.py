@@ -8,6 +8,10 @@ read from each action's own action.yml at its pinned SHA and are kept in tests/c
 they were read; an entry with `sha_in_snapshot: false` could not be read at the pin (see its note), and its
 contract is that of the newest release the snapshot had: evidence, not proof.
 
+A `run:` step's outputs are the contract of the code it runs: a workflow may read only the keys that code writes
+(the constants of gpu_runner.workflow_contract and of the ML package's workflow_contract) or that the step's own
+script appends to $GITHUB_OUTPUT.
+
 The act doubles in tests/e2e/actions/ stand in for the real actions in the offline story, so they may only declare
 inputs and outputs the real action has, and must accept every input the workflows pass.
 """
@@ -24,6 +28,9 @@ from typing import Any
 import pytest
 import yaml
 
+import gpu_runner.workflow_contract as runner_contract
+from {{ cookiecutter.package_name }} import workflow_contract as training_contract
+
 PROJECT = Path(__file__).resolve().parents[1]
 CONTRACTS_FILE = PROJECT / "tests" / "contracts" / "actions.json"
 DOUBLES = PROJECT / "tests" / "e2e" / "actions"
@@ -38,6 +45,20 @@ SHA = re.compile(r"^[0-9a-f]{40}$")
 OUTPUT_READ = re.compile(r"\bsteps\.([\w-]+)\.outputs\.([\w-]+)")
 
 Contract = dict[str, Any]
+
+# What each command a `run:` step calls writes to $GITHUB_OUTPUT: the code's own constants, never restated here.
+COMMAND_OUTPUTS: dict[str, set[str]] = {
+    "gpu-runner workflow-settings": set(runner_contract.SettingsOutput),
+    "gpu-runner launch": set(runner_contract.LaunchOutput),
+    "gpu-runner wait": set(runner_contract.WaitOutput),
+    "python train": {training_contract.MLFLOW_RUN_ID_OUTPUT},
+    "python gpu-preflight": {training_contract.GPU_PREFLIGHT_OUTPUT},
+}
+GPU_RUNNER_COMMAND = re.compile(r"\bgpu-runner\s+--settings\s+\S+\s+([\w-]+)")
+PYTHON_COMMAND = re.compile(r"\bpython\s+-m\s+[\w.]+\s+([\w-]+)")
+# `echo "key=..." >> "${GITHUB_OUTPUT}"` in a step's own script; `${name}` stands for each arm of its `case`.
+SHELL_OUTPUT = re.compile(r'echo\s+"([\w${}-]+)=[^"]*"\s*>>\s*"\$\{GITHUB_OUTPUT\}"')
+CASE_ARM = re.compile(r"^\s*([\w-]+(?:\s*\|\s*[\w-]+)*)\)", re.MULTILINE)
 
 
 def load_contracts() -> dict[tuple[str, str], Contract]:
@@ -114,6 +135,19 @@ def test_each_double_declares_only_what_the_real_action_has(name: str) -> None:
     assert double_problems(DOUBLES / name, doubled()[name], passed) == []
 
 
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_every_run_step_output_read_is_one_its_code_writes(path: Path) -> None:
+    assert run_output_problems(path) == []
+
+
+def test_the_gpu_workflows_read_outputs_of_every_command_that_writes_them() -> None:
+    """The check above has something to check: each command's outputs are read somewhere."""
+    read = {o for path in WORKFLOWS for _, o in OUTPUT_READ.findall(path.read_text(encoding="utf-8"))}
+    for command, keys in COMMAND_OUTPUTS.items():
+        assert keys & read, f"no workflow reads an output of {command}"
+    assert set(runner_contract.LaunchOutput) <= read, sorted(set(runner_contract.LaunchOutput) - read)
+
+
 TRAIN = PROJECT / ".github" / "workflows" / "train.yml"
 START = PROJECT / ".github" / "workflows" / "gpu-runner-start.yml"
 
@@ -181,6 +215,18 @@ def test_a_double_with_an_input_the_real_action_lacks_fails(tmp_path: Path) -> N
     assert any("input 'made-up' is not the real action's" in p for p in found), found
     assert any("output 'made-up-output' is not the real action's" in p for p in found), found
     assert any("pass 'never-declared'" in p for p in found), found
+
+
+def test_a_planted_unknown_run_step_output_fails(tmp_path: Path) -> None:
+    """A key no code writes (launch's `instance-id` misspelt), and a step's own echo key misspelt."""
+    copy = planted(tmp_path, START, "steps.launch.outputs.instance-id", "steps.launch.outputs.instance-idd")
+    found = run_output_problems(copy)
+    assert any(
+        "reads output 'instance-idd' of step 'launch', which its code never writes" in p for p in found
+    )
+    copy = planted(tmp_path, TRAIN, "steps.timeline.outputs.boot-at", "steps.timeline.outputs.boots-at")
+    found = run_output_problems(copy)
+    assert any("reads output 'boots-at' of step 'timeline'" in p for p in found), found
 
 
 def local_contract(action_yml: Path) -> Contract:
@@ -345,6 +391,35 @@ def double_problems(double: Path, real: list[Contract], passed: set[str]) -> lis
 
 
 # ---------------------------------------------------------------------- planted mismatches: the check can fail
+def run_step_outputs(script: str) -> set[str]:
+    """The keys a `run:` script writes to $GITHUB_OUTPUT: its commands' constants and its own echo lines."""
+    keys: set[str] = set()
+    for command in GPU_RUNNER_COMMAND.findall(script):
+        keys |= COMMAND_OUTPUTS.get(f"gpu-runner {command}", set())
+    for command in PYTHON_COMMAND.findall(script):
+        keys |= COMMAND_OUTPUTS.get(f"python {command}", set())
+    arms = {arm.strip() for match in CASE_ARM.findall(script) for arm in match.split("|")}
+    for key in SHELL_OUTPUT.findall(script):
+        keys |= {key.replace("${name}", arm) for arm in arms} if "${name}" in key else {key}
+    return keys
+
+
+def run_output_problems(path: Path) -> list[str]:
+    """Every `steps.<id>.outputs.<key>` of a `run:` step that the step's code does not write."""
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    found = []
+    for label, scope, steps in scopes(doc, path.name):
+        written = {
+            step["id"]: run_step_outputs(step["run"]) for step in steps if "id" in step and "run" in step
+        }
+        for step_id, output in OUTPUT_READ.findall(yaml.safe_dump(scope)):
+            if step_id in written and output not in written[step_id]:
+                found.append(
+                    f"{label}: reads output {output!r} of step {step_id!r}, which its code never writes"
+                )
+    return found
+
+
 def planted(tmp_path: Path, source: Path, old: str, new: str) -> Path:
     """A copy of a real workflow with one edit (`./.github/actions/...` still resolve against PROJECT)."""
     text = source.read_text(encoding="utf-8")

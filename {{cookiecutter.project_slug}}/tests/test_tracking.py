@@ -5,14 +5,12 @@ import pytest
 
 from {{ cookiecutter.package_name }}.gpu_preflight import Driver
 from {{ cookiecutter.package_name }}.tracking import (
-    append_job_summary,
     format_summary,
     gpu_tags,
     job_summary,
     run_link,
     run_tags,
     tracking_uri,
-    write_step_output,
 )
 
 
@@ -94,23 +92,7 @@ def test_summary_says_how_to_open_the_run() -> None:
     assert "mlflow ui --backend-store-uri sqlite:///mlflow.db" in text
 
 
-def test_job_summary_links_the_run_and_lists_metrics(tmp_path: Path) -> None:
+def test_job_summary_links_the_run_and_lists_metrics() -> None:
     text = job_summary("http://mlflow:5000", "3", "abc", {"test_accuracy": 0.9812, "epochs_run": 4.0})
     assert "MLflow run: [abc](http://mlflow:5000/#/experiments/3/runs/abc)" in text
     assert "| test_accuracy | 0.9812 |" in text
-    summary = tmp_path / "summary.md"
-    assert append_job_summary(text, {"GITHUB_STEP_SUMMARY": str(summary)})
-    assert append_job_summary(text, {"GITHUB_STEP_SUMMARY": str(summary)})
-    assert summary.read_text().count("### Training run") == 2
-    assert not append_job_summary(text, {})
-
-
-def test_step_output_for_the_stop_job(tmp_path: Path) -> None:
-    """train.yml's stop job reads the run id from the train step's $GITHUB_OUTPUT to log the cost there."""
-    out = tmp_path / "github_output"
-    out.write_text("interrupted=true\n")
-    assert write_step_output("mlflow-run-id", "0123abcd", {"GITHUB_OUTPUT": str(out)})
-    assert out.read_text().splitlines() == ["interrupted=true", "mlflow-run-id=0123abcd"]
-    assert not write_step_output("mlflow-run-id", "0123abcd", {})
-    with pytest.raises(ValueError, match="single line"):
-        write_step_output("mlflow-run-id", "a\nb=c", {"GITHUB_OUTPUT": str(out)})

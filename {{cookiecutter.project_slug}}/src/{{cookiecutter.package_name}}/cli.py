@@ -9,7 +9,7 @@ import re
 import sys
 from pathlib import Path
 
-from . import gpu_preflight, workflow_inputs
+from . import gpu_preflight, workflow_contract
 from .config import Config, ConfigError, config_from_dict, load_config
 from .errors import EXIT_INTERRUPTED, EXIT_NO_GPU, DataError, ExportError, NoGpuError, TrainingInterrupted
 
@@ -50,9 +50,11 @@ def _parser() -> argparse.ArgumentParser:
 def _gpu_preflight(args: argparse.Namespace) -> int:
     allow_cpu = gpu_preflight.parse_flag(args.allow_cpu) or load_config(args.config).training.allow_cpu
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-    report = gpu_preflight.probe(image=os.environ.get("GPU_RUNTIME_IMAGE", ""), allow_cpu=allow_cpu)
-    gpu_preflight.write_github_file("GITHUB_OUTPUT", f"gpu-preflight={report.result}\n")
-    gpu_preflight.write_github_file("GITHUB_STEP_SUMMARY", gpu_preflight.summary(report) + "\n")
+    report = gpu_preflight.probe(
+        image=os.environ.get(workflow_contract.GPU_RUNTIME_IMAGE, ""), allow_cpu=allow_cpu
+    )
+    workflow_contract.write_step_output(workflow_contract.GPU_PREFLIGHT_OUTPUT, report.result)
+    workflow_contract.append_job_summary(gpu_preflight.summary(report))
     if report.gpu_ok:
         print(gpu_preflight.summary(report).splitlines()[-1])
         return 0
@@ -80,7 +82,7 @@ def _promote(args: argparse.Namespace) -> int:
     if decision.version is not None:
         registry.log_decision(client, args.run_id, decision)
     print(decision.line())
-    tracking.append_job_summary(registry.job_summary(tracking.tracking_uri(), decision))
+    workflow_contract.append_job_summary(registry.job_summary(tracking.tracking_uri(), decision))
     return 1 if decision.outcome.startswith("skipped") else 0
 
 
@@ -89,14 +91,13 @@ def _train(cfg: Config, config_path: Path) -> int:
     # The one command that needs TensorFlow, imported here and not at the top: TensorFlow and MLflow take
     # seconds to import, which `--help`, `check-config` and the GPU preflight must not pay for
     # (tests/test_import_graph.py checks that importing this module loads neither).
-    from . import tracking
     from . import train as training
 
     try:
         training.train(cfg, config_path)
     except TrainingInterrupted as stopped:
         print(f"interrupted: {stopped}", file=sys.stderr)
-        tracking.append_job_summary(
+        workflow_contract.append_job_summary(
             f"### Training interrupted\n\n{stopped}. The checkpoint is in S3; the stop job starts the next "
             "attempt, which resumes this MLflow run.\n"
         )
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command in ("train", "gpu-preflight"):
         try:
-            workflow_inputs.check(args.config, os.environ)
+            workflow_contract.check(args.config, os.environ)
         except ConfigError as error:
             print(f"error: {error}", file=sys.stderr)
             return 2

@@ -298,13 +298,3 @@ def parse_flag(value: str, name: str = "allow-cpu") -> bool:
     if normalized == "true":
         return True
     raise ValueError(f"{name}: must be true or false (got {value!r})")
-
-
-def write_github_file(variable: str, text: str) -> bool:
-    """Append to the file GitHub Actions names in `variable` (step outputs, job summary); False outside Actions."""
-    path = os.environ.get(variable)
-    if not path:
-        return False
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(text)
-    return True

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from mlflow.entities import RunTag
 
-from . import gpu_preflight
+from . import gpu_preflight, workflow_contract
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 
@@ -52,7 +52,11 @@ def run_tags(env: Mapping[str, str] | None = None) -> dict[str, str]:
     env = os.environ if env is None else env
     in_actions = env.get("GITHUB_ACTIONS") == "true"
     # TRAIN_COMMIT: train.yml's resumed attempts train a given commit, not the branch head.
-    commit = (env.get("TRAIN_COMMIT") or env.get("GITHUB_SHA")) if in_actions else _git("rev-parse", "HEAD")
+    commit = (
+        (env.get(workflow_contract.TRAIN_COMMIT) or env.get("GITHUB_SHA"))
+        if in_actions
+        else _git("rev-parse", "HEAD")
+    )
     branch = env.get("GITHUB_REF_NAME") if in_actions else _git("rev-parse", "--abbrev-ref", "HEAD")
     tags: dict[str, str] = {}
     if commit:
@@ -70,10 +74,13 @@ def run_tags(env: Mapping[str, str] | None = None) -> dict[str, str]:
         tags["github.run_url"] = run_url
         tags["github.workflow"] = env.get("GITHUB_WORKFLOW", "")
         tags["github.actor"] = env.get("GITHUB_ACTOR", "")
-    if env.get("TRAIN_ATTEMPT"):
-        tags["train.attempt"] = env["TRAIN_ATTEMPT"]
+    if env.get(workflow_contract.TRAIN_ATTEMPT):
+        tags["train.attempt"] = env[workflow_contract.TRAIN_ATTEMPT]
     # Set by train.yml from the launch step, so a run says which hardware (and market) produced it.
-    for variable, tag in (("GPU_INSTANCE_TYPE", "gpu.instance_type"), ("GPU_MARKET", "gpu.market")):
+    for variable, tag in (
+        (workflow_contract.GPU_INSTANCE_TYPE, "gpu.instance_type"),
+        (workflow_contract.GPU_MARKET, "gpu.market"),
+    ):
         if env.get(variable):
             tags[tag] = env[variable]
     return tags
@@ -123,29 +130,3 @@ def job_summary(uri: str, experiment_id: str, run_id: str, metrics: Mapping[str,
     where = f"[{run_id}]({link})" if link.startswith("http") else f"`{run_id}` (`{link}`)"
     rows = "\n".join(f"| {name} | {value:.4f} |" for name, value in metrics.items())
     return f"### Training run\n\nMLflow run: {where}\n\n| metric | value |\n|---|---|\n{rows}\n"
-
-
-def write_step_output(name: str, value: str, env: Mapping[str, str] | None = None) -> bool:
-    """Append `name=value` to $GITHUB_OUTPUT when running in GitHub Actions; returns whether it did.
-
-    train.yml's stop job reads the MLflow run id this way to log the run's cost after teardown."""
-    env = os.environ if env is None else env
-    path = env.get("GITHUB_OUTPUT")
-    if not path:
-        return False
-    if "\n" in name or "\n" in value:
-        raise ValueError(f"step output {name!r} must be a single line")
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(f"{name}={value}\n")
-    return True
-
-
-def append_job_summary(text: str, env: Mapping[str, str] | None = None) -> bool:
-    """Append to $GITHUB_STEP_SUMMARY when running in GitHub Actions; returns whether it did."""
-    env = os.environ if env is None else env
-    path = env.get("GITHUB_STEP_SUMMARY")
-    if not path:
-        return False
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(text + "\n")
-    return True

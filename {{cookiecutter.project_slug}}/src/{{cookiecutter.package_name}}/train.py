@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import tempfile
 import time
 from collections.abc import Iterator
@@ -15,7 +14,18 @@ import numpy as np
 import tensorflow as tf
 import yaml
 
-from . import checkpoints, data, evaluate, export, gpu_preflight, interruption, registry, runtime, tracking
+from . import (
+    checkpoints,
+    data,
+    evaluate,
+    export,
+    gpu_preflight,
+    interruption,
+    registry,
+    runtime,
+    tracking,
+    workflow_contract,
+)
 from .callbacks import MlflowEpochLogger, S3CheckpointSync, StopOnInterruption
 from .config import Config
 from .errors import TrainingInterrupted
@@ -207,12 +217,6 @@ def _attempt_tags(plan: runtime.RuntimePlan) -> dict[str, str]:
     return {f"resumed.{key}": str(value) for key, value in plan.describe().items()}
 
 
-def _attempt() -> int:
-    """The workflow attempt (train.yml sets TRAIN_ATTEMPT; 1 by hand): the step of per-attempt metrics."""
-    value = os.environ.get("TRAIN_ATTEMPT", "").strip()
-    return int(value) if value.isdigit() and int(value) > 0 else 1
-
-
 def _champion(
     cfg: Config, run_id: str, model_id: str | None, metrics: dict[str, float]
 ) -> registry.ChampionDecision:
@@ -256,7 +260,7 @@ def train(cfg: Config, config_path: Path | None = None) -> TrainResult:
         log_system_metrics=cfg.tracking.log_system_metrics,
     ) as run:
         # At once, also when resumed: the stop job logs this attempt's cost to the run even if training dies.
-        tracking.write_step_output("mlflow-run-id", run.info.run_id)
+        workflow_contract.write_step_output(workflow_contract.MLFLOW_RUN_ID_OUTPUT, run.info.run_id)
         # Per attempt (a resumed attempt may run on other hardware): what this machine really is.
         mlflow.set_tags(_gpu_tags_here(runtime.cpu_allowed(cfg.training)))
         if resume_id:
@@ -281,7 +285,7 @@ def train(cfg: Config, config_path: Path | None = None) -> TrainResult:
 
         started = time.perf_counter()
         # One value per workflow attempt (step): the stop job compares each with the attempt's billed time.
-        attempt = _attempt()
+        attempt = workflow_contract.attempt()
         with _watcher(cfg) as watcher:
             try:
                 model, history = _fit(cfg, splits, plan, strategy, s3_sync, watcher)
@@ -325,7 +329,7 @@ def train(cfg: Config, config_path: Path | None = None) -> TrainResult:
         decision = _champion(cfg, run.info.run_id, model_id, headline)
     summary = TrainResult(run.info.run_id, experiment.experiment_id, uri, headline, epochs_run, decision)
     print(tracking.format_summary(uri, summary.experiment_id, summary.run_id, headline))
-    tracking.append_job_summary(
+    workflow_contract.append_job_summary(
         tracking.job_summary(uri, summary.experiment_id, summary.run_id, headline)
         + "\n"
         + registry.job_summary(uri, decision)

@@ -262,6 +262,7 @@ def spot_role_exists() -> bool:
 def wire_settings(stack: dict[str, Any], path: Path) -> None:
     """What the bootstrap output tells the user to put in configs/gpu-runner.yaml."""
     raw = yaml.safe_load(path.read_text())
+    raw["bucket"] = stack["outputs"]["BucketName"]  # in a real project set before bootstrap (its one source)
     raw["instance_profile"] = stack["outputs"]["RunnerInstanceProfile"]
     raw["security_group_ids"] = [stack["outputs"]["RunnerSecurityGroupId"]]
     # Two subnets of the default VPC (one per zone), as the README suggests for capacity failover: launch then

@@ -39,6 +39,8 @@ from doubles.github_double import DEFAULT_TOKEN, GitHubDouble
 from doubles.imds_double import ImdsDouble
 from doubles.simulated_instance import AWS_TEST_CREDENTIALS, LIVE, RUN_ID, Simulator
 
+from gpu_runner.workflow_contract import LABEL_NONCE
+
 HERE = Path(__file__).resolve().parent
 PROJECT = HERE.parent.parent
 
@@ -330,7 +332,7 @@ def run_workflow(
         "GITHUB_REPOSITORY": repository,
         # GitHub sets it (the caller's workflow file and ref, also inside a called workflow); act does not.
         "GITHUB_WORKFLOW_REF": workflow_ref,
-        "GPU_RUNNER_LABEL_NONCE": nonce,
+        LABEL_NONCE: nonce,
         "GITHUB_API_URL": github.url,
         "UV_OFFLINE": "1",
         "UV_CACHE_DIR": uv_cache,

@@ -44,6 +44,7 @@ from harness import (
 )
 
 from gpu_runner.cost import pricing
+from gpu_runner.workflow_contract import LaunchOutput
 
 PACKAGE = next(p.name for p in (PROJECT / "src").iterdir() if (p / "__init__.py").exists())
 EPOCH = re.compile(r"Epoch (\d+)/(\d+)")
@@ -89,9 +90,8 @@ def runner_security_group(ec2: Any) -> str:
 
 def make_stack(moto_endpoint: str, mlflow_uri: str, image_bin: Path) -> Stack:
     settings = yaml.safe_load((PROJECT / "configs" / "gpu-runner.yaml").read_text())
-    workflow = yaml.safe_load((PROJECT / ".github" / "workflows" / "train.yml").read_text())
-    train_step = next(s for s in workflow["jobs"]["train"]["steps"] if s.get("name") == "Train")
-    stack = Stack(moto_endpoint, mlflow_uri, image_bin, settings, train_step["env"]["CHECKPOINT_URI"])
+    # The train step checkpoints to s3://<bucket>/checkpoints, the bucket of the settings (the start job's output).
+    stack = Stack(moto_endpoint, mlflow_uri, image_bin, settings, f"s3://{settings['bucket']}/checkpoints")
     ec2, ssm = stack.client("ec2"), stack.client("ssm")
     # What `make bootstrap` creates (RunnerSecurityGroup): launch refuses an empty security_group_ids.
     stack = replace(stack, security_group=runner_security_group(ec2))
@@ -422,9 +422,14 @@ def teardown_again(story: Story, repo: Path) -> subprocess.CompletedProcess:
     assert story.run and story.github
     out = story.run.outputs.get("start", {})
     args = ["uv", "run", "--no-sync", "gpu-runner", "--settings", "configs/gpu-runner.yaml", "teardown"]
-    for flag, key in (("--region", "region"), ("--instance-id", "instance-id"), ("--runner-id", "runner-id"), ("--parameter", "parameter")):  # fmt: skip
+    for key in (
+        LaunchOutput.REGION,
+        LaunchOutput.INSTANCE_ID,
+        LaunchOutput.RUNNER_ID,
+        LaunchOutput.PARAMETER,
+    ):
         if out.get(key):
-            args += [flag, out[key]]
+            args += [f"--{key}", out[key]]  # the flag is named as the output
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GITHUB_", "VIRTUAL_ENV"))}
     env.update(
         AWS_ENDPOINT_URL=story.stack.moto_endpoint, AWS_ACCESS_KEY_ID=story.scenario.aws_credentials[0],

@@ -13,6 +13,8 @@ from harness import REAPER_ROLE_ARN, ROLE_ARN
 from mlflow.tracking import MlflowClient
 from stories import FAST_TRAIN, HOSTILE_RUN_ID, SCENARIOS, Stack, Story, assert_start_tore_down, run_story
 
+from gpu_runner.workflow_contract import LaunchOutput
+
 pytestmark = pytest.mark.e2e
 
 CHECKS = {n: globals()[f"check_{n}"] for n in range(1, 16)}
@@ -45,7 +47,7 @@ def _console(story: Story) -> str:
 def check_1(story: Story) -> None:
     assert story.proxy and story.proxy.killed, "the launch process was not killed"
     assert story.proxy.count("RunInstances") == 1
-    assert story.run and "instance-id" not in story.run.outputs.get("start", {})
+    assert story.run and LaunchOutput.INSTANCE_ID not in story.run.outputs.get("start", {})
     assert_start_tore_down(story)
 
 
@@ -103,7 +105,7 @@ def check_8(story: Story) -> None:
 
 def check_9(story: Story) -> None:
     assert story.run and story.run.results == {"start": "success", "train": "success", "stop": "success"}
-    assert story.run.outputs["start"]["market"] == "on-demand"
+    assert story.run.outputs["start"][LaunchOutput.MARKET] == "on-demand"
     assert story.proxy and story.proxy.count("RunInstances", "InsufficientInstanceCapacity") == len(
         story.stack.settings["instance_types"]
     )

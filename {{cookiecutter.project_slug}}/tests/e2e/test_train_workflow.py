@@ -15,6 +15,7 @@ from mlflow.tracking import MlflowClient
 from stories import Scenario, Stack, run_story, story_prices
 
 from gpu_runner.cost.pricing import load_table
+from gpu_runner.workflow_contract import LaunchOutput
 
 pytestmark = pytest.mark.e2e
 RUN_ID = "777"
@@ -57,8 +58,12 @@ def test_train_workflow_end_to_end(stack: Stack, tmp_path: Path) -> None:
     assert tags["git.branch"] == BRANCH
     assert tags["github.run_url"].startswith(f"https://github.com/{stack.repository}/actions/runs/"), tags
     start_outputs = run.outputs["start"]
-    assert tags["gpu.instance_type"] == start_outputs["instance-type"] == settings["instance_types"][0]
-    assert tags["gpu.market"] == start_outputs["market"]
+    assert (
+        tags["gpu.instance_type"]
+        == start_outputs[LaunchOutput.INSTANCE_TYPE]
+        == settings["instance_types"][0]
+    )
+    assert tags["gpu.market"] == start_outputs[LaunchOutput.MARKET]
     # The simulated instance has no GPU: the story passes training.allow_cpu, and the run says so.
     assert (tags["gpu.allow_cpu"], tags["gpu.count"], tags["tf.build_cuda"]) == (
         "true",
@@ -101,10 +106,10 @@ def test_train_workflow_end_to_end(stack: Stack, tmp_path: Path) -> None:
     assert training.step == 1
     assert metrics["billed_seconds"] >= 60
     assert metrics["overhead_seconds"] == pytest.approx(max(0.0, metrics["billed_seconds"] - training.value))
-    assert tags["cost.instance_type"] == start_outputs["instance-type"]
-    assert tags["cost.market"] == start_outputs["market"]
-    assert tags["cost.availability_zone"] == start_outputs["availability-zone"]
-    assert tags["cost.region"] == start_outputs["region"]
+    assert tags["cost.instance_type"] == start_outputs[LaunchOutput.INSTANCE_TYPE]
+    assert tags["cost.market"] == start_outputs[LaunchOutput.MARKET]
+    assert tags["cost.availability_zone"] == start_outputs[LaunchOutput.AVAILABILITY_ZONE]
+    assert tags["cost.region"] == start_outputs[LaunchOutput.REGION]
     assert tags["cost.volume_gb"] == str(settings.get("root_volume_gb", 100))
     # moto has no Price List API and answers $0.00001 spot prices: the story's account answers both as AWS
     # does (stories.story_prices: the bundled table's sourced prices), so the stop job takes a real run's path.
@@ -134,7 +139,7 @@ def test_train_workflow_end_to_end(stack: Stack, tmp_path: Path) -> None:
     assert f"({int(metrics['billed_seconds'])} s) at $" in stop_summary and "overhead " in stop_summary
 
     # Nothing left behind: instance terminated, runner deregistered, JIT parameter deleted.
-    assert instance.instance_id == start_outputs["instance-id"]
+    assert instance.instance_id == start_outputs[LaunchOutput.INSTANCE_ID]
     assert (story.instances_left, story.runners_left, story.params_left) == (0, 0, 0), context
     # The instance's own script ended it: the runner exited, then `shutdown -h now` (TerminateInstances).
     assert any(what.startswith("shutdown -h now") for _, what in calls), calls

@@ -109,6 +109,7 @@ def settings(ami: str, security_group: str) -> Settings:
         max_runtime_minutes=60,
         idle_timeout_minutes=10,
         ssm_prefix="/gpu-runner/demo",
+        bucket="demo-bucket",
         wait_timeout_seconds=5,
         reap_grace_minutes=20,
     )
@@ -145,6 +146,7 @@ def cli_env(
                 "instance_types": ["g4dn.xlarge"],
                 "ami_parameter": AMI_PARAMETER,
                 "ssm_prefix": "/gpu-runner/demo",
+                "bucket": "demo-bucket",
                 "wait_timeout_seconds": 5,
                 "security_group_ids": [security_group],
             }

@@ -26,6 +26,7 @@ from gpu_runner.errors import (
 )
 from gpu_runner.github import GitHubRunners
 from gpu_runner.settings import Settings
+from gpu_runner.workflow_contract import LaunchOutput, WaitOutput
 
 
 def live_instances(aws: Aws, region: str = REGION) -> list[dict]:
@@ -102,15 +103,16 @@ def test_launch_registers_stores_and_launches(
     assert "label=(set, not printed)" in printed
 
     assert outputs() == {
-        "runner-id": str(outcome.runner_id),
-        "runner-name": "gpu-runner-777-1",
-        "label": outcome.label,
-        "parameter": outcome.parameter,
-        "instance-id": instance["InstanceId"],
-        "region": REGION,
-        "instance-type": "g4dn.xlarge",
-        "market": "spot",
-        "availability-zone": instance["Placement"]["AvailabilityZone"],
+        LaunchOutput.RUNNER_ID: str(outcome.runner_id),
+        LaunchOutput.RUNNER_NAME: "gpu-runner-777-1",
+        LaunchOutput.LABEL: outcome.label,
+        LaunchOutput.PARAMETER: outcome.parameter,
+        LaunchOutput.INSTANCE_ID: instance["InstanceId"],
+        LaunchOutput.REGION: REGION,
+        LaunchOutput.INSTANCE_TYPE: "g4dn.xlarge",
+        LaunchOutput.MARKET: "spot",
+        LaunchOutput.AVAILABILITY_ZONE: instance["Placement"]["AvailabilityZone"],
+        LaunchOutput.BUCKET: settings.bucket,
     }
 
 
@@ -156,7 +158,7 @@ def test_a_jit_config_refused_after_the_launch_leaves_no_instance_runner_or_para
         lifecycle.launch(settings, ctx, aws, github)
     assert refused.value.response["Error"]["Code"] == code
     assert_nothing_left(aws, github_double)
-    instance_id = outputs()["instance-id"]  # the stop job could clean up too
+    instance_id = outputs()[LaunchOutput.INSTANCE_ID]  # the stop job could clean up too
     (terminated,) = [
         i
         for r in aws.client("ec2", REGION).describe_instances(InstanceIds=[instance_id])["Reservations"]
@@ -177,7 +179,7 @@ def test_failed_launch_removes_runner_and_parameter(
         lifecycle.launch(settings, ctx, aws, github)
     assert [c.method for c in github_double.calls if "/actions/runners" in c.path] == ["POST", "DELETE"]
     assert_nothing_left(aws, github_double)
-    assert "instance-id" not in outputs()  # the stop job has nothing to terminate
+    assert LaunchOutput.INSTANCE_ID not in outputs()  # the stop job has nothing to terminate
 
 
 def test_cancellation_right_after_run_instances_terminates_the_instance(
@@ -328,8 +330,8 @@ def test_wait_notices_online_within_one_poll_interval(
     assert 0 <= fake.now - online_at <= lifecycle.POLL_INTERVAL_SECONDS
     assert set(fake.sleeps) <= {lifecycle.POLL_INTERVAL_SECONDS}
     assert runner_polls(github_double, outcome.runner_id) == len(fake.sleeps) + 1
-    assert int(outputs()["runner-online-seconds"]) >= 0
-    assert abs(int(outputs()["runner-online-at"]) - online.online_at.timestamp()) <= 1
+    assert int(outputs()[WaitOutput.RUNNER_ONLINE_SECONDS]) >= 0
+    assert abs(int(outputs()[WaitOutput.RUNNER_ONLINE_AT]) - online.online_at.timestamp()) <= 1
 
 
 def test_wait_stays_within_githubs_rate_limit(settings, ctx, aws, github, github_double) -> None:

@@ -201,19 +201,25 @@ def test_bootstrap_names_a_bucket_that_exists_already(
 
 def test_make_bootstrap_passes_the_bucket_and_branches_the_workflows_use() -> None:
     """`make bootstrap` is what the README says to run: its flags parse, and the bucket, repository, branch
-    prefix and default branch it deploys are the ones train.yml uses."""
+    prefix and default branch it deploys are the ones train.yml uses (bucket and prefix: the settings file's,
+    the one source that launch hands on to the train job as the start job's `bucket` output)."""
     makefile = (PROJECT_DIR / "Makefile").read_text()
     recipe = re.search(r"^bootstrap:.*\n((?:\t.*\n)+)", makefile, flags=re.MULTILINE)
     assert recipe, "no bootstrap target in the Makefile"
     command = recipe.group(1).replace("\\\n", " ").replace("$(BOOTSTRAP_ARGS)", "")
+    for name, value in re.findall(r"^(\w+) \?= (.*)$", makefile, flags=re.MULTILINE):
+        command = command.replace(f"$({name})", value)
     words = shlex.split(command)
     args = cli._parser().parse_args(words[words.index("gpu-runner") + 1 :])
     assert args.command == "bootstrap" and str(args.settings) == "configs/gpu-runner.yaml"
+    assert (args.bucket, args.branch_prefix) == ("", "")  # so bootstrap takes them from the settings
+    settings = load_settings(PROJECT_DIR / args.settings)
     workflow = yaml.safe_load((PROJECT_DIR / ".github" / "workflows" / "train.yml").read_text())
     (train_step,) = [step for step in workflow["jobs"]["train"]["steps"] if step.get("id") == "train"]
-    checkpoint_uri = train_step["env"]["CHECKPOINT_URI"]
-    assert checkpoint_uri == f"s3://{args.bucket}/checkpoints"
-    assert workflow[True]["push"]["branches"] == [f"{args.branch_prefix}**"]
+    start_bucket = "$" + "{" * 2 + " needs.start.outputs.bucket " + "}" * 2  # verbatim file: no Jinja braces
+    assert settings.bucket and train_step["env"]["BUCKET"] == start_bucket
+    assert 'CHECKPOINT_URI="s3://${BUCKET}/checkpoints"' in train_step["run"]
+    assert workflow[True]["push"]["branches"] == [f"{settings.train_branch_prefix}**"]
     answers = json.loads((PROJECT_DIR / ".cookiecutter.json").read_text())["cookiecutter"]
     assert args.repository == f"{answers['github_owner']}/{answers['github_repo']}"
     # The default branch the roles trust (DefaultBranch) is the one train.yml calls start and stop at.

@@ -38,6 +38,8 @@ ATTACK_REF = "train/$(touch${IFS}pwned)"
 PAYLOAD = "$(touch pwned)`touch pwned`\"; touch pwned; echo \"';touch pwned;'"
 BENIGN_OUTPUTS = {
     "availability-zone": "eu-west-1b",
+    "bucket": "your-org-ml-project-ml",
+    "train-branch-prefix": "train/",
     "runner-id": "4242",
     "runner-name": "ml-project-777-1",
     "label": "ml-project-777-1",
@@ -79,6 +81,10 @@ def context_value(name: str, scenario: str) -> str:
         return "train/demo"
     if not UNTRUSTED_RE.match(name):
         return f"<{name}>"
+    if name.startswith("steps.settings.outputs."):
+        # The default branch's configs/gpu-runner.yaml, validated by gpu-runner (a failed read ends the job):
+        # neither empty nor outsider-controlled.
+        return BENIGN_OUTPUTS[name.rsplit(".", 1)[-1]]
     if scenario == "attack":
         return PAYLOAD
     if scenario == "empty":

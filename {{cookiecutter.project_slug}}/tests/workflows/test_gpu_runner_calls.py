@@ -17,7 +17,9 @@ from step_scripts import (
     step_env,
     substitute,
 )
-from workflow_files import LAUNCH_OUTPUTS, PROJECT, WAIT_OUTPUTS, answers_of, gpu_workflows, offline_env, tool
+from workflow_files import LAUNCH_OUTPUTS, PROJECT, SETTINGS_OUTPUTS, WAIT_OUTPUTS, answers_of, gpu_workflows, offline_env, tool
+
+from gpu_runner.workflow_contract import LaunchOutput, SettingsOutput, WaitOutput
 
 # The gpu-runner CLI contract the workflows are written against:
 #   gpu-runner [--settings FILE] <subcommand> [options]   (the global option precedes the subcommand)
@@ -36,6 +38,7 @@ CLI_CONTRACT = {
         "--instance-type",
     },
     "reap": set(),
+    "workflow-settings": set(),
 }  # fmt: skip
 
 
@@ -108,7 +111,7 @@ def test_every_value_reaches_a_cli_as_opt_equals_value(project: Path, tmp_path: 
 def test_launch_outputs_match_the_runner_sources(project: Path) -> None:
     written = written_step_outputs(project / "runner" / "src" / "gpu_runner")
     assert written, "no write_outputs({...}) call found in the gpu_runner sources: update this test"
-    assert written == set(LAUNCH_OUTPUTS + WAIT_OUTPUTS)
+    assert written == set(LAUNCH_OUTPUTS + WAIT_OUTPUTS + SETTINGS_OUTPUTS)
 
 
 def test_gpu_runner_cli_help_matches_the_contract(runner_installed: Path) -> None:
@@ -152,7 +155,13 @@ def test_gpu_runner_cli_parses_every_workflow_command_line(
 
 
 def written_step_outputs(package: Path) -> set[str]:
-    """Keys of every dict literal passed to `write_outputs(...)` in the gpu_runner sources."""
+    """Keys of every dict literal passed to `write_outputs(...)` in the gpu_runner sources (as the values of
+    workflow_contract's LaunchOutput / WaitOutput / SettingsOutput members they name)."""
+    members = {
+        f"{enum.__name__}.{member.name}": str(member)
+        for enum in (LaunchOutput, WaitOutput, SettingsOutput)
+        for member in enum
+    }
     keys: set[str] = set()
     for path in package.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -162,6 +171,11 @@ def written_step_outputs(package: Path) -> set[str]:
                 for arg in node.args:
                     if isinstance(arg, ast.Dict):
                         keys |= {k.value for k in arg.keys if isinstance(k, ast.Constant)}
+                        keys |= {
+                            members.get(ast.unparse(k).removeprefix("contract."), ast.unparse(k))
+                            for k in arg.keys
+                            if isinstance(k, ast.Attribute)
+                        }
     return keys
 
 

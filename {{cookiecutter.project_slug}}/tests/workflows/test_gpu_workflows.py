@@ -76,9 +76,20 @@ def test_start_and_stop_run_the_default_branch_code(project: Path, tmp_path: Pat
     # The train job (branch code on the GPU) has no OIDC token: only the instance profile.
     assert "id-token" not in jobs["train"]["permissions"]
     _, start = called_job(project, jobs["start"], "start")
-    guard = start["steps"][0]
+    (guard,) = [
+        s for s in start["steps"] if s.get("name") == "Refuse callers other than train.yml on a train branch"
+    ]
     answers = answers_of(project)
-    assert "run" in guard and guard["env"] == {"PREFIX": f"refs/heads/{answers['train_branch_prefix']}"}
+    # The prefix: the default branch's configs/gpu-runner.yaml, read by the step before (no credential yet).
+    assert "run" in guard and guard["env"] == {
+        "BRANCH_PREFIX": as_expression("steps.settings.outputs.train-branch-prefix")
+    }
+    steps = start["steps"]
+    assert steps.index(guard) < steps.index(steps_by_uses(start, AWS_CREDENTIALS)[0])
+    assert all(
+        "uses" not in s or s["uses"].startswith(("actions/checkout@", SETUP_ACTION))
+        for s in steps[: steps.index(guard)]
+    )
     base = "o/r/.github/workflows/"
     for event, ref, caller, ok in (
         ("push", "refs/heads/train/x", "train.yml@refs/heads/train/x", True),
@@ -87,8 +98,8 @@ def test_start_and_stop_run_the_default_branch_code(project: Path, tmp_path: Pat
         ("push", "refs/heads/feature", "train.yml@refs/heads/feature", False),
         ("push", "refs/heads/train/x", "steal.yml@refs/heads/train/x", False),
     ):
-        env = {**guard["env"], "GITHUB_EVENT_NAME": event, "GITHUB_REF": ref, "GITHUB_REPOSITORY": "o/r",
-               "GITHUB_WORKFLOW_REF": base + caller}  # fmt: skip
+        env = {"BRANCH_PREFIX": answers["train_branch_prefix"], "GITHUB_EVENT_NAME": event, "GITHUB_REF": ref,
+               "GITHUB_REPOSITORY": "o/r", "GITHUB_WORKFLOW_REF": base + caller}  # fmt: skip
         code, _ = run_bash(guard["run"], env, tmp_path / f"guard-{event}-{caller.replace('/', '_')}")
         assert (code == 0) is ok, (event, ref, caller)
 
@@ -201,7 +212,7 @@ def test_train_job_graph(project: Path) -> None:
     }
     # After "Cancel workflow" only `if: always()` steps run: every step of stop must say so.
     assert all(step.get("if") == "always()" for step in stop["steps"]), stop["steps"]
-    teardown, resume = [s for s in stop["steps"] if "run" in s]
+    _, teardown, resume = [s for s in stop["steps"] if "run" in s]  # after reading the settings
     assert re.search(r"gpu-runner --settings \S+ teardown ", teardown["run"])
     assert re.search(r"gpu-runner --settings \S+ resume ", resume["run"])
     assert resume["env"]["GITHUB_TOKEN"] == "${{ github.token }}"
@@ -248,7 +259,8 @@ def test_reap_meaning(project: Path) -> None:
     (setup,) = steps_by_uses(job, SETUP_ACTION)
     assert setup["with"] == {"install": "runner", "enable-cache": "false"}
     assert [s["run"].strip() for s in job["steps"] if "run" in s] == [
-        "uv run --no-sync gpu-runner --settings configs/gpu-runner.yaml reap"
+        "uv run --no-sync gpu-runner --settings configs/gpu-runner.yaml workflow-settings",
+        "uv run --no-sync gpu-runner --settings configs/gpu-runner.yaml reap",
     ]
 
 
@@ -281,7 +293,6 @@ def test_local_mlflow_store_is_uploaded_only_for_private_repositories_or_on_opt_
 def test_aws_jobs_use_oidc_and_no_cache(project: Path) -> None:
     """Exactly the jobs that configure AWS credentials ask for an OIDC token; they do so with the repository
     variable and the rendered region, install only the light runner package, and restore no cache."""
-    region = answers_of(project)["aws_region"]
     aws_jobs = []
     for name, doc in gpu_workflows(project).items():
         for job_id, job in doc["jobs"].items():
@@ -296,7 +307,13 @@ def test_aws_jobs_use_oidc_and_no_cache(project: Path) -> None:
             # The reaper has its own role (infra/: default branch only, no launch rights).
             role = "AWS_REAPER_ROLE_ARN" if name == "reap" else "AWS_ROLE_ARN"
             assert aws["with"]["role-to-assume"] == as_expression(f"vars.{role}")
-            assert aws["with"]["aws-region"] == region
+            # The region of the default branch's configs/gpu-runner.yaml, read by the step before it.
+            assert aws["with"]["aws-region"] == as_expression("steps.settings.outputs.region")
+            settings_step = next(s for s in job["steps"] if s.get("id") == "settings")
+            assert settings_step["run"].endswith(
+                "gpu-runner --settings configs/gpu-runner.yaml workflow-settings"
+            )
+            assert job["steps"].index(settings_step) < job["steps"].index(aws)
             (setup,) = steps_by_uses(job, SETUP_ACTION)
             assert setup["with"] == {"install": "runner", "enable-cache": "false"}
             # Credentials exist only after the set-up, and no third-party code runs after them.

@@ -16,7 +16,7 @@ from step_scripts import (
     step_env,
     substitute,
 )
-from workflow_files import as_expression, gpu_workflows, iter_steps, iter_strings
+from workflow_files import AWS_CREDENTIALS, as_expression, gpu_workflows, iter_steps, iter_strings
 
 
 def test_untrusted_expressions_only_under_env(project: Path) -> None:
@@ -34,7 +34,10 @@ def test_untrusted_expressions_only_under_env(project: Path) -> None:
                                 "actions/checkout@"
                             )
                             checkout_ref = checkout_ref and expression == "inputs.commit || github.sha"
-                            assert key in {"env", "if"} or checkout_ref, (
+                            # And the region of the AWS credentials action: the default branch's settings.
+                            region = key == "with" and step.get("uses", "").startswith(AWS_CREDENTIALS)
+                            region = region and expression == "steps.settings.outputs.region"
+                            assert key in {"env", "if"} or checkout_ref or region, (
                                 f"{name}.yml {where}.{key}: {as_expression(expression)}"
                             )
 
@@ -55,12 +58,14 @@ def test_hostile_branch_names_and_inputs_stay_data(project: Path, tmp_path: Path
             arguments = [a for argv in calls for a in argv]
             hostile = [a for a in arguments if "pwned" in a]
             # A whole argument, `--opt=value` or `--phase=name=value` (neither payload holds an "=").
-            assert all(a.rpartition("=")[2] in (PAYLOAD, ATTACK_REF) for a in hostile), hostile
+            # The one composed value is the train step's checkpoint URI around the start job's bucket output.
+            whole = (PAYLOAD, ATTACK_REF, f"s3://{PAYLOAD}/checkpoints")
+            assert all(a.rpartition("=")[2] in whole for a in hostile), hostile
             if PAYLOAD in env.values():
                 assert hostile, f"{name}.yml {where}: no hostile value reached a command (is the test stale?)"
     # 8, + the start workflow's caller guard and its own teardown when it fails (item 2), + train's "MLflow
     # store not kept" warning (item 10)
-    assert ran == 11
+    assert ran == 14
 
 
 def test_injection_harness_catches_an_expression_in_run(project: Path, tmp_path: Path) -> None:

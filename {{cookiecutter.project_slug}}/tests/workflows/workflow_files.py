@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
+from gpu_runner.workflow_contract import LaunchOutput, SettingsOutput, WaitOutput
+
 PROJECT = Path(__file__).resolve().parents[2]
 # The pinned actions, each with its version: the same table the action contracts come from (one source). The
 # template checks that it matches the team's verified list of SHAs.
@@ -32,20 +34,12 @@ GITHUB_HOSTED_RE = re.compile(r"^(?:ubuntu|windows|macos)-[\w.-]+$")
 PR_EVENTS = ("pull_request", "pull_request_target")
 SETUP_ACTION = "./.github/actions/setup"
 AWS_CREDENTIALS = "aws-actions/configure-aws-credentials"
-# Step outputs `gpu-runner launch` writes to $GITHUB_OUTPUT (all are mapped to outputs of the start job).
-LAUNCH_OUTPUTS = (
-    "runner-id",
-    "runner-name",
-    "label",
-    "parameter",
-    "instance-id",
-    "region",
-    "instance-type",
-    "market",
-    "availability-zone",
-)
-# `gpu-runner wait`'s outputs: the timeline's "runner online" moment.
-WAIT_OUTPUTS = ("runner-online-at", "runner-online-seconds")
+# The output keys are written once, in the runner's workflow_contract.py: `gpu-runner launch`'s (all mapped to
+# outputs of the start job), `gpu-runner wait`'s (the timeline's "runner online" moment) and
+# `gpu-runner workflow-settings`'s (region and train branch prefix of the default branch's settings).
+LAUNCH_OUTPUTS = tuple(str(key) for key in LaunchOutput)
+WAIT_OUTPUTS = tuple(str(key) for key in WaitOutput)
+SETTINGS_OUTPUTS = tuple(str(key) for key in SettingsOutput)
 # The train job's timeline outputs (<phase>-at, epoch seconds): the boot script's moments and the job's start.
 TIMELINE_PHASES = ("boot", "image-ready", "runner-started", "job-started")
 

@@ -1,5 +1,5 @@
-"""`gpu-runner launch | wait | teardown | resume | reap` (what train.yml and reap.yml run), `bootstrap`,
-`doctor` and `cost-report`."""
+"""`gpu-runner workflow-settings | launch | wait | teardown | resume | reap` (what the GPU workflows run),
+`bootstrap`, `doctor` and `cost-report`."""
 
 from __future__ import annotations
 
@@ -15,12 +15,11 @@ from typing import TypeVar
 from botocore.exceptions import BotoCoreError, ClientError
 
 from . import ec2, log_output
-from . import workflow_values as values
+from . import workflow_contract as contract
 from .aws import Aws
 from .errors import RunnerError
 from .github import GitHubRunners
 from .naming import RunContext
-from .outputs import append_summary
 from .settings import Settings, load_settings
 
 DEFAULT_SETTINGS = Path("configs/gpu-runner.yaml")
@@ -40,6 +39,10 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpu-runner", description=__doc__)
     parser.add_argument("--settings", type=Path, default=DEFAULT_SETTINGS, help="YAML settings file")
     commands = parser.add_subparsers(dest="command", required=True)
+
+    commands.add_parser(
+        "workflow-settings", help="write region and train-branch-prefix (from the settings) as step outputs"
+    )
 
     launch = commands.add_parser("launch", help="register a JIT runner and launch its GPU instance")
     launch.add_argument("--instance-type", default="", help="try only this type (overrides instance_types)")
@@ -99,8 +102,9 @@ def _parser() -> argparse.ArgumentParser:
         "bootstrap", help="one-time: deploy infra/gpu-runner.yaml (bucket, OIDC roles, instance profile)"
     )
     boot.add_argument("--repository", required=True, help="owner/name of the GitHub repository to trust")
-    boot.add_argument("--bucket", required=True, help="S3 bucket for data, checkpoints and exports")
-    boot.add_argument("--branch-prefix", default="train/", help="branches that may start GPU training")
+    # Default: the settings file's bucket and train_branch_prefix, their one source (a different value is refused).
+    boot.add_argument("--bucket", default="", help="S3 bucket for data, checkpoints and exports")
+    boot.add_argument("--branch-prefix", default="", help="branches that may start GPU training")
     boot.add_argument("--default-branch", default="main", help="the only branch the reaper role trusts")
     boot.add_argument("--owner-id", default="", help="numeric owner id (immutable OIDC subject), optional")
     boot.add_argument("--repository-id", default="", help="numeric repository id, optional")
@@ -119,7 +123,11 @@ def _parser() -> argparse.ArgumentParser:
         "doctor", help="read-only preflight of the AWS account and GitHub repository (one line per check)"
     )
     doctor.add_argument("--repository", required=True, help="owner/name of the GitHub repository")
-    doctor.add_argument("--branch-prefix", default="train/", help="branches the train role must trust")
+    doctor.add_argument(
+        "--branch-prefix",
+        default="",
+        help="branches the train role must trust (default: train_branch_prefix)",
+    )
     doctor.add_argument("--default-branch", default="main", help="the branch the reaper role must trust")
     _add_cost_report(commands)
     return parser
@@ -192,6 +200,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "bootstrap":
         _bootstrap(args, settings, aws)
         return 0
+    if args.command == "workflow-settings":
+        _workflow_settings(settings)
+        return 0
     if args.command == "resume":
         _resume(args, settings, ctx, aws)
         return 0
@@ -202,14 +213,17 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     github = GitHubRunners.from_env(ctx.repository, env=env)
     if args.command == "launch":
         _check_dispatch_inputs(args, settings, ctx)
-        # GPU_RUNNER_LABEL_NONCE: test-only (act needs the label before the run starts). Only whoever writes the
-        # start job's environment could set it, and that one controls the launch anyway.
-        nonce = os.environ.get("GPU_RUNNER_LABEL_NONCE") or None
+        if not settings.bucket:  # the train job would have nowhere to keep its checkpoints
+            raise RunnerError(
+                f"bucket: not set in {args.settings}; set it to the bucket `make bootstrap` created (the "
+                "default branch's copy is the one that counts)"
+            )
+        nonce = os.environ.get(contract.LABEL_NONCE) or None
         lifecycle.launch(settings, ctx, aws, github, use_spot=args.spot, label_nonce=nonce)
     elif args.command == "wait":
         lifecycle.wait(
-            settings, aws, github, region=values.region(args.region), instance_id=values.instance_id(args.instance_id),
-            runner_id=values.runner_id(args.runner_id), timeout_seconds=args.timeout,
+            settings, aws, github, region=contract.region(args.region), instance_id=contract.instance_id(args.instance_id),
+            runner_id=contract.runner_id(args.runner_id), timeout_seconds=args.timeout,
         )  # fmt: skip
     elif args.command == "teardown":
         _teardown(args, settings, aws, github, timeline.parse_phases(args.phase))
@@ -223,11 +237,11 @@ def _check_dispatch_inputs(args: argparse.Namespace, settings: Settings, ctx: Ru
     (before the JIT config and RunInstances). A push leaves `commit` empty: the run trains its own GITHUB_SHA."""
     from .github import DEFAULT_BASE_URL, check_commit_on_branch
 
-    values.attempt(args.attempt, settings.max_attempts)
+    contract.attempt(args.attempt, settings.max_attempts)
     if not args.commit:
         return
-    values.commit(args.commit)
-    token = os.environ.get("GITHUB_TOKEN", "")
+    contract.commit(args.commit)
+    token = os.environ.get(contract.GITHUB_TOKEN, "")
     if not token:
         raise RunnerError(
             "GITHUB_TOKEN is not set: the launch step passes the workflow's token (permissions: contents: read) "
@@ -235,9 +249,9 @@ def _check_dispatch_inputs(args: argparse.Namespace, settings: Settings, ctx: Ru
         )
     # For workflow_dispatch, GITHUB_SHA is the "Last commit on the GITHUB_REF branch or tag" (docs.github.com,
     # "Events that trigger workflows", workflow_dispatch, read 2026-12-01): the head `commit` must be behind.
-    if not values.COMMIT.fullmatch(ctx.commit):
+    if not contract.COMMIT.fullmatch(ctx.commit):
         raise RunnerError(f"GITHUB_SHA {ctx.commit!r} is not a commit: run launch inside the workflow run")
-    base_url = os.environ.get("GITHUB_API_URL") or DEFAULT_BASE_URL
+    base_url = os.environ.get(contract.GITHUB_API_URL) or DEFAULT_BASE_URL
     check_commit_on_branch(ctx.repository, args.commit, ctx.branch, ctx.commit, token, base_url)
 
 
@@ -254,7 +268,7 @@ def _teardown(
     def checked(check: Callable[[str], T], value: str, on_bad: Callable[[str], None]) -> T | None:
         try:
             return check(value) if value else None
-        except values.BadValue as error:
+        except contract.BadValue as error:
             on_bad(str(error))
             return None
 
@@ -264,11 +278,11 @@ def _teardown(
     def warn_region(message: str) -> None:
         print(f"warning: {message}; using the settings' region {settings.region} (launch never leaves it)")
 
-    region = checked(values.region, args.region, warn_region) or settings.region
-    instance_id = checked(values.instance_id, args.instance_id, refused.append) or ""
-    runner_id = checked(values.runner_id, args.runner_id, refused.append)
-    run_id = checked(values.mlflow_run_id, args.mlflow_run_id, warn_cost) or ""
-    attempt = checked(lambda v: values.attempt(v, settings.max_attempts), args.attempt, warn_cost)
+    region = checked(contract.region, args.region, warn_region) or settings.region
+    instance_id = checked(contract.instance_id, args.instance_id, refused.append) or ""
+    runner_id = checked(contract.runner_id, args.runner_id, refused.append)
+    run_id = checked(contract.mlflow_run_id, args.mlflow_run_id, warn_cost) or ""
+    attempt = checked(lambda v: contract.attempt(v, settings.max_attempts), args.attempt, warn_cost)
     request = lifecycle.CostRequest(settings.root_volume_gb, run_id, attempt, phases=phases)
     try:
         lifecycle.teardown(
@@ -284,11 +298,39 @@ def _teardown(
         )
 
 
+def _workflow_settings(settings: Settings) -> None:
+    """The values the workflows need before any AWS credential exists, from the one file that holds them."""
+    contract.write_outputs(
+        {
+            contract.SettingsOutput.REGION: settings.region,
+            contract.SettingsOutput.TRAIN_BRANCH_PREFIX: settings.train_branch_prefix,
+        }
+    )
+
+
+def _from_settings(flag: str, given: str, key: str, configured: str, settings_file: Path) -> str:
+    """A flag's value where the settings file holds the one source: the file's, or the same value again."""
+    if given and configured and given != configured:
+        raise RunnerError(
+            f"{flag}: '{given}' differs from {key}: '{configured}' in {settings_file}, which the workflows "
+            f"read; change {key} there and leave {flag} out"
+        )
+    return given or configured
+
+
 def _bootstrap(args: argparse.Namespace, settings: Settings, aws: Aws) -> None:
     from . import stack
 
+    bucket = _from_settings("--bucket", args.bucket, "bucket", settings.bucket, args.settings)
+    prefix = _from_settings(
+        "--branch-prefix",
+        args.branch_prefix,
+        "train_branch_prefix",
+        settings.train_branch_prefix,
+        args.settings,
+    )
     inputs = stack.StackInputs(
-        repository=args.repository, bucket=args.bucket, train_branch_prefix=args.branch_prefix,
+        repository=args.repository, bucket=bucket, train_branch_prefix=prefix,
         default_branch=args.default_branch, owner_id=args.owner_id, repository_id=args.repository_id,
         oidc_provider_arn=args.oidc_provider_arn, vpc_id=args.vpc_id,
         checkpoint_retention_days=args.checkpoint_retention_days,
@@ -312,7 +354,8 @@ def _doctor(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
         print(f"✗ repository: '{args.repository}' is not owner/name; fix: pass --repository owner/name")
         return 1
     target = doctor.Target(
-        settings=settings, repository=args.repository, train_branch_prefix=args.branch_prefix,
+        settings=settings, repository=args.repository,
+        train_branch_prefix=args.branch_prefix or settings.train_branch_prefix,
         default_branch=args.default_branch,
     )  # fmt: skip
     outcomes = doctor.run_checks(target, aws)
@@ -323,22 +366,22 @@ def _resume(args: argparse.Namespace, settings: Settings, ctx: RunContext, aws: 
     from . import resume
     from .github import DEFAULT_BASE_URL, dispatch_workflow
 
-    token = os.environ.get("GITHUB_TOKEN", "")
+    token = os.environ.get(contract.GITHUB_TOKEN, "")
     if not token:
         raise RunnerError("GITHUB_TOKEN is not set: pass the workflow's token (permissions: actions: write)")
-    base_url = os.environ.get("GITHUB_API_URL") or DEFAULT_BASE_URL
+    base_url = os.environ.get(contract.GITHUB_API_URL) or DEFAULT_BASE_URL
 
     def dispatch(ref: str, inputs: Mapping[str, str]) -> None:
         dispatch_workflow(ctx.repository, resume.WORKFLOW, ref, inputs, token, base_url)
 
     decision = resume.resume(
-        settings, aws, dispatch, ref=args.ref, attempt=values.attempt(args.attempt, settings.max_attempts),
-        train_interrupted=args.train_interrupted == "true", region=values.region(args.region) if args.region else "",
-        instance_id=values.instance_id(args.instance_id) if args.instance_id else "", commit=values.commit(args.commit),
-        config=values.config_path(args.config, Path.cwd()), instance_type=args.instance_type,
+        settings, aws, dispatch, ref=args.ref, attempt=contract.attempt(args.attempt, settings.max_attempts),
+        train_interrupted=args.train_interrupted == "true", region=contract.region(args.region) if args.region else "",
+        instance_id=contract.instance_id(args.instance_id) if args.instance_id else "", commit=contract.commit(args.commit),
+        config=contract.config_path(args.config, Path.cwd()), instance_type=args.instance_type,
     )  # fmt: skip
     if decision.interrupted:
-        append_summary(f"### Spot interruption\n\nAttempt {args.attempt}: {decision.reason}.\n")
+        contract.append_summary(f"### Spot interruption\n\nAttempt {args.attempt}: {decision.reason}.\n")
 
 
 def aws_refusal(error: ClientError, region: str) -> str:

@@ -28,7 +28,7 @@ from github.Requester import Requester
 from github.SelfHostedActionsRunner import SelfHostedActionsRunner
 
 from .errors import RegistrationTimeout, RunnerError, SettingsError
-from .outputs import mask
+from .workflow_contract import mask
 
 log = logging.getLogger(__name__)
 

@@ -29,9 +29,9 @@ from .cost.record import TRAINING_SECONDS, Cost, latest_at_step
 from .errors import LaunchBlockedError, RegistrationTimeout, RunnerError, SettingsError
 from .github import GitHubRunners, Runner
 from .mlflow_rest import MlflowRest
-from .outputs import append_summary, write_outputs
 from .settings import Settings
 from .user_data import render_job_started_hook, render_user_data
+from .workflow_contract import UNPRINTED, LaunchOutput, WaitOutput, append_summary, write_outputs
 
 log = logging.getLogger(__name__)
 
@@ -128,8 +128,13 @@ def launch(
     launched: ec2.Launched | None = None
     try:
         write_outputs(
-            {"runner-id": str(runner_id), "runner-name": name, "label": label, "parameter": parameter},
-            unprinted=("label", "parameter"),
+            {
+                LaunchOutput.RUNNER_ID: str(runner_id),
+                LaunchOutput.RUNNER_NAME: name,
+                LaunchOutput.LABEL: label,
+                LaunchOutput.PARAMETER: parameter,
+            },
+            unprinted=UNPRINTED,
         )
         tags = instance_tags(settings, ctx, runner_id=runner_id, expires_at=expires_at)
         spec = ec2.LaunchSpec(
@@ -163,11 +168,12 @@ def launch(
         )
         write_outputs(
             {
-                "instance-id": launched.instance_id,
-                "region": region,
-                "instance-type": launched.instance_type,
-                "market": launched.market,
-                "availability-zone": launched.availability_zone,
+                LaunchOutput.INSTANCE_ID: launched.instance_id,
+                LaunchOutput.REGION: region,
+                LaunchOutput.INSTANCE_TYPE: launched.instance_type,
+                LaunchOutput.MARKET: launched.market,
+                LaunchOutput.AVAILABILITY_ZONE: launched.availability_zone,
+                LaunchOutput.BUCKET: settings.bucket,
             }
         )
         # After RunInstances: only now is the instance's ARN known, and the parameter is created tagged with it
@@ -334,7 +340,10 @@ def _online(runner: Runner, instance: Mapping[str, Any], waited: float) -> Onlin
         f"polling every {POLL_INTERVAL_SECONDS:.0f} s)"
     )
     write_outputs(
-        {"runner-online-at": f"{online_at.timestamp():.0f}", "runner-online-seconds": f"{after_launch:.0f}"}
+        {
+            WaitOutput.RUNNER_ONLINE_AT: f"{online_at.timestamp():.0f}",
+            WaitOutput.RUNNER_ONLINE_SECONDS: f"{after_launch:.0f}",
+        }
     )
     return Online(runner, online_at, after_launch)
 

@@ -28,6 +28,10 @@ DLAMI_GPU_FAMILIES = (
 INSTANCE_TYPE = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9][a-z0-9-]*")
 REGION = re.compile(r"[a-z]{2}(-gov)?-[a-z]+-\d")
 SHA256 = re.compile(r"[0-9a-f]{64}")
+# S3 bucket names: 3-63 lowercase letters, digits, dots and hyphens, a letter or digit at each end (Amazon S3 User
+# Guide, "General purpose bucket naming rules", read 2026-12-01); no ".." either.
+BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+BRANCH_PREFIX = re.compile(r"[A-Za-z0-9._/-]+")
 # A container image pinned by digest: <name>[:<tag>]@sha256:<64 hex>. A tag alone is mutable (whoever can push to
 # the repository can point it at other bytes); the digest names exactly one manifest (OCI image spec,
 # descriptor.md "Digests"). Name and tag characters after the OCI distribution spec's rules, lower-case names.
@@ -52,6 +56,12 @@ class Settings:
     max_runtime_minutes: int = 180
     idle_timeout_minutes: int = 15
     ssm_prefix: str = "/gpu-runner"
+    # The stack's bucket (data, checkpoints, exports): `gpu-runner bootstrap` creates it, the train job
+    # checkpoints to s3://<bucket>/checkpoints (launch hands it on as the start job's `bucket` output).
+    bucket: str = ""
+    # Branches whose pushes may start GPU training: the train role trusts refs/heads/<prefix>*, and train.yml's
+    # `on.push.branches` must be <prefix>** (GitHub reads triggers before any code runs, so it says it again).
+    train_branch_prefix: str = "train/"
     # "" = host mode (nothing to pre-pull); else the train job's container image, pulled at boot (docs/gpu-runtime.md).
     image: str = ""
     runner_version: str = "latest"
@@ -111,6 +121,14 @@ def _problems(s: Settings) -> list[str]:
         out.append("ami_parameter: must be an SSM parameter path starting with '/' (or set ami_id)")
     if not s.ssm_prefix.startswith("/"):
         out.append(f"ssm_prefix: '{s.ssm_prefix}' must start with '/'")
+    if s.bucket and (not BUCKET.fullmatch(s.bucket) or ".." in s.bucket):
+        out.append(
+            f"bucket: '{s.bucket}' is not a valid S3 bucket name (3-63 lowercase letters, digits, dots and dashes)"
+        )
+    if not BRANCH_PREFIX.fullmatch(s.train_branch_prefix):
+        out.append(
+            f"train_branch_prefix: '{s.train_branch_prefix}' may only hold letters, digits and . _ / - (e.g. train/)"
+        )
     if s.runner_version != "latest" and not re.fullmatch(r"\d+\.\d+\.\d+", s.runner_version):
         out.append(f"runner_version: '{s.runner_version}' must be 'latest' or a version like 2.330.0")
     if s.runner_sha256 and not SHA256.fullmatch(s.runner_sha256):

@@ -20,7 +20,7 @@ from botocore.exceptions import ClientError, WaiterError
 from . import lambda_zip, naming
 from .errors import RunnerError
 from .github import DEFAULT_BASE_URL
-from .settings import Settings
+from .settings import BRANCH_PREFIX, BUCKET, Settings
 
 log = logging.getLogger(__name__)
 
@@ -28,13 +28,11 @@ DEFAULT_TEMPLATE = Path("infra/gpu-runner.yaml")
 # The roles get generated names, so CAPABILITY_IAM suffices (no CAPABILITY_NAMED_IAM).
 CAPABILITIES = ["CAPABILITY_IAM"]
 REPOSITORY = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*/[A-Za-z0-9._-]+")
-BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
-BRANCH_PREFIX = re.compile(r"[A-Za-z0-9._/-]+")
 OIDC_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:oidc-provider/token\.actions\.githubusercontent\.com")
 FAILED_STATES = ("CREATE_FAILED", "UPDATE_FAILED", "DELETE_FAILED")
 NO_UPDATES = "No updates are to be performed"
 HINTS = {
-    "BucketAlreadyExists": " (bucket names are global: pass --bucket with another name, and use it in train.yml)",
+    "BucketAlreadyExists": " (bucket names are global: set another as bucket in configs/gpu-runner.yaml, without --bucket)",
     "InsufficientCapabilitiesException": " (the template changed to name its roles: add CAPABILITY_NAMED_IAM)",
     "AccessDenied": " (bootstrap needs credentials that may create IAM roles, S3 buckets and EC2 security groups)",
 }
@@ -63,7 +61,7 @@ class StackInputs:
         if not BUCKET.fullmatch(self.bucket) or ".." in self.bucket:
             problems.append(
                 f"--bucket: '{self.bucket}' is not a valid S3 bucket name (3-63 lowercase letters, digits, "
-                "dots and dashes)"
+                "dots and dashes); set bucket in configs/gpu-runner.yaml"
             )
         for flag, value in (
             ("--branch-prefix", self.train_branch_prefix),

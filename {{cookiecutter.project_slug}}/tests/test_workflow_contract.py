@@ -1,5 +1,6 @@
-"""The values train.yml hands the training CLI, checked in GitHub Actions (issue 13, item 5): the config must be a
-file of the checkout, the commit a full SHA, the attempt a number from 1."""
+"""What passes between train.yml's GPU job and the training CLI: the values it hands in, checked in GitHub Actions
+(issue 13, item 5: the config must be a file of the checkout, the commit a full SHA, the attempt a number from
+1), and the step outputs and job summary the CLI writes back."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ from pathlib import Path
 import pytest
 
 from {{ cookiecutter.package_name }}.config import ConfigError
-from {{ cookiecutter.package_name }}.workflow_inputs import check
+from {{ cookiecutter.package_name }}.tracking import job_summary
+from {{ cookiecutter.package_name }}.workflow_contract import (
+    MLFLOW_RUN_ID_OUTPUT,
+    append_job_summary,
+    attempt,
+    check,
+    write_step_output,
+)
 
 IN_ACTIONS = {"GITHUB_ACTIONS": "true", "GITHUB_JOB": "train"}
 
@@ -59,3 +67,28 @@ def test_the_cli_refuses_a_config_outside_the_checkout_before_anything_runs(
     assert "error: --config: '/etc/passwd' is not a path inside the repository" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "outputs").exists()
+
+
+def test_job_summary_is_appended_in_github_actions_only(tmp_path: Path) -> None:
+    text = job_summary("http://mlflow:5000", "3", "abc", {"test_accuracy": 0.9812})
+    summary = tmp_path / "summary.md"
+    assert append_job_summary(text, {"GITHUB_STEP_SUMMARY": str(summary)})
+    assert append_job_summary(text, {"GITHUB_STEP_SUMMARY": str(summary)})
+    assert summary.read_text().count("### Training run") == 2
+    assert not append_job_summary(text, {})
+
+
+def test_step_output_for_the_stop_job(tmp_path: Path) -> None:
+    """train.yml's stop job reads the run id from the train step's $GITHUB_OUTPUT to log the cost there."""
+    out = tmp_path / "github_output"
+    out.write_text("interrupted=true\n")
+    assert write_step_output(MLFLOW_RUN_ID_OUTPUT, "0123abcd", {"GITHUB_OUTPUT": str(out)})
+    assert out.read_text().splitlines() == ["interrupted=true", "mlflow-run-id=0123abcd"]
+    assert not write_step_output(MLFLOW_RUN_ID_OUTPUT, "0123abcd", {})
+    with pytest.raises(ValueError, match="single line"):
+        write_step_output(MLFLOW_RUN_ID_OUTPUT, "a\nb=c", {"GITHUB_OUTPUT": str(out)})
+
+
+@pytest.mark.parametrize(("value", "expected"), [("", 1), ("3", 3), ("0", 1), ("--x", 1), (" 2 ", 2)])
+def test_attempt_is_the_step_of_per_attempt_metrics(value: str, expected: int) -> None:
+    assert attempt({"TRAIN_ATTEMPT": value}) == expected

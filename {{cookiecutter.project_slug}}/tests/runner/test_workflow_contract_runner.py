@@ -9,7 +9,7 @@ import pytest
 from doubles.aws_constants import REGION
 from doubles.github_double import DEFAULT_TOKEN
 
-from gpu_runner import workflow_values as values
+from gpu_runner import workflow_contract as values
 from gpu_runner.cli import main
 
 COMMIT = "c" * 40

@@ -1,0 +1,185 @@
+"""What passes between the GPU workflows (.github/workflows/gpu-runner-start.yml, gpu-runner-stop.yml, reap.yml)
+and `gpu-runner`: the values that come in (flags the workflows build from inputs and job outputs, checked here),
+and what goes out (the step outputs it appends to $GITHUB_OUTPUT, the job summary, the masked secrets).
+
+Step outputs are written one group at a time (not at the end) so the `stop` job can clean up whatever exists
+even if `launch` dies half-way. Some incoming values come from the GPU instance (the train job's outputs) or
+from a hand-made dispatch, so they are untrusted: a value like `--x` must stay a value (the workflow passes
+`--opt=value`), and a value of the wrong shape must be refused here, before it reaches an API call, a file path
+or another workflow run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Collection, Mapping
+from enum import StrEnum
+from pathlib import Path
+
+from .errors import RunnerError
+from .settings import REGION
+
+
+class LaunchOutput(StrEnum):
+    """`gpu-runner launch`'s step outputs; gpu-runner-start.yml maps every one to an output of the start job."""
+
+    # Written as soon as the just-in-time runner config exists (before RunInstances).
+    RUNNER_ID = "runner-id"
+    RUNNER_NAME = "runner-name"
+    LABEL = "label"
+    PARAMETER = "parameter"
+    # Written once RunInstances returned.
+    INSTANCE_ID = "instance-id"
+    REGION = "region"
+    INSTANCE_TYPE = "instance-type"
+    MARKET = "market"
+    AVAILABILITY_ZONE = "availability-zone"
+    # The settings' bucket: the train job's checkpoint URI (s3://<bucket>/checkpoints), from the default branch.
+    BUCKET = "bucket"
+
+
+class WaitOutput(StrEnum):
+    """`gpu-runner wait`'s step outputs: the timeline's "runner online" moment (epoch seconds, and after launch)."""
+
+    RUNNER_ONLINE_AT = "runner-online-at"
+    RUNNER_ONLINE_SECONDS = "runner-online-seconds"
+
+
+class SettingsOutput(StrEnum):
+    """`gpu-runner workflow-settings`'s step outputs: the values of the default branch's configs/gpu-runner.yaml
+    that the workflows need before any AWS credential exists (written once there, not in each workflow)."""
+
+    REGION = "region"
+    TRAIN_BRANCH_PREFIX = "train-branch-prefix"
+
+
+# Never echoed to the log: the label is what another workflow would need to queue a job for this runner
+# (issue 13, item 1); the parameter names where its JIT config is.
+UNPRINTED = (LaunchOutput.LABEL, LaunchOutput.PARAMETER)
+# The environment gpu-runner reads in a workflow, besides the GITHUB_* defaults naming.RunContext reads.
+GITHUB_OUTPUT = "GITHUB_OUTPUT"
+GITHUB_STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
+GITHUB_TOKEN = "GITHUB_TOKEN"
+GITHUB_API_URL = "GITHUB_API_URL"
+# Test-only (act needs the label before the run starts). Only whoever writes the start job's environment could
+# set it, and that one controls the launch anyway.
+LABEL_NONCE = "GPU_RUNNER_LABEL_NONCE"
+
+
+def write_outputs(
+    values: Mapping[str, str], env: Mapping[str, str] | None = None, *, unprinted: Collection[str] = ()
+) -> None:
+    """Append to $GITHUB_OUTPUT and echo to the log, except the values of `unprinted` keys: a job output is
+    visible in a log only when something prints it (the runner's label must not be: issue 13, item 1)."""
+    env = os.environ if env is None else env
+    for key, value in values.items():
+        if "\n" in value or "\n" in key:
+            raise ValueError(f"output {key!r} must be a single line")
+        print(f"{key}=(set, not printed)" if key in unprinted else f"{key}={value}")
+    path = env.get(GITHUB_OUTPUT)
+    if path:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.writelines(f"{key}={value}\n" for key, value in values.items())
+
+
+def append_summary(markdown: str, env: Mapping[str, str] | None = None) -> None:
+    """Add to the job summary ($GITHUB_STEP_SUMMARY) when running in GitHub Actions."""
+    env = os.environ if env is None else env
+    path = env.get(GITHUB_STEP_SUMMARY)
+    if path:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(markdown + "\n")
+
+
+def mask(secret: str, env: Mapping[str, str] | None = None) -> None:
+    """A backstop for a secret this process holds: `::add-mask::` (docs.github.com "Workflow commands for GitHub
+    Actions", "Masking a value in a log") makes the runner print *** for it in every later line of the job's log,
+    should anything print it. Only in GitHub Actions; the value is one line (a JIT config or token), which is the
+    unit the runner masks. Nothing here prints a secret otherwise."""
+    env = os.environ if env is None else env
+    if env.get("GITHUB_ACTIONS") == "true" and secret.strip():
+        print(f"::add-mask::{secret.strip()}", flush=True)
+
+
+# MLflow's tracking stores name a run `uuid.uuid4().hex` (mlflow/store/tracking/sqlalchemy_store.py,
+# create_run, MLflow 3.17.2): 32 lowercase hex digits.
+MLFLOW_RUN_ID = re.compile(r"[0-9a-f]{32}")
+# A Git object name of a SHA-1 repository, as GitHub's `github.sha` and the REST API write it: 40 hex digits.
+COMMIT = re.compile(r"[0-9a-f]{40}")
+# EC2 resource IDs: "i-" and 17 characters after the hyphen since 2016-2018, 8 before (Amazon EC2 User Guide,
+# "Resource IDs", https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/resource-ids.html, read 2026-12-01).
+INSTANCE_ID = re.compile(r"i-(?:[0-9a-f]{8}|[0-9a-f]{17})")
+
+
+class BadValue(RunnerError):
+    """A value the workflow passed has the wrong shape; the message names the flag and the fix."""
+
+
+def _matching(pattern: re.Pattern[str], value: str, flag: str, expected: str) -> str:
+    """`value` if the whole of it matches `pattern`, else BadValue: "<flag>: <value> is not <expected>"."""
+    if not pattern.fullmatch(value):
+        raise BadValue(f"{flag}: {_shown(value)} is not {expected}")
+    return value
+
+
+def mlflow_run_id(value: str) -> str:
+    return _matching(
+        MLFLOW_RUN_ID, value, "--mlflow-run-id",
+        "an MLflow run id (32 lowercase hex digits); it comes from the train job's mlflow-run-id output, which "
+        "only the training CLI should write",
+    )  # fmt: skip
+
+
+def commit(value: str) -> str:
+    return _matching(
+        COMMIT, value, "--commit",
+        "a commit (40 lowercase hex digits); pass the full SHA in the dispatch input `commit`, or leave it empty "
+        "for the branch head",
+    )  # fmt: skip
+
+
+def attempt(value: str, max_attempts: int) -> int:
+    if not (value.isascii() and value.isdigit() and 1 <= int(value) <= max_attempts):
+        raise BadValue(
+            f"--attempt: {_shown(value)} is not an attempt number from 1 to {max_attempts} (max_attempts in "
+            "configs/gpu-runner.yaml); the dispatch input `attempt` is 1 for a first run"
+        )
+    return int(value)
+
+
+def instance_id(value: str) -> str:
+    return _matching(
+        INSTANCE_ID, value, "--instance-id",
+        "an EC2 instance id (i- and 8 or 17 hex digits); it comes from the start job's instance-id output",
+    )  # fmt: skip
+
+
+def runner_id(value: str) -> int:
+    if not (value.isascii() and value.isdigit() and int(value) > 0):
+        raise BadValue(
+            f"--runner-id: {_shown(value)} is not a runner id (a positive integer); it comes from the start "
+            "job's runner-id output"
+        )
+    return int(value)
+
+
+def region(value: str) -> str:
+    return _matching(REGION, value, "--region", "an AWS region like eu-west-1")
+
+
+def config_path(value: str, repository: Path) -> str:
+    """A training config must be a file of the checked-out repository: relative, and inside it once resolved
+    (no `..`, no symlink out), so a dispatch input cannot point the training at a file of the runner's host."""
+    root = repository.resolve()
+    if not value or Path(value).is_absolute() or not (root / value).resolve().is_relative_to(root):
+        raise BadValue(
+            f"--config: {_shown(value)} is not a path inside the repository; pass a relative path such as "
+            "configs/train.yaml"
+        )
+    return value
+
+
+def _shown(value: str) -> str:
+    # repr: quotes and escapes make an empty, blank or multi-line value visible; long ones are cut.
+    return repr(value if len(value) <= 80 else value[:77] + "...")

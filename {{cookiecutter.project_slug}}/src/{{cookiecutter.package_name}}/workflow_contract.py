@@ -1,0 +1,90 @@
+"""What passes between train.yml's GPU job (`train`) and the training CLI: the environment variables it sets
+(checked here where they come from dispatch inputs), and the step outputs and job summary the CLI writes back.
+The exit statuses the workflow reads are errors.EXIT_INTERRUPTED (75) and errors.EXIT_NO_GPU (78).
+
+In the GPU job the config must be a file of the checkout, so a dispatch input cannot point the training at a
+file of the runner's host; the commit ends up in S3 keys and MLflow tags. Elsewhere (by hand, the CI's test job,
+whose tests use temporary configs) any config file may be used.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from .config import ConfigError
+
+# A Git object name of a SHA-1 repository, as `github.sha` writes it.
+COMMIT = re.compile(r"[0-9a-f]{40}")
+TRAIN_JOB = "train"  # the job id of train.yml's GPU job (GITHUB_JOB)
+
+# In: train.yml's train job sets these (from dispatch inputs and the start job's outputs).
+TRAIN_COMMIT = "TRAIN_COMMIT"  # the commit trained (a resumed attempt trains the first one's)
+TRAIN_ATTEMPT = "TRAIN_ATTEMPT"  # 1 for a push; the MLflow step of per-attempt metrics
+GPU_INSTANCE_TYPE = "GPU_INSTANCE_TYPE"  # set only on the GPU runner
+GPU_MARKET = "GPU_MARKET"  # spot or on-demand
+# The allow-cpu dispatch input: "true" trains on the CPU when no GPU is visible.
+GPU_ALLOW_CPU = "GPU_ALLOW_CPU"
+GPU_RUNTIME_IMAGE = "GPU_RUNTIME_IMAGE"  # the job's container image, when it has one (docs/gpu-runtime.md)
+# Out: the step outputs train.yml maps to the train job's outputs (the stop job reads them).
+MLFLOW_RUN_ID_OUTPUT = "mlflow-run-id"  # the run this attempt's cost is logged to
+GPU_PREFLIGHT_OUTPUT = "gpu-preflight"  # ok, cpu-allowed or no-gpu
+
+
+def check(config: Path, env: Mapping[str, str], repository: Path | None = None) -> None:
+    """Raise ConfigError naming the first bad value and the fix; nothing to check outside train.yml's GPU job."""
+    if env.get("GITHUB_ACTIONS") != "true" or env.get("GITHUB_JOB") != TRAIN_JOB:
+        return
+    root = (repository or Path.cwd()).resolve()
+    if config.is_absolute() or not (root / config).resolve().is_relative_to(root):
+        raise ConfigError(
+            f"--config: '{config}' is not a path inside the repository; pass a relative path such as "
+            "configs/train.yaml (the dispatch input `config`)"
+        )
+    commit = env.get(TRAIN_COMMIT, "")
+    if commit and not COMMIT.fullmatch(commit):
+        raise ConfigError(
+            f"TRAIN_COMMIT: {commit[:60]!r} is not a commit (40 lowercase hex digits); pass the full SHA in the "
+            "dispatch input `commit`, or leave it empty for the branch head"
+        )
+    attempt = env.get(TRAIN_ATTEMPT, "")
+    if attempt and not (attempt.isascii() and attempt.isdigit() and int(attempt) >= 1):
+        raise ConfigError(
+            f"TRAIN_ATTEMPT: {attempt[:60]!r} is not an attempt number (1 or more); the dispatch input `attempt` "
+            "is 1 for a first run"
+        )
+
+
+def attempt(env: Mapping[str, str] | None = None) -> int:
+    """The workflow attempt (TRAIN_ATTEMPT; 1 by hand): the step of per-attempt metrics."""
+    env = os.environ if env is None else env
+    value = env.get(TRAIN_ATTEMPT, "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else 1
+
+
+def write_step_output(name: str, value: str, env: Mapping[str, str] | None = None) -> bool:
+    """Append `name=value` to $GITHUB_OUTPUT when running in GitHub Actions; returns whether it did.
+
+    train.yml's stop job reads the MLflow run id this way to log the run's cost after teardown."""
+    env = os.environ if env is None else env
+    path = env.get("GITHUB_OUTPUT")
+    if not path:
+        return False
+    if "\n" in name or "\n" in value:
+        raise ValueError(f"step output {name!r} must be a single line")
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(f"{name}={value}\n")
+    return True
+
+
+def append_job_summary(text: str, env: Mapping[str, str] | None = None) -> bool:
+    """Append to $GITHUB_STEP_SUMMARY when running in GitHub Actions; returns whether it did."""
+    env = os.environ if env is None else env
+    path = env.get("GITHUB_STEP_SUMMARY")
+    if not path:
+        return False
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(text + "\n")
+    return True

@@ -1,0 +1,102 @@
+"""Region, bucket, SSM prefix and train branch prefix are written once: configs/gpu-runner.yaml. The workflows
+read them from the default branch's copy at run time (`gpu-runner workflow-settings`, the start job's outputs),
+`make bootstrap` and `make doctor` through `--settings`; the one repetition GitHub forces is train.yml's
+`on.push.branches` (triggers are read before any code runs), which must then say the same.
+
+Where a value could be written: the files that deploy and run the project (workflows, composite actions,
+Makefile, configs/, infra/). Code, tests and docs may name example values (e.g. "a region like eu-west-1").
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+PROJECT = Path(__file__).resolve().parents[1]
+SETTINGS = Path("configs") / "gpu-runner.yaml"
+TRAIN = Path(".github") / "workflows" / "train.yml"
+# The settings keys that are written once, with where a workflow takes each from instead.
+ONE_SOURCE_KEYS = ("region", "bucket", "ssm_prefix", "train_branch_prefix")
+{% raw %}# What the workflows read instead (the settings step's output; the start job's outputs in train.yml).
+SETTINGS_REGION = "${{ steps.settings.outputs.region }}"
+START_REGION = "${{ needs.start.outputs.region }}"
+START_BUCKET = "${{ needs.start.outputs.bucket }}"{% endraw %}
+
+
+def deployment_files(root: Path) -> list[Path]:
+    """The files a value of the settings could be restated in (relative to root)."""
+    patterns = (".github/**/*.yml", ".github/**/*.yaml", "Makefile", "configs/*", "infra/*")
+    return sorted({p.relative_to(root) for pattern in patterns for p in root.glob(pattern) if p.is_file()})
+
+
+def places(root: Path, value: str) -> set[str]:
+    """Every deployment file that holds `value` as a whole word (not inside a longer name)."""
+    word = re.compile(rf"(?<![\w.-]){re.escape(value)}(?![\w.-])")
+    return {str(p) for p in deployment_files(root) if word.search((root / p).read_text(encoding="utf-8"))}
+
+
+def settings(root: Path) -> dict[str, str]:
+    raw = yaml.safe_load((root / SETTINGS).read_text(encoding="utf-8"))
+    return {key: raw[key] for key in ONE_SOURCE_KEYS}
+
+
+def restated(root: Path) -> dict[str, set[str]]:
+    """Per one-source key, the files besides configs/gpu-runner.yaml that write its value (train.yml's trigger
+    for the branch prefix is checked on its own, by test_the_trigger_is_the_configured_prefix)."""
+    allowed = {"train_branch_prefix": {str(TRAIN)}}
+    return {
+        key: places(root, value) - {str(SETTINGS)} - allowed.get(key, set())
+        for key, value in settings(root).items()
+    }
+
+
+def test_each_value_is_written_once_in_the_settings() -> None:
+    assert all(settings(PROJECT).values()), settings(PROJECT)
+    for key, value in settings(PROJECT).items():
+        assert str(SETTINGS) in places(PROJECT, value), (key, value)
+    assert restated(PROJECT) == {key: set() for key in ONE_SOURCE_KEYS}
+
+
+def test_the_trigger_is_the_configured_prefix() -> None:
+    doc = yaml.safe_load((PROJECT / TRAIN).read_text(encoding="utf-8"))
+    assert doc[True]["push"]["branches"] == [settings(PROJECT)["train_branch_prefix"] + "**"]
+
+
+def test_the_workflows_read_the_region_and_bucket_from_the_settings_outputs() -> None:
+    """Where each GPU workflow takes the values at run time: the default branch's settings, through outputs."""
+    workflows = PROJECT / ".github" / "workflows"
+    for name in ("gpu-runner-start.yml", "gpu-runner-stop.yml", "reap.yml"):
+        doc = yaml.safe_load((workflows / name).read_text(encoding="utf-8"))
+        (job,) = doc["jobs"].values()
+        credentials = [s for s in job["steps"] if str(s.get("uses", "")).startswith("aws-actions/")]
+        assert [s["with"]["aws-region"] for s in credentials] == [SETTINGS_REGION]
+    train = yaml.safe_load((PROJECT / TRAIN).read_text(encoding="utf-8"))["jobs"]["train"]
+    env = next(s for s in train["steps"] if s.get("id") == "train")["env"]
+    assert env["AWS_REGION"] == env["AWS_DEFAULT_REGION"] == START_REGION
+    assert env["BUCKET"] == START_BUCKET
+
+
+@pytest.mark.parametrize(
+    ("key", "path", "old", "new"),
+    [
+        ("region", ".github/workflows/reap.yml", f"aws-region: {SETTINGS_REGION}", "aws-region: {value}"),
+        ("bucket", "Makefile", "bootstrap \\", "bootstrap --bucket {value} \\"),
+        ("ssm_prefix", "infra/gpu-runner.yaml", "  SsmPrefix:\n", "  SsmPrefix:\n    Default: {value}\n"),
+        ("train_branch_prefix", ".github/workflows/gpu-runner-start.yml", 'PREFIX="refs/heads/${BRANCH_PREFIX}"',
+         'PREFIX="refs/heads/{value}"'),
+    ],
+)  # fmt: skip
+def test_a_planted_second_copy_fails(tmp_path: Path, key: str, path: str, old: str, new: str) -> None:
+    for relative in [*deployment_files(PROJECT)]:
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(PROJECT / relative, tmp_path / relative)
+    text = (tmp_path / path).read_text(encoding="utf-8")
+    assert old in text, f"{path} no longer holds {old!r}: update the planted copy"
+    (tmp_path / path).write_text(
+        text.replace(old, new.format(value=settings(PROJECT)[key]), 1), encoding="utf-8"
+    )
+    assert restated(tmp_path)[key] == {path}
