@@ -25,7 +25,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from . import workflow_contract
-from .errors import TrainingInterrupted
 
 DEFAULT_ENDPOINT = "http://169.254.169.254"
 TOKEN_TTL_SECONDS = 21600

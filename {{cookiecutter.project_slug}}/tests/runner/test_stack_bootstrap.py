@@ -28,6 +28,7 @@ from doubles.stack_deploy import PROJECT_DIR, TEMPLATE
 
 from gpu_runner import cli
 from gpu_runner.aws import Aws
+from gpu_runner.settings import load_settings
 from gpu_runner.stack import prefix_problem, repository_key, stack_name, trust_conflicts
 
 

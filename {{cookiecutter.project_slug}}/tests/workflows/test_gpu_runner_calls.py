@@ -17,7 +17,16 @@ from step_scripts import (
     step_env,
     substitute,
 )
-from workflow_files import LAUNCH_OUTPUTS, PROJECT, SETTINGS_OUTPUTS, WAIT_OUTPUTS, answers_of, gpu_workflows, offline_env, tool
+from workflow_files import (
+    LAUNCH_OUTPUTS,
+    PROJECT,
+    SETTINGS_OUTPUTS,
+    WAIT_OUTPUTS,
+    answers_of,
+    gpu_workflows,
+    offline_env,
+    tool,
+)
 
 from gpu_runner.workflow_contract import LaunchOutput, SettingsOutput, WaitOutput
 
