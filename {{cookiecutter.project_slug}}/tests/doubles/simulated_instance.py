@@ -32,6 +32,7 @@ from doubles.github_double import GitHubDouble, decode_jit_config
 RUN_ID = "777"
 LIVE = ("pending", "running", "stopping", "stopped")
 POWER_OFF_SECONDS = 2.0
+SHUTDOWN_CALL_SECONDS = 30.0
 # moto accepts any credentials; a story that scans for leaked ones passes distinctive values instead.
 AWS_TEST_CREDENTIALS = ("testing", "testing")
 RUNNER_VERSION = "2.331.0"
@@ -133,6 +134,14 @@ class Instance:
     refusal_reported: bool = False
 
 
+def _grace(instance: Instance) -> float:
+    """Seconds between power-off and killing what still runs: longer while the instance's own `shutdown -h
+    now` is between its terminate call and the record of its return."""
+    log = (instance.sim_dir / "calls.log").read_text()
+    halting = any(line.split(" ", 1)[-1].startswith("shutdown") and " now" in line for line in log.splitlines())
+    return SHUTDOWN_CALL_SECONDS if halting and "terminated " not in log else POWER_OFF_SECONDS
+
+
 @dataclass
 class Simulator:
     """Watches moto for instances `gpu-runner launch` created and boots each one (the happy story: one)."""
@@ -189,8 +198,10 @@ class Simulator:
                     self._registration(instance)
                     if instance.powered_off_at is None and states.get(instance.instance_id) not in LIVE:
                         self._power_off(instance)
-                    # An OS takes a moment to go down: what was running (the shutdown call) may finish.
-                    if instance.powered_off_at and time.time() - instance.powered_off_at > POWER_OFF_SECONDS:
+                    # An OS takes a moment to go down: what was running (the shutdown call) may finish. The
+                    # instance's own terminate call is given up to SHUTDOWN_CALL_SECONDS to record its return: on
+                    # a loaded 2-core machine the aws CLI took longer than POWER_OFF_SECONDS to exit.
+                    if instance.powered_off_at and time.time() - instance.powered_off_at > _grace(instance):
                         with contextlib.suppress(ProcessLookupError):
                             os.killpg(instance.process.pid, signal.SIGKILL)
             except Exception as error:  # reported by the test, never swallowed
