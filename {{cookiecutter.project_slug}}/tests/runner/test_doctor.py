@@ -121,15 +121,16 @@ def test_make_doctor_prints_one_line_per_check_and_fails_on_any_cross(
     recipe = re.search(r"^doctor:.*\n((?:\t.*\n)+)", makefile, flags=re.MULTILINE)
     assert recipe, "no doctor target in the Makefile"
     command = recipe.group(1).replace("\\\n", " ").replace("$(DOCTOR_ARGS)", "")
+    for name, value in re.findall(r"^(\w+) \?= (.*)$", makefile, flags=re.MULTILINE):
+        command = command.replace(f"$({name})", value)
     words = shlex.split(command)
     argv = words[words.index("gpu-runner") + 1 :]
     settings_path = tmp_path / "gpu-runner.yaml"
-    settings_path.write_text(yaml.safe_dump(world.deployed["raw"]))
+    # The stack was deployed with bootstrap's default prefix and default branch; the bake's own (other answers) are
+    # not under test here. The branch prefix is the settings file's (its one source).
+    settings_path.write_text(yaml.safe_dump({**world.deployed["raw"], "train_branch_prefix": "train/"}))
     argv[argv.index("configs/gpu-runner.yaml")] = str(settings_path)
     argv[argv.index("--repository") + 1] = DEFAULT_REPOSITORY  # the bake's repository, served by the double
-    # The stack was deployed with bootstrap's default prefix and default branch; the bake's own (other answers) are
-    # not under test here.
-    argv[argv.index("--branch-prefix") + 1] = "train/"
     argv[argv.index("--default-branch") + 1] = "main"
     for key, value in world.target.env.items():
         monkeypatch.setenv(key, value)
