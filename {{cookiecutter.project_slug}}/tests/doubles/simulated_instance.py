@@ -138,7 +138,9 @@ def _grace(instance: Instance) -> float:
     """Seconds between power-off and killing what still runs: longer while the instance's own `shutdown -h
     now` is between its terminate call and the record of its return."""
     log = (instance.sim_dir / "calls.log").read_text()
-    halting = any(line.split(" ", 1)[-1].startswith("shutdown") and " now" in line for line in log.splitlines())
+    halting = any(
+        line.split(" ", 1)[-1].startswith("shutdown") and " now" in line for line in log.splitlines()
+    )
     return SHUTDOWN_CALL_SECONDS if halting and "terminated " not in log else POWER_OFF_SECONDS
 
 

@@ -17,6 +17,7 @@ from gpu_runner.workflow_contract import LaunchOutput
 
 pytestmark = pytest.mark.e2e
 
+
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[f"{s.number:02d}" for s in SCENARIOS])
 def test_fault_scenario(scenario, stack: Stack, tmp_path: Path) -> None:
     story = run_story(stack, scenario, tmp_path, run_id=str(1000 + scenario.number))
