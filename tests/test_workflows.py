@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from conftest import write_config
 from cookiecutter.main import cookiecutter
 from workflow_files import (
