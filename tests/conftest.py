@@ -16,6 +16,7 @@ import yaml
 from cookiecutter.generate import generate_context
 from cookiecutter.prompt import prompt_for_config
 from cookiecutter.utils import create_env_with_context
+from workflow_files import iter_strings  # noqa: F401 (re-exported: the same walk the project's workflow checks use)
 
 TEMPLATE_ROOT = Path(__file__).resolve().parents[1]
 COOKIECUTTER_JSON = TEMPLATE_ROOT / "cookiecutter.json"
@@ -175,16 +176,3 @@ def cli_replay(workdir: Path, answers: Mapping[str, Any]) -> subprocess.Complete
     """`cookiecutter --replay-file <file> <template>`: every answer delivered verbatim, as data."""
     replay = write_replay(workdir / "replay.json", answers)
     return run_cli(workdir, "--replay-file", str(replay), str(TEMPLATE_ROOT))
-
-
-def iter_strings(data: Any) -> Iterator[str]:
-    """Every string inside parsed YAML/JSON/TOML data, keys included."""
-    if isinstance(data, str):
-        yield data
-    elif isinstance(data, dict):
-        for key, value in data.items():
-            yield from iter_strings(key)
-            yield from iter_strings(value)
-    elif isinstance(data, list):
-        for item in data:
-            yield from iter_strings(item)

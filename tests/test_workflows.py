@@ -24,6 +24,7 @@ from workflow_files import (
     AWS_CREDENTIALS,
     CONTRACTS_FILE,
     answers_of,
+    checked_github_files,
     github_files,
     gpu_workflows,
     load_pins,
@@ -83,16 +84,7 @@ def bake_project(out: Path, **answers: Any) -> Path:
 
 @pytest.fixture(scope="module")
 def baked_files(baked: Path) -> dict[str, list[Path]]:
-    files = github_files(baked)
-    names = {p.relative_to(baked).as_posix() for group in files.values() for p in group}
-    assert {
-        ".github/workflows/ci.yml",
-        ".github/workflows/train.yml",
-        ".github/workflows/reap.yml",
-        ".github/actions/setup/action.yml",
-        ".github/dependabot.yml",
-    } <= names
-    return files
+    return checked_github_files(baked)
 
 
 @pytest.fixture(scope="module")

@@ -99,6 +99,24 @@ def github_files(root: Path) -> dict[str, list[Path]]:
     }
 
 
+# What every project has: a listing of its .github that lacks one of these found nothing (a wrong root).
+EXPECTED_GITHUB_FILES = {
+    ".github/workflows/ci.yml",
+    ".github/workflows/train.yml",
+    ".github/workflows/reap.yml",
+    ".github/actions/setup/action.yml",
+    ".github/dependabot.yml",
+}
+
+
+def checked_github_files(root: Path) -> dict[str, list[Path]]:
+    """github_files(root), asserting that it found at least the files every project has."""
+    files = github_files(root)
+    names = {p.relative_to(root).as_posix() for group in files.values() for p in group}
+    assert names >= EXPECTED_GITHUB_FILES, sorted(EXPECTED_GITHUB_FILES - names)
+    return files
+
+
 def triggers(workflow: dict[str, Any]) -> set[str]:
     on = workflow.get("on", {})
     if isinstance(on, str):
