@@ -34,7 +34,9 @@ PLANTED = {
 
 
 def lint_imports(cwd: Path, pythonpath: Path | None = None) -> subprocess.CompletedProcess:
-    env = {"PATH": str(Path(sys.executable).parent), "PYTHONPATH": str(pythonpath or "")}
+    # COLUMNS: import-linter prints through rich, which cuts lines to 80 columns off a terminal (a long package
+    # name then hides the evidence the planted-import test looks for).
+    env = {"PATH": str(Path(sys.executable).parent), "PYTHONPATH": str(pythonpath or ""), "COLUMNS": "500"}
     return subprocess.run(
         [LINT_IMPORTS, "--no-cache", "--no-logo"],
         cwd=cwd,

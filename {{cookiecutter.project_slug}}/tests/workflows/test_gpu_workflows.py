@@ -20,6 +20,7 @@ from workflow_files import (
     answers_of,
     as_expression,
     gpu_workflows,
+    load_yaml,
     steps_by_uses,
     triggers,
 )
@@ -31,7 +32,7 @@ def test_train_triggers_and_concurrency(project: Path) -> None:
     # Exactly: pushes to the training branches, and a manual dispatch. Never a pull request (fork code would
     # run on the self-hosted GPU runner with the AWS role).
     assert triggers(train) == {"push", "workflow_dispatch"}
-    assert train["on"]["push"] == {"branches": ["train/**"]}
+    assert train["on"]["push"] == {"branches": [f"{train_branch_prefix(project)}**"]}
     inputs = train["on"]["workflow_dispatch"]["inputs"]
     assert {name: spec.get("default") for name, spec in inputs.items()} == {
         "config": "configs/train.yaml",
@@ -79,7 +80,6 @@ def test_start_and_stop_run_the_default_branch_code(project: Path, tmp_path: Pat
     (guard,) = [
         s for s in start["steps"] if s.get("name") == "Refuse callers other than train.yml on a train branch"
     ]
-    answers = answers_of(project)
     # The prefix: the default branch's configs/gpu-runner.yaml, read by the step before (no credential yet).
     assert "run" in guard and guard["env"] == {
         "BRANCH_PREFIX": as_expression("steps.settings.outputs.train-branch-prefix")
@@ -91,14 +91,16 @@ def test_start_and_stop_run_the_default_branch_code(project: Path, tmp_path: Pat
         for s in steps[: steps.index(guard)]
     )
     base = "o/r/.github/workflows/"
+    prefix = train_branch_prefix(project)
+    branch = f"refs/heads/{prefix}x"
     for event, ref, caller, ok in (
-        ("push", "refs/heads/train/x", "train.yml@refs/heads/train/x", True),
-        ("workflow_dispatch", "refs/heads/train/x", "train.yml@refs/heads/train/x", True),
+        ("push", branch, f"train.yml@{branch}", True),
+        ("workflow_dispatch", branch, f"train.yml@{branch}", True),
         ("pull_request", "refs/pull/1/merge", "train.yml@refs/pull/1/merge", False),
         ("push", "refs/heads/feature", "train.yml@refs/heads/feature", False),
-        ("push", "refs/heads/train/x", "steal.yml@refs/heads/train/x", False),
+        ("push", branch, f"steal.yml@{branch}", False),
     ):
-        env = {"BRANCH_PREFIX": answers["train_branch_prefix"], "GITHUB_EVENT_NAME": event, "GITHUB_REF": ref,
+        env = {"BRANCH_PREFIX": prefix, "GITHUB_EVENT_NAME": event, "GITHUB_REF": ref,
                "GITHUB_REPOSITORY": "o/r", "GITHUB_WORKFLOW_REF": base + caller}  # fmt: skip
         code, _ = run_bash(guard["run"], env, tmp_path / f"guard-{event}-{caller.replace('/', '_')}")
         assert (code == 0) is ok, (event, ref, caller)
@@ -347,3 +349,8 @@ def _expression_value(condition: str, values: dict[str, Any]) -> bool:
     text = re.sub(r"(?<!')\btrue\b(?!')", "True", text)  # the literal, not the string 'true'
     text = re.sub(r"\b(?:vars|github)\.[\w.]+", lambda m: repr(values[m[0]]), text)
     return bool(eval(text, {"__builtins__": {}}))  # the test's own workflow, every name replaced
+
+
+def train_branch_prefix(project: Path) -> str:
+    """The train branch prefix of the project's settings (its one source: configs/gpu-runner.yaml)."""
+    return str(load_yaml(project / "configs" / "gpu-runner.yaml")["train_branch_prefix"])
