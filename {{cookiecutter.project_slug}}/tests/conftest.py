@@ -17,7 +17,10 @@ from functools import cache
 from pathlib import Path
 
 import boto3
+import botocore.loaders
+import botocore.session
 import pytest
+from doubles.amazon_images import first_amazon_image
 
 # Before anything creates a boto3 client: no test may ever reach a real AWS account.
 FAKE_AWS = {
@@ -32,6 +35,12 @@ os.environ.update(FAKE_AWS)
 for leaked in ("AWS_PROFILE", "MLFLOW_TRACKING_URI", "GITHUB_ACTIONS"):
     os.environ.pop(leaked, None)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+# One parsed copy of botocore's service models per test process. botocore caches a loaded model on its Loader, and
+# makes a Loader per Session (botocore/session.py, _register_data_loader); the tests make a Session per test, and
+# the code under test one per command, so each re-read EC2's ~2 MB model: ~0.3 s each, measured 2026-12-01.
+# A process of the product makes one Session, so sharing the Loader is what the product itself does.
+botocore.session.create_loader = cache(botocore.loaders.create_loader)
 
 ARTIFACT_BUCKET = "mlflow-artifacts"
 
@@ -68,6 +77,22 @@ def stop_process(process: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, 9)
             process.wait()
+
+
+# Shared resources slow to make, each a tenth of the push tier (CPU per test process, measured 2026-12-01 on
+# this suite's 2 cores). A test that needs one is in the slow tier, so `make test` makes none of them; CI's
+# test-slow job runs them on every push. The local sqlite store still runs in the push tier (test_registry).
+SLOW_FIXTURES = {
+    "mlflow_server": "the MLflow tracking server: ~12 s until /health answers (it imports MLflow's whole web app)",
+    "stack": "the stack `gpu-runner bootstrap` deploys to moto: ~5 s, then each call checked against its policies",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m filter, which reads the marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SLOW_FIXTURES.keys() & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
@@ -116,18 +141,16 @@ def mlflow_server(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) 
 
 @pytest.fixture(scope="session")
 def amazon_image(moto_endpoint: str) -> Callable[[str], str]:
-    """moto's first Amazon-owned image in a region, asked once per region and worker process.
+    """An Amazon-owned image of moto's in a region (doubles/amazon_images.py), asked once per region and process.
 
-    DescribeImages(Owners=["amazon"]) answers with all 1,301 of moto 5.2.5's Amazon images: ~2.4 s of server CPU
-    per call plus the client's parse of the XML (measured 2026-12-01), when it ran for every runner test it was
-    the suite's largest cost. The list cannot change during a session: images the tests register or copy are
-    owned by moto's account, not by "amazon".
+    When every runner test asked moto for all 1,301 Amazon images it was the suite's largest cost. The list cannot
+    change during a session: images the tests register or copy are owned by moto's account, not by "amazon".
     """
 
     @cache
     def first(region: str) -> str:
         ec2 = boto3.client("ec2", region_name=region)
-        return ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+        return first_amazon_image(ec2)
 
     return first
 

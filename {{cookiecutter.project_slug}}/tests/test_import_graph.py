@@ -11,6 +11,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 PROJECT = Path(__file__).resolve().parents[1]
 PACKAGE = "{{ cookiecutter.package_name }}"
 LINT_IMPORTS = str(Path(sys.executable).with_name("lint-imports"))
@@ -78,6 +80,7 @@ def test_a_planted_import_breaks_each_contract(tmp_path: Path) -> None:
         assert evidence in result.stdout, (evidence, result.stdout)
 
 
+@pytest.mark.slow
 def test_importing_the_cli_loads_neither_tensorflow_nor_mlflow() -> None:
     """What the TensorFlow contract is for, observed in a fresh interpreter: the CLI's --help, check-config and
     the GPU preflight start without TensorFlow or MLflow, and the MLflow, S3 and spot-notice code imports without

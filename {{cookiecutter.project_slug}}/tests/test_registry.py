@@ -313,7 +313,8 @@ def local_store(tmp_path_factory: pytest.TempPathFactory) -> str:
     return f"sqlite:///{tmp_path_factory.mktemp('local-store') / 'mlflow.db'}"
 
 
-@pytest.fixture(params=["server", "local sqlite"])
+# The server's variants are in the slow tier with every test that needs the tracking server (tests/conftest.py).
+@pytest.fixture(params=[pytest.param("server", marks=pytest.mark.slow), "local sqlite"])
 def store(request: pytest.FixtureRequest) -> str:
     return request.getfixturevalue("mlflow_server" if request.param == "server" else "local_store")
 

@@ -1,5 +1,5 @@
 """The stack the infra tests deploy: infra/gpu-runner.yaml read with CloudFormation's short tags, the stack
-`gpu-runner bootstrap` deploys to the moto server (module-scoped fixtures, registered by tests/runner/conftest.py),
+`gpu-runner bootstrap` deploys to the moto server (session-scoped fixtures, registered by tests/runner/conftest.py),
 its roles' policies, and the authorizations of the AWS calls a command made (moved from test_stack.py)."""
 
 from __future__ import annotations
@@ -79,14 +79,15 @@ def write_settings(path: Path) -> Path:
     return path
 
 
-# One stack for the module: deploying it is the slow part, and the tests only read it (the re-run updates it
-# with the same input).
-@pytest.fixture(scope="module")
+# One stack per test process, shared by the seven infra modules: deploying it is the slow part (3-6 s each time,
+# measured 2026-12-01), and the tests only read it (the re-run updates it with the same input). What a test
+# launches with it, `recorded` ends and clears.
+@pytest.fixture(scope="session")
 def settings_file(tmp_path_factory: pytest.TempPathFactory, ami_for_infra: str) -> Path:
     return write_settings(tmp_path_factory.mktemp("infra") / "gpu-runner.yaml")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def ami_for_infra(moto_endpoint: str) -> str:
     """The AMI behind moto's copy of AWS's public Amazon Linux parameter (the policy allows /aws/service/*)."""
     session = boto3.Session(region_name=REGION)
@@ -96,7 +97,7 @@ def ami_for_infra(moto_endpoint: str) -> str:
     return ami_id
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def stack(
     settings_file: Path,
     oidc_provider: str,
@@ -123,7 +124,7 @@ def stack(
            "bucket": bucket, "session": session, "oidc": oidc_provider, "name": deployed.stack_name,
            "oidc_sub": oidc_sub, "amazon_image": amazon_image(REGION)}  # fmt: skip
     # Best effort: moto deletes a stack's resources in template order, so a role with an attached policy
-    # refuses (DeleteConflict). Names are unique per module, so a leftover stack cannot affect another test.
+    # refuses (DeleteConflict). Names are unique per session, so a leftover stack cannot affect another test.
     with contextlib.suppress(ClientError):
         session.client("cloudformation").delete_stack(StackName=deployed.stack_name)
 

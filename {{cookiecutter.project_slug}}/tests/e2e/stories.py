@@ -24,6 +24,7 @@ from urllib.parse import parse_qs
 
 import boto3
 import yaml
+from doubles.amazon_images import first_amazon_image
 from doubles.price_answers import get_products_answer, price_list_product, spot_history_xml
 from harness import (
     AMI_PARAMETER,
@@ -95,7 +96,7 @@ def make_stack(moto_endpoint: str, mlflow_uri: str, image_bin: Path) -> Stack:
     ec2, ssm = stack.client("ec2"), stack.client("ssm")
     # What `make bootstrap` creates (RunnerSecurityGroup): launch refuses an empty security_group_ids.
     stack = replace(stack, security_group=runner_security_group(ec2))
-    ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    ami = first_amazon_image(ec2)
     ssm.put_parameter(Name=AMI_PARAMETER, Value=ami, Type="String", Overwrite=True)
     bucket = stack.checkpoint_uri[5:].split("/")[0]
     s3 = boto3.client("s3", region_name="us-east-1", endpoint_url=moto_endpoint)

@@ -17,7 +17,7 @@ from doubles.aws_constants import AMI_PARAMETER, REGION
 from doubles.aws_faults import AwsFaults
 from doubles.github_double import DEFAULT_REPOSITORY, DEFAULT_TOKEN, GitHubDouble
 
-# The stack the infra tests (test_stack_*, test_*_policy, test_role_trust, test_key_policies) deploy, one per module.
+# The stack the infra tests (test_stack_*, test_*_policy, test_role_trust, test_key_policies) deploy, one per process.
 from doubles.gpu_runner_stack import ami_for_infra, recorded, settings_file, stack, workflow_env  # noqa: F401
 from doubles.security_groups import runner_security_group
 from doubles.stack_deploy import oidc_provider_arn
@@ -44,7 +44,7 @@ def github(github_double: GitHubDouble) -> Iterator[GitHubRunners]:
         yield client
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def oidc_provider(moto_endpoint: str) -> str:
     return oidc_provider_arn()
 

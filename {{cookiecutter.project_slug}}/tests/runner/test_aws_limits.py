@@ -15,6 +15,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 from doubles import aws_limits
+from doubles.amazon_images import first_amazon_image
 from doubles.aws_constants import REGION
 from doubles.aws_fault_proxy import AwsFaultProxy
 from doubles.aws_faults import AwsFaults, ec2_error
@@ -168,10 +169,11 @@ def reach_moto(
 def moto_ami(moto_endpoint: str) -> str:
     """Once per module: moto's DescribeImages over all of Amazon's images takes seconds."""
     ec2 = boto3.Session(region_name=REGION).client("ec2")
-    return ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    return first_amazon_image(ec2)
 
 
-@pytest.fixture(params=["botocore hook", "fault proxy"])
+# The same limits over the wire (the fault proxy) are in the slow tier; the botocore hook checks each on every push.
+@pytest.fixture(params=["botocore hook", pytest.param("fault proxy", marks=pytest.mark.slow)])
 def clients(request: pytest.FixtureRequest, moto_endpoint: str, moto_ami: str) -> Iterator[Clients]:
     with reach_moto(request.param, moto_endpoint) as (session, endpoint, refused):
         ssm = session.client("ssm", endpoint_url=endpoint)

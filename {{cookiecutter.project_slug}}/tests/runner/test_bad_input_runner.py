@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 from bad_input_table import Row, check_row, table_rows
+from doubles.amazon_images import first_amazon_image
 from doubles.aws_constants import AMI_PARAMETER, REGION
 from doubles.aws_faults import AwsFaults
 from doubles.github_double import (
@@ -211,7 +212,7 @@ def test_bad_input_row(
 def ami(aws: Aws) -> str:
     """conftest's `ami` (which `cli_env` uses), with moto's image listing (~2 s: every AMI it knows) done once."""
     if not _AMI_ID:
-        _AMI_ID.append(aws.client("ec2", REGION).describe_images(Owners=["amazon"])["Images"][0]["ImageId"])
+        _AMI_ID.append(first_amazon_image(aws.client("ec2", REGION)))
     aws.client("ssm", REGION).put_parameter(
         Name=AMI_PARAMETER, Value=_AMI_ID[0], Type="String", Overwrite=True
     )

@@ -175,6 +175,7 @@ def report_instance(aws: Aws) -> str:
     return max(instances, key=lambda i: i["LaunchTime"])["InstanceId"]
 
 
+@pytest.mark.slow  # waits through the MLflow client's retries of a closed port
 def test_unreachable_mlflow_never_fails_the_teardown(
     settings, ctx, aws, github, faults, github_double, tmp_path: Path, said: Said
 ) -> None:

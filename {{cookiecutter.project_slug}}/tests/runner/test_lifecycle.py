@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from botocore.exceptions import ClientError
+from doubles.amazon_images import first_amazon_image
 from doubles.aws_constants import AMI_PARAMETER, OTHER_REGION, REGION
 from doubles.aws_faults import AwsFaults
 from doubles.github_double import GitHubDouble, decode_jit_config
@@ -209,7 +210,7 @@ def test_bad_ami_parameter_fails_before_anything_exists(settings, ctx, aws, gith
 
 def in_other_region(settings: Settings, aws: Aws, **changes: object) -> Settings:
     """The settings moved to OTHER_REGION (eu-west-1, the template's default region), with its own AMI."""
-    other_ami = aws.client("ec2", OTHER_REGION).describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    other_ami = first_amazon_image(aws.client("ec2", OTHER_REGION))
     aws.client("ssm", OTHER_REGION).put_parameter(
         Name=AMI_PARAMETER, Value=other_ami, Type="String", Overwrite=True
     )
@@ -217,6 +218,7 @@ def in_other_region(settings: Settings, aws: Aws, **changes: object) -> Settings
     return dataclasses.replace(settings, region=OTHER_REGION, **{"security_group_ids": groups, **changes})
 
 
+@pytest.mark.slow
 def test_launch_skips_a_type_not_offered_in_the_region(
     settings, ctx, aws, github, github_double, logged
 ) -> None:
@@ -240,6 +242,7 @@ def test_launch_skips_a_type_not_offered_in_the_region(
     assert_nothing_left(aws, github_double, OTHER_REGION)
 
 
+@pytest.mark.slow
 def test_launch_with_no_offered_type_fails_before_anything_exists(
     settings, ctx, aws, github, github_double
 ) -> None:
@@ -278,11 +281,13 @@ def test_launch_skips_a_subnet_whose_zone_does_not_offer_the_type(
 def test_wait_returns_when_online(settings, ctx, aws, github, github_double, logged) -> None:
     outcome = lifecycle.launch(settings, ctx, aws, github)
     github_double.online_after(outcome.runner_id, polls=2)
+    sleeps: list[float] = []
     online = lifecycle.wait(
         settings, aws, github, region=REGION, instance_id=outcome.launched.instance_id,
-        runner_id=outcome.runner_id,
+        runner_id=outcome.runner_id, sleep=sleeps.append,  # the two intervals pass at once
     )  # fmt: skip
     assert online.runner.status == "online"
+    assert sleeps == [lifecycle.POLL_INTERVAL_SECONDS] * 2
     assert any("s after launch" in line for line in logged())
 
 
@@ -313,7 +318,10 @@ def runner_polls(github_double: GitHubDouble, runner_id: int) -> int:
     return sum(1 for c in github_double.calls if c.method == "GET" and c.path.endswith(path))
 
 
-@pytest.mark.parametrize("online_at", [0.0, 0.5, 47.0, 59.9, 131.0])
+# The two latest connections poll 20 and 44 times through moto: the slow tier (the first three show the rule).
+@pytest.mark.parametrize(
+    "online_at", [0.0, 0.5, 47.0, *(pytest.param(at, marks=pytest.mark.slow) for at in (59.9, 131.0))]
+)
 def test_wait_notices_online_within_one_poll_interval(
     settings, ctx, aws, github, github_double, outputs, online_at
 ) -> None:
@@ -334,6 +342,7 @@ def test_wait_notices_online_within_one_poll_interval(
     assert abs(int(outputs()[WaitOutput.RUNNER_ONLINE_AT]) - online.online_at.timestamp()) <= 1
 
 
+@pytest.mark.slow
 def test_wait_stays_within_githubs_rate_limit(settings, ctx, aws, github, github_double) -> None:
     """A runner that never comes online: one GitHub request per interval, for the whole wait_timeout."""
     outcome = lifecycle.launch(settings, ctx, aws, github)
@@ -512,6 +521,7 @@ def test_github_5xx_during_teardown_is_retried(settings, ctx, aws, github, githu
     assert_nothing_left(aws, github_double)
 
 
+@pytest.mark.slow
 def test_aws_throttling_during_teardown_is_retried(settings, ctx, aws, faults, github, github_double) -> None:
     outcome = lifecycle.launch(settings, ctx, aws, github)
     faults.fail("ec2", "TerminateInstances", "RequestLimitExceeded", times=2, status=503)
@@ -522,8 +532,9 @@ def test_aws_throttling_during_teardown_is_retried(settings, ctx, aws, faults, g
     assert_nothing_left(aws, github_double)
 
 
+@pytest.mark.slow
 def test_instance_in_a_second_region_is_terminated_there(settings, ctx, aws, github, github_double) -> None:
-    other_ami = aws.client("ec2", OTHER_REGION).describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    other_ami = first_amazon_image(aws.client("ec2", OTHER_REGION))
     aws.client("ssm", OTHER_REGION).put_parameter(
         Name=AMI_PARAMETER, Value=other_ami, Type="String", Overwrite=True
     )

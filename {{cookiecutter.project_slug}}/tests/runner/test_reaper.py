@@ -162,6 +162,7 @@ def test_reaper_ends_an_instance_whose_runner_never_came_online(
     assert [c.path.rsplit("/", 1)[1] for c in deletes] == [str(never_online_runner)]
 
 
+@pytest.mark.slow  # waits through the GitHub client's retries of the refused delete
 def test_reaper_keeps_the_instance_when_its_runner_turns_busy_at_the_last_moment(
     settings, aws, ami, github, github_double: GitHubDouble
 ) -> None:

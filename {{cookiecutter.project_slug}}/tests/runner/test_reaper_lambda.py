@@ -30,6 +30,7 @@ import pytest
 import yaml
 from botocore.exceptions import ClientError
 from doubles import stack_deploy
+from doubles.amazon_images import first_amazon_image
 from doubles.github_double import DEFAULT_REPOSITORY
 from doubles.iam_requests import ACCOUNT, Request, allowed, granted_actions, record_calls, requests_for
 from doubles.stack_deploy import TEMPLATE
@@ -407,7 +408,7 @@ def ec2(stack: dict[str, Any]) -> Iterator[Any]:
 
 
 def launch(ec2: Any, tags: dict[str, str], profile_arn: str | None) -> str:
-    ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    ami = first_amazon_image(ec2)
     extra = {"IamInstanceProfile": {"Arn": profile_arn}} if profile_arn else {}
     reply = ec2.run_instances(
         ImageId=ami, InstanceType="g4dn.xlarge", MinCount=1, MaxCount=1, **extra,

@@ -89,13 +89,15 @@ def test_a_rerun_without_changes_says_up_to_date(
     ],
 )  # fmt: skip
 def test_bootstrap_refuses_bad_input_before_any_call(
-    settings_file: Path,
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     flag: str,
     value: str,
     message: str,
 ) -> None:
+    # A settings file of its own: the shared stack's bootstrap wrote its bucket into the fixture's.
+    settings_file = write_settings(tmp_path / "gpu-runner.yaml")
     session = boto3.Session(region_name=REGION)
     calls = record_calls(session)
     monkeypatch.setattr(cli, "Aws", lambda: Aws(session))

@@ -105,6 +105,7 @@ def test_user_data_fits_ec2_limit_and_oversize_is_refused() -> None:
 IMAGE = "tensorflow/tensorflow:2.15.0.post1-gpu@sha256:" + "0" * 64
 
 
+@pytest.mark.slow
 def test_job_runs_then_the_instance_shuts_down_at_once(sandbox: Sandbox) -> None:
     result = run_bootstrap(sandbox, make_settings(image=IMAGE), mode="job")
     assert result.returncode == 0, result.dump()
@@ -168,6 +169,7 @@ def test_the_runner_gets_the_hook_and_this_runs_train_job_passes(sandbox: Sandbo
     assert_shuts_down_now(result)
 
 
+@pytest.mark.slow
 def test_refused_job_halts_the_instance_and_runs_no_step(sandbox: Sandbox) -> None:
     # Another workflow's job named the label; its runner then hangs instead of exiting: the boot script's own
     # watch must halt the instance, not the runner's exit.
@@ -188,6 +190,7 @@ def test_refused_job_halts_the_instance_and_runs_no_step(sandbox: Sandbox) -> No
     )
 
 
+@pytest.mark.slow
 def test_boot_script_records_the_phase_timeline(sandbox: Sandbox) -> None:
     """NAME=EPOCH lines in the runner's work folder: what the train job hands to the stop job's timeline."""
     result = run_bootstrap(sandbox, mode="job")
@@ -212,6 +215,7 @@ def test_failing_runner_still_shuts_down_at_once(sandbox: Sandbox) -> None:
     assert_secret_kept(result)
 
 
+@pytest.mark.slow
 def test_idle_watchdog_shuts_down_when_no_job_comes(sandbox: Sandbox) -> None:
     result = run_bootstrap(
         sandbox, mode="hang", until=shutdown_now_called, env={"GPU_RUNNER_WATCHDOG_IDLE_SECONDS": "2"}
@@ -348,6 +352,7 @@ def test_shellcheck_is_clean(tmp_path: Path, which: str) -> None:
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
+@pytest.mark.slow
 def test_host_mode_pulls_no_image(sandbox: Sandbox) -> None:
     # The default (docs/gpu-runtime.md): the train job installs TensorFlow itself; nothing to pull at boot.
     result = run_bootstrap(sandbox, mode="job")

@@ -91,6 +91,7 @@ def test_gpu_runner_calls_follow_the_contract(project: Path, tmp_path: Path) -> 
     assert set(re.findall(r"needs\.start\.outputs\.([\w-]+)", text)) <= set(LAUNCH_OUTPUTS + WAIT_OUTPUTS)
 
 
+@pytest.mark.slow
 def test_every_value_reaches_a_cli_as_opt_equals_value(project: Path, tmp_path: Path) -> None:
     """Issue 13 item 5: a job output or dispatch input that starts with `--` (`mlflow-run-id=--x`, written by
     code on the GPU instance) must stay a value. Every option after the subcommand, of gpu-runner and of the
@@ -123,6 +124,7 @@ def test_launch_outputs_match_the_runner_sources(project: Path) -> None:
     assert written == set(LAUNCH_OUTPUTS + WAIT_OUTPUTS + SETTINGS_OUTPUTS)
 
 
+@pytest.mark.slow
 def test_gpu_runner_cli_help_matches_the_contract(runner_installed: Path) -> None:
     top = gpu_runner(runner_installed, "--help")
     assert top.returncode == 0, top.stderr
@@ -134,6 +136,7 @@ def test_gpu_runner_cli_help_matches_the_contract(runner_installed: Path) -> Non
         assert options <= help_options(sub.stdout), (subcommand, sub.stdout)
 
 
+@pytest.mark.slow
 def test_gpu_runner_cli_parses_every_workflow_command_line(
     project: Path, runner_installed: Path, tmp_path: Path
 ) -> None:
