@@ -42,9 +42,9 @@ from doubles.github_double import (
 )
 from doubles.stack_deploy import OIDC_URL, PROJECT_DIR
 
-from gpu_runner import cli, doctor, doctor_aws, doctor_github, doctor_mlflow
+from gpu_runner import cli, doctor, doctor_aws, doctor_checks, doctor_github, doctor_mlflow
 from gpu_runner.aws import Aws
-from gpu_runner.doctor import Outcome, Target
+from gpu_runner.doctor_checks import Outcome, Target
 from gpu_runner.settings import Settings, settings_from_mapping
 
 # A region of its own: the other runner tests count what is left in theirs. moto's offerings there (from AWS's
@@ -77,7 +77,7 @@ def test_the_read_only_guard_catches_a_mutating_call(world: World) -> None:
         aws.client("ssm", REGION).put_parameter(
             Name="/doctor/planted", Value="x", Type="String", Overwrite=True
         )
-        yield doctor.passed("planted", "wrote")
+        yield doctor_checks.passed("planted", "wrote")
 
     with pytest.raises(AssertionError, match="ssm:PutParameter"):
         run(world, [writes])
@@ -741,14 +741,14 @@ class CallRecorder:
         self.operations.append(f"{model.service_model.service_name}:{model.name}")
 
 
-def check_name(check: doctor.Check) -> str:
+def check_name(check: doctor_checks.Check) -> str:
     """The name doctor gives a check's failure line (the CHECKS tables; check_identity runs first)."""
     table = [("AWS credentials", doctor_aws.check_identity), *doctor_aws.CHECKS, *doctor_github.CHECKS,
              *doctor_mlflow.CHECKS]  # fmt: skip
     return next((n for n, f in table if check in (f, getattr(f, "__wrapped__", None))), check.__name__)
 
 
-def run(world: World, checks: list[doctor.Check] | None = None) -> list[Outcome]:
+def run(world: World, checks: list[doctor_checks.Check] | None = None) -> list[Outcome]:
     """The whole doctor (or only `checks`), asserting it stayed read-only on AWS and GitHub."""
     recorder = CallRecorder()
     world.session.events.register("before-call", recorder)

@@ -349,11 +349,12 @@ def _bootstrap(args: argparse.Namespace, settings: Settings, aws: Aws) -> None:
 
 def _doctor(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
     from . import doctor, stack
+    from .doctor_checks import Target
 
     if not stack.REPOSITORY.fullmatch(args.repository):
         print(f"✗ repository: '{args.repository}' is not owner/name; fix: pass --repository owner/name")
         return 1
-    target = doctor.Target(
+    target = Target(
         settings=settings, repository=args.repository,
         train_branch_prefix=args.branch_prefix or settings.train_branch_prefix,
         default_branch=args.default_branch,
