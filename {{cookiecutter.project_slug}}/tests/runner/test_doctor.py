@@ -17,7 +17,6 @@ import dataclasses
 import io
 import json
 import re
-import shlex
 import socket
 import uuid
 from collections.abc import Iterator
@@ -40,6 +39,7 @@ from doubles.github_double import (
     GitHubDouble,
     app_private_key_pem,
 )
+from doubles.makefile import make_command
 from doubles.stack_deploy import OIDC_URL, PROJECT_DIR
 
 from gpu_runner import cli, doctor, doctor_aws, doctor_checks, doctor_github, doctor_mlflow
@@ -117,13 +117,7 @@ def test_make_doctor_prints_one_line_per_check_and_fails_on_any_cross(
     world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The Makefile's command line, parsed and run: exact line format, exit status 0, then 1 with one fault."""
-    makefile = (PROJECT_DIR / "Makefile").read_text()
-    recipe = re.search(r"^doctor:.*\n((?:\t.*\n)+)", makefile, flags=re.MULTILINE)
-    assert recipe, "no doctor target in the Makefile"
-    command = recipe.group(1).replace("\\\n", " ").replace("$(DOCTOR_ARGS)", "")
-    for name, value in re.findall(r"^(\w+) \?= (.*)$", makefile, flags=re.MULTILINE):
-        command = command.replace(f"$({name})", value)
-    words = shlex.split(command)
+    words = make_command(PROJECT_DIR / "Makefile", "doctor")
     argv = words[words.index("gpu-runner") + 1 :]
     settings_path = tmp_path / "gpu-runner.yaml"
     # The stack was deployed with bootstrap's default prefix and default branch; the bake's own (other answers) are
