@@ -208,16 +208,18 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     from . import credential
 
+    # Before any AWS call (the credential below is read from SSM): the train job would have nowhere to keep its
+    # checkpoints, and nothing must be asked of AWS for a launch that cannot train.
+    if args.command == "launch" and not settings.bucket:
+        raise RunnerError(
+            f"bucket: not set in {args.settings}; set it to the bucket `make bootstrap` created (the "
+            "default branch's copy is the one that counts)"
+        )
     # The workflows pass no GitHub credential: it is read from AWS with the role (credential.py).
     env = credential.github_env(settings, aws.client("ssm", settings.region))
     github = GitHubRunners.from_env(ctx.repository, env=env)
     if args.command == "launch":
         _check_dispatch_inputs(args, settings, ctx)
-        if not settings.bucket:  # the train job would have nowhere to keep its checkpoints
-            raise RunnerError(
-                f"bucket: not set in {args.settings}; set it to the bucket `make bootstrap` created (the "
-                "default branch's copy is the one that counts)"
-            )
         nonce = os.environ.get(contract.LABEL_NONCE) or None
         lifecycle.launch(settings, ctx, aws, github, use_spot=args.spot, label_nonce=nonce)
     elif args.command == "wait":
