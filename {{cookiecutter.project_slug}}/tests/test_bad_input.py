@@ -1,218 +1,26 @@
 """The "Bad input" table (docs/bad-input.md), row by row: the input given for real, the message verbatim, what
 is left.
 
-That table is the single source of truth: rows are read from it by id, and every id has exactly one trigger, here
-(training CLI, train.yaml, data sources) or in tests/runner/test_bad_input_runner.py (gpu-runner, AWS, GitHub).
+That table is the single source of truth: rows are read from it by id, and every id has exactly one trigger, in
+tests/bad_input_triggers.py (training CLI, train.yaml, data sources) or in
+tests/doubles/runner_bad_input_triggers.py (gpu-runner, AWS, GitHub; run by tests/runner/test_bad_input_runner.py).
 A row's "left running" cell is a list of claims separated by "; ", each one checked against the real servers.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import boto3
-import numpy as np
 import pytest
 from bad_input_table import Row, check_row, table_rows
-from botocore.awsrequest import AWSResponse
-from mlflow.entities import ViewType
-from mlflow.tracking import MlflowClient
-from PIL import Image
-
-from {{ cookiecutter.package_name }}.cli import main
+from bad_input_triggers import CLAIMS, TRIGGERS, Case, mlflow_runs
 
 PROJECT = Path(__file__).resolve().parent.parent
-RUNNER_TESTS = PROJECT / "tests" / "runner" / "test_bad_input_runner.py"
+RUNNER_TRIGGERS = PROJECT / "tests" / "doubles" / "runner_bad_input_triggers.py"
 MIN_ROWS = 22
-DATA_BUCKET = "bad-input-data"
-CHECKPOINT_BUCKET = "bad-input-ckpt"
 
 
-# ---------------------------------------------------------------------- the world a row runs in
-@dataclass
-class Case:
-    tmp: Path
-    mlflow_uri: str
-    monkeypatch: pytest.MonkeyPatch
-    runs_before: set[tuple[str, str]] = field(default_factory=set)
-    checkpoint_before: dict[str, str] = field(default_factory=dict)
-
-
-def mlflow_runs(uri: str) -> set[tuple[str, str]]:
-    client = MlflowClient(uri)
-    experiments = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ALL)]
-    if not experiments:
-        return set()
-    runs = client.search_runs(experiments, run_view_type=ViewType.ALL, max_results=5000)
-    return {(run.info.run_id, run.info.status) for run in runs}
-
-
-def s3_objects(bucket: str) -> dict[str, str]:
-    pages = boto3.client("s3").get_paginator("list_objects_v2").paginate(Bucket=bucket)
-    return {obj["Key"]: obj["ETag"] for page in pages for obj in page.get("Contents", [])}
-
-
-def cli(*argv: str) -> int:
-    """`python -m <package> ...` in-process; argparse's exit status counts like main()'s."""
-    try:
-        return main(list(argv))
-    except SystemExit as stopped:
-        return int(stopped.code or 0)
-
-
-def write_config(case: Case, text: str, name: str = "cfg.yaml") -> str:
-    (case.tmp / name).write_text(text, encoding="utf-8")
-    return name
-
-
-def train_on(case: Case, source: str) -> int:
-    """Train on a data source; a one-epoch config so a wrongly accepted source would not take long either."""
-    config = write_config(case, f"data:\n  source: '{source}'\n  cache_dir: cache\ntraining:\n  epochs: 1\n")
-    return cli("train", "--config", config)
-
-
-def png(path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(np.zeros((8, 8), dtype=np.uint8)).save(path)
-
-
-# ---------------------------------------------------------------------- triggers: one per table id
-def checkpoint_then_typo(case: Case) -> int:
-    """Attempt 2 of a training whose attempt 1 left a checkpoint; the config now has a typo."""
-    s3 = boto3.client("s3")
-    s3.create_bucket(Bucket=CHECKPOINT_BUCKET)
-    for key, body in {
-        "state.json": b'{"run_id": "r1", "epochs_done": 3}',
-        "files/chief/ckpt": b"weights",
-    }.items():
-        s3.put_object(Bucket=CHECKPOINT_BUCKET, Key=f"checkpoints/train-x/abc-123/{key}", Body=body)
-    case.checkpoint_before = s3_objects(CHECKPOINT_BUCKET)
-    config = write_config(case, "training:\n  epoch: 3\n")
-    return cli("train", "--config", config, "--checkpoint-uri", f"s3://{CHECKPOINT_BUCKET}/checkpoints")
-
-
-def flat_folder(case: Case) -> int:
-    png(case.tmp / "flat" / "a.png")
-    png(case.tmp / "flat" / "b.png")
-    return train_on(case, "flat")
-
-
-def class_without_images(case: Case) -> int:
-    png(case.tmp / "imgs" / "cat" / "0.png")
-    (case.tmp / "imgs" / "dog").mkdir()
-    return train_on(case, "imgs")
-
-
-def corrupt_image(case: Case) -> int:
-    (case.tmp / "imgs" / "cat").mkdir(parents=True)
-    (case.tmp / "imgs" / "cat" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n this is not really a png")
-    png(case.tmp / "imgs" / "dog" / "0.png")
-    return train_on(case, "imgs")
-
-
-def empty_prefix(case: Case) -> int:
-    s3 = boto3.client("s3")
-    s3.create_bucket(Bucket=DATA_BUCKET)
-    s3.put_object(Bucket=DATA_BUCKET, Key="elsewhere/cat/0.png", Body=b"x")
-    return train_on(case, f"s3://{DATA_BUCKET}/nothing")
-
-
-class _Body:
-    def __init__(self, payload: bytes) -> None:
-        self._payload = payload
-
-    def stream(self, **_: Any) -> Iterator[bytes]:
-        yield self._payload
-
-
-def access_denied(case: Case) -> int:
-    """The bucket exists, but S3 answers ListObjectsV2 with its real 403 document (a role without s3:ListBucket)."""
-    boto3.client("s3").create_bucket(Bucket=DATA_BUCKET)
-    denied = (
-        b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>Access Denied'
-        b"</Message><RequestId>0000FAULT</RequestId><HostId>fault</HostId></Error>"
-    )
-
-    def deny(request: Any, **kwargs: Any) -> AWSResponse | None:
-        if kwargs.get("event_name", "").startswith("before-send.s3.ListObjectsV2"):
-            return AWSResponse(request.url, 403, {}, _Body(denied))
-        return None
-
-    # boto3.client() builds clients from the default session: give it one that answers with the fault.
-    session = boto3.Session()
-    session.events.register("before-send", deny)
-    case.monkeypatch.setattr(boto3, "DEFAULT_SESSION", session)
-    return train_on(case, f"s3://{DATA_BUCKET}/images")
-
-
-TRIGGERS: dict[str, Callable[[Case], int]] = {
-    "train-unknown-command": lambda case: cli("fit"),
-    "train-missing-config": lambda case: cli("train", "--config", "nope.yaml"),
-    "train-checkpoint-uri": lambda case: cli(
-        "train",
-        "--config",
-        write_config(case, "training:\n  epochs: 1\n"),
-        "--checkpoint-uri",
-        "gs://bucket/ckpt",
-    ),
-    "config-unknown-key": checkpoint_then_typo,
-    "config-wrong-type": lambda case: cli(
-        "train", "--config", write_config(case, "training:\n  batch_size: big\n")
-    ),
-    "config-out-of-range": lambda case: cli(
-        "train", "--config", write_config(case, "training:\n  epochs: 0\n")
-    ),
-    "config-bad-choice": lambda case: cli("train", "--config", write_config(case, "data:\n  channels: 2\n")),
-    "config-not-a-mapping": lambda case: cli(
-        "train", "--config", write_config(case, "- a\n- b\n", "bad.yaml")
-    ),
-    "config-s3-no-bucket": lambda case: cli(
-        "train", "--config", write_config(case, 'data:\n  source: "s3:///images"\n')
-    ),
-    "config-registry-direction": lambda case: cli(
-        "train", "--config", write_config(case, "registry:\n  direction: sideways\n")
-    ),
-    "config-registry-metric": lambda case: cli(
-        "train", "--config", write_config(case, "registry:\n  metric: f1\n")
-    ),
-    "data-missing-folder": lambda case: train_on(case, "no-such-folder"),
-    "data-no-class-folders": flat_folder,
-    "data-class-without-images": class_without_images,
-    "data-corrupt-image": corrupt_image,
-    "data-s3-missing-bucket": lambda case: train_on(case, "s3://no-such-bucket/images"),
-    "data-s3-empty-prefix": empty_prefix,
-    "data-s3-access-denied": access_denied,
-}
-
-
-# ---------------------------------------------------------------------- "left running" claims
-def no_run_created(case: Case) -> None:
-    after = mlflow_runs(case.mlflow_uri)
-    assert after == case.runs_before, after - case.runs_before
-
-
-def checkpoint_untouched(case: Case) -> None:
-    assert case.checkpoint_before, "the trigger stored no checkpoint"
-    assert s3_objects(CHECKPOINT_BUCKET) == case.checkpoint_before
-
-
-def nothing_downloaded(case: Case) -> None:
-    cache = case.tmp / "cache"
-    assert not cache.exists() or not [p for p in cache.rglob("*") if p.is_file()]
-
-
-CLAIMS: dict[str, Callable[[Case], None]] = {
-    "no MLflow run created": no_run_created,
-    "checkpoint in S3 untouched": checkpoint_untouched,
-    "nothing downloaded": nothing_downloaded,
-}
-
-
-# ---------------------------------------------------------------------- tests
 def test_the_table_has_enough_unique_rows_and_every_id_one_trigger() -> None:
     rows = table_rows()
     ids = [row.id for row in rows]
@@ -245,12 +53,12 @@ def test_bad_input_row(
 
 
 def runner_trigger_ids() -> set[str]:
-    """TRIGGERS' keys in the runner test module, read without importing it (it needs the runner fixtures)."""
-    tree = ast.parse(RUNNER_TESTS.read_text(encoding="utf-8"))
+    """TRIGGERS' keys in the runner side's module, read without importing it (the training tests do not import the runner)."""
+    tree = ast.parse(RUNNER_TRIGGERS.read_text(encoding="utf-8"))
     for node in ast.walk(tree):
         if isinstance(node, ast.AnnAssign | ast.Assign):
             targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
             if any(isinstance(t, ast.Name) and t.id == "TRIGGERS" for t in targets):
                 assert isinstance(node.value, ast.Dict)
                 return {ast.literal_eval(key) for key in node.value.keys if key is not None}
-    raise AssertionError(f"no TRIGGERS dict in {RUNNER_TESTS}")
+    raise AssertionError(f"no TRIGGERS dict in {RUNNER_TRIGGERS}")

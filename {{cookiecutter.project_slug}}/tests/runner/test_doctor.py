@@ -17,7 +17,6 @@ import dataclasses
 import io
 import json
 import re
-import shlex
 import socket
 import uuid
 from collections.abc import Iterator
@@ -40,11 +39,12 @@ from doubles.github_double import (
     GitHubDouble,
     app_private_key_pem,
 )
+from doubles.makefile import make_command
 from doubles.stack_deploy import OIDC_URL, PROJECT_DIR
 
-from gpu_runner import cli, doctor, doctor_aws, doctor_github, doctor_mlflow
+from gpu_runner import cli, doctor, doctor_aws, doctor_checks, doctor_github, doctor_mlflow
 from gpu_runner.aws import Aws
-from gpu_runner.doctor import Outcome, Target
+from gpu_runner.doctor_checks import Outcome, Target
 from gpu_runner.settings import Settings, settings_from_mapping
 
 # A region of its own: the other runner tests count what is left in theirs. moto's offerings there (from AWS's
@@ -77,7 +77,7 @@ def test_the_read_only_guard_catches_a_mutating_call(world: World) -> None:
         aws.client("ssm", REGION).put_parameter(
             Name="/doctor/planted", Value="x", Type="String", Overwrite=True
         )
-        yield doctor.passed("planted", "wrote")
+        yield doctor_checks.passed("planted", "wrote")
 
     with pytest.raises(AssertionError, match="ssm:PutParameter"):
         run(world, [writes])
@@ -117,13 +117,7 @@ def test_make_doctor_prints_one_line_per_check_and_fails_on_any_cross(
     world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The Makefile's command line, parsed and run: exact line format, exit status 0, then 1 with one fault."""
-    makefile = (PROJECT_DIR / "Makefile").read_text()
-    recipe = re.search(r"^doctor:.*\n((?:\t.*\n)+)", makefile, flags=re.MULTILINE)
-    assert recipe, "no doctor target in the Makefile"
-    command = recipe.group(1).replace("\\\n", " ").replace("$(DOCTOR_ARGS)", "")
-    for name, value in re.findall(r"^(\w+) \?= (.*)$", makefile, flags=re.MULTILINE):
-        command = command.replace(f"$({name})", value)
-    words = shlex.split(command)
+    words = make_command(PROJECT_DIR / "Makefile", "doctor")
     argv = words[words.index("gpu-runner") + 1 :]
     settings_path = tmp_path / "gpu-runner.yaml"
     # The stack was deployed with bootstrap's default prefix and default branch; the bake's own (other answers) are
@@ -741,14 +735,14 @@ class CallRecorder:
         self.operations.append(f"{model.service_model.service_name}:{model.name}")
 
 
-def check_name(check: doctor.Check) -> str:
+def check_name(check: doctor_checks.Check) -> str:
     """The name doctor gives a check's failure line (the CHECKS tables; check_identity runs first)."""
     table = [("AWS credentials", doctor_aws.check_identity), *doctor_aws.CHECKS, *doctor_github.CHECKS,
              *doctor_mlflow.CHECKS]  # fmt: skip
     return next((n for n, f in table if check in (f, getattr(f, "__wrapped__", None))), check.__name__)
 
 
-def run(world: World, checks: list[doctor.Check] | None = None) -> list[Outcome]:
+def run(world: World, checks: list[doctor_checks.Check] | None = None) -> list[Outcome]:
     """The whole doctor (or only `checks`), asserting it stayed read-only on AWS and GitHub."""
     recorder = CallRecorder()
     world.session.events.register("before-call", recorder)

@@ -6,11 +6,13 @@ import logging
 import uuid
 from pathlib import Path
 
+import boto3
 import pytest
 from doubles.aws_constants import REGION
 from mlflow.tracking import MlflowClient
 
-from gpu_runner import log_output
+from gpu_runner import cli, log_output
+from gpu_runner.aws import Aws
 from gpu_runner.cli import main
 from gpu_runner.cost.pricing import load_table
 
@@ -89,6 +91,47 @@ def test_teardown_with_a_bad_attempt_still_tears_down(cli_env: Path, github_doub
 def test_bad_instance_type_override_is_rejected_before_any_call(cli_env: Path, github_double, capsys) -> None:
     assert main(["--settings", str(cli_env), "launch", "--instance-type", "g5.xlarge;reboot"]) == 1
     assert "instance_types: 'g5.xlarge;reboot' is not an instance type" in capsys.readouterr().err
+    assert github_double.calls == []
+
+
+def test_workflow_settings_writes_the_settings_files_region_and_prefix_as_step_outputs(
+    cli_env: Path, capsys
+) -> None:
+    """The start/stop/reap workflows read region and prefix from these outputs, before any credential exists:
+    the values are the settings file's (not bootstrap's or the code's defaults), one `key=value` line each."""
+    settings = cli_env.read_text().replace(f"region: {REGION}\n", "region: eu-north-1\n")
+    cli_env.write_text(settings + "train_branch_prefix: gpu/\n")
+    assert main(["--settings", str(cli_env), "workflow-settings"]) == 0
+    outputs = cli_env.parent / "out"  # cli_env's GITHUB_OUTPUT
+    assert read_outputs(outputs) == {"region": "eu-north-1", "train-branch-prefix": "gpu/"}
+    assert capsys.readouterr().out.splitlines() == ["region=eu-north-1", "train-branch-prefix=gpu/"]
+
+
+def test_bootstrap_refuses_a_bucket_that_differs_from_the_settings(cli_env: Path, capsys) -> None:
+    """The settings file is the bucket's one source (train.yml checkpoints to the bucket launch reads there)."""
+    argv = ["--settings", str(cli_env), "bootstrap", "--repository", "o/r", "--bucket", "other-bucket"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert (
+        f"--bucket: 'other-bucket' differs from bucket: 'demo-bucket' in {cli_env}, which the workflows read; "
+        "change bucket there and leave --bucket out"
+    ) in err, err
+
+
+def test_launch_refuses_an_empty_bucket_before_any_aws_call(
+    cli_env: Path, github_double, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    cli_env.write_text(cli_env.read_text().replace("bucket: demo-bucket\n", "bucket: ''\n"))
+    # As in the workflow: no credential in the environment, so launch would read it from SSM first.
+    monkeypatch.delenv("GPU_RUNNER_TOKEN")
+    session = boto3.Session(region_name=REGION)
+    sent: list[str] = []
+    session.events.register("before-send", lambda **kwargs: sent.append(kwargs.get("event_name", "")))
+    monkeypatch.setattr(cli, "Aws", lambda: Aws(session))
+    assert main(["--settings", str(cli_env), "launch"]) == 1
+    err = capsys.readouterr().err
+    assert f"bucket: not set in {cli_env}; set it to the bucket `make bootstrap` created" in err, err
+    assert sent == []
     assert github_double.calls == []
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import uuid
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from doubles.gpu_runner_stack import (
 from doubles.iam_requests import (
     record_calls,
 )
+from doubles.makefile import make_command
 from doubles.stack_deploy import PROJECT_DIR, TEMPLATE
 
 from gpu_runner import cli
@@ -206,13 +206,7 @@ def test_make_bootstrap_passes_the_bucket_and_branches_the_workflows_use() -> No
     """`make bootstrap` is what the README says to run: its flags parse, and the bucket, repository, branch
     prefix and default branch it deploys are the ones train.yml uses (bucket and prefix: the settings file's,
     the one source that launch hands on to the train job as the start job's `bucket` output)."""
-    makefile = (PROJECT_DIR / "Makefile").read_text()
-    recipe = re.search(r"^bootstrap:.*\n((?:\t.*\n)+)", makefile, flags=re.MULTILINE)
-    assert recipe, "no bootstrap target in the Makefile"
-    command = recipe.group(1).replace("\\\n", " ").replace("$(BOOTSTRAP_ARGS)", "")
-    for name, value in re.findall(r"^(\w+) \?= (.*)$", makefile, flags=re.MULTILINE):
-        command = command.replace(f"$({name})", value)
-    words = shlex.split(command)
+    words = make_command(PROJECT_DIR / "Makefile", "bootstrap")
     args = cli._parser().parse_args(words[words.index("gpu-runner") + 1 :])
     assert args.command == "bootstrap" and str(args.settings) == "configs/gpu-runner.yaml"
     assert (args.bucket, args.branch_prefix) == ("", "")  # so bootstrap takes them from the settings

@@ -201,8 +201,11 @@ def gpu_runner_calls(calls: list[list[str]]) -> list[GpuRunnerCall]:
     return found
 
 
-def recorded_gpu_runner_calls(project: Path, scenario: str, tmp_path: Path) -> list[GpuRunnerCall]:
-    calls = []
+def run_gpu_workflow_steps(
+    project: Path, scenario: str, tmp_path: Path
+) -> Iterator[tuple[str, int, list[list[str]]]]:
+    """Every `run:` step of the GPU workflows, substituted for `scenario` and run with its env: yields
+    (`<workflow>.yml <where>`, exit code, uv's recorded calls), each step in a directory of its own."""
     for name, doc in gpu_workflows(project).items():
         for where, job, step in run_steps(doc):
             code, recorded = run_bash(
@@ -210,6 +213,12 @@ def recorded_gpu_runner_calls(project: Path, scenario: str, tmp_path: Path) -> l
                 step_env(doc, job, step, scenario),
                 tmp_path / scenario / f"{name}-{where}",
             )
-            assert code == 0, f"{name}.yml {where} ({scenario})"
-            calls += gpu_runner_calls(recorded)
+            yield f"{name}.yml {where}", code, recorded
+
+
+def recorded_gpu_runner_calls(project: Path, scenario: str, tmp_path: Path) -> list[GpuRunnerCall]:
+    calls = []
+    for step, code, recorded in run_gpu_workflow_steps(project, scenario, tmp_path):
+        assert code == 0, f"{step} ({scenario})"
+        calls += gpu_runner_calls(recorded)
     return calls

@@ -10,20 +10,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from step_scripts import (
-    recorded_gpu_runner_calls,
-    run_bash,
-    run_steps,
-    step_env,
-    substitute,
-)
+from step_scripts import recorded_gpu_runner_calls, run_gpu_workflow_steps
 from workflow_files import (
     LAUNCH_OUTPUTS,
     PROJECT,
     SETTINGS_OUTPUTS,
     WAIT_OUTPUTS,
     answers_of,
-    gpu_workflows,
     offline_env,
     tool,
 )
@@ -99,22 +92,17 @@ def test_every_value_reaches_a_cli_as_opt_equals_value(project: Path, tmp_path: 
     package = answers_of(project)["package_name"]
     checked = 0
     for scenario in ("benign", "empty", "attack"):
-        for name, doc in gpu_workflows(project).items():
-            for where, job, step in run_steps(doc):
-                workdir = tmp_path / scenario / f"{name}-{where}"
-                _, recorded = run_bash(
-                    substitute(step["run"], scenario), step_env(doc, job, step, scenario), workdir
-                )
-                for argv in recorded:
-                    if argv[:3] == ["run", "--no-sync", "gpu-runner"]:
-                        tail = argv[6:]  # after `--settings configs/gpu-runner.yaml <subcommand>` (a literal)
-                    elif argv[:5] == ["run", "--no-sync", "python", "-m", package]:
-                        tail = argv[6:]  # after the subcommand
-                    else:
-                        continue
-                    checked += 1
-                    loose = [a for a in tail if not re.fullmatch(r"--[a-z-]+=.*", a, re.DOTALL)]
-                    assert not loose, f"{name}.yml {where} ({scenario}): {argv}"
+        for step, _, recorded in run_gpu_workflow_steps(project, scenario, tmp_path):
+            for argv in recorded:
+                if argv[:3] == ["run", "--no-sync", "gpu-runner"]:
+                    tail = argv[6:]  # after `--settings configs/gpu-runner.yaml <subcommand>` (a literal)
+                elif argv[:5] == ["run", "--no-sync", "python", "-m", package]:
+                    tail = argv[6:]  # after the subcommand
+                else:
+                    continue
+                checked += 1
+                loose = [a for a in tail if not re.fullmatch(r"--[a-z-]+=.*", a, re.DOTALL)]
+                assert not loose, f"{step} ({scenario}): {argv}"
     assert checked >= 3 * 7, checked  # launch, wait, preflight, train, teardown, resume, reap; each scenario
 
 

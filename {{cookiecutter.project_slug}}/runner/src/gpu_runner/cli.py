@@ -208,16 +208,18 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     from . import credential
 
+    # Before any AWS call (the credential below is read from SSM): the train job would have nowhere to keep its
+    # checkpoints, and nothing must be asked of AWS for a launch that cannot train.
+    if args.command == "launch" and not settings.bucket:
+        raise RunnerError(
+            f"bucket: not set in {args.settings}; set it to the bucket `make bootstrap` created (the "
+            "default branch's copy is the one that counts)"
+        )
     # The workflows pass no GitHub credential: it is read from AWS with the role (credential.py).
     env = credential.github_env(settings, aws.client("ssm", settings.region))
     github = GitHubRunners.from_env(ctx.repository, env=env)
     if args.command == "launch":
         _check_dispatch_inputs(args, settings, ctx)
-        if not settings.bucket:  # the train job would have nowhere to keep its checkpoints
-            raise RunnerError(
-                f"bucket: not set in {args.settings}; set it to the bucket `make bootstrap` created (the "
-                "default branch's copy is the one that counts)"
-            )
         nonce = os.environ.get(contract.LABEL_NONCE) or None
         lifecycle.launch(settings, ctx, aws, github, use_spot=args.spot, label_nonce=nonce)
     elif args.command == "wait":
@@ -349,11 +351,12 @@ def _bootstrap(args: argparse.Namespace, settings: Settings, aws: Aws) -> None:
 
 def _doctor(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
     from . import doctor, stack
+    from .doctor_checks import Target
 
     if not stack.REPOSITORY.fullmatch(args.repository):
         print(f"✗ repository: '{args.repository}' is not owner/name; fix: pass --repository owner/name")
         return 1
-    target = doctor.Target(
+    target = Target(
         settings=settings, repository=args.repository,
         train_branch_prefix=args.branch_prefix or settings.train_branch_prefix,
         default_branch=args.default_branch,

@@ -3,69 +3,23 @@
 One line per check, `✓ <check>: <what was found>` or `✗ <check>: <what is wrong>; fix: <what to do>`, and a
 non-zero exit on any ✗. Nothing is created, changed or deleted: only Get/List/Describe/Head calls on AWS and GET
 on GitHub (an App's installation token exchange aside, which registers nothing). The checks themselves live in
-doctor_aws.py and doctor_github.py; this module runs them and turns any failure into a ✗ line, never a traceback.
+doctor_aws.py, doctor_github.py and doctor_mlflow.py (their shared types in doctor_checks.py); this module runs
+them and turns any failure into a ✗ line, never a traceback.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import requests
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
 from github import GithubException
 
+from . import doctor_aws, doctor_github, doctor_mlflow
 from .aws import Aws
+from .doctor_checks import Outcome, Target, failed
 from .errors import RunnerError
-from .settings import Settings
-
-OK, FAIL = "✓", "✗"
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """One printed line: `fix` is empty exactly when the check passed."""
-
-    check: str
-    found: str
-    fix: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return not self.fix
-
-    def line(self) -> str:
-        """Exactly one line: an AWS or GitHub message with line breaks in it is folded into it."""
-        found, fix = " ".join(self.found.split()), " ".join(self.fix.split())
-        return f"{OK} {self.check}: {found}" if self.ok else f"{FAIL} {self.check}: {found}; fix: {fix}"
-
-
-def passed(check: str, found: str) -> Outcome:
-    return Outcome(check, found)
-
-
-def failed(check: str, found: str, fix: str) -> Outcome:
-    return Outcome(check, found, fix)
-
-
-@dataclass
-class Target:
-    """What the checks look at: the settings, the repository and branches the stack trusts, the credentials."""
-
-    settings: Settings
-    repository: str  # owner/name
-    train_branch_prefix: str = "train/"
-    default_branch: str = "main"
-    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
-    # Filled in by the stack check: the outputs of the bootstrap stack (role ARNs, bucket, profile, group).
-    outputs: dict[str, str] = field(default_factory=dict)
-    # Filled in by the repository settings check: the repository's Actions variables (name -> value).
-    repo_variables: dict[str, str] = field(default_factory=dict)
-
-
-Check = Callable[[Target, Aws], Iterable[Outcome]]
 
 
 def aws_failure(check: str, error: Exception, region: str) -> Outcome:
@@ -123,8 +77,6 @@ def guarded(check_name: str, run: Callable[[], Iterable[Outcome]], region: str) 
 
 def run_checks(target: Target, aws: Aws, print_line: Callable[[str], Any] = print) -> list[Outcome]:
     """Every check in order, each line printed as soon as it is known; returns all outcomes."""
-    from . import doctor_aws, doctor_github, doctor_mlflow
-
     region = target.settings.region
     outcomes: list[Outcome] = []
 

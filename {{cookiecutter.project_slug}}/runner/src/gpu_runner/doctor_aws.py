@@ -19,7 +19,7 @@ from urllib.parse import unquote
 from botocore.exceptions import ClientError
 
 from .aws import Aws
-from .doctor import Check, Outcome, Target, failed, passed
+from .doctor_checks import Check, Outcome, Target, failed, passed
 from .offerings import offered_types
 from .stack import stack_name
 

@@ -25,7 +25,7 @@ import requests
 from github import Auth, Github, GithubException, GithubIntegration, GithubRetry
 
 from .aws import Aws
-from .doctor import Check, Outcome, Target, failed, passed
+from .doctor_checks import Check, Outcome, Target, failed, passed
 from .errors import RunnerError
 from .github import (
     DEFAULT_BASE_URL,

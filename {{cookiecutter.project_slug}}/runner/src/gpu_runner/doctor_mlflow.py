@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from urllib.parse import urlsplit, urlunsplit
 
 from .aws import Aws
-from .doctor import Check, Outcome, Target, failed, passed
+from .doctor_checks import Check, Outcome, Target, failed, passed
 from .mlflow_rest import MlflowError, MlflowRest
 
 

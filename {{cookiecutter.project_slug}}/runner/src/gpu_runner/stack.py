@@ -46,7 +46,8 @@ class BootstrapError(RunnerError):
 class StackInputs:
     repository: str  # owner/name
     bucket: str
-    train_branch_prefix: str = "train/"
+    # No default: the settings file is the prefix's one source (bootstrap fills it from there).
+    train_branch_prefix: str
     default_branch: str = "main"
     owner_id: str = ""
     repository_id: str = ""

@@ -1,0 +1,60 @@
+"""What a doctor check is: what it looks at (Target), what it answers (Outcome, one printed line), its signature.
+
+A module of its own so that doctor.py imports the check modules (doctor_aws, doctor_github, doctor_mlflow) and
+they import only these types: no import cycle between the runner of the checks and the checks.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from .aws import Aws
+from .settings import Settings
+
+OK, FAIL = "✓", "✗"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One printed line: `fix` is empty exactly when the check passed."""
+
+    check: str
+    found: str
+    fix: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.fix
+
+    def line(self) -> str:
+        """Exactly one line: an AWS or GitHub message with line breaks in it is folded into it."""
+        found, fix = " ".join(self.found.split()), " ".join(self.fix.split())
+        return f"{OK} {self.check}: {found}" if self.ok else f"{FAIL} {self.check}: {found}; fix: {fix}"
+
+
+def passed(check: str, found: str) -> Outcome:
+    return Outcome(check, found)
+
+
+def failed(check: str, found: str, fix: str) -> Outcome:
+    return Outcome(check, found, fix)
+
+
+@dataclass
+class Target:
+    """What the checks look at: the settings, the repository and branches the stack trusts, the credentials."""
+
+    settings: Settings
+    repository: str  # owner/name
+    train_branch_prefix: str = "train/"
+    default_branch: str = "main"
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    # Filled in by the stack check: the outputs of the bootstrap stack (role ARNs, bucket, profile, group).
+    outputs: dict[str, str] = field(default_factory=dict)
+    # Filled in by the repository settings check: the repository's Actions variables (name -> value).
+    repo_variables: dict[str, str] = field(default_factory=dict)
+
+
+Check = Callable[[Target, Aws], Iterable[Outcome]]
