@@ -85,6 +85,7 @@ def stop_process(process: subprocess.Popen) -> None:
 SLOW_FIXTURES = {
     "mlflow_server": "the MLflow tracking server: ~12 s until /health answers (it imports MLflow's whole web app)",
     "stack": "the stack `gpu-runner bootstrap` deploys to moto: ~5 s, then each call checked against its policies",
+    "doctor_stack": "the stack test_doctor deploys and wires as docs/setup.md says: ~5 s, then doctor's AWS calls",
 }
 
 

@@ -448,11 +448,12 @@ def test_an_app_with_administration_write_passes(world: World) -> None:
     assert installation and all(c.method == "GET" and c.status == 200 for c in installation)
 
 
-def test_an_app_with_administration_read_fails(deployed: dict[str, Any], spot_role: str, session: boto3.Session,
+def test_an_app_with_administration_read_fails(doctor_stack: dict[str, Any], spot_role: str, session: boto3.Session,
                                                faults: AwsFaults) -> None:  # fmt: skip
     with GitHubDouble(app_permissions={"administration": "read", "metadata": "read"}) as double:
-        target = Target(settings_from_mapping(deployed["raw"]), DEFAULT_REPOSITORY, env=app_env(double))
-        world = World(target, Aws(session), session, faults, double, deployed)
+        settings = settings_from_mapping(doctor_stack["raw"])
+        target = Target(settings, DEFAULT_REPOSITORY, settings.train_branch_prefix, env=app_env(double))
+        world = World(target, Aws(session), session, faults, double, doctor_stack)
         outcome = one(run(world, [doctor_github.check_runner_credential]), "runner credential")
     assert not outcome.ok and "grants Administration: read" in outcome.found
     assert "Administration: Read and write" in outcome.fix
@@ -585,7 +586,7 @@ def test_iam_wildcards_are_iam_s_not_shell_globs() -> None:
 
 
 @pytest.fixture(scope="module")
-def deployed(tmp_path_factory: pytest.TempPathFactory, oidc_provider: str) -> dict[str, Any]:
+def doctor_stack(tmp_path_factory: pytest.TempPathFactory, oidc_provider: str) -> dict[str, Any]:
     """`gpu-runner bootstrap` as docs/setup.md's `make bootstrap` runs it, then the settings wired as it prints."""
     raw = {
         "project": f"doctor-{uuid.uuid4().hex[:8]}",
@@ -708,21 +709,23 @@ def github_env(double: GitHubDouble, **extra: str) -> dict[str, str]:
 
 @pytest.fixture
 def world(
-    deployed: dict[str, Any],
+    doctor_stack: dict[str, Any],
     spot_role: str,
     session: boto3.Session,
     faults: AwsFaults,
     github_double: GitHubDouble,
 ) -> World:
-    outputs = deployed["outputs"]
+    outputs = doctor_stack["outputs"]
     github_double.set_variable("AWS_ROLE_ARN", outputs["TrainRoleArn"])
     github_double.set_variable("AWS_REAPER_ROLE_ARN", outputs["ReaperRoleArn"])
+    settings = settings_from_mapping(doctor_stack["raw"])
     target = Target(
-        settings=settings_from_mapping(deployed["raw"]),
+        settings=settings,
         repository=DEFAULT_REPOSITORY,
+        train_branch_prefix=settings.train_branch_prefix,
         env=github_env(github_double),
     )
-    return World(target, Aws(session), session, faults, github_double, deployed)
+    return World(target, Aws(session), session, faults, github_double, doctor_stack)
 
 
 class CallRecorder:

@@ -48,7 +48,7 @@ class Target:
 
     settings: Settings
     repository: str  # owner/name
-    train_branch_prefix: str = "train/"
+    train_branch_prefix: str  # the settings' (cli passes it), or the --branch-prefix asked for
     default_branch: str = "main"
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     # Filled in by the stack check: the outputs of the bootstrap stack (role ARNs, bucket, profile, group).
