@@ -38,7 +38,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # One parsed copy of botocore's service models per test process. botocore caches a loaded model on its Loader, and
 # makes a Loader per Session (botocore/session.py, _register_data_loader); the tests make a Session per test, and
-# the code under test one per command, so each re-read EC2's ~2 MB model: ~0.3 s each, measured 2026-12-01.
+# the code under test one per command, so each re-read EC2's 4.4 MB model: ~0.3 s each, measured 2026-12-01.
 # A process of the product makes one Session, so sharing the Loader is what the product itself does.
 botocore.session.create_loader = cache(botocore.loaders.create_loader)
 
@@ -79,8 +79,8 @@ def stop_process(process: subprocess.Popen) -> None:
             process.wait()
 
 
-# Shared resources slow to make, each a tenth of the push tier (CPU per test process, measured 2026-12-01 on
-# this suite's 2 cores). A test that needs one is in the slow tier, so `make test` makes none of them; CI's
+# Shared resources that take seconds to make in every test process (measured 2026-12-01 on this suite's 2
+# cores). A test that needs one is in the slow tier, so `make test` makes none of them; CI's
 # test-slow job runs them on every push. The local sqlite store still runs in the push tier (test_registry).
 SLOW_FIXTURES = {
     "mlflow_server": "the MLflow tracking server: ~12 s until /health answers (it imports MLflow's whole web app)",
