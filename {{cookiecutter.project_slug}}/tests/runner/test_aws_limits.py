@@ -13,7 +13,6 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 from doubles import aws_limits
-from doubles.amazon_images import first_amazon_image
 from doubles.aws_constants import REGION
 from doubles.aws_fault_proxy import AwsFaultProxy
 from doubles.aws_faults import AwsFaults, ec2_error
@@ -78,10 +77,8 @@ def reach_moto(
 
 
 @pytest.fixture(scope="module")
-def moto_ami(moto_endpoint: str) -> str:
-    """Once per module: moto's DescribeImages over all of Amazon's images takes seconds."""
-    ec2 = boto3.Session(region_name=REGION).client("ec2")
-    return first_amazon_image(ec2)
+def moto_ami(amazon_image: Callable[[str], str]) -> str:
+    return amazon_image(REGION)
 
 
 # The same limits over the wire (the fault proxy) are in the slow tier; the botocore hook checks each on every push.

@@ -15,8 +15,6 @@ from typing import Any
 
 import pytest
 from bad_input_table import Row, check_row, table_rows
-from doubles.amazon_images import first_amazon_image
-from doubles.aws_constants import AMI_PARAMETER, REGION
 from doubles.aws_faults import AwsFaults
 from doubles.github_double import GitHubDouble
 from doubles.runner_bad_input_triggers import CLAIMS, TRIGGERS, Case
@@ -45,20 +43,6 @@ def test_bad_input_row(
     finally:
         for undo in reversed(case.stack):
             undo()
-
-
-_AMI_ID: list[str] = []
-
-
-@pytest.fixture
-def ami(aws: Aws) -> str:
-    """conftest's `ami` (which `cli_env` uses), with moto's image listing (~2 s: every AMI it knows) done once."""
-    if not _AMI_ID:
-        _AMI_ID.append(first_amazon_image(aws.client("ec2", REGION)))
-    aws.client("ssm", REGION).put_parameter(
-        Name=AMI_PARAMETER, Value=_AMI_ID[0], Type="String", Overwrite=True
-    )
-    return _AMI_ID[0]
 
 
 def count_requests(aws: Aws) -> list[str]:
