@@ -33,6 +33,8 @@ class Case:
     monkeypatch: pytest.MonkeyPatch
     runs_before: set[tuple[str, str]] = field(default_factory=set)
     checkpoint_before: dict[str, str] = field(default_factory=dict)
+    # A sweep row that plans a first wave before the bad one: (trials asked, waves claimed) after that wave.
+    study_before: tuple[int, int] | None = None
 
 
 def mlflow_runs(uri: str) -> set[tuple[str, str]]:
@@ -71,6 +73,58 @@ def train_on(case: Case, source: str) -> int:
 def png(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     Image.fromarray(np.zeros((8, 8), dtype=np.uint8)).save(path)
+
+
+SWEEP_BASE = (
+    "training:\n  epochs: 1\nexport:\n  tflite: false\ntracking:\n  experiment_name: bad-sweeps\n"
+    "  log_system_metrics: false\n"
+)
+SWEEP = (
+    "study_name: demo\ntrials: 4\nparallel: 2\nbudget:\n  usd: 1.0\nspace:\n"
+    "  model.dropout: {type: float, low: 0.0, high: 0.5}\n"
+)
+STUDY_ROOT = "outputs/sweeps"
+
+
+def sweep_plan(case: Case, sweep_text: str) -> int:
+    """`sweep plan` as sweep.yml's plan job runs it (the local storage root: the study is the same)."""
+    return cli(
+        "sweep", "plan", "--sweep", write_config(case, sweep_text, "sweep.yaml"),
+        "--config", write_config(case, SWEEP_BASE, "train.yaml"), "--runners", "2",
+    )  # fmt: skip
+
+
+def study_state(case: Case) -> tuple[int, int]:
+    """(trials asked, waves claimed) of the study 'demo', read through the storage the jobs use."""
+    import optuna
+
+    from {{ cookiecutter.package_name }} import study_storage
+
+    uri = f"{case.tmp / STUDY_ROOT}/demo/"
+    trials = optuna.load_study(study_name="demo", storage=study_storage.open_study_storage(uri)).trials
+    return len(trials), study_storage.latest_wave(uri)
+
+
+def first_wave_then(case: Case, sweep_text: str) -> int:
+    assert sweep_plan(case, SWEEP) == 0, "the first wave should have been planned"
+    case.study_before = study_state(case)
+    return sweep_plan(case, sweep_text)
+
+
+def budget_spent(case: Case) -> int:
+    """The first wave's trial ran and the stop job logged its billed cost on its run: more than budget.usd."""
+    assert sweep_plan(case, SWEEP) == 0
+    case.study_before = study_state(case)
+    client = MlflowClient(case.mlflow_uri)
+    parent = client.search_runs(
+        [client.get_experiment_by_name("bad-sweeps").experiment_id], "tags.`sweep.role` = 'parent'"
+    )[0]
+    child = client.create_run(
+        parent.info.experiment_id, tags={"mlflow.parentRunId": parent.info.run_id, "sweep.trial": "0"}
+    )
+    client.log_metric(child.info.run_id, "cost_usd", 1.5, step=1)
+    case.runs_before = mlflow_runs(case.mlflow_uri)
+    return sweep_plan(case, SWEEP)
 
 
 # ---------------------------------------------------------------------- triggers: one per table id
@@ -179,6 +233,15 @@ TRIGGERS: dict[str, Callable[[Case], int]] = {
     "data-s3-missing-bucket": lambda case: train_on(case, "s3://no-such-bucket/images"),
     "data-s3-empty-prefix": empty_prefix,
     "data-s3-access-denied": access_denied,
+    "sweep-unknown-path": lambda case: sweep_plan(
+        case, "study_name: demo\nspace:\n  training.learning_rat: {type: float, low: 0.001, high: 0.01}\n"
+    ),
+    "sweep-empty-range": lambda case: sweep_plan(
+        case, "study_name: demo\nspace:\n  model.dropout: {type: float, low: 0.4, high: 0.1}\n"
+    ),
+    "sweep-parallel-below-one": lambda case: sweep_plan(case, SWEEP.replace("parallel: 2", "parallel: 0")),
+    "sweep-budget-spent": budget_spent,
+    "sweep-space-changed": lambda case: first_wave_then(case, SWEEP.replace("high: 0.5", "high: 0.4")),
 }
 
 
@@ -198,8 +261,19 @@ def nothing_downloaded(case: Case) -> None:
     assert not cache.exists() or not [p for p in cache.rglob("*") if p.is_file()]
 
 
+def no_study_created(case: Case) -> None:
+    assert not (case.tmp / STUDY_ROOT).exists()
+
+
+def no_trial_asked_or_wave_claimed(case: Case) -> None:
+    assert case.study_before is not None, "the trigger planned no first wave"
+    assert study_state(case) == case.study_before
+
+
 CLAIMS: dict[str, Callable[[Case], None]] = {
     "no MLflow run created": no_run_created,
     "checkpoint in S3 untouched": checkpoint_untouched,
     "nothing downloaded": nothing_downloaded,
+    "no study created": no_study_created,
+    "no trial asked, no wave claimed": no_trial_asked_or_wave_claimed,
 }

@@ -114,3 +114,39 @@ class StopOnInterruption(tf.keras.callbacks.Callback):
         if self.watcher.instance_action is not None:
             self._checkpoint_now(epoch, (self.params or {}).get("steps", 1) - 1)
             raise TrainingInterrupted(self.watcher.instance_action.detail, self.epochs_done)
+
+
+class EpochReporter(tf.keras.callbacks.Callback):
+    """Hands one per-epoch metric to `report(epoch, value)`; when it answers True, training stops at the end of
+    this epoch (a sweep's pruner).
+
+    Stops gracefully (model.stop_training) instead of raising the way optuna-integration's Keras callback does:
+    the pruned trial still evaluates, exports and closes its MLflow run, so its child run is complete."""
+
+    def __init__(self, metric: str, report: Callable[[int, float], bool]) -> None:
+        super().__init__()
+        self.metric, self.report = metric, report
+        self.stopped_at: int | None = None
+
+    def on_epoch_end(self, epoch: int, logs: Mapping[str, float] | None = None) -> None:
+        value = (logs or {}).get(self.metric)
+        if value is None:
+            raise KeyError(f"Keras logged no '{self.metric}' this epoch; it logged {', '.join(logs or {})}")
+        if self.report(int(epoch), float(value)):
+            self.stopped_at = int(epoch)
+            self.model.stop_training = True
+
+
+class TimeBudget(tf.keras.callbacks.Callback):
+    """Stops training at the end of the first epoch that ends after `seconds` (a sweep's per-trial budget)."""
+
+    def __init__(self, seconds: float, clock: Callable[[], float]) -> None:
+        super().__init__()
+        self.seconds, self.clock = seconds, clock
+        self.started = clock()
+        self.stopped_at: int | None = None
+
+    def on_epoch_end(self, epoch: int, logs: Mapping[str, float] | None = None) -> None:
+        if self.clock() - self.started >= self.seconds:
+            self.stopped_at = int(epoch)
+            self.model.stop_training = True

@@ -1,5 +1,5 @@
 """Command line: `python -m <package> train --config configs/train.yaml`, `check-config`, `gpu-preflight`,
-`promote` (the cost report is the runner's: `gpu-runner cost-report`)."""
+`promote`, `sweep plan|trial|collect|local|check` (the cost report is the runner's: `gpu-runner cost-report`)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,80 @@ def _parser() -> argparse.ArgumentParser:
         default="",
         help="the workflow's allow-cpu dispatch input: true lets a GPU runner train on its CPU (debugging)",
     )
+    _sweep_parser(commands)
     return parser
+
+
+def _sweep_parser(commands: argparse._SubParsersAction) -> None:
+    sweep = commands.add_parser(
+        "sweep", help="hyperparameter search (configs/sweep.yaml): sweep.yml's jobs, or local"
+    )
+    actions = sweep.add_subparsers(dest="action", required=True)
+
+    def action(name: str, text: str) -> argparse.ArgumentParser:
+        sub = actions.add_parser(name, help=text)
+        sub.add_argument("--sweep", type=Path, default=Path("configs/sweep.yaml"), help="sweep config file")
+        sub.add_argument(
+            "--config", type=Path, default=Path("configs/train.yaml"), help="the base training config"
+        )
+        sub.add_argument(
+            "--storage-root",
+            default="outputs/sweeps",
+            help="where studies live: s3://<bucket>/sweeps in sweep.yml, a local folder otherwise",
+        )
+        return sub
+
+    action("check", "validate the sweep config against the training config and print it")
+    action("local", "run every wave here on the CPU, trials one after another (make sweep)")
+    plan = action("plan", "plan the next wave: resume left-over trials, ask new ones (sweep.yml's plan job)")
+    plan.add_argument(
+        "--runners", type=_positive, required=True, help="GPU runners the vCPU quota allows now"
+    )
+    plan.add_argument("--wave", type=_positive, default=None, help="the wave expected (a dispatch's input)")
+    trial = action("trial", "train one trial as a child run (sweep.yml's train job, on the GPU runner)")
+    trial.add_argument("--trial", type=_non_negative, required=True, help="the trial number from the matrix")
+    trial.add_argument("--checkpoint-root", default="", help="s3://<bucket>/checkpoints ('' = local disk)")
+    collect = action("collect", "tell the parent run the wave's results; say if another wave starts")
+    collect.add_argument("--wave", type=_positive, required=True, help="the wave that just ended")
+
+
+def _number(text: str, low: int) -> int:
+    if not re.fullmatch(r"[0-9]{1,6}", text) or int(text) < low:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= {low}")
+    return int(text)
+
+
+def _positive(text: str) -> int:
+    return _number(text, 1)
+
+
+def _non_negative(text: str) -> int:
+    return _number(text, 0)
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    """The sweep's commands; TensorFlow and MLflow are imported here only (see _train)."""
+    from .sweep_config import load_sweep_config
+
+    base = load_config(args.config)
+    cfg = load_sweep_config(args.sweep, base)
+    if args.action == "check":
+        workflow_contract.write_step_output(workflow_contract.SWEEP_PARALLEL_OUTPUT, str(cfg.parallel))
+        print(cfg.model_dump_json(indent=2))
+        return 0
+    from . import sweep
+
+    sweep.route_optuna_logs()
+    if args.action == "local":
+        sweep.local(cfg, base, args.storage_root)
+        return 0
+    if args.action == "plan":
+        sweep.plan(cfg, base, args.storage_root, args.runners, args.wave)
+        return 0
+    if args.action == "trial":
+        return sweep.trial(cfg, base, args.storage_root, args.trial, args.checkpoint_root)
+    sweep.collect(cfg, base, args.storage_root, args.wave)
+    return 0
 
 
 def _gpu_preflight(args: argparse.Namespace) -> int:
@@ -111,6 +184,13 @@ def main(argv: list[str] | None = None) -> int:
         try:
             workflow_contract.check(args.config, os.environ)
         except ConfigError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+    if args.command == "sweep":
+        try:
+            os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+            return _sweep(args)
+        except (ConfigError, DataError, ExportError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
     if args.command == "promote":

@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 import tempfile
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import mlflow
@@ -41,12 +41,28 @@ class TrainResult:
     metrics: dict[str, float]
     epochs_run: int
     champion: registry.ChampionDecision | None = None
+    # The LoggedModel of the run (tracking.log_model); a sweep registers only its best trial's.
+    model_id: str | None = None
+
+
+@dataclass(frozen=True)
+class TrainHooks:
+    """What a caller adds to one training: a sweep trial's child-run tags and name, its Keras callbacks (the
+    pruner's reporter, the trial's time budget), and whether this run's model takes part in the champion rule
+    (a sweep decides for its best trial only, in its collect job)."""
+
+    tags: Mapping[str, str] = field(default_factory=dict)
+    run_name: str | None = None
+    callbacks: Sequence[tf.keras.callbacks.Callback] = ()
+    decide_champion: bool = True
+    skip_reason: str = ""
 
 
 def _callbacks(
     cfg: Config,
     s3_sync: S3CheckpointSync | None,
     watcher: interruption.InterruptionWatcher | None,
+    extra: Sequence[tf.keras.callbacks.Callback] = (),
 ) -> list[tf.keras.callbacks.Callback]:
     backup = tf.keras.callbacks.BackupAndRestore(
         backup_dir=str(cfg.training.checkpoint_dir), save_freq=cfg.training.checkpoint_every
@@ -70,6 +86,8 @@ def _callbacks(
         MlflowEpochLogger(),
         *([s3_sync] if s3_sync else []),
         *([stop] if stop else []),
+        # A caller's (a sweep trial's pruner reporter and time budget): after the epoch is logged and backed up.
+        *extra,
         tf.keras.callbacks.EarlyStopping(
             monitor="val_loss", patience=cfg.training.early_stopping_patience, restore_best_weights=True
         ),
@@ -114,6 +132,7 @@ def _fit(
     strategy: tf.distribute.Strategy,
     s3_sync: S3CheckpointSync | None,
     watcher: interruption.InterruptionWatcher | None,
+    extra: Sequence[tf.keras.callbacks.Callback] = (),
 ):
     t = cfg.training
     train_ds = make_dataset(
@@ -137,7 +156,7 @@ def _fit(
         train_ds,
         validation_data=val_ds,
         epochs=t.epochs,
-        callbacks=_callbacks(cfg, s3_sync, watcher),
+        callbacks=_callbacks(cfg, s3_sync, watcher, extra),
         verbose=1,
     )
     return model, history.history
@@ -218,11 +237,13 @@ def _attempt_tags(plan: runtime.RuntimePlan) -> dict[str, str]:
 
 
 def _champion(
-    cfg: Config, run_id: str, model_id: str | None, metrics: dict[str, float]
+    cfg: Config, run_id: str, model_id: str | None, metrics: dict[str, float], hooks: TrainHooks
 ) -> registry.ChampionDecision:
     """Register the run's model and decide on the alias; the decision is logged on the run either way."""
     client = mlflow.MlflowClient()
-    if not cfg.registry.enabled:
+    if not hooks.decide_champion:
+        decision = registry.skipped(cfg.registry, hooks.skip_reason or "the caller decides")
+    elif not cfg.registry.enabled:
         decision = registry.skipped(cfg.registry, "registry.enabled is false")
     elif model_id is None:
         print("NOTE: no model registered: tracking.log_model is false, so this run logged no model")
@@ -234,8 +255,9 @@ def _champion(
     return decision
 
 
-def train(cfg: Config, config_path: Path | None = None) -> TrainResult:
+def train(cfg: Config, config_path: Path | None = None, hooks: TrainHooks | None = None) -> TrainResult:
     """Run the whole job; returns where the MLflow run is and its headline metrics."""
+    hooks = hooks or TrainHooks()
     plan, strategy = runtime.configure(cfg.training)
     splits = data.load_splits(cfg.data, cfg.training.seed)
 
@@ -255,8 +277,8 @@ def train(cfg: Config, config_path: Path | None = None) -> TrainResult:
         print(f"resuming from {store.uri}: {restored.epochs_done} epoch(s) done, run {resume_id}")
     with mlflow.start_run(
         run_id=resume_id,
-        run_name=None if resume_id else cfg.tracking.run_name,
-        tags=tracking.run_tags(),
+        run_name=None if resume_id else (hooks.run_name or cfg.tracking.run_name),
+        tags={**tracking.run_tags(), **hooks.tags},
         log_system_metrics=cfg.tracking.log_system_metrics,
     ) as run:
         # At once, also when resumed: the stop job logs this attempt's cost to the run even if training dies.
@@ -288,7 +310,7 @@ def train(cfg: Config, config_path: Path | None = None) -> TrainResult:
         attempt = workflow_contract.attempt()
         with _watcher(cfg) as watcher:
             try:
-                model, history = _fit(cfg, splits, plan, strategy, s3_sync, watcher)
+                model, history = _fit(cfg, splits, plan, strategy, s3_sync, watcher, hooks.callbacks)
             except TrainingInterrupted as stopped:
                 mlflow.log_metric("training_seconds", time.perf_counter() - started, step=attempt)
                 # KILLED, not FAILED: the next attempt resumes this run from the checkpoint.
@@ -326,8 +348,10 @@ def train(cfg: Config, config_path: Path | None = None) -> TrainResult:
             }
         )
         # After everything else is logged: the registry compares runs by what they logged.
-        decision = _champion(cfg, run.info.run_id, model_id, headline)
-    summary = TrainResult(run.info.run_id, experiment.experiment_id, uri, headline, epochs_run, decision)
+        decision = _champion(cfg, run.info.run_id, model_id, headline, hooks)
+    summary = TrainResult(
+        run.info.run_id, experiment.experiment_id, uri, headline, epochs_run, decision, model_id
+    )
     print(tracking.format_summary(uri, summary.experiment_id, summary.run_id, headline))
     workflow_contract.append_job_summary(
         tracking.job_summary(uri, summary.experiment_id, summary.run_id, headline)

@@ -31,6 +31,15 @@ GPU_RUNTIME_IMAGE = "GPU_RUNTIME_IMAGE"  # the job's container image, when it ha
 # Out: the step outputs train.yml maps to the train job's outputs (the stop job reads them).
 MLFLOW_RUN_ID_OUTPUT = "mlflow-run-id"  # the run this attempt's cost is logged to
 GPU_PREFLIGHT_OUTPUT = "gpu-preflight"  # ok, cpu-allowed or no-gpu
+# Out of sweep.yml's plan job: `sweep check` writes parallel (what the quota check asks for), `sweep plan` the
+# trial matrix, the wave number, the parent run.
+SWEEP_PARALLEL_OUTPUT = "parallel"
+SWEEP_MATRIX_OUTPUT = "matrix"  # {"include": [{"trial": N}, ...]}
+SWEEP_WAVE_OUTPUT = "wave"
+SWEEP_TRIALS_OUTPUT = "trials"  # how many legs the matrix has (0: nothing to run)
+SWEEP_PARENT_RUN_OUTPUT = "parent-run-id"
+# Out of its collect job (`sweep collect`): "true" when the next wave should be dispatched.
+SWEEP_NEXT_WAVE_OUTPUT = "next-wave"
 
 
 def check(config: Path, env: Mapping[str, str], repository: Path | None = None) -> None:
