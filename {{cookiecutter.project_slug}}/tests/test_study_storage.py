@@ -102,10 +102,10 @@ def test_moto_refuses_a_second_conditional_put_with_412(bucket: str) -> None:
 
 def test_moto_lets_exactly_one_of_racing_conditional_puts_win(bucket: str) -> None:
     """Real S3 makes the check and the write one step; moto's threaded server must too, or the concurrent study
-    tests could lose a log without noticing. Four clients race for each of 25 keys at the same instant."""
+    tests could lose a log without noticing. Four clients race for each of 15 keys at the same instant."""
     clients = [boto3.client("s3") for _ in range(4)]
     start = threading.Barrier(len(clients))
-    keys = [f"race/{uuid.uuid4().hex}" for _ in range(25)]
+    keys = [f"race/{uuid.uuid4().hex}" for _ in range(15)]
 
     def race(client: Any) -> list[str]:
         won = []
