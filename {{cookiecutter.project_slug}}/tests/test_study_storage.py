@@ -89,7 +89,11 @@ def journal_keys(uri: str) -> list[str]:
 
 # ---------------------------------------------------------------------------------------- the double itself
 def test_moto_refuses_a_second_conditional_put_with_412(bucket: str) -> None:
-    """Our whole version check rests on this: were moto to accept it, every test below would prove nothing."""
+    """Our whole version check rests on this: were moto to accept it, every test below would prove nothing.
+
+    moto 5.2.5 checks `If-None-Match: *` on PutObject (moto/s3/responses.py, put_object, read 2026-12-02);
+    optuna/optuna PR #6003 (March 2025) found a moto without it, and its S3 backend's concurrent tests failed.
+    """
     s3 = boto3.client("s3")
     key = f"probe/{uuid.uuid4().hex}"
     s3.put_object(Bucket=bucket, Key=key, Body=b"first", IfNoneMatch="*")

@@ -8,17 +8,20 @@ machines. Optuna's JournalStorage needs only an append-only log that several pro
   PutObject `IfNoneMatch="*"`, so exactly one writer gets each log number. S3 answers a second writer of the same
   key `412 PreconditionFailed` and a write racing another conditional write of that key may get
   `409 ConditionalRequestConflict` ("retry the upload"). Sources: Amazon S3 User Guide, "How to prevent object
-  overwrites with conditional writes"; the PutObject API reference; botocore 1.44.8's s3 model
-  (data/s3/2006-03-01/service-2.json, PutObjectRequest member `IfNoneMatch`, header If-None-Match, "Expects the
-  '*' (asterisk) character").
+  overwrites with conditional writes" (which also requires SigV4, boto3's default for S3); the PutObject API
+  reference; botocore 1.44.8's s3 model (data/s3/2006-03-01/service-2.json.gz, PutObjectRequest member
+  `IfNoneMatch`, header If-None-Match, "Expects the '*' (asterisk) character").
 - the key is the first log number ALONE: two writers that both saw the journal end at log N both try key N; with
   N+count in the key, writers of different counts would both succeed and the journal would fork.
-- S3 lists are strongly consistent (read-after-write for PUT and LIST, "Amazon S3 data consistency model"), so
-  after a refusal a re-list shows the winner, and the loser retries at the new end.
+- S3 is strongly consistent (read-after-write for GET and LIST, "Amazon S3 data consistency model"), so after a
+  refusal the loser reads the winner's object and retries at the new end.
+- no snapshots (Optuna's BaseJournalSnapshot): JournalStorage pickles them, and unpickling an object from the
+  bucket would run code written by anyone who may write the prefix (a training job) in the plan job. A fresh
+  process replays the whole journal instead, fetching its objects in parallel.
 
 Hand-written: no maintained Optuna S3 journal backend exists (optuna/optuna PR #6003 "Add JournalS3Backend" was
-closed unmerged in 2025 with the advice to publish it as a third-party package, and none is on PyPI: the only
-third-party storage there is optuna-firestore-storage 0.6.0, 2019, for Firestore).
+closed unmerged in 2025, the maintainers advising a third-party package; PyPI's package list, searched
+2026-12-02, holds none: its only third-party Optuna storage is optuna-firestore-storage 0.6.0, 2019, Firestore).
 
 The wave claim (`claim_wave`) is the version check of the plan job: the first plan job to create
 `waves/<wave>.json` owns that wave; a second one gets WaveAlreadyClaimed instead of overwriting its trials.
