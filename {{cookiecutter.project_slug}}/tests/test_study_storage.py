@@ -464,6 +464,45 @@ def test_two_plan_jobs_claiming_a_wave_at_once_one_wins(study_uri: str) -> None:
     assert latest_wave(study_uri) == 3
 
 
+def test_an_own_claim_answered_412_on_a_retry_is_not_refused(
+    s3_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plan job's PutObject landed, its answer was lost, botocore's retry got 412: that claim is ours."""
+    claim_id = uuid.UUID(int=11)
+    monkeypatch.setattr(study_storage.uuid, "uuid4", lambda: claim_id)
+    where = parse_study_uri(s3_uri)
+    s3 = boto3.client("s3")
+    s3.put_object(
+        Bucket=where.bucket,
+        Key=f"{where.prefix}waves/1.json",
+        Body=b'{"run_id": "1"}',
+        Metadata={"claim-id": claim_id.hex},
+    )
+    claim_wave(s3_uri, 1, {"run_id": "1"})
+    monkeypatch.setattr(study_storage.uuid, "uuid4", lambda: uuid.UUID(int=12))
+    with pytest.raises(WaveAlreadyClaimed):
+        claim_wave(s3_uri, 1, {"run_id": "1"})  # the same body from another plan job is still refused
+
+
+def test_a_claim_that_meets_only_409s_is_not_reported_as_claimed(
+    s3_uri: str, session: boto3.Session, faults: AwsFaults
+) -> None:
+    faults.fail("s3", "PutObject", "ConditionalRequestConflict", status=409, times=-1)
+    with pytest.raises(
+        StudyStorageError, match=r"kept answering 409 ConditionalRequestConflict .*run the plan job again"
+    ):
+        claim_wave(s3_uri, 1, {}, client=session.client("s3"))
+    assert read_wave(s3_uri, 1) is None
+
+
+def test_a_claim_must_be_a_json_object(study_uri: str) -> None:
+    with pytest.raises(StudyStorageError, match=r"must be a JSON object, not list"):
+        claim_wave(study_uri, 1, [1])  # type: ignore[arg-type]
+    with pytest.raises(StudyStorageError, match=r"is not JSON .*pass plain values"):
+        claim_wave(study_uri, 1, {"when": object()})
+    assert latest_wave(study_uri) == 0
+
+
 @pytest.mark.parametrize("wave", [0, -1, True, "1", 1.0])
 def test_a_wave_number_must_count_from_one(study_uri: str, wave: Any) -> None:
     with pytest.raises(StudyStorageError, match=r"is not a wave number.*latest_wave\(\) \+ 1"):

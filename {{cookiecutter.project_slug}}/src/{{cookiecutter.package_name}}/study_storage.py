@@ -214,7 +214,7 @@ def _put_if_absent(client: Any, where: StudyLocation, key: str, body: bytes, **e
             if not _is(error, _CONFLICT):
                 raise _s3_error(error, where, "PutObject") from None
             # 409: "On a 409 failure you should retry the upload" (PutObject API reference, IfNoneMatch).
-            time.sleep(random.uniform(0, 0.05 * 2**attempt))
+            time.sleep(random.uniform(0, 0.02 * 2**attempt))
     return False
 
 
@@ -398,35 +398,68 @@ def claim_wave(uri: str, wave: int, body: dict[str, Any], *, client: Any | None 
     _check_wave(wave)
     if not isinstance(body, dict):
         raise StudyStorageError(f"the claim of wave {wave} must be a JSON object, not {type(body).__name__}")
-    data = json.dumps(body, sort_keys=True).encode("utf-8")
+    try:
+        data = json.dumps(body, sort_keys=True).encode("utf-8")
+    except (TypeError, ValueError) as error:
+        raise StudyStorageError(
+            f"the claim of wave {wave} is not JSON ({error}): pass plain values"
+        ) from None
     where = parse_study_uri(uri)
     if where.is_s3:
-        key = _wave_key(where, wave)
-        claimed = _put_if_absent(
-            client or boto3.client("s3"), where, key, data, ContentType="application/json"
-        )
-        shown = where.s3_uri(key)
-    else:
-        assert where.path is not None
-        folder = where.path / WAVES_DIR
-        folder.mkdir(parents=True, exist_ok=True)
-        target = folder / f"{wave}.json"
-        handle, temporary = tempfile.mkstemp(dir=folder, prefix=".claim-", suffix=".tmp")
+        _claim_s3(client or boto3.client("s3"), where, wave, data)
+        return
+    assert where.path is not None
+    folder = where.path / WAVES_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{wave}.json"
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=".claim-", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
         try:
-            with os.fdopen(handle, "wb") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
-            try:
-                os.link(temporary, target)
-                claimed = True
-            except FileExistsError:
-                claimed = False
-        finally:
-            os.unlink(temporary)
-        shown = str(target)
-    if not claimed:
-        raise WaveAlreadyClaimed(uri, wave, shown, read_wave(uri, wave, client=client))
+            os.link(temporary, target)
+            return
+        except FileExistsError:
+            pass
+    finally:
+        os.unlink(temporary)
+    raise WaveAlreadyClaimed(uri, wave, str(target), read_wave(uri, wave))
+
+
+def _claim_s3(client: Any, where: StudyLocation, wave: int, data: bytes) -> None:
+    key = _wave_key(where, wave)
+    # As in append_logs: a claim that landed but whose answer was lost is answered 412 on botocore's retry;
+    # the id tells our own claim from another plan job's.
+    claim_id = uuid.uuid4().hex
+    for _ in range(3):
+        if _put_if_absent(
+            client, where, key, data, Metadata={"claim-id": claim_id}, ContentType="application/json"
+        ):
+            return
+        answer = _get(client, where, key)
+        if answer is None:
+            continue  # 409s all along and the other write did not land: try again
+        if answer.get("Metadata", {}).get("claim-id") == claim_id:
+            return
+        raise WaveAlreadyClaimed(
+            where.uri, wave, where.s3_uri(key), _claim_body(answer["Body"], where.s3_uri(key))
+        )
+    raise StudyStorageError(
+        f"wave {wave} of the study at '{where.uri}': S3 kept answering 409 ConditionalRequestConflict for "
+        f"{where.s3_uri(key)} and no claim landed; run the plan job again"
+    )
+
+
+def _claim_body(raw: bytes, shown: str) -> dict[str, Any]:
+    try:
+        claim = json.loads(raw)
+    except ValueError:
+        claim = None
+    if not isinstance(claim, dict):
+        raise StudyStorageError(f"wave claim {shown} is not a JSON object: delete it and plan the wave again")
+    return claim
 
 
 def read_wave(uri: str, wave: int, *, client: Any | None = None) -> dict[str, Any] | None:
@@ -445,13 +478,7 @@ def read_wave(uri: str, wave: int, *, client: Any | None = None) -> dict[str, An
         if not path.exists():
             return None
         raw, shown = path.read_bytes(), str(path)
-    try:
-        claim = json.loads(raw)
-    except ValueError:
-        claim = None
-    if not isinstance(claim, dict):
-        raise StudyStorageError(f"wave claim {shown} is not a JSON object: delete it and plan the wave again")
-    return claim
+    return _claim_body(raw, shown)
 
 
 def latest_wave(uri: str, *, client: Any | None = None) -> int:
