@@ -242,6 +242,7 @@ def test_a_gap_or_a_stray_object_in_the_journal_is_named(s3_uri: str) -> None:
     s3.put_object(Bucket=where.bucket, Key=f"{where.prefix}journal/000000000001.jsonl", Body=b"not json\n")
     with pytest.raises(StudyStorageError, match=r"000000000001\.jsonl is not a journal object"):
         S3JournalBackend(s3_uri).read_logs(0)
+    s3.put_object(Bucket=where.bucket, Key=f"{where.prefix}journal/", Body=b"")  # a console "folder": ignored
     s3.put_object(Bucket=where.bucket, Key=f"{where.prefix}journal/notes.txt", Body=b"hello")
     s3.delete_object(Bucket=where.bucket, Key=f"{where.prefix}journal/000000000001.jsonl")
     s3.delete_object(Bucket=where.bucket, Key=f"{where.prefix}journal/000000000002.jsonl")
@@ -409,7 +410,7 @@ def test_the_median_pruner_prunes_a_worse_trial_in_another_process(study_uri: st
 
 def test_a_local_study_is_optunas_journal_file_in_the_directory(tmp_path: Path) -> None:
     folder = tmp_path / "not" / "yet" / "there"
-    storage = open_study_storage(str(folder))
+    storage = open_study_storage(folder)  # a Path, or its str
     study = optuna.create_study(study_name=STUDY, storage=storage)
     study.enqueue_trial({"x": 1.0})
     trial = study.ask()

@@ -54,6 +54,7 @@ __all__ = [
     "S3JournalBackend",
     "StudyLocation",
     "StudyStorageError",
+    "StudyUri",
     "WaveAlreadyClaimed",
     "claim_wave",
     "latest_wave",
@@ -85,6 +86,8 @@ _CONFLICT = {"ConditionalRequestConflict", "409"}
 # The IAM action each call needs (Service Authorization Reference, "Actions defined by Amazon S3"), for the
 # access-denied message.
 _IAM_ACTION = {"ListObjectsV2": "s3:ListBucket", "GetObject": "s3:GetObject", "PutObject": "s3:PutObject"}
+# A study's location: "s3://bucket/prefix/" or a local directory (a str or a Path).
+StudyUri = str | os.PathLike[str]
 _URI_HELP = (
     "use s3://<bucket>/sweeps/<study>/ (the project's bucket) or a local directory such as sweeps/<study>"
 )
@@ -107,8 +110,10 @@ class StudyLocation:
         return f"s3://{self.bucket}/{key}"
 
 
-def parse_study_uri(uri: str) -> StudyLocation:
+def parse_study_uri(uri: StudyUri) -> StudyLocation:
     """`s3://bucket/prefix/` or a local path; anything else is refused with the value and the fix."""
+    if isinstance(uri, os.PathLike):
+        uri = os.fspath(uri)
     if not isinstance(uri, str) or not uri.strip():
         raise StudyStorageError(f"study storage {uri!r} is empty: {_URI_HELP}")
     scheme = _SCHEME.match(uri)
@@ -225,7 +230,9 @@ class S3JournalBackend(BaseJournalBackend):
     only the keys after the last one read (`StartAfter`) and fetches only those.
     """
 
-    def __init__(self, uri: str, *, client: Any | None = None, max_attempts: int = DEFAULT_ATTEMPTS) -> None:
+    def __init__(
+        self, uri: StudyUri, *, client: Any | None = None, max_attempts: int = DEFAULT_ATTEMPTS
+    ) -> None:
         self._where = parse_study_uri(uri)
         if not self._where.is_s3:
             raise StudyStorageError(
@@ -329,7 +336,12 @@ class S3JournalBackend(BaseJournalBackend):
 
     def _refresh(self) -> None:
         """Read every journal object after the last one read, checking that they continue the journal."""
-        keys = _list_keys(self._client, self._where, JOURNAL_DIR, self._last_key)
+        # A key ending in "/" is a folder placeholder (the S3 console's "Create folder"), never a journal object.
+        keys = [
+            k
+            for k in _list_keys(self._client, self._where, JOURNAL_DIR, self._last_key)
+            if not k.endswith("/")
+        ]
         for key, answer in zip(keys, self._fetch(keys), strict=True):
             where = self._where.s3_uri(key)
             if answer is None:
@@ -367,7 +379,7 @@ class S3JournalBackend(BaseJournalBackend):
         self._remember(key, first, lines, answer.get("Metadata", {}).get("write-id", ""))
 
 
-def open_study_storage(uri: str, *, client: Any | None = None) -> JournalStorage:
+def open_study_storage(uri: StudyUri, *, client: Any | None = None) -> JournalStorage:
     """The JournalStorage of the study at `uri`: S3 (S3JournalBackend) or a local directory (Optuna's
     JournalFileBackend at <dir>/journal.log, for `make sweep` on one machine; the directory is created)."""
     where = parse_study_uri(uri)
@@ -389,7 +401,7 @@ def _wave_key(where: StudyLocation, wave: int) -> str:
     return f"{where.prefix}{WAVES_DIR}{wave}.json"
 
 
-def claim_wave(uri: str, wave: int, body: dict[str, Any], *, client: Any | None = None) -> None:
+def claim_wave(uri: StudyUri, wave: int, body: dict[str, Any], *, client: Any | None = None) -> None:
     """Create `waves/<wave>.json` holding `body`, or raise WaveAlreadyClaimed when another plan job has it.
 
     S3: PutObject IfNoneMatch="*". Locally: the claim is written to a temporary file and linked to its name
@@ -425,7 +437,7 @@ def claim_wave(uri: str, wave: int, body: dict[str, Any], *, client: Any | None 
             pass
     finally:
         os.unlink(temporary)
-    raise WaveAlreadyClaimed(uri, wave, str(target), read_wave(uri, wave))
+    raise WaveAlreadyClaimed(where.uri, wave, str(target), read_wave(where.uri, wave))
 
 
 def _claim_s3(client: Any, where: StudyLocation, wave: int, data: bytes) -> None:
@@ -462,7 +474,7 @@ def _claim_body(raw: bytes, shown: str) -> dict[str, Any]:
     return claim
 
 
-def read_wave(uri: str, wave: int, *, client: Any | None = None) -> dict[str, Any] | None:
+def read_wave(uri: StudyUri, wave: int, *, client: Any | None = None) -> dict[str, Any] | None:
     """The claim of `wave`, or None when no plan job has claimed it."""
     _check_wave(wave)
     where = parse_study_uri(uri)
@@ -481,7 +493,7 @@ def read_wave(uri: str, wave: int, *, client: Any | None = None) -> dict[str, An
     return _claim_body(raw, shown)
 
 
-def latest_wave(uri: str, *, client: Any | None = None) -> int:
+def latest_wave(uri: StudyUri, *, client: Any | None = None) -> int:
     """The highest claimed wave number, 0 when none was claimed."""
     where = parse_study_uri(uri)
     if where.is_s3:
