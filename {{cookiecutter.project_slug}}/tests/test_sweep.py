@@ -72,6 +72,17 @@ def local_mlflow(sqlite_store: str, in_tmp: Path, monkeypatch: pytest.MonkeyPatc
     return MlflowClient(sqlite_store)
 
 
+@pytest.fixture(params=["local", "s3"])
+def study_root(request: pytest.FixtureRequest, in_tmp: Path) -> str:
+    """Where the study lives: a local folder (make sweep) or s3://<bucket>/sweeps on the moto server (sweep.yml)."""
+    if request.param == "local":
+        return str(in_tmp / "sweeps")
+    request.getfixturevalue("moto_endpoint")
+    bucket = f"sweeps-{request.node.name.rsplit('[', 1)[0][-30:].replace('_', '-').lower()}"
+    boto3.client("s3").create_bucket(Bucket=bucket)
+    return f"s3://{bucket}/sweeps"
+
+
 def tell_as_the_trial_job_would(
     client: MlflowClient, cfg: SweepConfig, root: str, number: int, value: float
 ) -> str:
@@ -106,11 +117,11 @@ def test_the_cost_names_are_the_ones_the_stop_job_logs() -> None:
 
 # ---------------------------------------------------------------------- waves without training
 def test_a_lost_trial_is_resumed_in_the_next_wave_then_failed_after_its_last(
-    local_mlflow: MlflowClient, in_tmp: Path
+    local_mlflow: MlflowClient, in_tmp: Path, study_root: str
 ) -> None:
     base = base_config(in_tmp)
     cfg = sweep_config(base, trials=2, budget={"epochs_per_trial": 1, "max_attempts_per_trial": 2})
-    root = str(in_tmp / "sweeps")
+    root = study_root
 
     first = sweep.plan(cfg, base, root, runners=2)
     assert (first.wave, first.resumed, first.new) == (1, (), (0, 1))
@@ -219,13 +230,15 @@ def test_a_changed_space_is_refused_before_anything_is_asked(
     assert len(sweep_study.open_study(cfg, root).trials) == 2
 
 
-def test_two_plan_jobs_cannot_plan_the_same_wave(local_mlflow: MlflowClient, in_tmp: Path) -> None:
+def test_two_plan_jobs_cannot_plan_the_same_wave(
+    local_mlflow: MlflowClient, in_tmp: Path, study_root: str
+) -> None:
     base = base_config(in_tmp)
     cfg = sweep_config(base)
-    root = str(in_tmp / "sweeps")
+    root = study_root
     sweep.plan(cfg, base, root, runners=2, wave=1)
     # The second job was dispatched for wave 1 too (a push and a dispatch at once): refused, nothing asked.
-    with pytest.raises(study_storage.WaveAlreadyClaimed) as refused:
+    with pytest.raises(sweep_plan.WaveOutOfOrder) as refused:
         sweep.plan(cfg, base, root, runners=2, wave=1)
     assert "--wave: wave 1 cannot be planned" in str(refused.value)
     assert len(sweep_study.open_study(cfg, root).trials) == 2

@@ -11,7 +11,15 @@ from pathlib import Path
 
 from . import gpu_preflight, workflow_contract
 from .config import Config, ConfigError, config_from_dict, load_config
-from .errors import EXIT_INTERRUPTED, EXIT_NO_GPU, DataError, ExportError, NoGpuError, TrainingInterrupted
+from .errors import (
+    EXIT_INTERRUPTED,
+    EXIT_NO_GPU,
+    DataError,
+    ExportError,
+    NoGpuError,
+    StudyStorageError,
+    TrainingInterrupted,
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -190,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
             return _sweep(args)
-        except (ConfigError, DataError, ExportError) as error:
+        except (ConfigError, DataError, ExportError, StudyStorageError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
     if args.command == "promote":

@@ -1,5 +1,7 @@
 """Errors a user can act on. The CLI prints their message without a traceback and exits non-zero."""
 
+import json
+
 
 class DataError(ValueError):
     """The data source is missing, empty or holds something that is not a usable image."""
@@ -28,3 +30,20 @@ class TrainingInterrupted(RuntimeError):
             f"stopped after checkpointing; {epochs_done} epoch(s) done"
         )
         self.detail, self.epochs_done = detail, epochs_done
+
+
+class StudyStorageError(ValueError):
+    """A sweep's study storage cannot be used as given: a bad URI, a missing bucket, no permission, a broken
+    journal. The message names the value and the fix."""
+
+
+class WaveAlreadyClaimed(StudyStorageError):
+    """Another plan job claimed this wave of the study first (study_storage.claim_wave)."""
+
+    def __init__(self, uri: str, wave: int, claim: str, existing: dict | None) -> None:
+        shown = json.dumps(existing, sort_keys=True)[:300] if existing is not None else "unreadable"
+        super().__init__(
+            f"wave {wave} of the study at '{uri}' is already claimed ({claim}: {shown}): another plan job is "
+            f"planning it. Wait for that plan job to finish, or plan the next wave (latest_wave() + 1, at least {wave + 1}) instead"
+        )
+        self.uri, self.wave, self.claim, self.existing = uri, wave, claim, existing

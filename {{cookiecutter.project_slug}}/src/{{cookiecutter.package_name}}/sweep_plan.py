@@ -24,6 +24,10 @@ class BudgetSpent(SweepConfigError):
     """The whole-sweep budget is used up: no wave may start."""
 
 
+class WaveOutOfOrder(SweepConfigError):
+    """A dispatch asked for a wave that is not the study's next (another plan job went first)."""
+
+
 @dataclass(frozen=True)
 class WavePlan:
     study_name: str
@@ -76,7 +80,7 @@ def plan_wave(
     uri = sweep_study.storage_uri(root, cfg.study_name)
     next_wave = study_storage.latest_wave(uri) + 1
     if wave is not None and wave != next_wave:
-        raise study_storage.WaveAlreadyClaimed(
+        raise WaveOutOfOrder(
             f"--wave: wave {wave} cannot be planned: the study '{cfg.study_name}' is at wave {next_wave - 1}, so "
             f"the next is {next_wave} (another plan job went first; its run continues the sweep)"
         )

@@ -69,6 +69,14 @@ def query_error(code: str, message: str) -> bytes:
 QUERY_SERVICES = {"cloudformation", "iam", "sts"}
 
 
+def s3_error(code: str, message: str) -> bytes:
+    """S3's REST error document (Amazon S3 API reference, "Error responses": Code, Message, RequestId, HostId)."""
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code><Message>{escape(message)}</Message>'
+        "<RequestId>0000FAULT</RequestId><HostId>fault</HostId></Error>"
+    ).encode()
+
+
 def json_error(code: str, message: str) -> bytes:
     return json.dumps({"__type": code, "message": message}).encode()
 
@@ -141,7 +149,10 @@ class AwsFaults:
     def _before_send(self, request: Any, **kwargs: Any) -> AWSResponse | None:
         event_name: str = kwargs.get("event_name", "")
         _, service, operation = [*event_name.split("."), "", ""][:3]
-        params = request_params(request)
+        # An S3 request's body is the object itself, not parameters: predicates see its method and URL (bucket, key).
+        params = (
+            {"method": request.method, "url": request.url} if service == "s3" else request_params(request)
+        )
         with self._lock:
             for fault in self._faults:
                 if (fault.service, fault.operation) != (service, operation) or fault.remaining == 0:
@@ -157,6 +168,8 @@ class AwsFaults:
                     payload = ec2_error(fault.code, message)
                 elif service in QUERY_SERVICES:
                     payload = query_error(fault.code, message)
+                elif service == "s3":
+                    payload = s3_error(fault.code, message)
                 else:
                     payload = json_error(fault.code, message)
                 return AWSResponse(request.url, fault.status, {}, _Body(payload))
