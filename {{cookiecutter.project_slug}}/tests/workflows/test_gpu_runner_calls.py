@@ -30,14 +30,15 @@ from gpu_runner.workflow_contract import LaunchOutput, SettingsOutput, WaitOutpu
 # workflows produce.
 CLI_GLOBAL_OPTIONS = {"--settings"}
 CLI_CONTRACT = {
-    "launch": {"--instance-type", "--spot", "--commit", "--attempt"},
-    "wait": {"--region", "--instance-id", "--runner-id"},
+    "launch": {"--instance-type", "--spot", "--commit", "--attempt", "--slot"},
+    "wait": {"--region", "--instance-id", "--runner-id", "--slot"},
     "teardown": {
         "--region", "--instance-id", "--runner-id", "--parameter", "--mlflow-run-id", "--attempt", "--phase",
+        "--slot",
     },
     "resume": {
         "--ref", "--attempt", "--train-interrupted", "--region", "--instance-id", "--commit", "--config",
-        "--instance-type",
+        "--instance-type", "--mode",
     },
     "reap": set(),
     "workflow-settings": set(),
@@ -61,17 +62,18 @@ def test_gpu_runner_calls_follow_the_contract(project: Path, tmp_path: Path) -> 
     teardowns = [c for c in full if c.subcommand == "teardown"]
     (full_teardown,) = [c for c in teardowns if "--mlflow-run-id" in c.options]
     (own_teardown,) = [c for c in teardowns if c is not full_teardown]
-    own_ids = {"--region", "--instance-id", "--runner-id", "--parameter", "--attempt"}
+    own_ids = {"--region", "--instance-id", "--runner-id", "--parameter", "--attempt", "--slot"}
     assert set(own_teardown.options) == own_ids, own_teardown
     phases = [a.removeprefix("--phase=") for a in full_teardown.argv if a.startswith("--phase=")]
     names = [p.split("=")[0] for p in phases]
     assert names == ["boot", "image-ready", "runner-started", "runner-online", "job-started"]
     assert all(p.split("=")[1].isdigit() for p in phases), phases
     # Without inputs, launch falls back to the settings file; teardown passes only the ids it has (and the
-    # attempt, 1 for a push: the MLflow step of its cost).
+    # attempt, 1 for a push: the MLflow step of its cost). No slot (train.yml): no --slot, today's names.
     assert {c.subcommand: set(c.options) for c in bare} == {
         **CLI_CONTRACT,
         "launch": {"--commit", "--attempt"},
+        "wait": {"--region", "--instance-id", "--runner-id"},
         "teardown": {"--attempt"},
     }
     push_teardowns = [c for c in bare if c.subcommand == "teardown"]

@@ -18,6 +18,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from .errors import RunnerError
+from .naming import SLOT, SLOT_MAX_DIGITS
 from .settings import REGION
 
 
@@ -162,6 +163,29 @@ def runner_id(value: str) -> int:
             "job's runner-id output"
         )
     return int(value)
+
+
+def slot(value: str) -> str:
+    """ "" (train.yml: no slot, today's names) or a sweep's trial number (naming.SLOT)."""
+    if value and not SLOT.fullmatch(value):
+        raise BadValue(
+            f"--slot: {_shown(value)} is not a trial number (1 to {SLOT_MAX_DIGITS} ASCII digits, no sign, no "
+            "leading zero); sweep.yml passes the matrix leg's trial number, train.yml passes none"
+        )
+    return value
+
+
+# gpu-runner-stop.yml's `resume` input (resume.MODES; not imported: resume sits above this module).
+RESUME_MODES = ("dispatch", "none")
+
+
+def resume_mode(value: str) -> str:
+    if value not in RESUME_MODES:
+        raise BadValue(
+            f"--mode: {_shown(value)} is not dispatch or none; gpu-runner-stop.yml's input `resume` is dispatch "
+            "(train.yml, the default) or none (sweep.yml)"
+        )
+    return value
 
 
 def region(value: str) -> str:
