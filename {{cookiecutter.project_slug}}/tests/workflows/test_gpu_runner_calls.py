@@ -150,7 +150,7 @@ def test_gpu_runner_cli_parses_every_workflow_command_line(
     assert proc.returncode == 2 and "usage:" in proc.stderr
     # The dispatch input `instance-type` is validated by the CLI before anything else happens.
     hostile = [c for c in recorded_gpu_runner_calls(project, "attack", tmp_path) if c.subcommand == "launch"]
-    assert [c.options for c in hostile] == [["--commit", "--attempt", "--instance-type"]]
+    assert [c.options for c in hostile] == [["--commit", "--attempt", "--instance-type", "--slot"]]
     proc = gpu_runner(runner_installed, *hostile[0].argv)
     assert proc.returncode == 1 and "is not an instance type" in proc.stderr, proc.stderr
     assert "GITHUB_REPOSITORY" not in proc.stderr
