@@ -21,7 +21,7 @@ from workflow_files import (
     tool,
 )
 
-from gpu_runner.workflow_contract import LaunchOutput, SettingsOutput, WaitOutput
+from gpu_runner.workflow_contract import CapacityOutput, LaunchOutput, SettingsOutput, WaitOutput
 
 # The gpu-runner CLI contract the workflows are written against:
 #   gpu-runner [--settings FILE] <subcommand> [options]   (the global option precedes the subcommand)
@@ -111,7 +111,8 @@ def test_every_value_reaches_a_cli_as_opt_equals_value(project: Path, tmp_path: 
 def test_launch_outputs_match_the_runner_sources(project: Path) -> None:
     written = written_step_outputs(project / "runner" / "src" / "gpu_runner")
     assert written, "no write_outputs({...}) call found in the gpu_runner sources: update this test"
-    assert written == set(LAUNCH_OUTPUTS + WAIT_OUTPUTS + SETTINGS_OUTPUTS)
+    # capacity's are for sweep.yml's plan job.
+    assert written == set(LAUNCH_OUTPUTS + WAIT_OUTPUTS + SETTINGS_OUTPUTS) | {str(k) for k in CapacityOutput}
 
 
 @pytest.mark.slow
@@ -161,7 +162,7 @@ def written_step_outputs(package: Path) -> set[str]:
     workflow_contract's LaunchOutput / WaitOutput / SettingsOutput members they name)."""
     members = {
         f"{enum.__name__}.{member.name}": str(member)
-        for enum in (LaunchOutput, WaitOutput, SettingsOutput)
+        for enum in (LaunchOutput, WaitOutput, SettingsOutput, CapacityOutput)
         for member in enum
     }
     keys: set[str] = set()

@@ -1,4 +1,4 @@
-"""`gpu-runner workflow-settings | launch | wait | teardown | resume | reap` (what the GPU workflows run),
+"""`gpu-runner workflow-settings | launch | wait | teardown | resume | reap | capacity` (what the GPU workflows run),
 `bootstrap`, `doctor` and `cost-report`."""
 
 from __future__ import annotations
@@ -102,6 +102,13 @@ def _parser() -> argparse.ArgumentParser:
     resume.add_argument(
         "--mode", default="dispatch", help="dispatch (the next attempt of train.yml) or none (only report it)"
     )
+
+    capacity = commands.add_parser(
+        "capacity",
+        help="how many GPU runners the vCPU quotas let a sweep start now (step outputs runners=...)",
+    )
+    # A string, checked before any API call (argparse's int would take " 2" and "-1" alike, in its own words).
+    capacity.add_argument("--wanted", required=True, help="runners the sweep would start at once (parallel)")
 
     reap = commands.add_parser("reap", help="clean up expired or orphaned instances, runners and parameters")
     reap.add_argument("--region", action="append", default=[], help="extra regions to scan (repeatable)")
@@ -207,7 +214,7 @@ def _raise_on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    """Run one command; returns its exit status (non-zero only from doctor, the others raise)."""
+    """Run one command; returns its exit status (non-zero only from doctor and capacity, the others raise)."""
     # Imported lazily so `--help` stays fast.
     from . import lifecycle, reaper, timeline
 
@@ -224,6 +231,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "resume":
         _resume(args, settings, ctx, aws)
         return 0
+    if args.command == "capacity":
+        from . import capacity
+
+        wanted = contract.wanted(args.wanted)
+        return capacity.report(settings, capacity.capacity(settings, aws, wanted))
     from . import credential
 
     # Before any AWS call (the credential below is read from SSM): the train job would have nowhere to keep its
@@ -455,7 +467,10 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_settings(args.settings, overrides)
         region = settings.region
         # bootstrap and doctor run from a laptop (the repository is a flag); the others run in a workflow.
-        if args.command not in ("bootstrap", "doctor") and not os.environ.get("GITHUB_REPOSITORY"):
+        # capacity asks nothing of GitHub: it also answers on a laptop.
+        if args.command not in ("bootstrap", "doctor", "capacity") and not os.environ.get(
+            "GITHUB_REPOSITORY"
+        ):
             raise RunnerError(
                 "GITHUB_REPOSITORY is not set: GitHub Actions sets it; by hand, export GITHUB_REPOSITORY=owner/name"
             )

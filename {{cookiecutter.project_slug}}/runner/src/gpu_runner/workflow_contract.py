@@ -55,6 +55,15 @@ class SettingsOutput(StrEnum):
     TRAIN_BRANCH_PREFIX = "train-branch-prefix"
 
 
+class CapacityOutput(StrEnum):
+    """`gpu-runner capacity`'s step outputs, for sweep.yml's plan job."""
+
+    RUNNERS = "runners"  # how many runners to start now: min(--wanted, what the vCPU quotas allow)
+    VCPUS_PER_RUNNER = "vcpus-per-runner"  # of the largest configured G or VT type (0: none configured)
+    QUOTA_VCPUS = "quota-vcpus"  # the quotas read (on-demand, plus spot with use_spot), summed
+    IN_USE_VCPUS = "in-use-vcpus"  # the region's pending and running instances those quotas count
+
+
 # Never echoed to the log: the label is what another workflow would need to queue a job for this runner
 # (issue 13, item 1); the parameter names where its JIT config is.
 UNPRINTED = (LaunchOutput.LABEL, LaunchOutput.PARAMETER)
@@ -91,6 +100,18 @@ def append_summary(markdown: str, env: Mapping[str, str] | None = None) -> None:
     if path:
         with open(path, "a", encoding="utf-8") as handle:
             handle.write(markdown + "\n")
+
+
+def workflow_command(command: str, title: str, message: str) -> str:
+    """`::warning title=T::message` (or error, notice): an annotation on the run's page. Escaped as the Actions
+    toolkit does (actions/toolkit packages/core/src/command.ts: escapeData %, CR, LF in the message; escapeProperty
+    also : and , in a property), so a value in the message can neither end the line nor forge another command."""
+
+    def data(text: str) -> str:
+        return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+    prop = data(title).replace(":", "%3A").replace(",", "%2C")
+    return f"::{command} title={prop}::{data(message)}"
 
 
 def mask(secret: str, env: Mapping[str, str] | None = None) -> None:
@@ -186,6 +207,15 @@ def resume_mode(value: str) -> str:
             "(train.yml, the default) or none (sweep.yml)"
         )
     return value
+
+
+def wanted(value: str) -> int:
+    if not (value.isascii() and value.isdigit() and int(value) >= 1):
+        raise BadValue(
+            f"--wanted: {_shown(value)} is not a number of runners (an integer of at least 1); sweep.yml passes "
+            "parallel from configs/sweep.yaml"
+        )
+    return int(value)
 
 
 def region(value: str) -> str:
