@@ -11,7 +11,9 @@ from pathlib import Path
 import boto3
 import pytest
 from doubles.aws_constants import AMI_PARAMETER, REGION
+from doubles.aws_faults import AwsFaults
 from doubles.github_double import RUNNER_NAME_MAX, GitHubDouble
+from doubles.price_answers import get_products_answer, price_list_product
 
 from gpu_runner import cli, lifecycle, naming, reaper
 from gpu_runner.aws import Aws
@@ -116,6 +118,38 @@ def test_tearing_down_one_slot_leaves_the_other_untouched(
     assert parameter_names(aws) == {one.parameter}
     teardown(one)
     assert live_instances(aws) == [] and github_double.runners == {} and parameter_names(aws) == set()
+
+
+def test_each_slots_stop_job_summary_names_its_slot(
+    settings, ctx, aws, github, faults: AwsFaults, tmp_path: Path
+) -> None:
+    """The run's page shows every leg's stop summary one after another: the cost and timeline lines say whose."""
+    for outcome in launch_slots(settings, ctx, aws, github):
+        slot = outcome.runner_name.rsplit("-", 1)[1]
+        faults.answer(
+            "pricing", "GetProducts", get_products_answer(price_list_product("g4dn.xlarge", REGION, "0.526"))
+        )
+        summary = tmp_path / f"summary-{slot}.md"
+        lifecycle.teardown(
+            aws, github, region=REGION, instance_id=outcome.launched.instance_id, runner_id=outcome.runner_id,
+            parameter=outcome.parameter,
+            cost_request=lifecycle.CostRequest(100, "", 1, {"GITHUB_STEP_SUMMARY": str(summary)}, slot=slot),
+        )  # fmt: skip
+        text = summary.read_text()
+        assert (
+            f"**GPU cost (slot {slot}, attempt 1)**" in text
+            and f"**Timeline (slot {slot}, attempt 1)**" in text
+        )
+
+
+def test_the_same_slot_twice_in_one_run_is_refused_and_the_first_is_untouched(
+    settings, ctx, aws, github, github_double: GitHubDouble
+) -> None:
+    first = lifecycle.launch(settings, dataclasses.replace(ctx, slot="2"), aws, github)
+    with pytest.raises(RunnerError, match="gpu-runner-777-1-2"):  # GitHub's 409: the name is taken
+        lifecycle.launch(settings, dataclasses.replace(ctx, slot="2"), aws, github)
+    assert [i["InstanceId"] for i in live_instances(aws)] == [first.launched.instance_id]
+    assert list(github_double.runners) == [first.runner_id] and parameter_names(aws) == {first.parameter}
 
 
 def test_the_reaper_reaps_both_slots_when_both_are_left(
