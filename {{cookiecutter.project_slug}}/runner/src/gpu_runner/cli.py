@@ -419,9 +419,8 @@ def _resume(args: argparse.Namespace, settings: Settings, ctx: RunContext, aws: 
     base_url = os.environ.get(contract.GITHUB_API_URL) or DEFAULT_BASE_URL
 
     def dispatch(ref: str, inputs: Mapping[str, str]) -> None:
-        if (
-            mode != "dispatch"
-        ):  # resume() never calls it then; a second lock on the one door that starts a GPU
+        # resume() never calls it in mode none; a second lock on the one door that starts a GPU.
+        if mode != "dispatch":
             raise RunnerError(f"resume mode {mode}: not dispatching {resume.WORKFLOW}")
         dispatch_workflow(ctx.repository, resume.WORKFLOW, ref, inputs, token, base_url)
 

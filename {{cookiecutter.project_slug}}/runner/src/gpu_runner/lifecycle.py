@@ -266,9 +266,10 @@ def wait(
     """Poll until the runner is online; fail fast when the instance dies; print its console on failure.
 
     GitHub is asked only once the instance is running (before that the runner cannot have connected), then
-    every POLL_INTERVAL_SECONDS. With `runner_name` (the CLI: this run's, attempt's and slot's), a runner of
-    another name fails at once: a sweep leg given another leg's runner id must not report that one online. Writes runner-online-at (epoch seconds) and runner-online-seconds (after
-    launch) to the step outputs, for the stop job's timeline."""
+    every POLL_INTERVAL_SECONDS. Writes runner-online-at (epoch seconds) and runner-online-seconds (after
+    launch) to the step outputs, for the stop job's timeline. With `runner_name` (the CLI passes this run's,
+    attempt's and slot's), a runner of another name fails at once: a sweep leg given another leg's runner id
+    must not report that one online."""
     ec2_client = aws.client("ec2", region)
     timeout = settings.wait_timeout_seconds if timeout_seconds is None else timeout_seconds
     started = clock()
