@@ -119,6 +119,7 @@ DOCS = "https://docs.github.com/rest/actions/self-hosted-runners"
 # "is limited to 250 commits" (the most recent ones), and page 1 carries "up to 300 changed files".
 COMPARE_UNPAGED_COMMITS, COMPARE_MAX_FILES = 250, 300
 # Labels the runner application sets itself; GitHub reports them as "read-only", everything else as "custom".
+RUNNER_NAME_MAX = 64
 DEFAULT_LABELS = {"self-hosted", "linux", "x64", "arm64", "arm", "windows", "macos"}
 RATE_LIMIT = 5000
 
@@ -938,6 +939,12 @@ class GitHubDouble:
         name, labels, group = body["name"], body["labels"], body["runner_group_id"]
         if not name:
             raise _HttpError(422, "Invalid request.\n\nname can't be blank.")
+        # GitHub's description states no maxLength for the name (tests/contracts/github-openapi.json); a GitHub
+        # maintainer: "Runner names can only be 64 characters in length" (actions/runner PR #1710). Wording ours.
+        if len(name) > RUNNER_NAME_MAX:
+            raise _HttpError(
+                422, f"Invalid request.\n\nname is too long (maximum is {RUNNER_NAME_MAX} characters)."
+            )
         if group != 1:
             raise _HttpError(404, "Not Found")
         if any(r["name"] == name and self._runner_repo[rid] == repo for rid, r in self._runners.items()):

@@ -117,6 +117,8 @@ TRIGGERS: dict[str, Callable[[Case], int]] = {
     "runner-bad-spot-flag": lambda case: gpu_runner("launch", "--spot", "maybe"),
     "runner-bad-instance-type-flag": lambda case: gpu_runner("launch", "--instance-type", "g5.xlarge;reboot"),
     "runner-no-repository": launch_env(GITHUB_REPOSITORY=None),
+    "runner-bad-slot": lambda case: gpu_runner("launch", "--slot=007"),
+    "runner-bad-wanted": lambda case: gpu_runner("capacity", "--wanted=0"),
     "settings-unknown-key": launch_with(instance_typo="g5.xlarge"),
     "settings-bad-region": launch_with(region="Europe"),
     "settings-idle-timeout": launch_with(idle_timeout_minutes=200, max_runtime_minutes=180),

@@ -29,7 +29,7 @@ import botocore.session
 import pytest
 import yaml
 from botocore.exceptions import ClientError
-from doubles import stack_deploy
+from doubles import service_quotas, stack_deploy
 from doubles.aws_faults import AwsFaults
 from doubles.github_double import (
     ADMIN_TOKEN,
@@ -642,47 +642,11 @@ def spot_role(moto_endpoint: str) -> Iterator[str]:
 
 
 def quota_body(code: str, value: float) -> dict[str, Any]:
-    """A GetServiceQuota / GetAWSDefaultServiceQuota answer, every key a member of botocore's ServiceQuota shape."""
-    names = {
-        doctor_aws.ON_DEMAND_QUOTA[0]: doctor_aws.ON_DEMAND_QUOTA[1],
-        doctor_aws.SPOT_QUOTA[0]: doctor_aws.SPOT_QUOTA[1],
-    }
-    return {
-        "Quota": {
-            "ServiceCode": "ec2",
-            "ServiceName": "Amazon Elastic Compute Cloud (Amazon EC2)",
-            "QuotaArn": f"arn:aws:servicequotas:{REGION}:123456789012:ec2/{code}",
-            "QuotaCode": code,
-            "QuotaName": names[code],
-            "Value": value,
-            "Unit": "None",
-            "Adjustable": True,
-            "GlobalQuota": False,
-            "UsageMetric": {
-                "MetricNamespace": "AWS/Usage",
-                "MetricName": "ResourceCount",
-                "MetricDimensions": {
-                    "Class": "Standard/OnDemand",
-                    "Resource": "vCPU",
-                    "Service": "EC2",
-                    "Type": "Resource",
-                },
-                "MetricStatisticRecommendation": "Maximum",
-            },
-            "QuotaAppliedAtLevel": "ACCOUNT",
-        }
-    }
+    return service_quotas.quota_body(code, value, REGION)
 
 
 def answer_quotas(faults: AwsFaults, on_demand: float, spot: float) -> None:
-    for code, value in ((doctor_aws.ON_DEMAND_QUOTA[0], on_demand), (doctor_aws.SPOT_QUOTA[0], spot)):
-        faults.answer(
-            "service-quotas",
-            "GetServiceQuota",
-            quota_body(code, value),
-            times=-1,
-            when=lambda params, code=code: params.get("QuotaCode") == code,
-        )
+    service_quotas.answer_quotas(faults, on_demand, spot, REGION)
 
 
 @dataclasses.dataclass

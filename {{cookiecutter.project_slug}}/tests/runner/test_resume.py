@@ -93,3 +93,36 @@ def test_cli_names_the_missing_permission(cli_env: Path, github_double, aws, mon
     assert main(resume_args(cli_env, 1, "true")) == 1
     assert "permissions: actions: write" in capsys.readouterr().err
     assert github_double.dispatches == []
+
+
+@pytest.mark.parametrize("attempt", [1, 3])  # 3: max_attempts, which in dispatch mode is an error (above)
+def test_mode_none_reports_the_interruption_and_sends_no_request_to_github(
+    cli_env: Path, github_double, aws, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, attempt: int
+) -> None:
+    """gpu-runner-stop.yml with `resume: none` (sweep.yml): the interruption is reported in the summary, and not
+    one request reaches GitHub (no dispatch of train.yml): the sweep's collect job resumes the trial."""
+    monkeypatch.setenv("GITHUB_TOKEN", DEFAULT_TOKEN)
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "summary.md"))
+    assert main([*resume_args(cli_env, attempt, "true"), "--mode=none"]) == 0
+    assert github_double.calls == [] and github_double.dispatches == []
+    summary = (tmp_path / "summary.md").read_text()
+    assert (
+        f"Attempt {attempt}: the training stopped on the spot interruption notice (exit status 75)."
+        in summary
+    )
+    assert "Not dispatched (resume mode none)" in summary
+    # The default is dispatch: the same call without --mode does start the next attempt.
+    assert main(resume_args(cli_env, 1, "true")) == 0
+    assert [d["inputs"]["attempt"] for d in github_double.dispatches] == ["2"]
+
+
+def test_mode_none_needs_no_token_and_a_bad_mode_dispatches_nothing(
+    cli_env: Path, github_double, aws, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.delenv("GITHUB_TOKEN", raising=False)
+    assert main([*resume_args(cli_env, 1, "true"), "--mode=none"]) == 0
+    monkeypatch.setenv("GITHUB_TOKEN", DEFAULT_TOKEN)
+    for bad in ("None", "", "dispatch ", "--x"):
+        assert main([*resume_args(cli_env, 1, "true"), f"--mode={bad}"]) == 1
+        assert "error: --mode: " in capsys.readouterr().err
+    assert github_double.calls == []

@@ -62,6 +62,8 @@ BENIGN_OUTPUTS = {
 BENIGN_INPUTS = {
     "config": "configs/train.yaml", "instance-type": "g5.xlarge", "spot": "true", "attempt": "2",
     "commit": "0123456789abcdef0123456789abcdef01234567", "allow-cpu": "false",
+    # sweep.yml's inputs of the reusable start/stop workflows (train.yml passes neither).
+    "slot": "3", "resume": "none",
 }  # fmt: skip
 
 

@@ -21,7 +21,7 @@ from workflow_files import (
     tool,
 )
 
-from gpu_runner.workflow_contract import LaunchOutput, SettingsOutput, WaitOutput
+from gpu_runner.workflow_contract import CapacityOutput, LaunchOutput, SettingsOutput, WaitOutput
 
 # The gpu-runner CLI contract the workflows are written against:
 #   gpu-runner [--settings FILE] <subcommand> [options]   (the global option precedes the subcommand)
@@ -30,14 +30,15 @@ from gpu_runner.workflow_contract import LaunchOutput, SettingsOutput, WaitOutpu
 # workflows produce.
 CLI_GLOBAL_OPTIONS = {"--settings"}
 CLI_CONTRACT = {
-    "launch": {"--instance-type", "--spot", "--commit", "--attempt"},
-    "wait": {"--region", "--instance-id", "--runner-id"},
+    "launch": {"--instance-type", "--spot", "--commit", "--attempt", "--slot"},
+    "wait": {"--region", "--instance-id", "--runner-id", "--slot"},
     "teardown": {
         "--region", "--instance-id", "--runner-id", "--parameter", "--mlflow-run-id", "--attempt", "--phase",
+        "--slot",
     },
     "resume": {
         "--ref", "--attempt", "--train-interrupted", "--region", "--instance-id", "--commit", "--config",
-        "--instance-type",
+        "--instance-type", "--mode",
     },
     "reap": set(),
     "workflow-settings": set(),
@@ -61,17 +62,18 @@ def test_gpu_runner_calls_follow_the_contract(project: Path, tmp_path: Path) -> 
     teardowns = [c for c in full if c.subcommand == "teardown"]
     (full_teardown,) = [c for c in teardowns if "--mlflow-run-id" in c.options]
     (own_teardown,) = [c for c in teardowns if c is not full_teardown]
-    own_ids = {"--region", "--instance-id", "--runner-id", "--parameter", "--attempt"}
+    own_ids = {"--region", "--instance-id", "--runner-id", "--parameter", "--attempt", "--slot"}
     assert set(own_teardown.options) == own_ids, own_teardown
     phases = [a.removeprefix("--phase=") for a in full_teardown.argv if a.startswith("--phase=")]
     names = [p.split("=")[0] for p in phases]
     assert names == ["boot", "image-ready", "runner-started", "runner-online", "job-started"]
     assert all(p.split("=")[1].isdigit() for p in phases), phases
     # Without inputs, launch falls back to the settings file; teardown passes only the ids it has (and the
-    # attempt, 1 for a push: the MLflow step of its cost).
+    # attempt, 1 for a push: the MLflow step of its cost). No slot (train.yml): no --slot, today's names.
     assert {c.subcommand: set(c.options) for c in bare} == {
         **CLI_CONTRACT,
         "launch": {"--commit", "--attempt"},
+        "wait": {"--region", "--instance-id", "--runner-id"},
         "teardown": {"--attempt"},
     }
     push_teardowns = [c for c in bare if c.subcommand == "teardown"]
@@ -109,7 +111,8 @@ def test_every_value_reaches_a_cli_as_opt_equals_value(project: Path, tmp_path: 
 def test_launch_outputs_match_the_runner_sources(project: Path) -> None:
     written = written_step_outputs(project / "runner" / "src" / "gpu_runner")
     assert written, "no write_outputs({...}) call found in the gpu_runner sources: update this test"
-    assert written == set(LAUNCH_OUTPUTS + WAIT_OUTPUTS + SETTINGS_OUTPUTS)
+    # capacity's are for sweep.yml's plan job.
+    assert written == set(LAUNCH_OUTPUTS + WAIT_OUTPUTS + SETTINGS_OUTPUTS) | {str(k) for k in CapacityOutput}
 
 
 @pytest.mark.slow
@@ -148,7 +151,7 @@ def test_gpu_runner_cli_parses_every_workflow_command_line(
     assert proc.returncode == 2 and "usage:" in proc.stderr
     # The dispatch input `instance-type` is validated by the CLI before anything else happens.
     hostile = [c for c in recorded_gpu_runner_calls(project, "attack", tmp_path) if c.subcommand == "launch"]
-    assert [c.options for c in hostile] == [["--commit", "--attempt", "--instance-type"]]
+    assert [c.options for c in hostile] == [["--commit", "--attempt", "--instance-type", "--slot"]]
     proc = gpu_runner(runner_installed, *hostile[0].argv)
     assert proc.returncode == 1 and "is not an instance type" in proc.stderr, proc.stderr
     assert "GITHUB_REPOSITORY" not in proc.stderr
@@ -159,7 +162,7 @@ def written_step_outputs(package: Path) -> set[str]:
     workflow_contract's LaunchOutput / WaitOutput / SettingsOutput members they name)."""
     members = {
         f"{enum.__name__}.{member.name}": str(member)
-        for enum in (LaunchOutput, WaitOutput, SettingsOutput)
+        for enum in (LaunchOutput, WaitOutput, SettingsOutput, CapacityOutput)
         for member in enum
     }
     keys: set[str] = set()

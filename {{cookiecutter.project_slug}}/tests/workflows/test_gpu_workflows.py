@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from step_scripts import run_bash
+from step_scripts import gpu_runner_calls, run_bash, step_env, substitute
 from workflow_files import (
     AWS_CREDENTIALS,
     LAUNCH_OUTPUTS,
@@ -106,6 +106,58 @@ def test_start_and_stop_run_the_default_branch_code(project: Path, tmp_path: Pat
         assert (code == 0) is ok, (event, ref, caller)
 
 
+# Inputs of gpu-runner-stop.yml only sweep.yml sets, with the defaults that keep train.yml's behaviour.
+SWEEP_ONLY_STOP_INPUTS = {"slot": "", "resume": "dispatch"}
+
+
+def test_the_slot_and_resume_inputs_reach_gpu_runner_through_env_only(project: Path, tmp_path: Path) -> None:
+    """Issue 15: the slot goes to every gpu-runner call of start (launch, wait, its own teardown) and to stop's
+    teardown, the resume mode to stop's resume step; each as an env value (never `${{ }}` inside run:)."""
+    workflows = gpu_workflows(project)
+    (start,) = workflows["gpu-runner-start"]["jobs"].values()
+    (stop,) = workflows["gpu-runner-stop"]["jobs"].values()
+    calls = {
+        (name, re.search(r"gpu-runner --settings \S+ ([a-z-]+)", step["run"])[1]): step
+        for name, job in (("start", start), ("stop", stop))
+        for step in job["steps"]
+        if "gpu-runner --settings" in step.get("run", "")
+    }
+    slotted = [key for key in calls if key[1] in {"launch", "wait", "teardown"}]
+    assert sorted(slotted) == [
+        ("start", "launch"),
+        ("start", "teardown"),
+        ("start", "wait"),
+        ("stop", "teardown"),
+    ]
+    for key in slotted:
+        step = calls[key]
+        assert step["env"]["SLOT"] == "${{ inputs.slot }}", key
+        assert 'args+=("--slot=${SLOT}")' in step["run"] and "inputs." not in step["run"], key
+    resume = calls[("stop", "resume")]
+    assert resume["env"]["RESUME"] == "${{ inputs.resume || 'dispatch' }}"
+    assert '--mode="${RESUME}"' in resume["run"] and "inputs." not in resume["run"]
+    # Run as GitHub would: sweep.yml's resume: none reaches the CLI as --mode=none, train.yml's (no input) as
+    # --mode=dispatch; a slot reaches launch as --slot=3, no slot as no flag.
+    for (key, scenario), expected in {
+        (("stop", "resume"), "benign"): "--mode=none",
+        (("stop", "resume"), "empty"): "--mode=dispatch",
+        (("start", "launch"), "benign"): "--slot=3",
+        (("start", "launch"), "empty"): None,
+    }.items():
+        doc = workflows[f"gpu-runner-{key[0]}"]
+        job = start if key[0] == "start" else stop
+        step = calls[key]
+        code, recorded = run_bash(
+            substitute(step["run"], scenario),
+            step_env(doc, job, step, scenario),
+            tmp_path / f"{key[1]}-{scenario}",
+        )
+        (call,) = gpu_runner_calls(recorded)
+        assert code == 0 and call.subcommand == key[1], (key, scenario)
+        flag = "--mode" if key[1] == "resume" else "--slot"
+        assert [a for a in call.argv if a.startswith(f"{flag}=")] == ([expected] if expected else []), call
+
+
 def test_train_job_graph(project: Path) -> None:
     jobs = gpu_workflows(project)["train"]["jobs"]
     assert list(jobs) == ["start", "train", "stop"]
@@ -198,9 +250,16 @@ def test_train_job_graph(project: Path) -> None:
     # actions: write = dispatching the next attempt after a spot interruption, with the run's own token.
     assert caller_stop["permissions"] == {"contents": "read", "id-token": "write", "actions": "write"}
     assert stop["permissions"] == caller_stop["permissions"]
-    # What the caller passes: every input the stop workflow declares, from the start and train jobs.
+    # What the caller passes: every input the stop workflow declares, from the start and train jobs, except
+    # sweep.yml's two, whose defaults are train.yml's behaviour (no slot; re-dispatch after an interruption).
     passed = caller_stop["with"]
-    assert set(passed) == set(stop_doc["on"]["workflow_call"]["inputs"])
+    declared = stop_doc["on"]["workflow_call"]["inputs"]
+    assert set(passed) == set(declared) - set(SWEEP_ONLY_STOP_INPUTS)
+    assert {name: declared[name]["default"] for name in SWEEP_ONLY_STOP_INPUTS} == SWEEP_ONLY_STOP_INPUTS
+    assert (
+        "slot" not in caller_start["with"]
+        and start_doc["on"]["workflow_call"]["inputs"]["slot"]["default"] == ""
+    )
     for name in ("region", "instance-id", "runner-id", "parameter", "runner-online-at"):
         assert passed[name] == as_expression(f"needs.start.outputs.{name}")
     assert passed["mlflow-run-id"] == "${{ needs.train.outputs.mlflow-run-id }}"

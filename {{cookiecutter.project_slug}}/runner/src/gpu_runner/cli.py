@@ -1,9 +1,10 @@
-"""`gpu-runner workflow-settings | launch | wait | teardown | resume | reap` (what the GPU workflows run),
+"""`gpu-runner workflow-settings | launch | wait | teardown | resume | reap | capacity` (what the GPU workflows run),
 `bootstrap`, `doctor` and `cost-report`."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import signal
 import sys
@@ -14,7 +15,7 @@ from typing import TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from . import ec2, log_output
+from . import ec2, log_output, naming
 from . import workflow_contract as contract
 from .aws import Aws
 from .errors import RunnerError
@@ -52,12 +53,14 @@ def _parser() -> argparse.ArgumentParser:
         "--commit", default="", help="the dispatch input commit (40 hex digits, on this branch)"
     )
     launch.add_argument("--attempt", default="1", help="the dispatch input attempt (1..max_attempts)")
+    _add_slot(launch)
 
     wait = commands.add_parser("wait", help="wait until the runner is online")
     wait.add_argument("--region", required=True)
     wait.add_argument("--instance-id", required=True)
     wait.add_argument("--runner-id", required=True)
     wait.add_argument("--timeout", type=float, default=None, help="seconds (default: wait_timeout_seconds)")
+    _add_slot(wait)
 
     teardown = commands.add_parser(
         "teardown", help="deregister, terminate, delete the parameter (idempotent)"
@@ -81,6 +84,7 @@ def _parser() -> argparse.ArgumentParser:
         "--phase", action="append", default=[], metavar="NAME=EPOCH",
         help="a moment of this attempt (boot, image-ready, runner-started, runner-online, job-started); repeatable",
     )  # fmt: skip
+    _add_slot(teardown)
 
     resume = commands.add_parser(
         "resume", help="after a spot interruption: dispatch the next attempt of train.yml"
@@ -94,6 +98,17 @@ def _parser() -> argparse.ArgumentParser:
     resume.add_argument("--commit", required=True, help="the commit the next attempt trains")
     resume.add_argument("--config", default="configs/train.yaml")
     resume.add_argument("--instance-type", default="")
+    # gpu-runner-stop.yml's `resume` input: sweep.yml passes none (its collect job resumes the trial).
+    resume.add_argument(
+        "--mode", default="dispatch", help="dispatch (the next attempt of train.yml) or none (only report it)"
+    )
+
+    capacity = commands.add_parser(
+        "capacity",
+        help="how many GPU runners the vCPU quotas let a sweep start now (step outputs runners=...)",
+    )
+    # A string, checked before any API call (argparse's int would take " 2" and "-1" alike, in its own words).
+    capacity.add_argument("--wanted", required=True, help="runners the sweep would start at once (parallel)")
 
     reap = commands.add_parser("reap", help="clean up expired or orphaned instances, runners and parameters")
     reap.add_argument("--region", action="append", default=[], help="extra regions to scan (repeatable)")
@@ -131,6 +146,16 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--default-branch", default="main", help="the branch the reaper role must trust")
     _add_cost_report(commands)
     return parser
+
+
+def _add_slot(command: argparse.ArgumentParser) -> None:
+    # A string, checked in run() (launch, wait: before any API call) or _teardown (after it: a bad slot must not
+    # keep the instance running).
+    command.add_argument(
+        "--slot",
+        default="",
+        help="a sweep's trial number: its own runner name, parameter and instance (default: none)",
+    )
 
 
 def _add_cost_report(commands: argparse._SubParsersAction) -> None:
@@ -189,7 +214,7 @@ def _raise_on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    """Run one command; returns its exit status (non-zero only from doctor, the others raise)."""
+    """Run one command; returns its exit status (non-zero only from doctor and capacity, the others raise)."""
     # Imported lazily so `--help` stays fast.
     from . import lifecycle, reaper, timeline
 
@@ -206,6 +231,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "resume":
         _resume(args, settings, ctx, aws)
         return 0
+    if args.command == "capacity":
+        from . import capacity
+
+        wanted = contract.wanted(args.wanted)
+        return capacity.report(settings, capacity.capacity(settings, aws, wanted))
     from . import credential
 
     # Before any AWS call (the credential below is read from SSM): the train job would have nowhere to keep its
@@ -215,6 +245,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             f"bucket: not set in {args.settings}; set it to the bucket `make bootstrap` created (the "
             "default branch's copy is the one that counts)"
         )
+    if args.command in ("launch", "wait"):  # teardown checks its slot itself (_teardown)
+        ctx = dataclasses.replace(ctx, slot=contract.slot(args.slot))
     # The workflows pass no GitHub credential: it is read from AWS with the role (credential.py).
     env = credential.github_env(settings, aws.client("ssm", settings.region))
     github = GitHubRunners.from_env(ctx.repository, env=env)
@@ -226,6 +258,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         lifecycle.wait(
             settings, aws, github, region=contract.region(args.region), instance_id=contract.instance_id(args.instance_id),
             runner_id=contract.runner_id(args.runner_id), timeout_seconds=args.timeout,
+            runner_name=naming.runner_name(ctx),
         )  # fmt: skip
     elif args.command == "teardown":
         _teardown(args, settings, aws, github, timeline.parse_phases(args.phase))
@@ -285,7 +318,11 @@ def _teardown(
     runner_id = checked(contract.runner_id, args.runner_id, refused.append)
     run_id = checked(contract.mlflow_run_id, args.mlflow_run_id, warn_cost) or ""
     attempt = checked(lambda v: contract.attempt(v, settings.max_attempts), args.attempt, warn_cost)
-    request = lifecycle.CostRequest(settings.root_volume_gb, run_id, attempt, phases=phases)
+    # Only the summary lines name the slot (teardown acts on the ids it is given): a bad one is an error once
+    # everything is torn down, never a reason to leave the instance running.
+    bad_slot: list[str] = []
+    slot = checked(contract.slot, args.slot, bad_slot.append) or ""
+    request = lifecycle.CostRequest(settings.root_volume_gb, run_id, attempt, phases=phases, slot=slot)
     try:
         lifecycle.teardown(
             aws, github, region=region, instance_id=instance_id, runner_id=runner_id, parameter=args.parameter,
@@ -294,10 +331,16 @@ def _teardown(
     finally:
         if refused:  # after the teardown, so these lines end the log, and even when the teardown failed too
             print("error: not torn down: " + "; ".join(refused), file=sys.stderr)
+        if bad_slot:
+            print(
+                f"error: {bad_slot[0]} (torn down all the same: teardown needs only the ids)", file=sys.stderr
+            )
     if refused:
         raise RunnerError(
             f"{len(refused)} value(s) refused (see above): the scheduled reaper removes what is left"
         )
+    if bad_slot:
+        raise RunnerError("--slot refused (see above)")
 
 
 def _workflow_settings(settings: Settings) -> None:
@@ -369,22 +412,29 @@ def _resume(args: argparse.Namespace, settings: Settings, ctx: RunContext, aws: 
     from . import resume
     from .github import DEFAULT_BASE_URL, dispatch_workflow
 
+    mode = contract.resume_mode(args.mode)
     token = os.environ.get(contract.GITHUB_TOKEN, "")
-    if not token:
+    if not token and mode == "dispatch":
         raise RunnerError("GITHUB_TOKEN is not set: pass the workflow's token (permissions: actions: write)")
     base_url = os.environ.get(contract.GITHUB_API_URL) or DEFAULT_BASE_URL
 
     def dispatch(ref: str, inputs: Mapping[str, str]) -> None:
+        # resume() never calls it in mode none; a second lock on the one door that starts a GPU.
+        if mode != "dispatch":
+            raise RunnerError(f"resume mode {mode}: not dispatching {resume.WORKFLOW}")
         dispatch_workflow(ctx.repository, resume.WORKFLOW, ref, inputs, token, base_url)
 
     decision = resume.resume(
         settings, aws, dispatch, ref=args.ref, attempt=contract.attempt(args.attempt, settings.max_attempts),
         train_interrupted=args.train_interrupted == "true", region=contract.region(args.region) if args.region else "",
         instance_id=contract.instance_id(args.instance_id) if args.instance_id else "", commit=contract.commit(args.commit),
-        config=contract.config_path(args.config, Path.cwd()), instance_type=args.instance_type,
+        config=contract.config_path(args.config, Path.cwd()), instance_type=args.instance_type, mode=mode,
     )  # fmt: skip
     if decision.interrupted:
-        contract.append_summary(f"### Spot interruption\n\nAttempt {args.attempt}: {decision.reason}.\n")
+        told = "" if mode == "dispatch" else f" Not dispatched (resume mode {mode}): the caller resumes it."
+        contract.append_summary(
+            f"### Spot interruption\n\nAttempt {args.attempt}: {decision.reason}.{told}\n"
+        )
 
 
 def aws_refusal(error: ClientError, region: str) -> str:
@@ -416,7 +466,10 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_settings(args.settings, overrides)
         region = settings.region
         # bootstrap and doctor run from a laptop (the repository is a flag); the others run in a workflow.
-        if args.command not in ("bootstrap", "doctor") and not os.environ.get("GITHUB_REPOSITORY"):
+        # capacity asks nothing of GitHub: it also answers on a laptop.
+        if args.command not in ("bootstrap", "doctor", "capacity") and not os.environ.get(
+            "GITHUB_REPOSITORY"
+        ):
             raise RunnerError(
                 "GITHUB_REPOSITORY is not set: GitHub Actions sets it; by hand, export GITHUB_REPOSITORY=owner/name"
             )

@@ -18,6 +18,7 @@ from urllib.parse import unquote
 
 from botocore.exceptions import ClientError
 
+from . import quotas
 from .aws import Aws
 from .doctor_checks import Check, Outcome, Target, failed, passed
 from .offerings import offered_types
@@ -29,12 +30,8 @@ OIDC_AUDIENCE = "sts.amazonaws.com"
 # requests", Amazon EC2 User Guide): name AWSServiceRoleForEC2Spot, service spot.amazonaws.com.
 SPOT_ROLE = "AWSServiceRoleForEC2Spot"
 SPOT_SERVICE = "spot.amazonaws.com"
-# vCPU quotas of the G and VT families (Service Quotas, service code ec2): "Running On-Demand G and VT
-# instances" and "All G and VT Spot Instance Requests" (names: Amazon EC2 User Guide, "On-Demand Instance
-# quotas" and "Spot Instance quotas"; codes as the Service Quotas console lists them, read 2026-12-01).
-GPU_FAMILY = re.compile(r"(g|vt)\d")
-ON_DEMAND_QUOTA = ("L-DB2E81BA", "Running On-Demand G and VT instances")
-SPOT_QUOTA = ("L-3819A6DF", "All G and VT Spot Instance Requests")
+# The G and VT quotas and how they are read: quotas.py, shared with `gpu-runner capacity`.
+ON_DEMAND_QUOTA, SPOT_QUOTA = quotas.ON_DEMAND_QUOTA, quotas.SPOT_QUOTA
 STACK_OUTPUTS = (
     "TrainRoleArn",
     "ReaperRoleArn",
@@ -277,29 +274,15 @@ def check_spot_role(target: Target, aws: Aws) -> Iterator[Outcome]:
 
 
 def _vcpus(target: Target, aws: Aws, types: Sequence[str]) -> dict[str, int]:
-    ec2 = aws.client("ec2", target.settings.region)
-    found: dict[str, int] = {}
-    for page in ec2.get_paginator("describe_instance_types").paginate(InstanceTypes=list(types)):
-        for item in page["InstanceTypes"]:
-            found[item["InstanceType"]] = int(item["VCpuInfo"]["DefaultVCpus"])
-    return found
+    return quotas.vcpus(aws.client("ec2", target.settings.region), types)
 
 
 def _quota_value(target: Target, aws: Aws, code: str) -> float:
-    quotas = aws.client("service-quotas", target.settings.region)
-    try:
-        return float(quotas.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"])
-    except ClientError as error:
-        # "If the applied quota value is not available for a quota, the quota is not retrieved" (GetServiceQuota,
-        # botocore's service-quotas model): then the default applies.
-        if error.response.get("Error", {}).get("Code") != "NoSuchResourceException":
-            raise
-    default = quotas.get_aws_default_service_quota(ServiceCode="ec2", QuotaCode=code)
-    return float(default["Quota"]["Value"])
+    return quotas.quota_value(aws.client("service-quotas", target.settings.region), code)
 
 
 def check_quotas(target: Target, aws: Aws) -> Iterator[Outcome]:
-    gpu_types = [t for t in target.settings.instance_types if GPU_FAMILY.match(t)]
+    gpu_types = [t for t in target.settings.instance_types if quotas.counted(t)]
     if not gpu_types:
         yield passed("vCPU quota", "no G or VT instance type configured (other families are not checked)")
         return
@@ -322,16 +305,15 @@ def check_quotas(target: Target, aws: Aws) -> Iterator[Outcome]:
     needed = vcpus[largest]
     others = [t for t in target.settings.instance_types if t not in gpu_types]
     unchecked = f" ({', '.join(others)}: other families' quotas are not checked)" if others else ""
-    quotas = [ON_DEMAND_QUOTA, *([SPOT_QUOTA] if target.settings.use_spot else [])]
-    for code, title in quotas:
+    read = [ON_DEMAND_QUOTA, *([SPOT_QUOTA] if target.settings.use_spot else [])]
+    for code, title in read:
         value = _quota_value(target, aws, code)
         check = f"vCPU quota {code}"
         if value < needed:
             yield failed(
                 check,
                 f"'{title}' is {value:g} vCPUs, {largest} needs {needed}",
-                f"aws service-quotas request-service-quota-increase --service-code ec2 --quota-code {code} "
-                f"--desired-value {max(needed, 8)} --region {target.settings.region}",
+                quotas.increase_command(code, max(needed, 8), target.settings.region),
             )
         else:
             yield passed(

@@ -68,6 +68,8 @@ def instance_tags(
         naming.TAG_COMMIT: ctx.commit,
         naming.TAG_RUNNER_ID: str(runner_id),
         naming.TAG_EXPIRES_AT: expires_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        # Only for a sweep's trial: train.yml's instances keep exactly today's tags.
+        **({naming.TAG_SLOT: ctx.slot} if ctx.slot else {}),
     }
     return {key: naming.tag_value(value) for key, value in raw.items()}
 
@@ -257,6 +259,7 @@ def wait(
     instance_id: str,
     runner_id: int,
     timeout_seconds: float | None = None,
+    runner_name: str = "",
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> Online:
@@ -264,7 +267,9 @@ def wait(
 
     GitHub is asked only once the instance is running (before that the runner cannot have connected), then
     every POLL_INTERVAL_SECONDS. Writes runner-online-at (epoch seconds) and runner-online-seconds (after
-    launch) to the step outputs, for the stop job's timeline."""
+    launch) to the step outputs, for the stop job's timeline. With `runner_name` (the CLI passes this run's,
+    attempt's and slot's), a runner of another name fails at once: a sweep leg given another leg's runner id
+    must not report that one online."""
     ec2_client = aws.client("ec2", region)
     timeout = settings.wait_timeout_seconds if timeout_seconds is None else timeout_seconds
     started = clock()
@@ -277,6 +282,11 @@ def wait(
             if instance["State"]["Name"] == "running":
                 runner = github.get_runner(runner_id)
                 status = f"runner {runner.status}" if runner else "runner not registered (deleted?)"
+                if runner is not None and runner_name and runner.name != runner_name:
+                    raise RunnerError(
+                        f"runner {runner_id} is {runner.name}, not {runner_name}: pass the wait step the "
+                        "runner-id its own launch step wrote (and the same --slot)"
+                    )
                 if runner is not None and runner.busy:
                     # This run's train job cannot hold it yet (it needs this start job): another job does.
                     raise RunnerError(
@@ -397,6 +407,7 @@ class CostRequest:
     env: Mapping[str, str] | None = None  # MLFLOW_* and GITHUB_STEP_SUMMARY; default os.environ
     # The workflow's moments of this attempt (timeline.WORKFLOW_PHASES -> epoch seconds).
     phases: Mapping[str, float] = field(default_factory=dict)
+    slot: str = ""  # a sweep's trial (naming.SLOT): named in the summary lines, so parallel legs read apart
 
 
 def _delete_runner(github: GitHubRunners, runner_id: int) -> str:
@@ -432,7 +443,9 @@ def _account_cost(
             overhead = accounting.log_to_mlflow(
                 estimate, run_id=request.mlflow_run_id, attempt=request.attempt, env=env
             )
-        line = accounting.summary_line(estimate, attempt=request.attempt or 0, overhead=overhead)
+        line = accounting.summary_line(
+            estimate, attempt=request.attempt or 0, overhead=overhead, slot=request.slot
+        )
     except Exception as error:  # an estimate is not worth a failed teardown
         log.warning(f"warning: cost not computed: {type(error).__name__}: {error}")
         return None
@@ -459,7 +472,7 @@ def _account_timeline(instance: Mapping[str, Any], request: CostRequest, env: Ma
             )  # fmt: skip
         if record is None:
             record = timeline.Timeline(launched, terminated, request.phases)
-        text = timeline.summary(record, attempt=request.attempt or 0)
+        text = timeline.summary(record, attempt=request.attempt or 0, slot=request.slot)
     except Exception as error:  # a timeline is not worth a failed teardown
         log.warning(f"warning: timeline not recorded: {type(error).__name__}: {error}")
         return

@@ -11,6 +11,8 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .errors import RunnerError
+
 NAME_PREFIX = "gpu-runner-"
 MANAGED_BY_KEY = "gpu-runner:managed-by"
 MANAGED_BY_VALUE = "gpu-runner"
@@ -22,6 +24,9 @@ TAG_RUN_ATTEMPT = "gpu-runner:run-attempt"
 TAG_BRANCH = "gpu-runner:branch"
 TAG_COMMIT = "gpu-runner:commit"
 TAG_LABEL = "gpu-runner:label"
+# A sweep's trial on one of the run's parallel runners (issue 15): one workflow run starts several, so the slot
+# is part of the run key. Only set by a sweep; train.yml's single runner has none and keeps today's names.
+TAG_SLOT = "gpu-runner:slot"
 # The only job the runner accepts (train.yml's job key); the job-started hook checks GITHUB_JOB against it.
 TRAIN_JOB = "train"
 # Events that may start a training (train.yml's triggers); anything else reaching the runner is refused.
@@ -34,6 +39,17 @@ TAG_RUNNER_ID = "gpu-runner:runner-id"
 # On the JIT config parameter only: the ARN of the one instance whose role may read and delete it (the runner
 # policy compares it with ec2:SourceInstanceARN; infra/gpu-runner.yaml, ReadAndDeleteOwnJitConfig).
 TAG_INSTANCE_ARN = "gpu-runner:instance-arn"
+
+# The slot: a trial number in canonical decimal (no sign, no leading zero: "007" and "7" would name two runners
+# for one trial), at most SLOT_MAX_DIGITS digits, ASCII only (`\d` would take other scripts' digits).
+# Six digits keep the longest runner name inside GitHub's 64 characters (see MAX_RUNNER_NAME) with any int64
+# run id and an attempt of up to 26 digits; tests/runner/test_slots.py checks the arithmetic.
+SLOT_MAX_DIGITS = 6
+SLOT = re.compile(rf"0|[1-9][0-9]{{0,{SLOT_MAX_DIGITS - 1}}}")
+# "Runner names can only be 64 characters in length" (a GitHub maintainer, actions/runner PR #1710, 2022-02-24;
+# the REST description of generate-jitconfig, tests/contracts/github-openapi.json, states no maxLength for the
+# name or a label, only 1 to 100 labels).
+MAX_RUNNER_NAME = 64
 
 _TAG_VALUE_UNSAFE = re.compile(r"[^\w .:/=+\-@]")
 # KMS CreateAlias, AliasName: "^[a-zA-Z0-9:/_-]+$" (KMS API Reference); ':' is left out, it cannot be in a path.
@@ -53,6 +69,8 @@ class RunContext:
     # of the launching run: the runner's job-started hook accepts only a job with the same values.
     workflow_ref: str = ""
     event_name: str = ""
+    # A sweep's trial number (`--slot`), "" for train.yml: part of the run key, so two legs of one run differ.
+    slot: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> RunContext:
@@ -76,14 +94,32 @@ class RunContext:
         return self.repository.partition("/")[2]
 
 
+def check_slot(slot: str) -> str:
+    """`slot` when it is "" or a trial number SLOT allows, else RunnerError (the CLI checks it before any API
+    call, naming the flag: workflow_contract.slot; this is the backstop for every other caller)."""
+    if slot and not SLOT.fullmatch(slot):
+        raise RunnerError(
+            f"slot {slot!r} is not a trial number (1 to {SLOT_MAX_DIGITS} digits, no leading zero)"
+        )
+    return slot
+
+
 def run_key(ctx: RunContext) -> str:
-    """`<run id>-<attempt>`: shared by the runner name and the parameter path, so the reaper can pair them."""
-    return f"{ctx.run_id}-{ctx.run_attempt}"
+    """`<run id>-<attempt>`, and `-<slot>` for a sweep's trial: shared by the runner name and the parameter path,
+    so the reaper can pair them. Run ids and attempts are digits, so the two forms can never be equal."""
+    key = f"{ctx.run_id}-{ctx.run_attempt}"
+    return f"{key}-{check_slot(ctx.slot)}" if ctx.slot else key
 
 
 def runner_name(ctx: RunContext) -> str:
-    """Unique per run and attempt (the reaper pairs it with the parameter through the run key)."""
-    return f"{NAME_PREFIX}{run_key(ctx)}"
+    """Unique per run, attempt and slot (the reaper pairs it with the parameter through the run key)."""
+    name = f"{NAME_PREFIX}{run_key(ctx)}"
+    if len(name) > MAX_RUNNER_NAME:
+        raise RunnerError(
+            f"runner name {name!r} is longer than GitHub's {MAX_RUNNER_NAME} characters (GITHUB_RUN_ID and "
+            "GITHUB_RUN_ATTEMPT are GitHub's; run launch inside the workflow run)"
+        )
+    return name
 
 
 def label_nonce() -> str:

@@ -22,6 +22,9 @@ log = logging.getLogger(__name__)
 
 SPOT_RECLAIM = "Server.SpotInstanceTermination"
 WORKFLOW = "train.yml"
+# What the stop job does after an interruption (gpu-runner-stop.yml's `resume` input, `resume --mode`): dispatch
+# the next attempt of train.yml, or nothing (a sweep: its collect job resumes the trial in the next wave).
+MODES = ("dispatch", "none")
 
 
 @dataclass(frozen=True)
@@ -77,14 +80,25 @@ def resume(
     commit: str,
     config: str,
     instance_type: str = "",
+    mode: str = "dispatch",
 ) -> NextAttempt:
+    """`mode` "none": the decision is logged and returned, nothing is dispatched and giving up is not an error
+    (whoever asked for "none" resumes, or not)."""
+    if mode not in MODES:
+        raise RunnerError(f"--mode: {mode!r} is not one of {', '.join(MODES)}")
     instance = (
         ec2.describe(aws.client("ec2", region or settings.region), instance_id) if instance_id else None
     )
+    reason = interruption_reason(train_interrupted, instance)
+    if mode == "none":
+        decision = NextAttempt(bool(reason), reason or "not interrupted", None)
+        told = f"; not dispatching {WORKFLOW} (resume mode none: the caller resumes it)" if reason else ""
+        log.info(f"attempt {attempt}: {decision.reason}{told}")
+        return decision
     decision = decide(
         settings,
         attempt=attempt,
-        reason=interruption_reason(train_interrupted, instance),
+        reason=reason,
         commit=commit,
         config=config,
         instance_type=instance_type,

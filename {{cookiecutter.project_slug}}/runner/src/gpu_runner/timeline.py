@@ -142,11 +142,12 @@ def log_to_mlflow(
     return timeline
 
 
-def summary(timeline: Timeline, *, attempt: int) -> str:
+def summary(timeline: Timeline, *, attempt: int, slot: str = "") -> str:
     """Markdown for the stop job's summary: the moments after launch, then the durations."""
     moments = " · ".join(f"{name} {seconds:.0f} s" for name, seconds in timeline.moments().items())
     durations = dict(timeline.durations())
     if timeline.training_seconds is not None:
         durations["training_seconds"] = timeline.training_seconds
     spans = " · ".join(f"{name} {seconds:.0f}" for name, seconds in durations.items())
-    return f"**Timeline (attempt {attempt})**, after launch: {moments}\n\n{spans or 'no phase durations'}\n"
+    heading = f"slot {slot}, attempt {attempt}" if slot else f"attempt {attempt}"
+    return f"**Timeline ({heading})**, after launch: {moments}\n\n{spans or 'no phase durations'}\n"

@@ -18,6 +18,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from .errors import RunnerError
+from .naming import SLOT, SLOT_MAX_DIGITS
 from .settings import REGION
 
 
@@ -52,6 +53,15 @@ class SettingsOutput(StrEnum):
 
     REGION = "region"
     TRAIN_BRANCH_PREFIX = "train-branch-prefix"
+
+
+class CapacityOutput(StrEnum):
+    """`gpu-runner capacity`'s step outputs, for sweep.yml's plan job."""
+
+    RUNNERS = "runners"  # how many runners to start now: min(--wanted, what the vCPU quotas allow)
+    VCPUS_PER_RUNNER = "vcpus-per-runner"  # of the largest configured G or VT type (0: none configured)
+    QUOTA_VCPUS = "quota-vcpus"  # the quotas read (on-demand, plus spot with use_spot), summed
+    IN_USE_VCPUS = "in-use-vcpus"  # the region's pending and running instances those quotas count
 
 
 # Never echoed to the log: the label is what another workflow would need to queue a job for this runner
@@ -90,6 +100,18 @@ def append_summary(markdown: str, env: Mapping[str, str] | None = None) -> None:
     if path:
         with open(path, "a", encoding="utf-8") as handle:
             handle.write(markdown + "\n")
+
+
+def workflow_command(command: str, title: str, message: str) -> str:
+    """`::warning title=T::message` (or error, notice): an annotation on the run's page. Escaped as the Actions
+    toolkit does (actions/toolkit packages/core/src/command.ts: escapeData %, CR, LF in the message; escapeProperty
+    also : and , in a property), so a value in the message can neither end the line nor forge another command."""
+
+    def data(text: str) -> str:
+        return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+    prop = data(title).replace(":", "%3A").replace(",", "%2C")
+    return f"::{command} title={prop}::{data(message)}"
 
 
 def mask(secret: str, env: Mapping[str, str] | None = None) -> None:
@@ -160,6 +182,38 @@ def runner_id(value: str) -> int:
         raise BadValue(
             f"--runner-id: {_shown(value)} is not a runner id (a positive integer); it comes from the start "
             "job's runner-id output"
+        )
+    return int(value)
+
+
+def slot(value: str) -> str:
+    """ "" (train.yml: no slot, today's names) or a sweep's trial number (naming.SLOT)."""
+    if value and not SLOT.fullmatch(value):
+        raise BadValue(
+            f"--slot: {_shown(value)} is not a trial number (1 to {SLOT_MAX_DIGITS} ASCII digits, no sign, no "
+            "leading zero); sweep.yml passes the matrix leg's trial number, train.yml passes none"
+        )
+    return value
+
+
+# gpu-runner-stop.yml's `resume` input (resume.MODES; not imported: resume sits above this module).
+RESUME_MODES = ("dispatch", "none")
+
+
+def resume_mode(value: str) -> str:
+    if value not in RESUME_MODES:
+        raise BadValue(
+            f"--mode: {_shown(value)} is not dispatch or none; gpu-runner-stop.yml's input `resume` is dispatch "
+            "(train.yml, the default) or none (sweep.yml)"
+        )
+    return value
+
+
+def wanted(value: str) -> int:
+    if not (value.isascii() and value.isdigit() and int(value) >= 1):
+        raise BadValue(
+            f"--wanted: {_shown(value)} is not a number of runners (an integer of at least 1); sweep.yml passes "
+            "parallel from configs/sweep.yaml"
         )
     return int(value)
 

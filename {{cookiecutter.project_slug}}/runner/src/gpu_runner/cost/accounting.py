@@ -95,14 +95,14 @@ def _duration(seconds: float) -> str:
     return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
 
 
-def summary_line(cost: Cost, *, attempt: int, overhead: float | None) -> str:
+def summary_line(cost: Cost, *, attempt: int, overhead: float | None, slot: str = "") -> str:
     overhead_text = (
         f"overhead {_duration(overhead)} (boot, setup, teardown)"
         if overhead is not None
         else "overhead unknown (not logged to MLflow)"
     )
     return (
-        f"**GPU cost (attempt {attempt})**: ${cost.total_usd:.4f} for {cost.instance_type} {cost.market} in "
+        f"**GPU cost ({f'slot {slot}, ' if slot else ''}attempt {attempt})**: ${cost.total_usd:.4f} for {cost.instance_type} {cost.market} in "
         f"{cost.availability_zone or cost.region}: {_duration(cost.billed_seconds)} billed "
         f"({cost.billed_seconds} s) at ${number(cost.price.usd)}/h ({cost.price.source}) + "
         f"{cost.volume_gb} GB gp3 ${cost.volume_usd:.4f}; {overhead_text}"
