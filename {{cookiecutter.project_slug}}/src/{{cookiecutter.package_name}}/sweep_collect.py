@@ -111,12 +111,22 @@ def _value(value: float | None) -> str:
     return "" if value is None or math.isnan(value) else f"{value:.4f}"
 
 
+def _param(value: object) -> str:
+    """A sampled value as a reader wants it: floats to 4 significant digits (0.006102, not 0.006102158429192254)."""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
 def trial_table(rows: tuple[Row, ...], metric: str) -> str:
     paths = sorted({path for row in rows for path in row.params})
     head = ["trial", *paths, metric, "state", "attempts", "cost (USD)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
-        cells = [str(row.trial), *(str(row.params.get(p, "")) for p in paths), _value(row.value), row.state]
+        cells = [
+            str(row.trial),
+            *(_param(row.params.get(p, "")) for p in paths),
+            _value(row.value),
+            row.state,
+        ]
         lines.append("| " + " | ".join([*cells, str(row.attempts), f"{row.cost_usd:.4f}"]) + " |")
     return "\n".join(lines) + "\n"
 
@@ -133,7 +143,7 @@ def summary(result: Collected, cfg: SweepConfig, uri: str, experiment_id: str) -
         "",
     ]
     if result.best:
-        params = ", ".join(f"{k}={v}" for k, v in sorted(result.best.params.items()))
+        params = ", ".join(f"{k}={_param(v)}" for k, v in sorted(result.best.params.items()))
         lines += [
             f"**Best trial {result.best.trial}**: {cfg.objective.metric} {_value(result.best.value)} ({params})",
             "",
