@@ -247,15 +247,38 @@ def check_use_spot(value: object) -> str | None:
 
 
 def check_train_branch_prefix(value: object) -> str | None:
+    return branch_prefix_problem(value, "train/")
+
+
+def check_sweep_branch_prefix(value: object, train_prefix: object = None) -> str | None:
+    """The train prefix's rules, and apart from it: a branch matching both `<train>**` and `<sweep>**` would
+    start train.yml and sweep.yml on one push, and the launch role's caller check could not tell the two apart.
+    Two prefixes overlap exactly when one starts with the other (both end with '/')."""
+    if (problem := branch_prefix_problem(value, "sweep/")) is not None or not isinstance(value, str):
+        return problem
+    if (
+        isinstance(train_prefix, str)
+        and train_prefix
+        and (value.startswith(train_prefix) or train_prefix.startswith(value))
+    ):
+        return (
+            f"it overlaps train_branch_prefix '{train_prefix}' (one starts with the other): a push to such a "
+            "branch would start both a training and a sweep; use a prefix of its own (e.g. 'sweep/')"
+        )
+    return None
+
+
+def branch_prefix_problem(value: object, example: str) -> str | None:
+    """A prefix pasted into `on.push.branches` and the OIDC trust (`refs/heads/<prefix>*`)."""
     if not isinstance(value, str) or not value:
-        return "give a branch prefix such as 'train/'"
+        return f"give a branch prefix such as '{example}'"
     if "$" in value:
         return "remove '$': the prefix is pasted into the workflow trigger and must not be an expression"
     if bad := sorted({char for char in value if not BRANCH_CHARS.fullmatch(char)}):
         shown = " ".join(repr(char) for char in bad)
         return f"remove {shown}; use only letters, digits, '.', '_', '-' and '/'"
     if value.startswith(("/", "-")):
-        return "it must not start with '/' or '-' (e.g. 'train/')"
+        return f"it must not start with '/' or '-' (e.g. '{example}')"
     if not value.endswith("/"):
         return f"end it with '/' (e.g. '{value}/') so that branches look like '{value}/my-run'"
     if ".." in value or "//" in value:
@@ -266,7 +289,9 @@ def check_train_branch_prefix(value: object) -> str | None:
     return None
 
 
-def check_default_branch(value: object, train_prefix: object = None) -> str | None:
+def check_default_branch(
+    value: object, train_prefix: object = None, sweep_prefix: object = None
+) -> str | None:
     """A branch name `git check-ref-format --branch` accepts (git-scm.com/docs/git-check-ref-format, read
     2026-12-01), from a narrower set of characters: it is pasted unquoted into train.yml's
     `uses: ...@<branch>`, the Makefile's bootstrap line and the OIDC trust (`refs/heads/<branch>`), where '#',
@@ -290,6 +315,11 @@ def check_default_branch(value: object, train_prefix: object = None) -> str | No
         return (
             f"it starts with train_branch_prefix '{train_prefix}': every push to the default branch would "
             "start a GPU training; use a branch outside the prefix (e.g. 'main') or change train_branch_prefix"
+        )
+    if isinstance(sweep_prefix, str) and sweep_prefix and value.startswith(sweep_prefix):
+        return (
+            f"it starts with sweep_branch_prefix '{sweep_prefix}': every push to the default branch would "
+            "start a GPU sweep; use a branch outside the prefix (e.g. 'main') or change sweep_branch_prefix"
         )
     return None
 
@@ -356,7 +386,12 @@ def validators(answers: dict[str, object]) -> dict[str, Callable[[object], str |
         ),
         "use_spot": check_use_spot,
         "train_branch_prefix": check_train_branch_prefix,
-        "default_branch": lambda value: check_default_branch(value, answers.get("train_branch_prefix")),
+        "sweep_branch_prefix": lambda value: check_sweep_branch_prefix(
+            value, answers.get("train_branch_prefix")
+        ),
+        "default_branch": lambda value: check_default_branch(
+            value, answers.get("train_branch_prefix"), answers.get("sweep_branch_prefix")
+        ),
         "max_runtime_minutes": check_max_runtime_minutes,
         "idle_timeout_minutes": lambda value: check_idle_timeout_minutes(
             value, answers.get("max_runtime_minutes")

@@ -56,6 +56,9 @@ TRIGGERS: dict[str, Callable[[Path], Run]] = {
     "answer-default-branch-under-train-prefix": lambda workdir: cli_no_input(
         workdir, default_branch="train/main"
     ),
+    "answer-sweep-prefix-overlaps-train": lambda workdir: cli_no_input(
+        workdir, sweep_branch_prefix="train/hpo/"
+    ),
 }
 
 

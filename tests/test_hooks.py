@@ -165,6 +165,40 @@ REJECTION_CASES = [
     reject("backtick", "train_branch_prefix", "train`id`/"),
     reject("single-quote", "train_branch_prefix", "train'x/"),
     reject("double-quote", "train_branch_prefix", 'train"x/'),
+    # sweep_branch_prefix: the same rules (pasted into sweep.yml's `on.push.branches` and the OIDC trust)
+    reject("empty", "sweep_branch_prefix", "", mentions="'sweep/'"),
+    reject("no-trailing-slash", "sweep_branch_prefix", "sweep", mentions="'sweep/'"),
+    reject("space", "sweep_branch_prefix", "my sweep/"),
+    reject("tilde", "sweep_branch_prefix", "sweep~1/"),
+    reject("colon", "sweep_branch_prefix", "sweep:x/"),
+    reject("glob", "sweep_branch_prefix", "sweep*/"),
+    reject("backslash", "sweep_branch_prefix", "sweep\\x/"),
+    reject("dotdot", "sweep_branch_prefix", "sweep../"),
+    reject("double-slash", "sweep_branch_prefix", "sweep//"),
+    reject("leading-slash", "sweep_branch_prefix", "/sweep/", mentions="'sweep/'"),
+    reject("leading-dash", "sweep_branch_prefix", "-sweep/"),
+    reject("dot-component", "sweep_branch_prefix", "sweep/.x/"),
+    reject("lock-component", "sweep_branch_prefix", "sweep.lock/"),
+    reject("expression", "sweep_branch_prefix", "sweep-${{ github.actor }}/", replay=True),
+    reject("dollar", "sweep_branch_prefix", "sweep$HOME/"),
+    reject("backtick", "sweep_branch_prefix", "sweep`id`/"),
+    reject("single-quote", "sweep_branch_prefix", "sweep'x/"),
+    reject("double-quote", "sweep_branch_prefix", 'sweep"x/'),
+    # A branch under both prefixes would start train.yml and sweep.yml on one push.
+    reject(
+        "equal-to-train-prefix",
+        "sweep_branch_prefix",
+        "train/",
+        mentions="overlaps train_branch_prefix 'train/'",
+    ),
+    reject("under-train-prefix", "sweep_branch_prefix", "train/sweep/", mentions="one starts with the other"),
+    reject(
+        "containing-train-prefix",
+        "sweep_branch_prefix",
+        "gpu/",
+        mentions="overlaps train_branch_prefix 'gpu/train/'",
+        train_branch_prefix="gpu/train/",
+    ),
     # default_branch: pasted into train.yml's `uses: ...@<branch>`, the checkouts and the OIDC trust
     reject("empty", "default_branch", ""),
     reject("space", "default_branch", "my main", mentions="' '"),
@@ -196,6 +230,15 @@ REJECTION_CASES = [
         "gpu/main",
         mentions="train_branch_prefix 'gpu/'",
         train_branch_prefix="gpu/",
+    ),
+    # ... and one under the sweep prefix a GPU sweep.
+    reject("under-sweep-prefix", "default_branch", "sweep/main", mentions="would start a GPU sweep"),
+    reject(
+        "under-custom-sweep-prefix",
+        "default_branch",
+        "hpo/main",
+        mentions="sweep_branch_prefix 'hpo/'",
+        sweep_branch_prefix="hpo/",
     ),
     # max_runtime_minutes
     reject("word", "max_runtime_minutes", "three hours"),
@@ -461,6 +504,13 @@ VALID_EDGE_CASES = [
     pytest.param({"s3_bucket": "abc"}, id="bucket-3-chars"),
     pytest.param({"github_owner": "o" * 39, "github_repo": "My.Repo_x-1"}, id="owner-39-repo-dots"),
     pytest.param({"train_branch_prefix": "gpu/train-v1.2/"}, id="nested-branch-prefix"),
+    pytest.param({"sweep_branch_prefix": "gpu/hpo-v1.2/"}, id="nested-sweep-prefix"),
+    # Siblings under one parent do not overlap: gpu/train/** and gpu/sweep/** match no branch in common.
+    pytest.param(
+        {"train_branch_prefix": "gpu/train/", "sweep_branch_prefix": "gpu/sweep/"}, id="sibling-prefixes"
+    ),
+    # 'trainer/' does not start with 'train/' (the slash is part of the prefix).
+    pytest.param({"sweep_branch_prefix": "trainer/"}, id="sweep-prefix-sharing-letters-with-train"),
     pytest.param({"default_branch": "master"}, id="default-branch-master"),
     pytest.param({"default_branch": "release/v2.x_1-a"}, id="default-branch-nested"),
     # 'train' is not under the prefix 'train/' (pushes to it match no `train/**`).
