@@ -220,6 +220,10 @@ def s3_context(owner: str = ACCOUNT) -> dict[str, str]:
 def _s3(call: Call) -> list[Request]:
     bucket, context = call.params["Bucket"], s3_context()
     if call.operation in {"ListObjectsV2", "ListObjects"}:
+        # s3:prefix: the request's `prefix` parameter, a condition key of ListBucket (Service Authorization
+        # Reference for Amazon S3); a listing without one has no such key, which no condition on it matches.
+        if "Prefix" in call.params:
+            context = {**context, "s3:prefix": call.params["Prefix"]}
         return [Request("s3:ListBucket", f"arn:aws:s3:::{bucket}", context)]
     if call.operation == "DeleteObjects":
         keys = [obj["Key"] for obj in call.params["Delete"]["Objects"]]
@@ -255,6 +259,7 @@ def requests_for(
         "ec2:DescribeInstanceTypeOfferings",
         "ec2:DescribeSubnets",
         "ec2:DescribeSpotPriceHistory",
+        "ec2:DescribeInstanceTypes",
     }:
         requests = [Request(key, "*")]
     elif key in {"ssm:GetParameter", "ssm:DeleteParameter"}:
@@ -266,11 +271,20 @@ def requests_for(
             requests.append(Request("ssm:AddTagsToResource", arn))
     elif key in {"ssm:DescribeParameters", "pricing:GetProducts"}:
         requests = [Request(key, "*")]
+    elif key in {"service-quotas:GetServiceQuota", "service-quotas:GetAWSDefaultServiceQuota"}:
+        # boto3's service name is service-quotas, IAM's prefix servicequotas; neither action has resource-level
+        # permissions (Service Authorization Reference, "Actions, resources, and condition keys for Service Quotas").
+        requests = [Request(f"servicequotas:{call.operation}", "*")]
     elif call.service == "s3":
         requests = _s3(call)
     else:
         raise KeyError(f"no IAM mapping for {key}: add it to iam_requests.requests_for")
-    return [Request(r.action, r.resource, r.context, key) for r in requests]
+    # aws:RequestedRegion, the region the request was sent to, is in the context of every request (IAM User Guide,
+    # "AWS global condition context keys").
+    return [
+        Request(r.action, r.resource, {"aws:RequestedRegion": call.region, **r.context}, key)
+        for r in requests
+    ]
 
 
 def _values(value: Any) -> list[str]:

@@ -122,6 +122,9 @@ TRIGGERS: dict[str, Callable[[Case], int]] = {
     "settings-unknown-key": launch_with(instance_typo="g5.xlarge"),
     "settings-bad-region": launch_with(region="Europe"),
     "settings-idle-timeout": launch_with(idle_timeout_minutes=200, max_runtime_minutes=180),
+    "settings-sweep-prefix-overlaps": launch_with(
+        sweep_branch_prefix="train/hpo/", train_branch_prefix="train/"
+    ),
     "settings-wait-timeout-type": launch_with(wait_timeout_seconds="10m"),
     "aws-ami-parameter-missing": launch_with(ami_parameter="/no/such/ami"),
     "aws-ami-not-found": launch_with(ami_id="ami-0123456789abcdef0"),

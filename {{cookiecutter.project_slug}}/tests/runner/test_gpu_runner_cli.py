@@ -100,11 +100,43 @@ def test_workflow_settings_writes_the_settings_files_region_and_prefix_as_step_o
     """The start/stop/reap workflows read region and prefix from these outputs, before any credential exists:
     the values are the settings file's (not bootstrap's or the code's defaults), one `key=value` line each."""
     settings = cli_env.read_text().replace(f"region: {REGION}\n", "region: eu-north-1\n")
-    cli_env.write_text(settings + "train_branch_prefix: gpu/\n")
+    cli_env.write_text(settings + "train_branch_prefix: gpu/\nsweep_branch_prefix: hpo/\n")
     assert main(["--settings", str(cli_env), "workflow-settings"]) == 0
     outputs = cli_env.parent / "out"  # cli_env's GITHUB_OUTPUT
-    assert read_outputs(outputs) == {"region": "eu-north-1", "train-branch-prefix": "gpu/"}
-    assert capsys.readouterr().out.splitlines() == ["region=eu-north-1", "train-branch-prefix=gpu/"]
+    assert read_outputs(outputs) == {
+        "region": "eu-north-1", "train-branch-prefix": "gpu/", "sweep-branch-prefix": "hpo/",
+    }  # fmt: skip
+    assert capsys.readouterr().out.splitlines() == [
+        "region=eu-north-1", "train-branch-prefix=gpu/", "sweep-branch-prefix=hpo/",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("train", "sweep"),
+    [("train/", "train/"), ("train/", "train/hpo/"), ("gpu/train/", "gpu/"), ("train/", "sweep dir/")],
+    ids=["equal", "sweep-under-train", "train-under-sweep", "bad-character"],
+)
+def test_settings_refuse_a_sweep_prefix_that_overlaps_the_train_prefix(
+    cli_env: Path, capsys, train: str, sweep: str
+) -> None:
+    """A branch under both prefixes would start train.yml and sweep.yml on one push: refused before anything
+    reads the settings further (workflow-settings is the first step of every GPU workflow)."""
+    cli_env.write_text(
+        cli_env.read_text() + f"train_branch_prefix: {train}\nsweep_branch_prefix: '{sweep}'\n"
+    )
+    assert main(["--settings", str(cli_env), "workflow-settings"]) != 0
+    err = capsys.readouterr().err
+    assert f"sweep_branch_prefix: '{sweep}'" in err, err
+    assert ("overlaps train_branch_prefix" in err) is (sweep != "sweep dir/"), err
+    assert not (cli_env.parent / "out").exists(), "no output written from refused settings"
+
+
+def test_settings_accept_sibling_prefixes(cli_env: Path) -> None:
+    cli_env.write_text(
+        cli_env.read_text() + "train_branch_prefix: gpu/train/\nsweep_branch_prefix: gpu/sweep/\n"
+    )
+    assert main(["--settings", str(cli_env), "workflow-settings"]) == 0
+    assert read_outputs(cli_env.parent / "out")["sweep-branch-prefix"] == "gpu/sweep/"
 
 
 def test_bootstrap_refuses_a_bucket_that_differs_from_the_settings(cli_env: Path, capsys) -> None:

@@ -33,6 +33,8 @@ def test_only_the_launch_and_reaper_roles_can_read_the_github_credential(stack: 
     assert allowed(role_policies(stack, "TrainRoleArn"), read)
     assert allowed(role_policies(stack, "ReaperRoleArn"), read)
     assert not allowed(managed_policies(session, runner_role_name(stack)), read)
+    # The sweep role (branch code of sweep.yml's plan and collect jobs) neither reads the parameter ...
+    assert not allowed(role_policies(stack, "SweepRoleArn"), read)
     # The value is a SecureString under the stack's key, not the AWS-managed aws/ssm key.
     ssm = session.client("ssm")
     (meta,) = ssm.describe_parameters(ParameterFilters=[{"Key": "Name", "Values": [name]}])["Parameters"]
@@ -58,6 +60,13 @@ def test_only_the_launch_and_reaper_roles_can_read_the_github_credential(stack: 
             not any(a.startswith("kms:Decrypt") or a == "kms:*" for a in json_list(s["Action"]))
             or s is statement
         )
+    # ... nor decrypts it, not even with an IAM policy granting it everything: the key policy does not name it.
+    decrypt = ssm_kms_request("kms:Decrypt", REGION, outputs["GitHubCredentialKeyArn"], name)
+    everything = [
+        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+    ]
+    assert not key_policy_allows(policy, outputs["SweepRoleArn"], everything, decrypt)
+    assert key_policy_allows(policy, outputs["TrainRoleArn"], [], decrypt)  # the evaluator is not vacuous
 
 
 def test_jit_config_key_only_the_runner_role_decrypts_and_only_through_ssm(stack: dict[str, Any]) -> None:

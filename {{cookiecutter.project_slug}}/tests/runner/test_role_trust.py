@@ -1,7 +1,8 @@
-"""Who may assume the stack's launch (train) and reaper roles: the OIDC trust of the deployed roles."""
+"""Who may assume the stack's launch (train), reaper and sweep roles: the OIDC trust of the deployed roles."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -21,38 +22,78 @@ from doubles.stack_deploy import OIDC_URL
 _O, _N = DEFAULT_REPOSITORY.split("/")
 _WF = f"{_O}/{_N}/.github/workflows"
 SUB_TABLE = [
-    # (who, sub, may assume the launch role, may assume the reaper role)
+    # (who, sub, may assume the launch role, the reaper role, the sweep role)
     ("the default branch's start workflow, push to a train branch",
-     f"repo:{_O}/{_N}:ref:refs/heads/train/demo:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", True, False),
+     f"repo:{_O}/{_N}:ref:refs/heads/train/demo:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", True, False, False),
     ("the default branch's stop workflow, immutable ids",
-     f"repo:{_O}@1001/{_N}@2002:ref:refs/heads/train/a/b:job_workflow_ref:{_WF}/gpu-runner-stop.yml@refs/heads/main", True, False),
+     f"repo:{_O}@1001/{_N}@2002:ref:refs/heads/train/a/b:job_workflow_ref:{_WF}/gpu-runner-stop.yml@refs/heads/main", True, False, False),
     ("a branch's own train.yml job (it rewrote the workflow)",
-     f"repo:{_O}/{_N}:ref:refs/heads/train/demo:job_workflow_ref:{_WF}/train.yml@refs/heads/train/demo", False, False),
+     f"repo:{_O}/{_N}:ref:refs/heads/train/demo:job_workflow_ref:{_WF}/train.yml@refs/heads/train/demo", False, False, False),
     ("the branch's own copy of the reusable workflow (uses: ./...)",
-     f"repo:{_O}/{_N}:ref:refs/heads/train/demo:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/train/demo", False, False),
+     f"repo:{_O}/{_N}:ref:refs/heads/train/demo:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/train/demo", False, False, False),
     ("a pull request calling the default branch's workflow",
-     f"repo:{_O}/{_N}:pull_request:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", False, False),
+     f"repo:{_O}/{_N}:pull_request:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", False, False, False),
     ("a branch outside the train prefix",
-     f"repo:{_O}/{_N}:ref:refs/heads/feature:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", False, False),
+     f"repo:{_O}/{_N}:ref:refs/heads/feature:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", False, False, False),
     ("a job with an environment",
-     f"repo:{_O}/{_N}:environment:prod:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", False, False),
+     f"repo:{_O}/{_N}:environment:prod:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", False, False, False),
     ("another repository's workflow of the same name",
-     f"repo:{_O}/{_N}:ref:refs/heads/train/demo:job_workflow_ref:evil/{_N}/.github/workflows/gpu-runner-start.yml@refs/heads/main", False, False),
+     f"repo:{_O}/{_N}:ref:refs/heads/train/demo:job_workflow_ref:evil/{_N}/.github/workflows/gpu-runner-start.yml@refs/heads/main", False, False, False),
     ("a tag",
-     f"repo:{_O}/{_N}:ref:refs/tags/v1:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", False, False),
+     f"repo:{_O}/{_N}:ref:refs/tags/v1:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", False, False, False),
     ("a recycled owner name (other ids)",
-     f"repo:{_O}@9999/{_N}@2002:ref:refs/heads/train/demo:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", False, False),
+     f"repo:{_O}@9999/{_N}@2002:ref:refs/heads/train/demo:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", False, False, False),
     ("GitHub's default subject (template never set): any train branch's workflow",
-     f"repo:{_O}/{_N}:ref:refs/heads/train/demo", False, False),
+     f"repo:{_O}/{_N}:ref:refs/heads/train/demo", False, False, False),
     ("the default branch's reap.yml",
-     f"repo:{_O}/{_N}:ref:refs/heads/main:job_workflow_ref:{_WF}/reap.yml@refs/heads/main", False, True),
+     f"repo:{_O}/{_N}:ref:refs/heads/main:job_workflow_ref:{_WF}/reap.yml@refs/heads/main", False, True, False),
     ("a train branch's reap.yml",
-     f"repo:{_O}/{_N}:ref:refs/heads/train/demo:job_workflow_ref:{_WF}/reap.yml@refs/heads/train/demo", False, False),
+     f"repo:{_O}/{_N}:ref:refs/heads/train/demo:job_workflow_ref:{_WF}/reap.yml@refs/heads/train/demo", False, False, False),
     ("a dispatch of the default branch's train.yml on main (start workflow, main context)",
-     f"repo:{_O}/{_N}:ref:refs/heads/main:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", False, False),
+     f"repo:{_O}/{_N}:ref:refs/heads/main:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", False, False, False),
     ("GitHub's default subject on the default branch",
-     f"repo:{_O}/{_N}:ref:refs/heads/main", False, False),
+     f"repo:{_O}/{_N}:ref:refs/heads/main", False, False, False),
+    # Sweeps (issue 15): per-trial start/stop jobs hold the launch role, sweep.yml's own jobs the sweep role.
+    ("the default branch's start workflow, called by a sweep branch's sweep.yml",
+     f"repo:{_O}/{_N}:ref:refs/heads/sweep/lr:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", True, False, False),
+    ("the default branch's stop workflow from a sweep branch, immutable ids",
+     f"repo:{_O}@1001/{_N}@2002:ref:refs/heads/sweep/a/b:job_workflow_ref:{_WF}/gpu-runner-stop.yml@refs/heads/main", True, False, False),
+    ("sweep.yml's plan/collect job on a sweep branch",
+     f"repo:{_O}/{_N}:ref:refs/heads/sweep/lr:job_workflow_ref:{_WF}/sweep.yml@refs/heads/sweep/lr", False, False, True),
+    ("sweep.yml's job on a nested sweep branch, immutable ids",
+     f"repo:{_O}@1001/{_N}@2002:ref:refs/heads/sweep/a/b:job_workflow_ref:{_WF}/sweep.yml@refs/heads/sweep/a/b", False, False, True),
+    ("a train branch's sweep.yml (a train-branch token)",
+     f"repo:{_O}/{_N}:ref:refs/heads/train/demo:job_workflow_ref:{_WF}/sweep.yml@refs/heads/train/demo", False, False, False),
+    ("a pull request's sweep.yml",
+     f"repo:{_O}/{_N}:pull_request:job_workflow_ref:{_WF}/sweep.yml@refs/pull/7/merge", False, False, False),
+    ("a pull request whose head is a sweep branch (its context is pull_request all the same)",
+     f"repo:{_O}/{_N}:pull_request:job_workflow_ref:{_WF}/sweep.yml@refs/heads/sweep/lr", False, False, False),
+    ("another workflow on a sweep branch (steal.yml)",
+     f"repo:{_O}/{_N}:ref:refs/heads/sweep/lr:job_workflow_ref:{_WF}/steal.yml@refs/heads/sweep/lr", False, False, False),
+    ("a sweep branch's train.yml",
+     f"repo:{_O}/{_N}:ref:refs/heads/sweep/lr:job_workflow_ref:{_WF}/train.yml@refs/heads/sweep/lr", False, False, False),
+    ("a reusable workflow a sweep branch's sweep.yml calls (its own path)",
+     f"repo:{_O}/{_N}:ref:refs/heads/sweep/lr:job_workflow_ref:{_WF}/helper.yml@refs/heads/sweep/lr", False, False, False),
+    ("a sweep branch calling the default branch's sweep.yml",
+     f"repo:{_O}/{_N}:ref:refs/heads/sweep/lr:job_workflow_ref:{_WF}/sweep.yml@refs/heads/main", False, False, False),
+    ("the default branch's sweep.yml on main",
+     f"repo:{_O}/{_N}:ref:refs/heads/main:job_workflow_ref:{_WF}/sweep.yml@refs/heads/main", False, False, False),
+    ("sweep.yml read at a sweep branch but run on a train branch",
+     f"repo:{_O}/{_N}:ref:refs/heads/train/x:job_workflow_ref:{_WF}/sweep.yml@refs/heads/sweep/x", False, False, False),
+    ("another repository's sweep.yml",
+     f"repo:{_O}/{_N}:ref:refs/heads/sweep/lr:job_workflow_ref:evil/{_N}/.github/workflows/sweep.yml@refs/heads/sweep/lr", False, False, False),
+    ("a fork (another repository) on a sweep branch",
+     f"repo:{_O}/{_N}-fork:ref:refs/heads/sweep/lr:job_workflow_ref:{_O}/{_N}-fork/.github/workflows/sweep.yml@refs/heads/sweep/lr", False, False, False),
+    ("a look-alike branch prefix (sweepx/)",
+     f"repo:{_O}/{_N}:ref:refs/heads/sweepx/lr:job_workflow_ref:{_WF}/sweep.yml@refs/heads/sweepx/lr", False, False, False),
+    ("a recycled owner name on a sweep branch (other ids)",
+     f"repo:{_O}@9999/{_N}@2002:ref:refs/heads/sweep/lr:job_workflow_ref:{_WF}/sweep.yml@refs/heads/sweep/lr", False, False, False),
+    ("GitHub's default subject on a sweep branch",
+     f"repo:{_O}/{_N}:ref:refs/heads/sweep/lr", False, False, False),
+    ("an environment job of sweep.yml",
+     f"repo:{_O}/{_N}:environment:prod:job_workflow_ref:{_WF}/sweep.yml@refs/heads/sweep/lr", False, False, False),
 ]  # fmt: skip
+ROLE_OUTPUTS = ("TrainRoleArn", "ReaperRoleArn", "SweepRoleArn")
 
 
 def test_roles_trust_only_this_repository_in_both_subject_forms(stack: dict[str, Any]) -> None:
@@ -62,11 +103,10 @@ def test_roles_trust_only_this_repository_in_both_subject_forms(stack: dict[str,
     assert provider == stack["oidc"]
     workflows = f"{owner}/{name}/.github/workflows"
     assert subjects == [
-        f"repo:{owner}/{name}:ref:refs/heads/train/*:job_workflow_ref:{workflows}/gpu-runner-{job}.yml@refs/heads/main"
-        for job in ("start", "stop")
-    ] + [
-        f"repo:{owner}@1001/{name}@2002:ref:refs/heads/train/*:job_workflow_ref:{workflows}/gpu-runner-{job}.yml"
+        f"repo:{owner}{ids[0]}/{name}{ids[1]}:ref:refs/heads/{prefix}*:job_workflow_ref:{workflows}/gpu-runner-{job}.yml"
         "@refs/heads/main"
+        for prefix in ("train/", "sweep/")
+        for ids in (("", ""), ("@1001", "@2002"))
         for job in ("start", "stop")
     ]
     provider, subjects = _trust_subjects(role_of(session, outputs["ReaperRoleArn"]))
@@ -75,18 +115,39 @@ def test_roles_trust_only_this_repository_in_both_subject_forms(stack: dict[str,
         f"repo:{owner}/{name}:ref:refs/heads/main:job_workflow_ref:{workflows}/reap.yml@refs/heads/main",
         f"repo:{owner}@1001/{name}@2002:ref:refs/heads/main:job_workflow_ref:{workflows}/reap.yml@refs/heads/main",
     ]
+    provider, subjects = _trust_subjects(role_of(session, outputs["SweepRoleArn"]))
+    assert provider == stack["oidc"]
+    assert subjects == [
+        f"repo:{owner}/{name}:ref:refs/heads/sweep/*:job_workflow_ref:{workflows}/sweep.yml@refs/heads/sweep/*",
+        f"repo:{owner}@1001/{name}@2002:ref:refs/heads/sweep/*:job_workflow_ref:{workflows}/sweep.yml@refs/heads/sweep/*",
+    ]
 
 
-@pytest.mark.parametrize(("who", "sub", "launch", "reap"), SUB_TABLE, ids=[row[0] for row in SUB_TABLE])
+@pytest.mark.parametrize(
+    ("who", "sub", "launch", "reap", "sweep"), SUB_TABLE, ids=[row[0] for row in SUB_TABLE]
+)
 def test_only_the_default_branch_workflows_assume_the_roles(
-    stack: dict[str, Any], who: str, sub: str, launch: bool, reap: bool
+    stack: dict[str, Any], who: str, sub: str, launch: bool, reap: bool, sweep: bool
 ) -> None:
     session, outputs = stack["session"], stack["outputs"]
     claims = {f"{OIDC_URL}:aud": "sts.amazonaws.com", f"{OIDC_URL}:sub": sub}
-    for output, expected in (("TrainRoleArn", launch), ("ReaperRoleArn", reap)):
+    for output, expected in zip(ROLE_OUTPUTS, (launch, reap, sweep), strict=True):
         trust = role_of(session, outputs[output])["AssumeRolePolicyDocument"]
         assert web_identity_allowed(trust, stack["oidc"], claims) is expected, (output, who)
-    # The audience is checked too: the same subject for another audience is refused.
-    other = {**claims, f"{OIDC_URL}:aud": "https://github.com/evil"}
-    assert not web_identity_allowed(role_of(session, outputs["TrainRoleArn"])["AssumeRolePolicyDocument"],
-                                    stack["oidc"], other)  # fmt: skip
+        # The audience is checked too: the same subject for another audience is refused.
+        other = {**claims, f"{OIDC_URL}:aud": "https://github.com/evil"}
+        assert not web_identity_allowed(trust, stack["oidc"], other), (output, who)
+        # And another provider (another account's GitHub OIDC provider ARN) with the same claims.
+        assert not web_identity_allowed(trust, stack["oidc"] + "-other", claims), (output, who)
+
+
+def test_the_train_roles_trust_policy_stays_within_iams_default_size_quota(stack: dict[str, Any]) -> None:
+    """IAM's "Role trust policy length" quota (L-C07B4B0D) is 2,048 characters by default, white space not
+    counted (IAM User Guide, "IAM and AWS STS quotas"); CloudFormation fails the stack past it. The train role's
+    trust names eight subjects since sweeps: measured on this stack's names (a 39-character owner and a
+    100-character repository name would need the quota raised, up to 4,096, which docs/setup.md says)."""
+    session, outputs = stack["session"], stack["outputs"]
+    for output in ROLE_OUTPUTS:
+        document = role_of(session, outputs[output])["AssumeRolePolicyDocument"]
+        size = len(json.dumps(document, separators=(",", ":")))
+        assert size <= 2048, (output, size)

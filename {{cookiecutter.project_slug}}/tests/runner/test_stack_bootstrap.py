@@ -29,7 +29,14 @@ from doubles.stack_deploy import PROJECT_DIR, TEMPLATE
 from gpu_runner import cli
 from gpu_runner.aws import Aws
 from gpu_runner.settings import load_settings
-from gpu_runner.stack import prefix_problem, repository_key, stack_name, trust_conflicts
+from gpu_runner.stack import (
+    BootstrapError,
+    StackInputs,
+    prefix_problem,
+    repository_key,
+    stack_name,
+    trust_conflicts,
+)
 
 
 def test_bootstrap_deploys_and_prints_the_github_settings(stack: dict[str, Any]) -> None:
@@ -37,6 +44,18 @@ def test_bootstrap_deploys_and_prints_the_github_settings(stack: dict[str, Any])
     repo = DEFAULT_REPOSITORY
     assert f"gh variable set AWS_ROLE_ARN --repo {repo} --body {outputs['TrainRoleArn']}" in printed
     assert f"gh variable set AWS_REAPER_ROLE_ARN --repo {repo} --body {outputs['ReaperRoleArn']}" in printed
+    assert f"gh variable set AWS_SWEEP_ROLE_ARN --repo {repo} --body {outputs['SweepRoleArn']}" in printed
+    # The stack was given both prefixes of the settings (their one source; no default in the template).
+    parameters = {
+        p["ParameterKey"]: p["ParameterValue"]
+        for p in session.client("cloudformation").describe_stacks(StackName=stack["name"])["Stacks"][0][
+            "Parameters"
+        ]
+    }
+    settings = stack["settings"]
+    assert (parameters["TrainBranchPrefix"], parameters["SweepBranchPrefix"]) == (
+        settings.train_branch_prefix, settings.sweep_branch_prefix,
+    )  # fmt: skip
     # The credential went into AWS, not a repository secret; the OIDC subject template names the workflow.
     assert "gh secret set" not in printed
     assert (
@@ -86,6 +105,10 @@ def test_a_rerun_without_changes_says_up_to_date(
         ("--owner-id", "octo", "--owner-id: 'octo' must be GitHub's numeric id"),
         ("--oidc-provider-arn", "arn:aws:iam::123456789012:oidc-provider/example.com", "is not the ARN of a"),
         ("--template", "missing.yaml", "--template: missing.yaml not found"),
+        # The settings' prefixes are the one source: another value on the command line is refused, and so are
+        # bad characters and overlapping prefixes (the settings refuse those too, before bootstrap).
+        ("--sweep-branch-prefix", "hpo/", "--sweep-branch-prefix: 'hpo/' differs from sweep_branch_prefix: 'sweep/'"),
+        ("--branch-prefix", "gpu/", "--branch-prefix: 'gpu/' differs from train_branch_prefix: 'train/'"),
     ],
 )  # fmt: skip
 def test_bootstrap_refuses_bad_input_before_any_call(
@@ -113,6 +136,37 @@ def test_bootstrap_refuses_bad_input_before_any_call(
     assert cli.main(argv) == 1
     assert message in capsys.readouterr().err
     assert calls == []
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"sweep_branch_prefix": "sweep dir/"}, "--sweep-branch-prefix: 'sweep dir/' may only hold"),
+        (
+            {"train_branch_prefix": "train/", "sweep_branch_prefix": "train/"},
+            "overlaps the train branch prefix",
+        ),
+        (
+            {"train_branch_prefix": "gpu/train/", "sweep_branch_prefix": "gpu/"},
+            "overlaps the train branch prefix",
+        ),
+        (
+            {"default_branch": "sweep/main"},
+            "--sweep-branch-prefix: the default branch 'sweep/main' starts with",
+        ),
+        ({"default_branch": "train/main"}, "--branch-prefix: the default branch 'train/main' starts with"),
+    ],
+    ids=["bad-character", "equal", "train-under-sweep", "default-under-sweep", "default-under-train"],
+)
+def test_stack_inputs_refuse_prefixes_the_roles_could_not_keep_apart(
+    changes: dict[str, str], message: str
+) -> None:
+    """StackInputs is what `bootstrap` deploys: a sweep prefix that overlaps the train prefix, or a default branch
+    under either, would let one role's trust admit the other's branches (or every push to the default branch)."""
+    inputs = {"repository": DEFAULT_REPOSITORY, "bucket": "good-bucket", "train_branch_prefix": "train/",
+              "sweep_branch_prefix": "sweep/", **changes}  # fmt: skip
+    with pytest.raises(BootstrapError, match=re.escape(message)):
+        StackInputs(**inputs)
 
 
 def test_stack_names_are_unique_per_repository_and_within_cloudformations_rules() -> None:
@@ -209,7 +263,8 @@ def test_make_bootstrap_passes_the_bucket_and_branches_the_workflows_use() -> No
     words = make_command(PROJECT_DIR / "Makefile", "bootstrap")
     args = cli._parser().parse_args(words[words.index("gpu-runner") + 1 :])
     assert args.command == "bootstrap" and str(args.settings) == "configs/gpu-runner.yaml"
-    assert (args.bucket, args.branch_prefix) == ("", "")  # so bootstrap takes them from the settings
+    # So bootstrap takes them from the settings.
+    assert (args.bucket, args.branch_prefix, args.sweep_branch_prefix) == ("", "", "")
     settings = load_settings(PROJECT_DIR / args.settings)
     workflow = yaml.safe_load((PROJECT_DIR / ".github" / "workflows" / "train.yml").read_text())
     (train_step,) = [step for step in workflow["jobs"]["train"]["steps"] if step.get("id") == "train"]

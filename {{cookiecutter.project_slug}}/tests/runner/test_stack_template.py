@@ -66,6 +66,7 @@ def test_every_policy_passes_parliament(stack: dict[str, Any]) -> None:
     documents = {
         "train": role_policies(stack, "TrainRoleArn"),
         "reaper": role_policies(stack, "ReaperRoleArn"),
+        "sweep": role_policies(stack, "SweepRoleArn"),
         "runner": managed_policies(stack["session"], runner_role_name(stack)),
     }
     assert all(len(docs) == 1 for docs in documents.values()), documents

@@ -40,6 +40,9 @@ BENIGN_OUTPUTS = {
     "availability-zone": "eu-west-1b",
     "bucket": "your-org-ml-project-ml",
     "train-branch-prefix": "train/",
+    "sweep-branch-prefix": "sweep/",
+    # The caller check's verdict (gpu-runner-start/stop.yml): a later step runs only after it passed.
+    "caller": "train",
     "runner-id": "4242",
     "runner-name": "ml-project-777-1",
     "label": "ml-project-777-1",
@@ -83,9 +86,9 @@ def context_value(name: str, scenario: str) -> str:
         return "train/demo"
     if not UNTRUSTED_RE.match(name):
         return f"<{name}>"
-    if name.startswith("steps.settings.outputs."):
-        # The default branch's configs/gpu-runner.yaml, validated by gpu-runner (a failed read ends the job):
-        # neither empty nor outsider-controlled.
+    if name.startswith(("steps.settings.outputs.", "steps.caller.outputs.")):
+        # The default branch's configs/gpu-runner.yaml, validated by gpu-runner (a failed read ends the job), and
+        # the caller check's verdict (its later steps run only once it passed): neither empty nor outsider-controlled.
         return BENIGN_OUTPUTS[name.rsplit(".", 1)[-1]]
     if scenario == "attack":
         return PAYLOAD

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,12 @@ from workflow_files import (
     gpu_workflows,
     load_yaml,
     steps_by_uses,
+    tool,
     triggers,
 )
 from workflow_rules import cache_problems
+
+CALLER_GUARD = "Refuse callers other than train.yml on a train branch or sweep.yml on a sweep branch"
 
 
 def test_train_triggers_and_concurrency(project: Path) -> None:
@@ -56,7 +60,7 @@ def test_start_and_stop_run_the_default_branch_code(project: Path, tmp_path: Pat
     """Issue 13 item 2: a branch that rewrites train.yml cannot change what launches, registers, tears down.
     start/stop call the default branch's reusable workflows (`@<default_branch>`, not `./`), those check out
     the default branch (never the caller's commit), no job gets a GitHub credential, and the start workflow
-    refuses any caller but train.yml on a train branch, for push or workflow_dispatch only."""
+    refuse any caller but train.yml on a train branch or sweep.yml on a sweep branch, before any credential."""
     workflows = gpu_workflows(project)
     jobs = workflows["train"]["jobs"]
     for name in ("start", "stop"):
@@ -76,34 +80,105 @@ def test_start_and_stop_run_the_default_branch_code(project: Path, tmp_path: Pat
         assert "secrets: inherit" not in body
     # The train job (branch code on the GPU) has no OIDC token: only the instance profile.
     assert "id-token" not in jobs["train"]["permissions"]
-    _, start = called_job(project, jobs["start"], "start")
-    (guard,) = [
-        s for s in start["steps"] if s.get("name") == "Refuse callers other than train.yml on a train branch"
-    ]
-    # The prefix: the default branch's configs/gpu-runner.yaml, read by the step before (no credential yet).
-    assert "run" in guard and guard["env"] == {
-        "BRANCH_PREFIX": as_expression("steps.settings.outputs.train-branch-prefix")
-    }
-    steps = start["steps"]
-    assert steps.index(guard) < steps.index(steps_by_uses(start, AWS_CREDENTIALS)[0])
-    assert all(
-        "uses" not in s or s["uses"].startswith(("actions/checkout@", SETUP_ACTION))
-        for s in steps[: steps.index(guard)]
-    )
+    for name in ("start", "stop"):
+        _, job = called_job(project, jobs[name], name)
+        (guard,) = [s for s in job["steps"] if s.get("name") == CALLER_GUARD]
+        # The prefixes: the default branch's configs/gpu-runner.yaml, read by the step before (no credential yet).
+        assert "run" in guard and guard["env"] == {
+            "TRAIN_BRANCH_PREFIX": as_expression("steps.settings.outputs.train-branch-prefix"),
+            "SWEEP_BRANCH_PREFIX": as_expression("steps.settings.outputs.sweep-branch-prefix"),
+        }
+        steps = job["steps"]
+        assert steps.index(guard) < steps.index(steps_by_uses(job, AWS_CREDENTIALS)[0])
+        assert all(
+            "uses" not in s or s["uses"].startswith(("actions/checkout@", SETUP_ACTION))
+            for s in steps[: steps.index(guard)]
+        )
+
+
+def test_only_train_yml_on_a_train_branch_and_sweep_yml_on_a_sweep_branch_may_start_or_stop(
+    project: Path, tmp_path: Path
+) -> None:
+    """The caller check of gpu-runner-start.yml and gpu-runner-stop.yml, run as GitHub runs it: exactly two
+    (workflow, branch) pairs pass, for push or workflow_dispatch. Every other row is an attack a branch pusher or
+    a pull request could try: the other workflow on the other prefix, a third workflow on either prefix, a
+    pull request (also one whose head branch is under a prefix), a branch outside both, a workflow file read at
+    another ref than the prefix's. Each refusal is one ::error line naming both allowed pairs."""
+    jobs = gpu_workflows(project)["train"]["jobs"]
+    train, sweep = branch_prefix(project, "train"), branch_prefix(project, "sweep")
     base = "o/r/.github/workflows/"
-    prefix = train_branch_prefix(project)
-    branch = f"refs/heads/{prefix}x"
-    for event, ref, caller, ok in (
-        ("push", branch, f"train.yml@{branch}", True),
-        ("workflow_dispatch", branch, f"train.yml@{branch}", True),
-        ("pull_request", "refs/pull/1/merge", "train.yml@refs/pull/1/merge", False),
-        ("push", "refs/heads/feature", "train.yml@refs/heads/feature", False),
-        ("push", branch, f"steal.yml@{branch}", False),
-    ):
-        env = {"BRANCH_PREFIX": prefix, "GITHUB_EVENT_NAME": event, "GITHUB_REF": ref,
-               "GITHUB_REPOSITORY": "o/r", "GITHUB_WORKFLOW_REF": base + caller}  # fmt: skip
-        code, _ = run_bash(guard["run"], env, tmp_path / f"guard-{event}-{caller.replace('/', '_')}")
-        assert (code == 0) is ok, (event, ref, caller)
+    on_train, on_sweep = f"refs/heads/{train}x", f"refs/heads/{sweep}x"
+    rows = [
+        ("push", on_train, f"train.yml@{on_train}", "train"),
+        ("workflow_dispatch", on_train, f"train.yml@{on_train}", "train"),
+        ("push", on_sweep, f"sweep.yml@{on_sweep}", "sweep"),
+        ("workflow_dispatch", on_sweep, f"sweep.yml@{on_sweep}", "sweep"),
+        ("push", f"refs/heads/{train}a/b", f"train.yml@refs/heads/{train}a/b", "train"),
+        # The pairs crossed: each workflow on the other one's branches.
+        ("push", on_train, f"sweep.yml@{on_train}", None),
+        ("workflow_dispatch", on_train, f"sweep.yml@{on_train}", None),
+        ("push", on_sweep, f"train.yml@{on_sweep}", None),
+        ("workflow_dispatch", on_sweep, f"train.yml@{on_sweep}", None),
+        # Another workflow on either prefix (a pusher adds one), and look-alike file names.
+        ("push", on_train, f"steal.yml@{on_train}", None),
+        ("push", on_sweep, f"steal.yml@{on_sweep}", None),
+        ("push", on_sweep, f"sweep.yml.bak@{on_sweep}", None),
+        ("push", on_sweep, f"my-sweep.yml@{on_sweep}", None),
+        ("push", on_train, f"train.yaml@{on_train}", None),
+        # Pull requests: their own ref, or a head branch under a prefix; and pull_request_target.
+        ("pull_request", "refs/pull/1/merge", "train.yml@refs/pull/1/merge", None),
+        ("pull_request", "refs/pull/1/merge", "sweep.yml@refs/pull/1/merge", None),
+        ("pull_request", on_sweep, f"sweep.yml@{on_sweep}", None),
+        ("pull_request_target", on_train, f"train.yml@{on_train}", None),
+        ("pull_request_target", on_sweep, f"sweep.yml@{on_sweep}", None),
+        ("workflow_run", on_sweep, f"sweep.yml@{on_sweep}", None),
+        # Outside both prefixes, the default branch, a tag.
+        ("push", "refs/heads/feature", "train.yml@refs/heads/feature", None),
+        ("push", "refs/heads/feature", "sweep.yml@refs/heads/feature", None),
+        ("push", "refs/heads/main", "sweep.yml@refs/heads/main", None),
+        ("push", f"refs/tags/{sweep}v1", f"sweep.yml@refs/tags/{sweep}v1", None),
+        # The file read at another ref than the run's prefix (the workflow ref is the caller's file and ref).
+        ("push", on_sweep, "sweep.yml@refs/heads/main", None),
+        ("push", on_train, f"train.yml@{on_sweep}", None),
+        # Another repository's file of the same name.
+        ("push", on_sweep, f"sweep.yml@{on_sweep}", "evil"),
+    ]
+    for name in ("start", "stop"):
+        _, job = called_job(project, jobs[name], name)
+        (guard,) = [s for s in job["steps"] if s.get("name") == CALLER_GUARD]
+        for i, (event, ref, caller, expected) in enumerate(rows):
+            workflow_ref = base + caller
+            if expected == "evil":
+                workflow_ref, expected = "evil/r/.github/workflows/" + caller, None
+            env = {"TRAIN_BRANCH_PREFIX": train, "SWEEP_BRANCH_PREFIX": sweep, "GITHUB_EVENT_NAME": event,
+                   "GITHUB_REF": ref, "GITHUB_REPOSITORY": "o/r", "GITHUB_WORKFLOW_REF": workflow_ref}  # fmt: skip
+            workdir = tmp_path / f"{name}-{i}"
+            code, calls = run_bash(guard["run"], env, workdir)
+            row = (name, event, ref, workflow_ref)
+            assert calls == [], row  # the check calls nothing
+            output = (workdir / "github_output").read_text() if (workdir / "github_output").exists() else ""
+            if expected is None:
+                assert code != 0 and output == "", row
+            else:
+                assert code == 0 and output == f"caller={expected}\n", row
+    # A refusal is one ::error line that names both allowed pairs and what came instead.
+    _, start = called_job(project, jobs["start"], "start")
+    (guard,) = [s for s in start["steps"] if s.get("name") == CALLER_GUARD]
+    env = {"TRAIN_BRANCH_PREFIX": train, "SWEEP_BRANCH_PREFIX": sweep, "GITHUB_EVENT_NAME": "push",
+           "GITHUB_REF": on_train, "GITHUB_REPOSITORY": "o/r", "GITHUB_WORKFLOW_REF": f"{base}sweep.yml@{on_train}"}  # fmt: skip
+    proc = subprocess.run(
+        [tool("bash"), "--noprofile", "--norc", "-eo", "pipefail", "-c", guard["run"]],
+        env={**env, "PATH": "/usr/bin:/bin", "GITHUB_OUTPUT": str(tmp_path / "out")},
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines() == [
+        f"::error::gpu-runner-start: only train.yml on a refs/heads/{train}* branch or sweep.yml on a "
+        f"refs/heads/{sweep}* branch may start a GPU runner (got {base}sweep.yml@{on_train} on {on_train})"
+    ]
+    # An empty prefix (settings not read) refuses everything, also the right pair.
+    code, _ = run_bash(guard["run"], {**env, "SWEEP_BRANCH_PREFIX": ""}, tmp_path / "empty-prefix")
+    assert code != 0
 
 
 # Inputs of gpu-runner-stop.yml only sweep.yml sets, with the defaults that keep train.yml's behaviour.
@@ -135,6 +210,7 @@ def test_the_slot_and_resume_inputs_reach_gpu_runner_through_env_only(project: P
         assert 'args+=("--slot=${SLOT}")' in step["run"] and "inputs." not in step["run"], key
     resume = calls[("stop", "resume")]
     assert resume["env"]["RESUME"] == "${{ inputs.resume || 'dispatch' }}"
+    assert resume["env"]["CALLER"] == "${{ steps.caller.outputs.caller }}"
     assert '--mode="${RESUME}"' in resume["run"] and "inputs." not in resume["run"]
     # Run as GitHub would: sweep.yml's resume: none reaches the CLI as --mode=none, train.yml's (no input) as
     # --mode=dispatch; a slot reaches launch as --slot=3, no slot as no flag.
@@ -156,6 +232,14 @@ def test_the_slot_and_resume_inputs_reach_gpu_runner_through_env_only(project: P
         assert code == 0 and call.subcommand == key[1], (key, scenario)
         flag = "--mode" if key[1] == "resume" else "--slot"
         assert [a for a in call.argv if a.startswith(f"{flag}=")] == ([expected] if expected else []), call
+    # A sweep branch's caller never re-dispatches (that would be train.yml on a sweep branch), whatever it passes:
+    # the caller check's verdict turns its mode into none.
+    step = calls[("stop", "resume")]
+    for caller, expected in (("train", "--mode=dispatch"), ("sweep", "--mode=none")):
+        env = {**step_env(workflows["gpu-runner-stop"], stop, step, "empty"), "CALLER": caller}
+        code, recorded = run_bash(substitute(step["run"], "empty"), env, tmp_path / f"resume-{caller}")
+        (call,) = gpu_runner_calls(recorded)
+        assert code == 0 and [a for a in call.argv if a.startswith("--mode=")] == [expected], caller
 
 
 def test_train_job_graph(project: Path) -> None:
@@ -271,9 +355,21 @@ def test_train_job_graph(project: Path) -> None:
         name: as_expression(f"secrets.{name}")
         for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
     }
-    # After "Cancel workflow" only `if: always()` steps run: every step of stop must say so.
-    assert all(step.get("if") == "always()" for step in stop["steps"]), stop["steps"]
-    _, teardown, resume = [s for s in stop["steps"] if "run" in s]  # after reading the settings
+    # After "Cancel workflow" only `if: always()` steps run: every step of stop must say so. Those after the
+    # caller check also need it to have passed (`always()` alone would run them after a refusal); the re-dispatch
+    # of train.yml happens for train.yml's calls only (the resume step's mode, below).
+    names = [step["name"] for step in stop["steps"]]
+    guard_at = names.index(CALLER_GUARD)
+    assert all(step["if"] == "always()" for step in stop["steps"][: guard_at + 1]), stop["steps"]
+    after = {step["name"]: step["if"] for step in stop["steps"][guard_at + 1 :]}
+    assert after == {
+        "AWS credentials (OIDC)": "${{ always() && steps.caller.outcome == 'success' }}",
+        "Tear down the runner and the instance": "${{ always() && steps.caller.outcome == 'success' }}",
+        "Start the next attempt after a spot interruption": "${{ always() && steps.caller.outcome == 'success' }}",
+    }
+    _, _, teardown, resume = [
+        s for s in stop["steps"] if "run" in s
+    ]  # after the settings and the caller check
     assert re.search(r"gpu-runner --settings \S+ teardown ", teardown["run"])
     assert re.search(r"gpu-runner --settings \S+ resume ", resume["run"])
     assert resume["env"]["GITHUB_TOKEN"] == "${{ github.token }}"
@@ -412,4 +508,9 @@ def _expression_value(condition: str, values: dict[str, Any]) -> bool:
 
 def train_branch_prefix(project: Path) -> str:
     """The train branch prefix of the project's settings (its one source: configs/gpu-runner.yaml)."""
-    return str(load_yaml(project / "configs" / "gpu-runner.yaml")["train_branch_prefix"])
+    return branch_prefix(project, "train")
+
+
+def branch_prefix(project: Path, kind: str) -> str:
+    """`<kind>_branch_prefix` (train, sweep) of the project's settings, their one source."""
+    return str(load_yaml(project / "configs" / "gpu-runner.yaml")[f"{kind}_branch_prefix"])

@@ -64,8 +64,8 @@ def test_hostile_branch_names_and_inputs_stay_data(project: Path, tmp_path: Path
             if PAYLOAD in env.values():
                 assert hostile, f"{name}.yml {where}: no hostile value reached a command (is the test stale?)"
     # 8, + the start workflow's caller guard and its own teardown when it fails (item 2), + train's "MLflow
-    # store not kept" warning (item 10)
-    assert ran == 14
+    # store not kept" warning (item 10), + the stop workflow's caller guard (issue 15)
+    assert ran == 15
 
 
 def test_injection_harness_catches_an_expression_in_run(project: Path, tmp_path: Path) -> None:

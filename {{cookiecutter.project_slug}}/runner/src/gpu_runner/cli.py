@@ -42,7 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     commands.add_parser(
-        "workflow-settings", help="write region and train-branch-prefix (from the settings) as step outputs"
+        "workflow-settings",
+        help="write region, train-branch-prefix and sweep-branch-prefix (from the settings) as step outputs",
     )
 
     launch = commands.add_parser("launch", help="register a JIT runner and launch its GPU instance")
@@ -117,9 +118,10 @@ def _parser() -> argparse.ArgumentParser:
         "bootstrap", help="one-time: deploy infra/gpu-runner.yaml (bucket, OIDC roles, instance profile)"
     )
     boot.add_argument("--repository", required=True, help="owner/name of the GitHub repository to trust")
-    # Default: the settings file's bucket and train_branch_prefix, their one source (a different value is refused).
+    # Default: the settings file's bucket and branch prefixes, their one source (a different value is refused).
     boot.add_argument("--bucket", default="", help="S3 bucket for data, checkpoints and exports")
     boot.add_argument("--branch-prefix", default="", help="branches that may start GPU training")
+    boot.add_argument("--sweep-branch-prefix", default="", help="branches that may run GPU sweeps")
     boot.add_argument("--default-branch", default="main", help="the only branch the reaper role trusts")
     boot.add_argument("--owner-id", default="", help="numeric owner id (immutable OIDC subject), optional")
     boot.add_argument("--repository-id", default="", help="numeric repository id, optional")
@@ -349,6 +351,7 @@ def _workflow_settings(settings: Settings) -> None:
         {
             contract.SettingsOutput.REGION: settings.region,
             contract.SettingsOutput.TRAIN_BRANCH_PREFIX: settings.train_branch_prefix,
+            contract.SettingsOutput.SWEEP_BRANCH_PREFIX: settings.sweep_branch_prefix,
         }
     )
 
@@ -374,8 +377,15 @@ def _bootstrap(args: argparse.Namespace, settings: Settings, aws: Aws) -> None:
         settings.train_branch_prefix,
         args.settings,
     )
+    sweep_prefix = _from_settings(
+        "--sweep-branch-prefix",
+        args.sweep_branch_prefix,
+        "sweep_branch_prefix",
+        settings.sweep_branch_prefix,
+        args.settings,
+    )
     inputs = stack.StackInputs(
-        repository=args.repository, bucket=bucket, train_branch_prefix=prefix,
+        repository=args.repository, bucket=bucket, train_branch_prefix=prefix, sweep_branch_prefix=sweep_prefix,
         default_branch=args.default_branch, owner_id=args.owner_id, repository_id=args.repository_id,
         oidc_provider_arn=args.oidc_provider_arn, vpc_id=args.vpc_id,
         checkpoint_retention_days=args.checkpoint_retention_days,

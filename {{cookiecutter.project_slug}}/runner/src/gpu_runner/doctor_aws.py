@@ -35,6 +35,7 @@ ON_DEMAND_QUOTA, SPOT_QUOTA = quotas.ON_DEMAND_QUOTA, quotas.SPOT_QUOTA
 STACK_OUTPUTS = (
     "TrainRoleArn",
     "ReaperRoleArn",
+    "SweepRoleArn",
     "RunnerInstanceProfile",
     "RunnerSecurityGroupId",
     "BucketName",
@@ -189,10 +190,16 @@ def check_role_trust(target: Target, aws: Aws) -> Iterator[Outcome]:
     provider = target.outputs.get("OidcProviderArn", "")
     owner, _, name = target.repository.partition("/")
     prefix, main = target.train_branch_prefix, target.default_branch
+    # The settings' sweep prefix (its one source; the stack was deployed with it).
+    sweep = target.settings.sweep_branch_prefix
     at_main = f"refs/heads/{main}"
 
     def start(repository: str, ref: str, workflow_ref: str = at_main) -> str:
         return _subjects(repository, ref, "gpu-runner-start.yml", workflow_ref)
+
+    def own(ref: str, workflow: str) -> str:
+        """A job of the branch's own workflow file (job_workflow_ref names the file at the run's ref)."""
+        return _subjects(target.repository, ref, workflow, f"refs/heads/{ref}")
 
     foreign = [
         start(f"{owner}/{name}-fork", f"{prefix}x"),
@@ -201,24 +208,28 @@ def check_role_trust(target: Target, aws: Aws) -> Iterator[Outcome]:
         f"repo:{target.repository}:environment:production",
         # GitHub's default `sub`: the template was never set (or was reset).
         f"repo:{target.repository}:ref:refs/heads/{prefix}x",
+        f"repo:{target.repository}:ref:refs/heads/{sweep}x",
     ]
     roles = [
         (
             "train role trust",
             "TrainRoleArn",
             [
-                _subjects(target.repository, f"{prefix}{b}", f"gpu-runner-{job}.yml", at_main)
+                _subjects(target.repository, f"{branches}{b}", f"gpu-runner-{job}.yml", at_main)
+                for branches in (prefix, sweep)
                 for b in ("first", "exp/lr-0.01")
                 for job in ("start", "stop")
             ],
             [
                 *foreign,
                 # A branch's own workflow, or its own copy of the reusable one: never the launch role.
-                _subjects(target.repository, f"{prefix}x", "train.yml", f"refs/heads/{prefix}x"),
+                own(f"{prefix}x", "train.yml"),
+                own(f"{sweep}x", "sweep.yml"),
                 start(target.repository, f"{prefix}x", f"refs/heads/{prefix}x"),
-                *([] if main.startswith(prefix) else [start(target.repository, main)]),
+                start(target.repository, f"{sweep}x", f"refs/heads/{sweep}x"),
+                *([] if main.startswith((prefix, sweep)) else [start(target.repository, main)]),
             ],
-            f"branches {prefix}* (through the default branch's gpu-runner-start/stop.yml)",
+            f"branches {prefix}* and {sweep}* (through the default branch's gpu-runner-start/stop.yml)",
         ),
         (
             "reaper role trust",
@@ -226,10 +237,30 @@ def check_role_trust(target: Target, aws: Aws) -> Iterator[Outcome]:
             [_subjects(target.repository, main, "reap.yml", at_main)],
             [
                 *foreign,
-                _subjects(target.repository, f"{main}-x", "reap.yml", f"refs/heads/{main}-x"),
-                _subjects(target.repository, f"{prefix}x", "reap.yml", f"refs/heads/{prefix}x"),
+                own(f"{main}-x", "reap.yml"),
+                own(f"{prefix}x", "reap.yml"),
+                own(f"{sweep}x", "reap.yml"),
             ],
             f"branch {main} (reap.yml)",
+        ),
+        (
+            "sweep role trust",
+            "SweepRoleArn",
+            [own(f"{sweep}{b}", "sweep.yml") for b in ("first", "exp/lr-0.01")],
+            [
+                *foreign,
+                f"repo:{target.repository}:pull_request:job_workflow_ref:{target.repository}/.github/workflows/"
+                f"sweep.yml@refs/pull/1/merge",
+                # sweep.yml on a train branch or the default branch, another workflow on a sweep branch, and the
+                # launch workflows' subjects: none of them may touch the studies.
+                own(f"{prefix}x", "sweep.yml"),
+                *([] if main.startswith(sweep) else [own(main, "sweep.yml")]),
+                own(f"{sweep}x", "train.yml"),
+                own(f"{sweep}x", "ci.yml"),
+                start(target.repository, f"{sweep}x"),
+                _subjects(target.repository, f"{sweep}x", "sweep.yml", at_main),
+            ],
+            f"branches {sweep}* (their sweep.yml)",
         ),
     ]
     iam = aws.client("iam", target.settings.region)
@@ -248,7 +279,7 @@ def check_role_trust(target: Target, aws: Aws) -> Iterator[Outcome]:
                 check,
                 f"{_role_name(arn)} {problem}",
                 f"make bootstrap BOOTSTRAP_ARGS='--default-branch {main}' restores the template's trust "
-                f"(repository {target.repository}, train branches {prefix}*)",
+                f"(repository {target.repository}, train branches {prefix}*, sweep branches {sweep}*)",
             )
         else:
             yield passed(check, f"{_role_name(arn)} trusts {target.repository} {what} only")

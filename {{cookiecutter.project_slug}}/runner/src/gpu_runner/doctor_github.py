@@ -44,13 +44,18 @@ LEFTOVER_CREDENTIAL_SECRETS = ("GPU_RUNNER_APP_PRIVATE_KEY", "GPU_RUNNER_TOKEN")
 REPOSITORY_SETTINGS: dict[str, str] = {
     "AWS_ROLE_ARN": "variable",
     "AWS_REAPER_ROLE_ARN": "variable",
+    "AWS_SWEEP_ROLE_ARN": "variable",
     "MLFLOW_TRACKING_URI": "variable",
     "MLFLOW_TRACKING_USERNAME": "secret",
     "MLFLOW_TRACKING_PASSWORD": "secret",
     "MLFLOW_LOCAL_STORE_ARTIFACT": "variable",
 }
 # Which stack output each role variable must hold (bootstrap prints the `gh variable set` lines).
-ROLE_VARIABLES = {"AWS_ROLE_ARN": "TrainRoleArn", "AWS_REAPER_ROLE_ARN": "ReaperRoleArn"}
+ROLE_VARIABLES = {
+    "AWS_ROLE_ARN": "TrainRoleArn",
+    "AWS_REAPER_ROLE_ARN": "ReaperRoleArn",
+    "AWS_SWEEP_ROLE_ARN": "SweepRoleArn",
+}
 # GitHub's `per_page` maxima: 30 for "List repository variables", 100 for "List repository secrets".
 VARIABLES_PER_PAGE = 30
 SECRETS_PER_PAGE = 100

@@ -62,6 +62,9 @@ class Settings:
     # Branches whose pushes may start GPU training: the train role trusts refs/heads/<prefix>*, and train.yml's
     # `on.push.branches` must be <prefix>** (GitHub reads triggers before any code runs, so it says it again).
     train_branch_prefix: str = "train/"
+    # Branches whose pushes start a hyperparameter sweep (sweep.yml, one GPU runner per trial): the launch role
+    # trusts refs/heads/<prefix>* too, the sweep role only those; sweep.yml's `on.push.branches` says it again.
+    sweep_branch_prefix: str = "sweep/"
     # "" = host mode (nothing to pre-pull); else the train job's container image, pulled at boot (docs/gpu-runtime.md).
     image: str = ""
     runner_version: str = "latest"
@@ -129,6 +132,16 @@ def _problems(s: Settings) -> list[str]:
         out.append(
             f"train_branch_prefix: '{s.train_branch_prefix}' may only hold letters, digits and . _ / - (e.g. train/)"
         )
+    if not BRANCH_PREFIX.fullmatch(s.sweep_branch_prefix):
+        out.append(
+            f"sweep_branch_prefix: '{s.sweep_branch_prefix}' may only hold letters, digits and . _ / - (e.g. sweep/)"
+        )
+    elif prefixes_overlap(s.train_branch_prefix, s.sweep_branch_prefix):
+        out.append(
+            f"sweep_branch_prefix: '{s.sweep_branch_prefix}' overlaps train_branch_prefix "
+            f"'{s.train_branch_prefix}' (one starts with the other), so one push would start both a training and "
+            "a sweep; give it a prefix of its own (e.g. sweep/)"
+        )
     if s.runner_version != "latest" and not re.fullmatch(r"\d+\.\d+\.\d+", s.runner_version):
         out.append(f"runner_version: '{s.runner_version}' must be 'latest' or a version like 2.330.0")
     if s.runner_sha256 and not SHA256.fullmatch(s.runner_sha256):
@@ -167,6 +180,11 @@ def _mirror_problems(s: Settings) -> list[str]:
             "runner_mirror: needs a pinned runner_version and its runner_sha256 (a mirror proves nothing)"
         )
     return out
+
+
+def prefixes_overlap(first: str, second: str) -> bool:
+    """Some branch name starts with both prefixes exactly when one of them starts with the other."""
+    return first.startswith(second) or second.startswith(first)
 
 
 def unsupported_gpu_family(instance_type: str) -> bool:

@@ -20,7 +20,7 @@ from botocore.exceptions import ClientError, WaiterError
 from . import lambda_zip, naming
 from .errors import RunnerError
 from .github import DEFAULT_BASE_URL
-from .settings import BRANCH_PREFIX, BUCKET, Settings
+from .settings import BRANCH_PREFIX, BUCKET, Settings, prefixes_overlap
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +46,9 @@ class BootstrapError(RunnerError):
 class StackInputs:
     repository: str  # owner/name
     bucket: str
-    # No default: the settings file is the prefix's one source (bootstrap fills it from there).
+    # No defaults: the settings file is the prefixes' one source (bootstrap fills them from there).
     train_branch_prefix: str
+    sweep_branch_prefix: str
     default_branch: str = "main"
     owner_id: str = ""
     repository_id: str = ""
@@ -66,10 +67,26 @@ class StackInputs:
             )
         for flag, value in (
             ("--branch-prefix", self.train_branch_prefix),
+            ("--sweep-branch-prefix", self.sweep_branch_prefix),
             ("--default-branch", self.default_branch),
         ):
             if not BRANCH_PREFIX.fullmatch(value):
                 problems.append(f"{flag}: '{value}' may only hold letters, digits and . _ / -")
+        if prefixes_overlap(self.train_branch_prefix, self.sweep_branch_prefix):
+            problems.append(
+                f"--sweep-branch-prefix: '{self.sweep_branch_prefix}' overlaps the train branch prefix "
+                f"'{self.train_branch_prefix}' (one starts with the other); set sweep_branch_prefix in "
+                "configs/gpu-runner.yaml to a prefix of its own"
+            )
+        for flag, value in (
+            ("--branch-prefix", self.train_branch_prefix),
+            ("--sweep-branch-prefix", self.sweep_branch_prefix),
+        ):
+            if self.default_branch.startswith(value):
+                problems.append(
+                    f"{flag}: the default branch '{self.default_branch}' starts with '{value}', so the roles would "
+                    "trust every push to it; use a prefix the default branch is outside of"
+                )
         for flag, value in (("--owner-id", self.owner_id), ("--repository-id", self.repository_id)):
             if value and not value.isdigit():
                 problems.append(f"{flag}: '{value}' must be GitHub's numeric id (gh api repos/OWNER/NAME)")
@@ -166,6 +183,7 @@ def stack_parameters(
         "GitHubOwnerId": inputs.owner_id,
         "GitHubRepositoryId": inputs.repository_id,
         "TrainBranchPrefix": inputs.train_branch_prefix,
+        "SweepBranchPrefix": inputs.sweep_branch_prefix,
         "DefaultBranch": inputs.default_branch,
         "BucketName": inputs.bucket,
         "CheckpointRetentionDays": str(inputs.checkpoint_retention_days),
@@ -285,6 +303,7 @@ def next_steps(repository: str, outputs: Mapping[str, str]) -> str:
         "# 1. GitHub variables the workflows read (AWS through OIDC: no AWS keys anywhere):",
         variable("AWS_ROLE_ARN", outputs["TrainRoleArn"]),
         variable("AWS_REAPER_ROLE_ARN", outputs["ReaperRoleArn"]),
+        variable("AWS_SWEEP_ROLE_ARN", outputs["SweepRoleArn"]),
         "# 2. Runner registration: the GitHub App's key (docs/setup.md, step 2) goes into AWS, never into a",
         "#    repository secret: run bootstrap again with --app-id <id> --app-private-key-file <key.pem> (or",
         f"#    --token-file <file with a PAT>); it writes the SecureString {outputs.get('GitHubCredentialParameter', '')}.",
@@ -418,6 +437,7 @@ def bootstrap(
     missing = {
         "TrainRoleArn",
         "ReaperRoleArn",
+        "SweepRoleArn",
         "RunnerInstanceProfile",
         "RunnerSecurityGroupId",
         "BucketName",

@@ -53,6 +53,7 @@ class SettingsOutput(StrEnum):
 
     REGION = "region"
     TRAIN_BRANCH_PREFIX = "train-branch-prefix"
+    SWEEP_BRANCH_PREFIX = "sweep-branch-prefix"
 
 
 class CapacityOutput(StrEnum):

@@ -1,0 +1,141 @@
+"""The sweep role's policy (sweep.yml's plan and collect jobs, branch code): the study calls and the capacity
+look-ups, each made for real against the stack on the moto server and authorized against the deployed policy,
+and everything else it must not reach."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+import pytest
+from doubles.aws_faults import AwsFaults
+from doubles.github_double import DEFAULT_REPOSITORY
+from doubles.gpu_runner_stack import REGION, authorizations, role_policies
+from doubles.iam_requests import ACCOUNT, Call, Request, allowed, granted_actions, s3_context
+
+from gpu_runner import doctor_aws
+from gpu_runner.aws import Aws
+from gpu_runner.doctor_checks import Target
+
+STUDY = "sweeps/lr-search"
+
+
+def quota_answer(code: str, value: float) -> dict[str, Any]:
+    """A GetServiceQuota / GetAWSDefaultServiceQuota answer (members of botocore's ServiceQuota shape)."""
+    return {
+        "Quota": {
+            "ServiceCode": "ec2", "QuotaCode": code, "Value": value, "Unit": "None",
+            "QuotaArn": f"arn:aws:servicequotas:{REGION}:{ACCOUNT}:ec2/{code}",
+        }
+    }  # fmt: skip
+
+
+def test_sweep_role_reaches_only_the_studies_and_the_capacity_lookups(
+    stack: dict[str, Any], recorded: tuple[list[Call], boto3.Session]
+) -> None:
+    """What plan and collect do: write, read, list and delete a study's files under sweeps/, and the capacity
+    check (the applied vCPU quota, the default where none is applied, the vCPUs per type, the running instances).
+    Every call is allowed, and every action the policy grants is one of them."""
+    calls, session = recorded
+    s3, bucket = session.client("s3"), stack["bucket"]
+    s3.put_object(Bucket=bucket, Key=f"{STUDY}/journal.log", Body=b'{"op_code": 0}\n')
+    s3.head_object(Bucket=bucket, Key=f"{STUDY}/journal.log")
+    assert s3.get_object(Bucket=bucket, Key=f"{STUDY}/journal.log")["Body"].read() == b'{"op_code": 0}\n'
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix=f"{STUDY}/")["Contents"]
+    assert [o["Key"] for o in listed] == [f"{STUDY}/journal.log"]
+    s3.delete_object(Bucket=bucket, Key=f"{STUDY}/journal.log")
+    # On clients made from here on (the S3 client above streams its bodies, which the fault hook does not read).
+    faults = AwsFaults(session)
+    on_demand, spot = doctor_aws.ON_DEMAND_QUOTA[0], doctor_aws.SPOT_QUOTA[0]
+    faults.answer("service-quotas", "GetServiceQuota", quota_answer(on_demand, 64.0),
+                  when=lambda params: params.get("QuotaCode") == on_demand)  # fmt: skip
+    # No applied value for the spot quota: Service Quotas answers NoSuchResourceException, then the default is read.
+    faults.fail("service-quotas", "GetServiceQuota", "NoSuchResourceException",
+                when=lambda params: params.get("QuotaCode") == spot)  # fmt: skip
+    faults.answer("service-quotas", "GetAWSDefaultServiceQuota", quota_answer(spot, 32.0))
+    target = Target(stack["settings"], DEFAULT_REPOSITORY, stack["settings"].train_branch_prefix)
+    outcomes = list(doctor_aws.check_quotas(target, Aws(session)))
+    assert [o.ok for o in outcomes] == [True, True], [o.line() for o in outcomes]
+    session.client("ec2").describe_instances(
+        Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]
+    )
+
+    requests = authorizations(calls)
+    assert {c.operation for c in calls} == {
+        "PutObject", "HeadObject", "GetObject", "ListObjectsV2", "DeleteObject", "GetServiceQuota",
+        "GetAWSDefaultServiceQuota", "DescribeInstanceTypes", "DescribeInstances",
+    }  # fmt: skip
+    policy = role_policies(stack, "SweepRoleArn")
+    denied = [r for r in requests if not allowed(policy, r)]
+    assert denied == [], denied
+    assert granted_actions(policy) == {r.action for r in requests}
+
+
+def _s3(action: str, key: str, **context: str) -> Request:
+    resource = f"arn:aws:s3:::{{bucket}}/{key}" if key else "arn:aws:s3:::{bucket}"
+    return Request(action, resource, {"aws:RequestedRegion": REGION, **s3_context(), **context})
+
+
+INSTANCE = f"arn:aws:ec2:{REGION}:{ACCOUNT}:instance/i-0123456789abcdef0"
+OUR_TAGS = {"ec2:ResourceTag/gpu-runner:managed-by": "gpu-runner"}
+REFUSED = {
+    # Outside the studies: data, checkpoints, exports, the runner mirror, the reaper's package, a look-alike prefix.
+    "write-a-checkpoint": _s3("s3:PutObject", "checkpoints/run/ckpt-1.index"),
+    "read-training-data": _s3("s3:GetObject", "data/digits.npz"),
+    "delete-an-export": _s3("s3:DeleteObject", "exports/model.tflite"),
+    "replace-the-runner-tarball": _s3("s3:PutObject", "runner-mirror/actions-runner-linux-x64-2.330.0.tar.gz"),
+    "replace-the-reaper-package": _s3("s3:PutObject", "gpu-runner/reaper-lambda/" + "0" * 64 + ".zip"),
+    "look-alike-prefix": _s3("s3:PutObject", "sweeps-evil/x"),
+    "the-prefix-without-its-slash": _s3("s3:PutObject", "sweeps"),
+    "list-the-whole-bucket": _s3("s3:ListBucket", ""),
+    "list-the-checkpoints": _s3("s3:ListBucket", "", **{"s3:prefix": "checkpoints/"}),
+    "list-by-a-look-alike-prefix": _s3("s3:ListBucket", "", **{"s3:prefix": "sweeps"}),
+    # A bucket of that name in another account (after ours was deleted).
+    "a-strangers-bucket": Request(
+        "s3:PutObject", "arn:aws:s3:::{bucket}/sweeps/x", {"aws:RequestedRegion": REGION, **s3_context("999999999999")}
+    ),
+    "bucket-policy": _s3("s3:PutBucketPolicy", ""),
+    # The launch path and the GitHub credential.
+    "read-the-github-credential": Request(
+        "ssm:GetParameter", f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter/gpu-runner/{DEFAULT_REPOSITORY}-github-credential"
+    ),
+    "read-a-runner-config": Request(
+        "ssm:GetParameter", f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter/gpu-runner/{DEFAULT_REPOSITORY}/7-1/jitconfig"
+    ),
+    "run-instances": Request(
+        "ec2:RunInstances", f"arn:aws:ec2:{REGION}:{ACCOUNT}:instance/*",
+        {"ec2:InstanceType": "g4dn.xlarge", "aws:RequestedRegion": REGION},
+    ),
+    "terminate-our-instance": Request("ec2:TerminateInstances", INSTANCE, OUR_TAGS),
+    "tag-an-instance": Request("ec2:CreateTags", INSTANCE, OUR_TAGS),
+    "pass-the-runner-role": Request(
+        "iam:PassRole", f"arn:aws:iam::{ACCOUNT}:role/runner", {"iam:PassedToService": "ec2.amazonaws.com"}
+    ),
+    "raise-the-quota": Request("servicequotas:RequestServiceQuotaIncrease", "*", {"aws:RequestedRegion": REGION}),
+    "decrypt-directly": Request("kms:Decrypt", f"arn:aws:kms:{REGION}:{ACCOUNT}:key/x", {"aws:RequestedRegion": REGION}),
+    # The look-ups, in another region than the stack's.
+    "describe-instances-elsewhere": Request("ec2:DescribeInstances", "*", {"aws:RequestedRegion": "us-east-1"}),
+    "quota-elsewhere": Request("servicequotas:GetServiceQuota", "*", {"aws:RequestedRegion": "us-east-1"}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("attack", REFUSED, ids=list(REFUSED))
+def test_sweep_role_refuses_everything_else(stack: dict[str, Any], attack: str) -> None:
+    request = REFUSED[attack]
+    request = Request(request.action, request.resource.format(bucket=stack["bucket"]), request.context)
+    policy = role_policies(stack, "SweepRoleArn")
+    assert not allowed(policy, request), attack
+    # Not vacuous: the same kind of request inside the studies (or in the stack's region) is allowed.
+    if (
+        request.action.startswith("s3:")
+        and request.action != "s3:PutBucketPolicy"
+        and attack != "a-strangers-bucket"
+    ):
+        inside = (
+            Request(request.action, request.resource, {**request.context, "s3:prefix": f"{STUDY}/"})
+            if request.action == "s3:ListBucket"
+            else Request(
+                request.action, f"arn:aws:s3:::{stack['bucket']}/{STUDY}/journal.log", request.context
+            )
+        )
+        assert allowed(policy, inside), attack
