@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -139,15 +138,3 @@ def test_only_the_default_branch_workflows_assume_the_roles(
         assert not web_identity_allowed(trust, stack["oidc"], other), (output, who)
         # And another provider (another account's GitHub OIDC provider ARN) with the same claims.
         assert not web_identity_allowed(trust, stack["oidc"] + "-other", claims), (output, who)
-
-
-def test_the_train_roles_trust_policy_stays_within_iams_default_size_quota(stack: dict[str, Any]) -> None:
-    """IAM's "Role trust policy length" quota (L-C07B4B0D) is 2,048 characters by default, white space not
-    counted (IAM User Guide, "IAM and AWS STS quotas"); CloudFormation fails the stack past it. The train role's
-    trust names eight subjects since sweeps: measured on this stack's names (a 39-character owner and a
-    100-character repository name would need the quota raised, up to 4,096, which docs/setup.md says)."""
-    session, outputs = stack["session"], stack["outputs"]
-    for output in ROLE_OUTPUTS:
-        document = role_of(session, outputs[output])["AssumeRolePolicyDocument"]
-        size = len(json.dumps(document, separators=(",", ":")))
-        assert size <= 2048, (output, size)

@@ -17,7 +17,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError, WaiterError
 
-from . import lambda_zip, naming
+from . import lambda_zip, naming, trust_size
 from .errors import RunnerError
 from .github import DEFAULT_BASE_URL
 from .settings import BRANCH_PREFIX, BUCKET, Settings, prefixes_overlap
@@ -200,6 +200,30 @@ def stack_parameters(
         "ReapGraceMinutes": str(settings.reap_grace_minutes),
     }
     return [{"ParameterKey": key, "ParameterValue": value} for key, value in values.items()]
+
+
+def _refuse_long_trust(body: str, parameters: list[dict[str, str]], region: str, quotas: Any) -> None:
+    """A trust policy over IAM's length quota fails the stack half-way (trust_size.py): refused before any deploy,
+    naming the quota increase. The quota is asked only when a policy is longer than the default."""
+    given = {p["ParameterKey"]: p["ParameterValue"] for p in parameters}
+    lengths = trust_size.trust_lengths(body, given, region)
+    if max(lengths.values(), default=0) <= trust_size.DEFAULT_QUOTA:
+        return
+    quota: float = trust_size.DEFAULT_QUOTA
+    if quotas is not None:
+        try:
+            quota = trust_size.applied_quota(quotas)
+        except ClientError as error:
+            code = error.response.get("Error", {}).get("Code", "")
+            raise BootstrapError(
+                f"the roles' trust policies would be up to {max(lengths.values())} characters, over IAM's default "
+                f"'Role trust policy length' quota ({trust_size.DEFAULT_QUOTA}), and its value in this account "
+                f"could not be read ({code}; bootstrap needs servicequotas:GetServiceQuota in "
+                f"{trust_size.QUOTA_REGION})"
+            ) from None
+    problems = trust_size.too_long(lengths, quota)
+    if problems:
+        raise BootstrapError("invalid bootstrap input:\n" + "\n".join(f"  {p}" for p in problems))
 
 
 def _refuse_foreign_stack(cfn: Any, name: str, repository: str, parameters: list[dict[str, str]]) -> None:
@@ -414,7 +438,9 @@ def bootstrap(
     template: Path = DEFAULT_TEMPLATE,
     delay_seconds: int = 10,
     ec2: Any = None,
+    quotas: Any = None,
 ) -> dict[str, str]:
+    """`quotas`: a Service Quotas client in trust_size.QUOTA_REGION, asked only for long trust policies."""
     try:
         body = template.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -428,6 +454,7 @@ def bootstrap(
         inputs = replace(inputs, vpc_id=default_vpc(ec2, settings.region))
     name = stack_name(settings.project, inputs.repository)
     parameters = stack_parameters(settings, inputs)
+    _refuse_long_trust(body, parameters, settings.region, quotas)
     _refuse_foreign_stack(cfn, name, inputs.repository, parameters)
     if _stack_status(cfn, name) is None:
         # The Lambda's package lives in the stack's bucket: a new stack is created without the Lambda first.
