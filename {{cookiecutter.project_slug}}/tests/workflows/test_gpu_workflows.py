@@ -161,6 +161,15 @@ def test_only_train_yml_on_a_train_branch_and_sweep_yml_on_a_sweep_branch_may_st
                 assert code != 0 and output == "", row
             else:
                 assert code == 0 and output == f"caller={expected}\n", row
+    # One check in two files: the same script but for the workflow's name and verb in its messages.
+    guards = {}
+    for name in ("start", "stop"):
+        _, job = called_job(project, jobs[name], name)
+        (guards[name],) = [s["run"] for s in job["steps"] if s.get("name") == CALLER_GUARD]
+    as_start = guards["stop"].replace("gpu-runner-stop", "gpu-runner-start")
+    assert (
+        as_start.replace("may stop", "may start").replace("may not stop", "may not start") == guards["start"]
+    )
     # A refusal is one ::error line that names both allowed pairs and what came instead.
     _, start = called_job(project, jobs["start"], "start")
     (guard,) = [s for s in start["steps"] if s.get("name") == CALLER_GUARD]
