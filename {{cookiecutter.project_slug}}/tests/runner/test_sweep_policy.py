@@ -12,54 +12,43 @@ from doubles.aws_faults import AwsFaults
 from doubles.github_double import DEFAULT_REPOSITORY
 from doubles.gpu_runner_stack import REGION, authorizations, role_policies
 from doubles.iam_requests import ACCOUNT, Call, Request, allowed, granted_actions, s3_context
+from doubles.service_quotas import quota_body
 
-from gpu_runner import doctor_aws
+from gpu_runner import capacity, quotas
 from gpu_runner.aws import Aws
-from gpu_runner.doctor_checks import Target
 
 STUDY = "sweeps/lr-search"
 BUCKET = "<the stack's bucket>"  # put in by each test (the bucket's name is made per session)
-
-
-def quota_answer(code: str, value: float) -> dict[str, Any]:
-    """A GetServiceQuota / GetAWSDefaultServiceQuota answer (members of botocore's ServiceQuota shape)."""
-    return {
-        "Quota": {
-            "ServiceCode": "ec2", "QuotaCode": code, "Value": value, "Unit": "None",
-            "QuotaArn": f"arn:aws:servicequotas:{REGION}:{ACCOUNT}:ec2/{code}",
-        }
-    }  # fmt: skip
 
 
 def test_sweep_role_reaches_only_the_studies_and_the_capacity_lookups(
     stack: dict[str, Any], recorded: tuple[list[Call], boto3.Session]
 ) -> None:
     """What plan and collect do: write, read, list and delete a study's files under sweeps/, and the capacity
-    check (the applied vCPU quota, the default where none is applied, the vCPUs per type, the running instances).
-    Every call is allowed, and every action the policy grants is one of them."""
+    check `gpu-runner capacity` (the applied vCPU quota, the default where none is applied, the vCPUs per type,
+    the instances holding quota). Every call is allowed, and every action the policy grants is one of them."""
     calls, session = recorded
     s3, bucket = session.client("s3"), stack["bucket"]
-    s3.put_object(Bucket=bucket, Key=f"{STUDY}/journal.log", Body=b'{"op_code": 0}\n')
+    # As the study store writes its journal: create-only (IfNoneMatch, no permission beyond s3:PutObject).
+    s3.put_object(Bucket=bucket, Key=f"{STUDY}/journal.log", Body=b'{"op_code": 0}\n', IfNoneMatch="*")
     s3.head_object(Bucket=bucket, Key=f"{STUDY}/journal.log")
     assert s3.get_object(Bucket=bucket, Key=f"{STUDY}/journal.log")["Body"].read() == b'{"op_code": 0}\n'
     listed = s3.list_objects_v2(Bucket=bucket, Prefix=f"{STUDY}/")["Contents"]
     assert [o["Key"] for o in listed] == [f"{STUDY}/journal.log"]
     s3.delete_object(Bucket=bucket, Key=f"{STUDY}/journal.log")
-    # On clients made from here on (the S3 client above streams its bodies, which the fault hook does not read).
+    # The plan job's capacity check, `gpu-runner capacity` (clients made from here on get the quota answers; the S3
+    # client above streams its bodies, which the fault hook does not read). moto serves no ec2 quota
+    # (doubles/service_quotas.py): the on-demand quota has an applied value, the spot quota none, so Service Quotas
+    # answers NoSuchResourceException and the default is read.
     faults = AwsFaults(session)
-    on_demand, spot = doctor_aws.ON_DEMAND_QUOTA[0], doctor_aws.SPOT_QUOTA[0]
-    faults.answer("service-quotas", "GetServiceQuota", quota_answer(on_demand, 64.0),
+    on_demand, spot = quotas.ON_DEMAND_QUOTA[0], quotas.SPOT_QUOTA[0]
+    faults.answer("service-quotas", "GetServiceQuota", quota_body(on_demand, 64.0, REGION),
                   when=lambda params: params.get("QuotaCode") == on_demand)  # fmt: skip
-    # No applied value for the spot quota: Service Quotas answers NoSuchResourceException, then the default is read.
     faults.fail("service-quotas", "GetServiceQuota", "NoSuchResourceException",
                 when=lambda params: params.get("QuotaCode") == spot)  # fmt: skip
-    faults.answer("service-quotas", "GetAWSDefaultServiceQuota", quota_answer(spot, 32.0))
-    target = Target(stack["settings"], DEFAULT_REPOSITORY, stack["settings"].train_branch_prefix)
-    outcomes = list(doctor_aws.check_quotas(target, Aws(session)))
-    assert [o.ok for o in outcomes] == [True, True], [o.line() for o in outcomes]
-    session.client("ec2").describe_instances(
-        Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]
-    )
+    faults.answer("service-quotas", "GetAWSDefaultServiceQuota", quota_body(spot, 32.0, REGION))
+    found = capacity.capacity(stack["settings"], Aws(session), wanted=2)
+    assert found.runners == 2, found
 
     requests = authorizations(calls)
     assert {c.operation for c in calls} == {
