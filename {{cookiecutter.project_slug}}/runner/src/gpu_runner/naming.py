@@ -45,7 +45,8 @@ TAG_INSTANCE_ARN = "gpu-runner:instance-arn"
 # Six digits keep the longest runner name inside GitHub's 64 characters (see MAX_RUNNER_NAME) with any int64
 # run id and an attempt of up to 26 digits; tests/runner/test_slots.py checks the arithmetic.
 SLOT_MAX_DIGITS = 6
-SLOT = re.compile(rf"0|[1-9][0-9]{{0,{SLOT_MAX_DIGITS - 1}}}")
+# Concatenated, not an f-string: doubled braces would read as Jinja to the template's unrendered-text check.
+SLOT = re.compile("0|[1-9][0-9]{0," + str(SLOT_MAX_DIGITS - 1) + "}")
 # "Runner names can only be 64 characters in length" (a GitHub maintainer, actions/runner PR #1710, 2022-02-24;
 # the REST description of generate-jitconfig, tests/contracts/github-openapi.json, states no maxLength for the
 # name or a label, only 1 to 100 labels).
