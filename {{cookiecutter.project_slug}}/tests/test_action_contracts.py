@@ -40,6 +40,8 @@ REMOTE = re.compile(r"^(?P<repo>[\w.-]+/[\w.-]+)@(?P<ref>[^@\s]+)$")
 # A job calling a reusable workflow of this repository (train.yml's start and stop, at the default branch).
 THIS_REPOSITORY = "{{ cookiecutter.github_owner }}/{{ cookiecutter.github_repo }}"
 CALLED = re.compile(r"^(?P<repo>[\w.-]+/[\w.-]+)/\.github/workflows/(?P<file>[\w.-]+\.ya?ml)@(?P<ref>\S+)$")
+# sweep.yml's call of sweep-trial.yml: a workflow of the same repository and commit.
+LOCAL_CALLED = re.compile(r"^\./\.github/workflows/(?P<file>[\w.-]+\.ya?ml)$")
 NEEDS_OUTPUT_READ = re.compile(r"\bneeds\.([\w-]+)\.outputs\.([\w-]+)")
 SHA = re.compile(r"^[0-9a-f]{40}$")
 OUTPUT_READ = re.compile(r"\bsteps\.([\w-]+)\.outputs\.([\w-]+)")
@@ -51,11 +53,22 @@ COMMAND_OUTPUTS: dict[str, set[str]] = {
     "gpu-runner workflow-settings": set(runner_contract.SettingsOutput),
     "gpu-runner launch": set(runner_contract.LaunchOutput),
     "gpu-runner wait": set(runner_contract.WaitOutput),
+    "gpu-runner capacity": set(runner_contract.CapacityOutput),
     "python train": {training_contract.MLFLOW_RUN_ID_OUTPUT},
     "python gpu-preflight": {training_contract.GPU_PREFLIGHT_OUTPUT},
+    # sweep.yml's commands (`sweep <action>`); a trial trains, so it writes what train writes.
+    "python sweep check": {training_contract.SWEEP_PARALLEL_OUTPUT},
+    "python sweep plan": {
+        training_contract.SWEEP_MATRIX_OUTPUT,
+        training_contract.SWEEP_WAVE_OUTPUT,
+        training_contract.SWEEP_TRIALS_OUTPUT,
+        training_contract.SWEEP_PARENT_RUN_OUTPUT,
+    },
+    "python sweep trial": {training_contract.MLFLOW_RUN_ID_OUTPUT},
+    "python sweep collect": {training_contract.SWEEP_NEXT_WAVE_OUTPUT},
 }
 GPU_RUNNER_COMMAND = re.compile(r"\bgpu-runner\s+--settings\s+\S+\s+([\w-]+)")
-PYTHON_COMMAND = re.compile(r"\bpython\s+-m\s+[\w.]+\s+([\w-]+)")
+PYTHON_COMMAND = re.compile(r"\bpython\s+-m\s+[\w.]+\s+((?:sweep\s+)?[\w-]+)")
 # `echo "key=..." >> "${GITHUB_OUTPUT}"` in a step's own script; `${name}` stands for each arm of its `case`.
 SHELL_OUTPUT = re.compile(r'echo\s+"([\w${}-]+)=[^"]*"\s*>>\s*"\$\{GITHUB_OUTPUT\}"')
 CASE_ARM = re.compile(r"^\s*([\w-]+(?:\s*\|\s*[\w-]+)*)\)", re.MULTILINE)
@@ -269,8 +282,9 @@ def called_contract(uses: str, root: Path) -> tuple[Contract | None, str]:
     """A reusable workflow of this repository as a contract: its `on.workflow_call` inputs, secrets, outputs.
     GitHub refuses a call that passes an input or secret the called workflow does not declare, or omits a
     required one ("Reusing workflows", docs.github.com, read 2026-12-01)."""
-    match = CALLED.match(uses)
-    if not match or match["repo"] != THIS_REPOSITORY:
+    remote = CALLED.match(uses)
+    match = remote if remote and remote["repo"] == THIS_REPOSITORY else LOCAL_CALLED.match(uses)
+    if not match:
         return None, f"reusable workflow `{uses}` is not one of {THIS_REPOSITORY}'s own"
     path = root / ".github" / "workflows" / match["file"]
     if not path.is_file():
@@ -397,7 +411,7 @@ def run_step_outputs(script: str) -> set[str]:
     for command in GPU_RUNNER_COMMAND.findall(script):
         keys |= COMMAND_OUTPUTS.get(f"gpu-runner {command}", set())
     for command in PYTHON_COMMAND.findall(script):
-        keys |= COMMAND_OUTPUTS.get(f"python {command}", set())
+        keys |= COMMAND_OUTPUTS.get(f"python {' '.join(command.split())}", set())
     arms = {arm.strip() for match in CASE_ARM.findall(script) for arm in match.split("|")}
     for key in SHELL_OUTPUT.findall(script):
         keys |= {key.replace("${name}", arm) for arm in arms} if "${name}" in key else {key}

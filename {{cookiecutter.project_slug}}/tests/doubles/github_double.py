@@ -259,7 +259,7 @@ class GitHubDouble:
         self._thread: threading.Thread | None = None
         self._connections: set[Any] = set()
         # workflow_dispatch: the repository's workflow files, and every dispatch accepted (in order).
-        self.workflows = {"train.yml": 161335, "reap.yml": 161336}
+        self.workflows = {"train.yml": 161335, "reap.yml": 161336, "sweep.yml": 161337}
         self.dispatches: list[dict[str, Any]] = []
         self._run_ids = itertools.count(30433642)
         # The run ids handed out, for the dispatches that asked for return_run_details.

@@ -97,7 +97,8 @@ def test_bad_instance_type_override_is_rejected_before_any_call(cli_env: Path, g
 def test_workflow_settings_writes_the_settings_files_region_and_prefix_as_step_outputs(
     cli_env: Path, capsys
 ) -> None:
-    """The start/stop/reap workflows read region and prefix from these outputs, before any credential exists:
+    """The start/stop/reap workflows read region and prefix from these outputs, before any credential exists
+    (and sweep.yml's plan and collect jobs the bucket of the studies):
     the values are the settings file's (not bootstrap's or the code's defaults), one `key=value` line each."""
     settings = cli_env.read_text().replace(f"region: {REGION}\n", "region: eu-north-1\n")
     cli_env.write_text(settings + "train_branch_prefix: gpu/\nsweep_branch_prefix: hpo/\n")
@@ -105,9 +106,10 @@ def test_workflow_settings_writes_the_settings_files_region_and_prefix_as_step_o
     outputs = cli_env.parent / "out"  # cli_env's GITHUB_OUTPUT
     assert read_outputs(outputs) == {
         "region": "eu-north-1", "train-branch-prefix": "gpu/", "sweep-branch-prefix": "hpo/",
+        "bucket": "demo-bucket",
     }  # fmt: skip
     assert capsys.readouterr().out.splitlines() == [
-        "region=eu-north-1", "train-branch-prefix=gpu/", "sweep-branch-prefix=hpo/",
+        "region=eu-north-1", "train-branch-prefix=gpu/", "sweep-branch-prefix=hpo/", "bucket=demo-bucket",
     ]  # fmt: skip
 
 

@@ -61,12 +61,18 @@ BENIGN_OUTPUTS = {
     "runner-started-at": "1796119975",
     "job-started-at": "1796119990",
     "gpu-preflight": "ok",
+    # sweep.yml's plan job: `sweep check`'s parallel, `gpu-runner capacity`'s runners, `sweep plan`'s wave.
+    "parallel": "2",
+    "runners": "2",
+    "wave": "1",
 }
 BENIGN_INPUTS = {
     "config": "configs/train.yaml", "instance-type": "g5.xlarge", "spot": "true", "attempt": "2",
     "commit": "0123456789abcdef0123456789abcdef01234567", "allow-cpu": "false",
     # sweep.yml's inputs of the reusable start/stop workflows (train.yml passes neither).
     "slot": "3", "resume": "none",
+    # sweep.yml's dispatch inputs (the wave set by the collect job) and sweep-trial.yml's.
+    "sweep": "configs/sweep.yaml", "wave": "2", "trial": "3",
 }  # fmt: skip
 
 

@@ -470,8 +470,9 @@ def test_aws_jobs_use_oidc_and_no_cache(project: Path) -> None:
                 continue
             aws_jobs.append(f"{name}.{job_id}")
             (aws,) = aws_steps
-            # The reaper has its own role (infra/: default branch only, no launch rights).
-            role = "AWS_REAPER_ROLE_ARN" if name == "reap" else "AWS_ROLE_ARN"
+            # The reaper has its own role (infra/: default branch only, no launch rights), and so have sweep.yml's
+            # plan and collect jobs (infra/ SweepRole: the studies under sweeps/ and the quota look-ups only).
+            role = {"reap": "AWS_REAPER_ROLE_ARN", "sweep": "AWS_SWEEP_ROLE_ARN"}.get(name, "AWS_ROLE_ARN")
             assert aws["with"]["role-to-assume"] == as_expression(f"vars.{role}")
             # The region of the default branch's configs/gpu-runner.yaml, read by the step before it.
             assert aws["with"]["aws-region"] == as_expression("steps.settings.outputs.region")
@@ -481,13 +482,21 @@ def test_aws_jobs_use_oidc_and_no_cache(project: Path) -> None:
             )
             assert job["steps"].index(settings_step) < job["steps"].index(aws)
             (setup,) = steps_by_uses(job, SETUP_ACTION)
-            assert setup["with"] == {"install": "runner", "enable-cache": "false"}
+            # sweep.yml's jobs run the ML package (the study, MLflow) with this branch's code: the project.
+            install = {} if name == "sweep" else {"install": "runner"}
+            assert setup["with"] == {**install, "enable-cache": "false"}
             # Credentials exist only after the set-up, and no third-party code runs after them.
             assert job["steps"].index(setup) < job["steps"].index(aws)
             later = job["steps"][job["steps"].index(aws) + 1 :]
             assert all("run" in s for s in later), f"{name}.{job_id}: only our own commands hold the role"
         assert not cache_problems(doc), cache_problems(doc)
-    assert aws_jobs == ["gpu-runner-start.start", "gpu-runner-stop.stop", "reap.reap"]
+    assert aws_jobs == [
+        "gpu-runner-start.start",
+        "gpu-runner-stop.stop",
+        "reap.reap",
+        "sweep.plan",
+        "sweep.collect",
+    ]
 
 
 def called_job(project: Path, caller: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:

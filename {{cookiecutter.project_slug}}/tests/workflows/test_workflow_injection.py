@@ -58,14 +58,15 @@ def test_hostile_branch_names_and_inputs_stay_data(project: Path, tmp_path: Path
             arguments = [a for argv in calls for a in argv]
             hostile = [a for a in arguments if "pwned" in a]
             # A whole argument, `--opt=value` or `--phase=name=value` (neither payload holds an "=").
-            # The one composed value is the train step's checkpoint URI around the start job's bucket output.
-            whole = (PAYLOAD, ATTACK_REF, f"s3://{PAYLOAD}/checkpoints")
+            # The composed values: the checkpoint URI and the sweep's storage root around the bucket output.
+            whole = (PAYLOAD, ATTACK_REF, f"s3://{PAYLOAD}/checkpoints", f"s3://{PAYLOAD}/sweeps")
             assert all(a.rpartition("=")[2] in whole for a in hostile), hostile
             if PAYLOAD in env.values():
                 assert hostile, f"{name}.yml {where}: no hostile value reached a command (is the test stale?)"
     # 8, + the start workflow's caller guard and its own teardown when it fails (item 2), + train's "MLflow
-    # store not kept" warning (item 10), + the stop workflow's caller guard (issue 15)
-    assert ran == 15
+    # store not kept" warning (item 10), + the stop workflow's caller guard (issue 15), + sweep.yml's 7 (check,
+    # settings, capacity, plan; settings, collect, next wave) and sweep-trial.yml's 3 (timeline, preflight, train)
+    assert ran == 25
 
 
 def test_injection_harness_catches_an_expression_in_run(project: Path, tmp_path: Path) -> None:

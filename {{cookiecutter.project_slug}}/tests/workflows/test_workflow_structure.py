@@ -38,21 +38,40 @@ def test_structure_negative_control(bad_project: Path, pins: dict[tuple[str, str
         assert expected in problems, f"structure check missed {expected!r}:\n{problems}"
 
 
+def _callers(workflows: list[Path], name: str) -> set[str]:
+    """The workflows of this project whose jobs call ./.github/workflows/<name>."""
+    return {
+        path.name
+        for path in workflows
+        for job in load_yaml(path)["jobs"].values()
+        if str(job.get("uses", "")).split(" ")[0] == f"./.github/workflows/{name}"
+    }
+
+
 def test_no_self_hosted_runner_reachable_from_pull_requests(project_files: dict[str, list[Path]]) -> None:
-    """Across the whole project: a workflow with a job on a runner that is not a literal
-    GitHub-hosted label has only triggers that need write access (never pull_request*, workflow_run, ...)."""
+    """Across the whole project: a workflow with a job on a runner that is not a literal GitHub-hosted label
+    has only triggers that need write access (never pull_request*, workflow_run, ...). A called workflow
+    (sweep-trial.yml) counts as its callers: each must keep the rule, and it may be called by nothing else."""
+    workflows = project_files["workflows"]
     gpu_workflow_names = set()
-    for path in project_files["workflows"]:
+    for path in workflows:
         doc = load_yaml(path)
-        for job in doc["jobs"].values():
+        # A job that calls a workflow runs nothing itself: the called file's jobs are checked as its own.
+        for job in (j for j in doc["jobs"].values() if "uses" not in j):
             runs_on = job.get("runs-on")
             labels = runs_on if isinstance(runs_on, list) else [runs_on]
             if not all(isinstance(x, str) and GITHUB_HOSTED_RE.match(x) for x in labels):
                 gpu_workflow_names.add(path.name)
-                assert triggers(doc) <= {"push", "workflow_dispatch"}, (path.name, triggers(doc))
-        if path.name in {"train.yml", "reap.yml"}:
+                if triggers(doc) == {"workflow_call"}:
+                    callers = _callers(workflows, path.name)
+                    assert callers == {"sweep.yml"}, (path.name, callers)
+                    caller = load_yaml(path.parent / "sweep.yml")
+                    assert triggers(caller) <= {"push", "workflow_dispatch"}, triggers(caller)
+                else:
+                    assert triggers(doc) <= {"push", "workflow_dispatch"}, (path.name, triggers(doc))
+        if path.name in {"train.yml", "reap.yml", "sweep.yml"}:
             assert not triggers(doc) & {*PR_EVENTS, "workflow_run", "workflow_call", "issue_comment"}
-    assert gpu_workflow_names == {"train.yml"}
+    assert gpu_workflow_names == {"train.yml", "sweep-trial.yml"}
 
 
 def test_no_expression_inside_any_run(project_files: dict[str, list[Path]]) -> None:

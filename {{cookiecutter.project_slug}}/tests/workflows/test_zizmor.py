@@ -15,7 +15,7 @@ from workflow_rules import DEFAULT_BRANCH_WORKFLOW_RE
 # and test_zizmor_ignores_are_needed proves each suppresses a real finding on its own line and nothing else.
 # self-repository: zizmor prefers `uses: $/.github/actions/setup`, which act (the workflow tests) and GitHub
 # Enterprise Server do not understand; `./` is equivalent after actions/checkout.
-# unpinned-uses: train.yml's start and stop call the default branch's reusable workflows at
+# unpinned-uses: train.yml's (and sweep-trial.yml's) start and stop call the default branch's reusable workflows at
 # `@<default_branch>` on purpose (the launch role trusts only that ref; issue 13 item 2).
 EXPECTED_ZIZMOR_IGNORES = {
     ".github/workflows/ci.yml": ["self-repository"] * 3,
@@ -24,6 +24,10 @@ EXPECTED_ZIZMOR_IGNORES = {
     ".github/workflows/gpu-runner-stop.yml": ["self-repository"],
     ".github/workflows/reap.yml": ["self-repository"],
     ".github/workflows/train.yml": ["unpinned-uses", "self-repository", "unpinned-uses"],
+    # sweep.yml's plan and collect set up the project; its trial job calls sweep-trial.yml, which calls start
+    # and stop at the default branch as train.yml does.
+    ".github/workflows/sweep.yml": ["self-repository"] * 3,
+    ".github/workflows/sweep-trial.yml": ["unpinned-uses", "self-repository", "unpinned-uses"],
 }
 # Known findings of the pedantic persona in the GPU workflow files (the regular persona reports none):
 # (file, audit, offending line stripped). None: the train job runs in host mode (no container image to pin;
@@ -81,7 +85,9 @@ def test_zizmor_ignores_are_exactly_the_expected_ones(project: Path) -> None:
                 ref = re.match(r"^\s*uses: (\S+) #", line)
                 assert ref and DEFAULT_BRANCH_WORKFLOW_RE.fullmatch(ref[1]), line
                 continue
-            assert re.match(rf"^\s*uses: {re.escape(SETUP_ACTION)} #", line), line
+            # self-repository: the set-up action, or sweep.yml's call of its own trial workflow.
+            local = (SETUP_ACTION, "./.github/workflows/sweep-trial.yml")
+            assert re.match(rf"^\s*uses: ({'|'.join(map(re.escape, local))}) #", line), line
 
 
 def test_zizmor_ignores_are_needed(project: Path, project_files: dict[str, list[Path]]) -> None:

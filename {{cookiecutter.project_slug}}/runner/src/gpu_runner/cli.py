@@ -111,6 +111,15 @@ def _parser() -> argparse.ArgumentParser:
     # A string, checked before any API call (argparse's int would take " 2" and "-1" alike, in its own words).
     capacity.add_argument("--wanted", required=True, help="runners the sweep would start at once (parallel)")
 
+    next_wave = commands.add_parser(
+        "next-wave",
+        help="sweep.yml's collect job: dispatch sweep.yml on this branch for the study's next wave",
+    )
+    next_wave.add_argument("--ref", required=True, help="branch to dispatch on (the sweep branch)")
+    next_wave.add_argument("--wave", required=True, help="the wave that just ended (the next is one more)")
+    next_wave.add_argument("--sweep", default="configs/sweep.yaml", help="the sweep config of the next wave")
+    next_wave.add_argument("--config", default="configs/train.yaml", help="its base training config")
+
     reap = commands.add_parser("reap", help="clean up expired or orphaned instances, runners and parameters")
     reap.add_argument("--region", action="append", default=[], help="extra regions to scan (repeatable)")
 
@@ -233,6 +242,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "resume":
         _resume(args, settings, ctx, aws)
         return 0
+    if args.command == "next-wave":
+        _next_wave(args, ctx)
+        return 0
     if args.command == "capacity":
         from . import capacity
 
@@ -352,6 +364,7 @@ def _workflow_settings(settings: Settings) -> None:
             contract.SettingsOutput.REGION: settings.region,
             contract.SettingsOutput.TRAIN_BRANCH_PREFIX: settings.train_branch_prefix,
             contract.SettingsOutput.SWEEP_BRANCH_PREFIX: settings.sweep_branch_prefix,
+            contract.SettingsOutput.BUCKET: settings.bucket,
         }
     )
 
@@ -445,6 +458,30 @@ def _resume(args: argparse.Namespace, settings: Settings, ctx: RunContext, aws: 
         contract.append_summary(
             f"### Spot interruption\n\nAttempt {args.attempt}: {decision.reason}.{told}\n"
         )
+
+
+SWEEP_WORKFLOW = "sweep.yml"
+
+
+def _next_wave(args: argparse.Namespace, ctx: RunContext) -> None:
+    """One workflow_dispatch of sweep.yml with the next wave's number, as `resume` dispatches train.yml: with the
+    run's GITHUB_TOKEN (actions: write), through the same request (dispatch_workflow)."""
+    from .github import DEFAULT_BASE_URL, dispatch_workflow
+
+    wave = contract.wave(args.wave)
+    token = os.environ.get(contract.GITHUB_TOKEN, "")
+    if not token:
+        raise RunnerError("GITHUB_TOKEN is not set: pass the workflow's token (permissions: actions: write)")
+    inputs = {
+        "sweep": contract.config_path(args.sweep, Path.cwd()),
+        "config": contract.config_path(args.config, Path.cwd()),
+        "wave": str(wave + 1),
+    }
+    base_url = os.environ.get(contract.GITHUB_API_URL) or DEFAULT_BASE_URL
+    run_url = dispatch_workflow(ctx.repository, SWEEP_WORKFLOW, args.ref, inputs, token, base_url)
+    contract.append_summary(
+        f"Started wave {wave + 1} of the sweep on {args.ref}{f': {run_url}' if run_url else ''}.\n"
+    )
 
 
 def aws_refusal(error: ClientError, region: str) -> str:

@@ -54,6 +54,8 @@ class SettingsOutput(StrEnum):
     REGION = "region"
     TRAIN_BRANCH_PREFIX = "train-branch-prefix"
     SWEEP_BRANCH_PREFIX = "sweep-branch-prefix"
+    # sweep.yml's plan and collect jobs keep the study under s3://<bucket>/sweeps (no start job to ask).
+    BUCKET = "bucket"
 
 
 class CapacityOutput(StrEnum):
@@ -215,6 +217,15 @@ def wanted(value: str) -> int:
         raise BadValue(
             f"--wanted: {_shown(value)} is not a number of runners (an integer of at least 1); sweep.yml passes "
             "parallel from configs/sweep.yaml"
+        )
+    return int(value)
+
+
+def wave(value: str) -> int:
+    """A sweep's wave number, as the plan job wrote it (1, 2, ...): digits only, so it is data in a dispatch."""
+    if not (value.isascii() and value.isdigit() and len(value) <= 6 and int(value) >= 1):
+        raise BadValue(
+            f"--wave: {_shown(value)} is not a wave number (an integer from 1); the plan job writes it"
         )
     return int(value)
 
