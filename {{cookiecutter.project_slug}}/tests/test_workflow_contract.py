@@ -59,7 +59,7 @@ def test_the_cli_refuses_a_config_outside_the_checkout_before_anything_runs(
 ) -> None:
     """As train.yml calls it (`--config=...`): exit 2 naming the field, before TensorFlow or MLflow load."""
     result = subprocess.run(
-        [sys.executable, "-m", "{{ cookiecutter.package_name }}", command, "--config=/etc/passwd"],
+        [sys.executable, "-m", "ml_project", command, "--config=/etc/passwd"],
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
         env={**os.environ, **IN_ACTIONS, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"},
     )  # fmt: skip
@@ -67,6 +67,29 @@ def test_the_cli_refuses_a_config_outside_the_checkout_before_anything_runs(
     assert "error: --config: '/etc/passwd' is not a path inside the repository" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.parametrize(
+    ("flag", "extra"),
+    [("--config", ["--sweep=configs/sweep.yaml"]), ("--sweep", ["--config=configs/train.yaml"])],
+)
+def test_a_sweep_trial_refuses_a_file_outside_the_checkout_before_anything_runs(
+    tmp_path: Path,
+    flag: str,
+    extra: list[str],
+    capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """sweep-trial.yml's job `train` on the GPU runner: a dispatch input may not point either file at the host."""
+    from {{ cookiecutter.package_name }}.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    for key, value in IN_ACTIONS.items():
+        monkeypatch.setenv(key, value)
+    status = main(["sweep", "trial", f"{flag}=/etc/passwd", *extra, "--trial=0"])
+    assert status == 2
+    assert f"error: {flag}: '/etc/passwd' is not a path inside the repository" in capsys.readouterr().err
+    assert not (tmp_path / "outputs").exists()
 
 
 def test_job_summary_is_appended_in_github_actions_only(tmp_path: Path) -> None:

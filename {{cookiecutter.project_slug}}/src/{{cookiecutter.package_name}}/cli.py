@@ -196,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     if args.command == "sweep":
         try:
+            if args.action == "trial":  # the one sweep command that runs on the GPU runner
+                workflow_contract.check(args.config, os.environ)
+                workflow_contract.check(args.sweep, os.environ, flag="--sweep")
             os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
             return _sweep(args)
         except (ConfigError, DataError, ExportError, StudyStorageError) as error:

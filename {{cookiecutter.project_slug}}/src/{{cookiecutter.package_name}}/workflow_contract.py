@@ -42,15 +42,18 @@ SWEEP_PARENT_RUN_OUTPUT = "parent-run-id"
 SWEEP_NEXT_WAVE_OUTPUT = "next-wave"
 
 
-def check(config: Path, env: Mapping[str, str], repository: Path | None = None) -> None:
-    """Raise ConfigError naming the first bad value and the fix; nothing to check outside train.yml's GPU job."""
+def check(
+    config: Path, env: Mapping[str, str], repository: Path | None = None, flag: str = "--config"
+) -> None:
+    """Raise ConfigError naming the first bad value and the fix; nothing to check outside a GPU job (train.yml's
+    and sweep-trial.yml's job `train`). `flag`: the option that passed the file (a sweep trial checks --sweep too)."""
     if env.get("GITHUB_ACTIONS") != "true" or env.get("GITHUB_JOB") != TRAIN_JOB:
         return
     root = (repository or Path.cwd()).resolve()
     if config.is_absolute() or not (root / config).resolve().is_relative_to(root):
         raise ConfigError(
-            f"--config: '{config}' is not a path inside the repository; pass a relative path such as "
-            "configs/train.yaml (the dispatch input `config`)"
+            f"{flag}: '{config}' is not a path inside the repository; pass a relative path such as "
+            f"configs/{'sweep' if flag == '--sweep' else 'train'}.yaml (the dispatch input `{flag[2:]}`)"
         )
     commit = env.get(TRAIN_COMMIT, "")
     if commit and not COMMIT.fullmatch(commit):
