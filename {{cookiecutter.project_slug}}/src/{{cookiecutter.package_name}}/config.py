@@ -236,19 +236,31 @@ def config_from_dict(raw: dict[str, Any], source: str = "<config>") -> Config:
         raise ConfigError(_format_errors(source, error)) from None
 
 
-def load_config(path: str | Path) -> Config:
-    """Load and validate a YAML config file."""
+def read_yaml_mapping(
+    path: str | Path, error: type[ConfigError], missing: str, top_level: str, empty_ok: bool = True
+) -> dict[str, Any]:
+    """A YAML file's top-level mapping, or `error` saying what is wrong with the file: `missing` (the flag that
+    names it) when it is absent, `top_level` (what it should hold) when it is not a mapping."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found (pass --config configs/train.yaml)") from None
+        raise error(f"{path}: {missing}") from None
     try:
         raw = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{path}: not valid YAML: {error}") from None
-    if raw is None:
+    except yaml.YAMLError as problem:
+        raise error(f"{path}: not valid YAML: {problem}") from None
+    if raw is None and empty_ok:
         raw = {}
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: top level must be a mapping of sections (data, model, training, ...)")
+        raise error(f"{path}: top level must be a mapping {top_level}")
+    return raw
+
+
+def load_config(path: str | Path) -> Config:
+    """Load and validate a YAML config file."""
+    raw = read_yaml_mapping(
+        path, ConfigError, "config file not found (pass --config configs/train.yaml)",
+        "of sections (data, model, training, ...)",
+    )  # fmt: skip
     return config_from_dict(raw, str(path))

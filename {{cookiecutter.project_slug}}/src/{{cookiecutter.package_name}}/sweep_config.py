@@ -16,10 +16,9 @@ import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .config import HEADLINE_METRICS, Config, ConfigError, config_from_dict
+from .config import HEADLINE_METRICS, Config, ConfigError, config_from_dict, read_yaml_mapping
 
 PositiveInt = Annotated[int, Field(gt=0)]
 # Sections whose fields decide the training's path (Config.trajectory()); tracking, export and registry are
@@ -344,17 +343,10 @@ def validate_sweep(raw: dict[str, Any], base: Config, source: str = "<sweep>") -
 
 def load_sweep_config(path: str | Path, base: Config) -> SweepConfig:
     """Load configs/sweep.yaml and validate it against the training config `base`."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SweepConfigError(f"{path}: sweep config not found (pass --sweep configs/sweep.yaml)") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise SweepConfigError(f"{path}: not valid YAML: {error}") from None
-    if not isinstance(raw, dict):
-        raise SweepConfigError(f"{path}: top level must be a mapping (study_name, space, trials, ...)")
+    raw = read_yaml_mapping(
+        path, SweepConfigError, "sweep config not found (pass --sweep configs/sweep.yaml)",
+        "(study_name, space, trials, ...)", empty_ok=False,
+    )  # fmt: skip
     return validate_sweep(raw, base, str(path))
 
 
