@@ -207,8 +207,17 @@ _S3_OBJECT_ACTIONS = {
     "CreateMultipartUpload": "s3:PutObject",
     "UploadPart": "s3:PutObject",
     "CompleteMultipartUpload": "s3:PutObject",
-    "DeleteObject": "s3:DeleteObject",
 }
+# The calls that may send If-None-Match (botocore 1.44.8's s3 model: PutObject, CompleteMultipartUpload and
+# CopyObject have an `IfNoneMatch` member, header If-None-Match).
+_CONDITIONAL_WRITES = {"PutObject", "CompleteMultipartUpload", "CopyObject"}
+
+
+def _delete_action(target: Mapping[str, Any]) -> str:
+    """DeleteObject removes the current version (a delete marker when versioning is on); with a VersionId it
+    removes that version for good and is authorized as s3:DeleteObjectVersion (Service Authorization Reference
+    for Amazon S3; S3 User Guide, "Deleting object versions from a versioning-enabled bucket")."""
+    return "s3:DeleteObjectVersion" if target.get("VersionId") else "s3:DeleteObject"
 
 
 def s3_context(owner: str = ACCOUNT) -> dict[str, str]:
@@ -226,10 +235,29 @@ def _s3(call: Call) -> list[Request]:
             context = {**context, "s3:prefix": call.params["Prefix"]}
         return [Request("s3:ListBucket", f"arn:aws:s3:::{bucket}", context)]
     if call.operation == "DeleteObjects":
-        keys = [obj["Key"] for obj in call.params["Delete"]["Objects"]]
-        return [Request("s3:DeleteObject", f"arn:aws:s3:::{bucket}/{key}", context) for key in keys]
+        return [
+            Request(_delete_action(obj), f"arn:aws:s3:::{bucket}/{obj['Key']}", context)
+            for obj in call.params["Delete"]["Objects"]
+        ]
+    resource = f"arn:aws:s3:::{bucket}/{call.params.get('Key', '')}"
+    if call.operation == "DeleteObject":
+        return [Request(_delete_action(call.params), resource, context)]
+    if call.operation in _CONDITIONAL_WRITES and "IfNoneMatch" in call.params:
+        # s3:if-none-match: the request's If-None-Match header (botocore's `IfNoneMatch`), a condition key of
+        # s3:PutObject (Service Authorization Reference for Amazon S3, as bundled in parliament 1.6.4's
+        # iam_definition.json). Absent when the call does not send the header: CreateMultipartUpload, UploadPart
+        # and UploadPartCopy never do ("these APIs don't accept conditional headers", S3 User Guide, "Enforce
+        # conditional writes on Amazon S3 buckets"); CopySourceIfNoneMatch is another header, not this key.
+        context = {**context, "s3:if-none-match": call.params["IfNoneMatch"]}
+    if call.operation in {"CopyObject", "UploadPartCopy"}:
+        # A copy is a write of the destination and a read of the source (CopyObject API reference, "Permissions").
+        source = call.params["CopySource"]
+        source = source if isinstance(source, str) else f"{source['Bucket']}/{source['Key']}"
+        return [
+            Request("s3:PutObject", resource, context),
+            Request("s3:GetObject", f"arn:aws:s3:::{source.lstrip('/').split('?', 1)[0]}", s3_context()),
+        ]
     if call.operation in _S3_OBJECT_ACTIONS:
-        resource = f"arn:aws:s3:::{bucket}/{call.params['Key']}"
         return [Request(_S3_OBJECT_ACTIONS[call.operation], resource, context)]
     raise KeyError(f"no IAM mapping for s3:{call.operation}: add it to iam_requests._s3")
 
@@ -306,6 +334,22 @@ def _resolved(value: str, context: Mapping[str, str | list[str]]) -> str | None:
     return _POLICY_VARIABLE.sub(lambda m: str(context[m.group(1)]), value)
 
 
+# The negated string operators this evaluator supports, and the positive operator each negates.
+_NEGATED = {"StringNotEquals": "StringEquals", "StringNotLike": "StringLike"}
+
+
+def _null_holds(key: str, expected: Any, context: Mapping[str, str | list[str]]) -> bool:
+    """The Null operator: "true" holds when `key` is absent from the request context, "false" when it is present
+    ("Use a Null condition operator to check if a condition key is absent at the time of authorization. In the
+    policy statement, use true (the key doesn't exist - it is null) or false (the key exists and its value is
+    not null)": IAM User Guide, "IAM JSON policy elements: Condition operators", Null, read 2026-12-02).
+    Several values are OR'd, as for every operator."""
+    wanted = {value.lower() for value in _values(expected)}
+    if not wanted or not wanted <= {"true", "false"}:
+        raise ValueError(f"Null takes true or false, not {expected!r} (for {key})")
+    return ("false" if key in context else "true") in wanted
+
+
 def _condition_holds(operator: str, key: str, expected: Any, context: Mapping[str, str | list[str]]) -> bool:
     if operator.startswith("ForAllValues:"):
         # Every value of the multivalued key must match; "also returns true if there are no context keys in the
@@ -313,8 +357,18 @@ def _condition_holds(operator: str, key: str, expected: Any, context: Mapping[st
         base = operator.partition(":")[2]
         values = _values(context.get(key, []))
         return all(_condition_holds(base, key, expected, {**context, key: value}) for value in values)
+    if operator == "Null":
+        return _null_holds(key, expected, context)
     if operator.startswith(("ForAnyValue:", "Null")) or operator.endswith("IfExists"):
         raise ValueError(f"condition operator {operator} is not supported by this evaluator: add it")
+    if operator in _NEGATED:
+        # "If the policy condition requires that the key is not matched, such as StringNotLike or ArnNotLike,
+        # and the right key is not present, the condition is true" (IAM User Guide, "IAM JSON policy elements:
+        # Condition operators", read 2026-12-02). Present: true when no value matches (the negation of the
+        # positive operator over the condition's values, which are OR'd).
+        if key not in context:
+            return True
+        return not _condition_holds(_NEGATED[operator], key, expected, context)
     if key not in context:
         return False  # no IfExists operators in our policies: a missing key never matches
     actual = context[key]

@@ -4,6 +4,7 @@ and everything else it must not reach."""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import boto3
@@ -13,10 +14,13 @@ from doubles.github_double import DEFAULT_REPOSITORY
 from doubles.gpu_runner_stack import REGION, authorizations, role_policies
 from doubles.iam_requests import ACCOUNT, Call, Request, allowed, granted_actions, s3_context
 from doubles.service_quotas import quota_body
+from doubles.stack_deploy import PROJECT_DIR
 
 from gpu_runner import capacity, quotas
 from gpu_runner.aws import Aws
 
+# The project's own package (tests/runner is copied verbatim, so its name is looked up, not written).
+PACKAGE = next(p.name for p in (PROJECT_DIR / "src").iterdir() if (p / "__init__.py").exists())
 STUDY = "sweeps/lr-search"
 BUCKET = "<the stack's bucket>"  # put in by each test (the bucket's name is made per session)
 
@@ -24,18 +28,23 @@ BUCKET = "<the stack's bucket>"  # put in by each test (the bucket's name is mad
 def test_sweep_role_reaches_only_the_studies_and_the_capacity_lookups(
     stack: dict[str, Any], recorded: tuple[list[Call], boto3.Session]
 ) -> None:
-    """What plan and collect do: write, read, list and delete a study's files under sweeps/, and the capacity
+    """What plan and collect do: append to, replay and claim waves of a study under sweeps/ (the real study store
+    against the moto server), and the capacity
     check `gpu-runner capacity` (the applied vCPU quota, the default where none is applied, the vCPUs per type,
     the instances holding quota). Every call is allowed, and every action the policy grants is one of them."""
     calls, session = recorded
     s3, bucket = session.client("s3"), stack["bucket"]
-    # As the study store writes its journal: create-only (IfNoneMatch, no permission beyond s3:PutObject).
-    s3.put_object(Bucket=bucket, Key=f"{STUDY}/journal.log", Body=b'{"op_code": 0}\n', IfNoneMatch="*")
-    s3.head_object(Bucket=bucket, Key=f"{STUDY}/journal.log")
-    assert s3.get_object(Bucket=bucket, Key=f"{STUDY}/journal.log")["Body"].read() == b'{"op_code": 0}\n'
-    listed = s3.list_objects_v2(Bucket=bucket, Prefix=f"{STUDY}/")["Contents"]
-    assert [o["Key"] for o in listed] == [f"{STUDY}/journal.log"]
-    s3.delete_object(Bucket=bucket, Key=f"{STUDY}/journal.log")
+    # The study store's own calls (the plan and collect jobs make them through Optuna): append to the journal,
+    # replay it, claim a wave and read the claims back. Each object is created once (PutObject IfNoneMatch "*").
+    study_storage = importlib.import_module(f"{PACKAGE}.study_storage")
+    uri = f"s3://{bucket}/{STUDY}/"
+    journal = study_storage.S3JournalBackend(uri, client=s3)
+    journal.append_logs([{"op_code": 0, "study_name": "lr-search"}])
+    journal.append_logs([{"op_code": 1}, {"op_code": 2}])
+    assert len(study_storage.S3JournalBackend(uri, client=s3).read_logs(0)) == 3
+    study_storage.claim_wave(uri, 1, {"trials": [0, 1]}, client=s3)
+    assert study_storage.read_wave(uri, 1, client=s3) == {"trials": [0, 1]}
+    assert study_storage.latest_wave(uri, client=s3) == 1
     # The plan job's capacity check, `gpu-runner capacity` (clients made from here on get the quota answers; the S3
     # client above streams its bodies, which the fault hook does not read). moto serves no ec2 quota
     # (doubles/service_quotas.py): the on-demand quota has an applied value, the spot quota none, so Service Quotas
@@ -52,9 +61,12 @@ def test_sweep_role_reaches_only_the_studies_and_the_capacity_lookups(
 
     requests = authorizations(calls)
     assert {c.operation for c in calls} == {
-        "PutObject", "HeadObject", "GetObject", "ListObjectsV2", "DeleteObject", "GetServiceQuota",
-        "GetAWSDefaultServiceQuota", "DescribeInstanceTypes", "DescribeInstances",
+        "PutObject", "GetObject", "ListObjectsV2", "GetServiceQuota", "GetAWSDefaultServiceQuota",
+        "DescribeInstanceTypes", "DescribeInstances",
     }  # fmt: skip
+    # Every write carried If-None-Match "*", and the policy saw it (the Denies of test_study_append_only).
+    writes = [r for r in requests if r.action == "s3:PutObject"]
+    assert len(writes) == 3 and all(r.context.get("s3:if-none-match") == "*" for r in writes), writes
     policy = role_policies(stack, "SweepRoleArn")
     denied = [r for r in requests if not allowed(policy, r)]
     assert denied == [], denied
@@ -115,8 +127,11 @@ def test_sweep_role_refuses_everything_else(stack: dict[str, Any], attack: str) 
     request = Request(request.action, request.resource.replace(BUCKET, stack["bucket"]), request.context)
     policy = role_policies(stack, "SweepRoleArn")
     assert not allowed(policy, request), attack
-    # Not vacuous: the same kind of request inside the studies (or in the stack's region) is allowed.
-    if (
+    # Not vacuous: the same kind of request inside the studies (or in the stack's region) is allowed; a write
+    # there as the study store makes it (If-None-Match "*"). Deletes are refused everywhere: no study is deleted.
+    if request.action == "s3:DeleteObject":
+        assert "s3:DeleteObject" not in granted_actions(policy)
+    elif (
         request.action.startswith("s3:")
         and request.action != "s3:PutBucketPolicy"
         and attack != "a-strangers-bucket"
@@ -125,7 +140,9 @@ def test_sweep_role_refuses_everything_else(stack: dict[str, Any], attack: str) 
             Request(request.action, request.resource, {**request.context, "s3:prefix": f"{STUDY}/"})
             if request.action == "s3:ListBucket"
             else Request(
-                request.action, f"arn:aws:s3:::{stack['bucket']}/{STUDY}/journal.log", request.context
+                request.action,
+                f"arn:aws:s3:::{stack['bucket']}/{STUDY}/journal/000000000000.jsonl",
+                {**request.context, "s3:if-none-match": "*"},
             )
         )
         assert allowed(policy, inside), attack
