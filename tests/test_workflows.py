@@ -194,7 +194,8 @@ def test_non_default_answers_reach_the_gpu_workflows(baked_custom: Path) -> None
         for job in doc["jobs"].values()
         for step in steps_by_uses(job, AWS_CREDENTIALS)
     ]
-    assert regions == ["${{ steps.settings.outputs.region }}"] * 3
+    # start, stop, reap, and sweep.yml's plan and collect: each the region of the settings, read by its job.
+    assert regions == ["${{ steps.settings.outputs.region }}"] * 5
     settings = yaml.safe_load((baked_custom / "configs" / "gpu-runner.yaml").read_text(encoding="utf-8"))
     assert (settings["region"], settings["train_branch_prefix"]) == ("us-east-2", "gpu/")
     # The reusable workflows are called in the custom answers' repository, and guard its train branches.

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-PACKAGE = "ml_project"
+PACKAGE = "{{ cookiecutter.package_name }}"
 
 
 def _configs(workdir: Path, name: str, trials: int, parallel: int, epochs: int) -> tuple[Path, Path]:

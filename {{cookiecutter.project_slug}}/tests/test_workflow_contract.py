@@ -59,7 +59,7 @@ def test_the_cli_refuses_a_config_outside_the_checkout_before_anything_runs(
 ) -> None:
     """As train.yml calls it (`--config=...`): exit 2 naming the field, before TensorFlow or MLflow load."""
     result = subprocess.run(
-        [sys.executable, "-m", "ml_project", command, "--config=/etc/passwd"],
+        [sys.executable, "-m", "{{ cookiecutter.package_name }}", command, "--config=/etc/passwd"],
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
         env={**os.environ, **IN_ACTIONS, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"},
     )  # fmt: skip

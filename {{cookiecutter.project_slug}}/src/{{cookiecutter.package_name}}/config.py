@@ -140,7 +140,8 @@ class TrackingConfig(_Strict):
     experiment_name: str = Field(DEFAULT_EXPERIMENT, min_length=1)
     run_name: str | None = None
     log_system_metrics: bool = True
-    system_metrics_interval_seconds: PositiveInt = 10
+    # MLflow's first sample comes after one interval (mlflow/system_metrics/system_metrics_monitor.py, 3.17).
+    system_metrics_interval_seconds: PositiveInt = 2
     log_model: bool = True
 
 
