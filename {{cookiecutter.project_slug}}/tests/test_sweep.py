@@ -183,6 +183,22 @@ def test_parent_totals_are_the_sum_of_the_children_each_attempt_once(
     assert artifacts == {"plots/optimization_history.png", "plots/parallel_coordinates.png"}
 
 
+def test_the_last_point_of_a_grid_is_told_like_any_other(local_mlflow: MlflowClient, in_tmp: Path) -> None:
+    """Optuna's GridSampler stops its study once the grid is used up, which raises outside study.optimize:
+    the jobs that tell must not carry it."""
+    base = base_config(in_tmp)
+    grid = {"model.dense_units": {"type": "int", "low": 16, "high": 32, "step": 16}}
+    cfg = sweep_config(base, sampler={"name": "grid"}, space=grid, trials=2)
+    root = str(in_tmp / "sweeps")
+    plan = sweep.plan(cfg, base, root, runners=2)
+    for number in plan.trials:
+        tell_as_the_trial_job_would(local_mlflow, cfg, root, number, 0.5 + number / 10)
+    study = sweep_study.open_study(cfg, root)
+    assert sorted(t.params["model.dense_units"] for t in study.trials) == [16, 32]
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2
+    assert sweep.collect(cfg, base, root, wave=1).finished
+
+
 def test_a_spent_budget_stops_the_plan_before_it_asks_or_claims(
     local_mlflow: MlflowClient, in_tmp: Path
 ) -> None:

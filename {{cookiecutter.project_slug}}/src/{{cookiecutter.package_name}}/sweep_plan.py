@@ -100,7 +100,8 @@ def plan_wave(
     }
     study_storage.claim_wave(uri, next_wave, claim)
 
-    failed = sweep_study.fail_exhausted(study, cfg.budget.max_attempts_per_trial)
+    # Told through a study that only tells (see open_study): the grid sampler must not see these results.
+    failed = sweep_study.fail_exhausted(sweep_study.open_study(cfg, root), cfg.budget.max_attempts_per_trial)
     resume = [
         t.number
         for t in sweep_study.resumable(study.get_trials(deepcopy=False), cfg.budget.max_attempts_per_trial)[0]

@@ -114,12 +114,18 @@ def space_changes(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
 
 
 def open_study(cfg: SweepConfig, root: str, wave: int = 0, create: bool = False) -> optuna.Study:
-    """The study `cfg.study_name` under `root`; with `create`, made on first use. Refuses a study whose search
-    space differs from this config's: its trials would not be comparable (SpaceChanged names each path)."""
+    """The study `cfg.study_name` under `root`; with `create` (the plan job, the only one that asks), made on
+    first use and with the configured sampler. Refuses a study whose search space differs from this config's:
+    its trials would not be comparable (SpaceChanged names each path).
+
+    Jobs that only tell (trial, collect) get a RandomSampler, which ignores results: GridSampler.after_trial
+    calls Study.stop() once the grid is used up, and outside study.optimize that raises RuntimeError (Optuna
+    4.9, optuna/samplers/_grid.py), which failed the last grid trial's tell (found by the offline sweep story)."""
     uri = storage_uri(root, cfg.study_name)
     storage = study_storage.open_study_storage(uri)
     direction = cfg.objective.direction
-    kwargs = {"storage": storage, "sampler": sampler_for(cfg, wave), "pruner": pruner_for(cfg)}
+    sampler = sampler_for(cfg, wave) if create else optuna.samplers.RandomSampler()
+    kwargs = {"storage": storage, "sampler": sampler, "pruner": pruner_for(cfg)}
     if create:
         study = optuna.create_study(
             study_name=cfg.study_name, direction=direction, load_if_exists=True, **kwargs
