@@ -263,11 +263,16 @@ watchdog_pid=$!
 
 # 7b. A refused job (someone else's workflow took the runner): halt at once. The hook has already failed that
 # job before its first step; halting also ends whatever the runner might still do and the GPU bill.
-refusal_watch() {
-  until [[ -e $REFUSAL_FILE ]]; do sleep 1; done
+report_refusal() {
+  # Once, from whichever path sees it first (mkdir is atomic): the watch below or the runner's exit.
+  mkdir "$REFUSAL_FILE.reported" 2>/dev/null || return 0
   # What the refused job claimed to be: printable characters only, it is another workflow's data.
   log hook "REFUSED a job (runner was taken): $(head -c 300 "$REFUSAL_FILE" | tr -cd '[:print:]')"
   halt_now "the job-started hook refused a job that is not this run's train job"
+}
+refusal_watch() {
+  until [[ -e $REFUSAL_FILE ]]; do sleep 1; done
+  report_refusal
 }
 refusal_watch &
 refusal_watch_pid=$!
@@ -300,6 +305,8 @@ wait "$runner_pid" || code=$?
 # 9. The job is over: stop the GPU bill now instead of waiting for the workflow's stop job.
 log runner "exited with code $code"
 mark runner-exit
+# The watch polls once a second, and a refused job's runner exits at once: it may not have looked yet.
+if [[ -e $REFUSAL_FILE ]]; then report_refusal; fi
 halt_now "runner finished"
 # Conditional on purpose: a bare final `exit` hides the EXIT trap from shellcheck (SC2329, koalaman/shellcheck#3385).
 if ((code != 0)); then exit "$code"; fi
