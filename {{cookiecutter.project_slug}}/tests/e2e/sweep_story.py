@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +34,16 @@ from harness import (
     prepare_repository,
     run_workflow,
 )
-from stories import EPOCH, FAST_TRAIN, PACKAGE, PROJECT, Stack, on_demand_price_list, typical_spot_history
+from stories import (
+    EPOCH,
+    FAST_TRAIN,
+    PACKAGE,
+    PROJECT,
+    Stack,
+    _wait_until,
+    on_demand_price_list,
+    typical_spot_history,
+)
 
 from gpu_runner import quotas
 
@@ -266,15 +274,6 @@ def collect_outside_act(story: SweepStory, wave: Wave) -> subprocess.CompletedPr
     return subprocess.run(
         args, cwd=story.repo, env=env, capture_output=True, text=True, timeout=300, check=False
     )
-
-
-def _wait_until(predicate: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.5)
-    return predicate()
 
 
 def overhead(story: SweepStory, children: list[Any]) -> dict[str, float]:
