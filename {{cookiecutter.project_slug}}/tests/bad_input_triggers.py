@@ -105,6 +105,15 @@ def study_state(case: Case) -> tuple[int, int]:
     return len(trials), study_storage.latest_wave(uri)
 
 
+def attempts_above_runner(case: Case) -> int:
+    """`sweep check` as sweep.yml's plan job runs it, with the settings' max_attempts 3."""
+    sweep_text = SWEEP.replace("budget:\n", "budget:\n  max_attempts_per_trial: 4\n")
+    return cli(
+        "sweep", "check", "--sweep", write_config(case, sweep_text, "sweep.yaml"),
+        "--config", write_config(case, SWEEP_BASE, "train.yaml"), "--max-attempts=3",
+    )  # fmt: skip
+
+
 def first_wave_then(case: Case, sweep_text: str) -> int:
     assert sweep_plan(case, SWEEP) == 0, "the first wave should have been planned"
     case.study_before = study_state(case)
@@ -242,6 +251,7 @@ TRIGGERS: dict[str, Callable[[Case], int]] = {
     "sweep-parallel-below-one": lambda case: sweep_plan(case, SWEEP.replace("parallel: 2", "parallel: 0")),
     "sweep-budget-spent": budget_spent,
     "sweep-space-changed": lambda case: first_wave_then(case, SWEEP.replace("high: 0.5", "high: 0.4")),
+    "sweep-attempts-above-runner": attempts_above_runner,
 }
 
 

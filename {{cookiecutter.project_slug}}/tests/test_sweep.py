@@ -133,8 +133,13 @@ def test_a_lost_trial_is_resumed_in_the_next_wave_then_failed_after_its_last(
     collected = sweep.collect(cfg, base, root, wave=1)
     assert collected.next_wave and "1 to resume" in collected.why
 
+    # Each leg's attempt is the waves its trial was planned in: the resumed trial's runner, cost and
+    # training_seconds are attempt 2 (a new step on the child run), not the first wave's 1 again.
+    assert first.matrix() == '{"include":[{"trial":0,"attempt":1},{"trial":1,"attempt":1}]}'
     second = sweep.plan(cfg, base, root, runners=2)
     assert (second.wave, second.resumed, second.new) == (2, (1,), ())
+    assert second.matrix() == '{"include":[{"trial":1,"attempt":2}]}'
+    assert "resumed from their checkpoints: 1 (attempt 2)" in second.summary()
     collected = sweep.collect(cfg, base, root, wave=2)
     assert collected.finished
     study = sweep_study.open_study(cfg, root)
@@ -153,7 +158,7 @@ def test_the_quota_limits_the_wave_and_the_rest_follow_in_the_next(
     wave = sweep.plan(cfg, base, root, runners=1)
     assert wave.trials == (0,)
     assert "1 runner(s) of parallel 2: the vCPU quota allows no more" in wave.summary()
-    assert wave.matrix() == '{"include":[{"trial":0}]}'
+    assert wave.matrix() == '{"include":[{"trial":0,"attempt":1}]}'
 
 
 def test_parent_totals_are_the_sum_of_the_children_each_attempt_once(

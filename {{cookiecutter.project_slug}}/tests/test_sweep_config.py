@@ -13,6 +13,7 @@ from {{ cookiecutter.package_name }}.config import Config, load_config
 from {{ cookiecutter.package_name }}.sweep_config import (
     NOT_SEARCHABLE,
     SweepConfigError,
+    check_runner_attempts,
     decode_choice,
     grid_values,
     load_sweep_config,
@@ -49,6 +50,27 @@ def test_the_shipped_sweep_validates_against_the_shipped_training_config() -> No
         section, key = path.split(".")
         assert key in type(getattr(base, section)).model_fields
         optuna.distributions.check_distribution_compatibility(dist, dist)
+
+
+def test_the_shipped_sweep_fits_the_shipped_runners_attempts() -> None:
+    """A trial's k-th wave launches with attempt k; the runner's launch refuses k above its max_attempts."""
+    base = load_config(PROJECT / "configs" / "train.yaml")
+    cfg = load_sweep_config(PROJECT / "configs" / "sweep.yaml", base)
+    runner = yaml.safe_load((PROJECT / "configs" / "gpu-runner.yaml").read_text(encoding="utf-8"))
+    check_runner_attempts(cfg, runner["max_attempts"])
+    assert cfg.budget.max_attempts_per_trial <= runner["max_attempts"]
+
+
+def test_more_trial_attempts_than_the_runner_allows_is_refused_naming_both_fields() -> None:
+    cfg = validate_sweep(sweep(budget={"max_attempts_per_trial": 4}), BASE, "sweep.yaml")
+    check_runner_attempts(cfg, 4)  # equal fits: wave 4 launches attempt 4
+    with pytest.raises(SweepConfigError) as caught:
+        check_runner_attempts(cfg, 3, "sweep.yaml")
+    assert str(caught.value) == (
+        "sweep.yaml: budget.max_attempts_per_trial: 4 is more than max_attempts (3) in configs/gpu-runner.yaml, "
+        "so a trial's wave 4 could not launch its runner; set budget.max_attempts_per_trial to at most 3 or "
+        "raise max_attempts"
+    )
 
 
 @pytest.mark.parametrize(
@@ -296,3 +318,19 @@ def test_the_sweep_file_is_yaml_a_user_can_read() -> None:
         "parallel",
         "budget",
     }
+
+
+def test_sweep_check_refuses_trial_attempts_the_runner_would_refuse(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sweep.yml's plan job passes the settings' max-attempts to `sweep check`, before any credential."""
+    from {{ cookiecutter.package_name }}.cli import main
+
+    monkeypatch.chdir(PROJECT)
+    output = tmp_path / "out"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(output))
+    assert main(["sweep", "check", "--max-attempts=1"]) == 2
+    assert "budget.max_attempts_per_trial: 2 is more than max_attempts (1)" in capsys.readouterr().err
+    assert not output.exists()  # no `parallel` output: the plan job stops here
+    assert main(["sweep", "check", "--max-attempts=2"]) == 0
+    assert output.read_text() == "parallel=2\n"

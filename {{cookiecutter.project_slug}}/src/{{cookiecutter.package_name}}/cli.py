@@ -75,7 +75,13 @@ def _sweep_parser(commands: argparse._SubParsersAction) -> None:
         )
         return sub
 
-    action("check", "validate the sweep config against the training config and print it")
+    check = action("check", "validate the sweep config against the training config and print it")
+    check.add_argument(
+        "--max-attempts",
+        type=_positive,
+        default=None,
+        help="the GPU runner's max_attempts (configs/gpu-runner.yaml): budget.max_attempts_per_trial must fit",
+    )
     action("local", "run every wave here on the CPU, trials one after another (make sweep)")
     plan = action("plan", "plan the next wave: resume left-over trials, ask new ones (sweep.yml's plan job)")
     plan.add_argument(
@@ -105,11 +111,13 @@ def _non_negative(text: str) -> int:
 
 def _sweep(args: argparse.Namespace) -> int:
     """The sweep's commands; TensorFlow and MLflow are imported here only (see _train)."""
-    from .sweep_config import load_sweep_config
+    from .sweep_config import check_runner_attempts, load_sweep_config
 
     base = load_config(args.config)
     cfg = load_sweep_config(args.sweep, base)
     if args.action == "check":
+        if args.max_attempts is not None:
+            check_runner_attempts(cfg, args.max_attempts, str(args.sweep))
         workflow_contract.write_step_output(workflow_contract.SWEEP_PARALLEL_OUTPUT, str(cfg.parallel))
         print(cfg.model_dump_json(indent=2))
         return 0

@@ -341,6 +341,18 @@ def validate_sweep(raw: dict[str, Any], base: Config, source: str = "<sweep>") -
     return cfg
 
 
+def check_runner_attempts(cfg: SweepConfig, max_attempts: int, source: str = "<sweep>") -> None:
+    """A trial's k-th wave launches its runner with attempt k, and the runner refuses an attempt above its own
+    max_attempts (configs/gpu-runner.yaml), so the sweep's limit must fit inside the runner's."""
+    limit = cfg.budget.max_attempts_per_trial
+    if limit > max_attempts:
+        raise SweepConfigError(
+            f"{source}: budget.max_attempts_per_trial: {limit} is more than max_attempts ({max_attempts}) in "
+            f"configs/gpu-runner.yaml, so a trial's wave {max_attempts + 1} could not launch its runner; set "
+            f"budget.max_attempts_per_trial to at most {max_attempts} or raise max_attempts"
+        )
+
+
 def load_sweep_config(path: str | Path, base: Config) -> SweepConfig:
     """Load configs/sweep.yaml and validate it against the training config `base`."""
     raw = read_yaml_mapping(

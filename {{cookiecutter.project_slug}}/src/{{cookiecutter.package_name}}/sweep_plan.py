@@ -38,20 +38,26 @@ class WavePlan:
     failed_for_good: tuple[int, ...] = ()
     # Why fewer trials than `parallel` run, in words (quota, trials left); empty when none.
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # Each trial's attempt in this wave (the waves it was planned in, this one included): its runner's attempt
+    # input, the step of its cost and training_seconds on the child run, so each instance of a resumed trial is billed.
+    attempts: dict[int, int] = field(default_factory=dict)
 
     @property
     def trials(self) -> tuple[int, ...]:
         return self.resumed + self.new
 
     def matrix(self) -> str:
-        """The workflow's matrix: `{"include": [{"trial": 3}, ...]}` (strategy.matrix from fromJSON)."""
-        return json.dumps({"include": [{"trial": n} for n in self.trials]}, separators=(",", ":"))
+        """The workflow's matrix: `{"include": [{"trial": 3, "attempt": 1}, ...]}` (strategy.matrix from
+        fromJSON)."""
+        include = [{"trial": n, "attempt": self.attempts.get(n, 1)} for n in self.trials]
+        return json.dumps({"include": include}, separators=(",", ":"))
 
     def summary(self) -> str:
         lines = [f"### Sweep {self.study_name}: wave {self.wave}", ""]
         lines.append(f"- trials now: {', '.join(map(str, self.trials)) or 'none'}")
         if self.resumed:
-            lines.append(f"- resumed from their checkpoints: {', '.join(map(str, self.resumed))}")
+            resumed = (f"{n} (attempt {self.attempts.get(n, 1)})" for n in self.resumed)
+            lines.append(f"- resumed from their checkpoints: {', '.join(resumed)}")
         if self.failed_for_good:
             lines.append(f"- failed after their last attempt: {', '.join(map(str, self.failed_for_good))}")
         lines += [f"- {note}" for note in self.notes]
@@ -120,12 +126,15 @@ def plan_wave(
     for _ in range(room):
         trial = study.ask(space)
         new.append(trial.number)
+    attempts = {}
     for number in resumed + new:
         live = sweep_study.live_trial(study, number)
-        waves = sweep_study.waves_of(sweep_study.trial_by_number(study, number))
-        live.set_user_attr(sweep_study.WAVES_ATTR, [*waves, next_wave])
+        waves = [*sweep_study.waves_of(sweep_study.trial_by_number(study, number)), next_wave]
+        live.set_user_attr(sweep_study.WAVES_ATTR, waves)
+        attempts[number] = len(waves)
     if not resumed and not new:
         notes.append(f"all {cfg.trials} trials asked and none left to resume: nothing to run")
     return WavePlan(
-        cfg.study_name, next_wave, parent, tuple(resumed), tuple(new), tuple(failed), tuple(notes)
-    )
+        cfg.study_name, next_wave, parent, tuple(resumed), tuple(new), tuple(failed), tuple(notes),
+        attempts=attempts,
+    )  # fmt: skip

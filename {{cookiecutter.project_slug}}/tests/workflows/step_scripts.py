@@ -65,6 +65,8 @@ BENIGN_OUTPUTS = {
     "parallel": "2",
     "runners": "2",
     "wave": "1",
+    # workflow-settings' max_attempts, which sweep.yml's plan job hands to `sweep check`.
+    "max-attempts": "3",
 }
 BENIGN_INPUTS = {
     "config": "configs/train.yaml", "instance-type": "g5.xlarge", "spot": "true", "attempt": "2",

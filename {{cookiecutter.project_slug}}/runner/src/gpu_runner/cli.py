@@ -365,6 +365,7 @@ def _workflow_settings(settings: Settings) -> None:
             contract.SettingsOutput.TRAIN_BRANCH_PREFIX: settings.train_branch_prefix,
             contract.SettingsOutput.SWEEP_BRANCH_PREFIX: settings.sweep_branch_prefix,
             contract.SettingsOutput.BUCKET: settings.bucket,
+            contract.SettingsOutput.MAX_ATTEMPTS: str(settings.max_attempts),
         }
     )
 

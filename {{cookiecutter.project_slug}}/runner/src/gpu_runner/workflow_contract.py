@@ -56,6 +56,8 @@ class SettingsOutput(StrEnum):
     SWEEP_BRANCH_PREFIX = "sweep-branch-prefix"
     # sweep.yml's plan and collect jobs keep the study under s3://<bucket>/sweeps (no start job to ask).
     BUCKET = "bucket"
+    # sweep.yml's plan job: a trial's k-th wave launches with attempt k, which launch caps at max_attempts.
+    MAX_ATTEMPTS = "max-attempts"
 
 
 class CapacityOutput(StrEnum):
