@@ -71,3 +71,29 @@ def test_watcher_survives_imds_errors(imds: ImdsDouble) -> None:
             time.sleep(0.05)
     assert watcher.instance_action is not None
     assert sum("WARNING" in line for line in lines) == 1  # said once, not every poll
+
+
+def test_each_simulated_instance_sees_only_its_own_notice() -> None:
+    """The sweep story's legs share one host: the double binds each token to the process that asked for it (its
+    TRIAL, as sweep-trial.yml's train step sets it), so a notice for one leg reaches only that leg."""
+    import os
+    import subprocess
+    import sys
+
+    from doubles.peer_env import peer_variable
+
+    probe = (
+        "import json; from {{ cookiecutter.package_name }}.interruption import ImdsClient, INSTANCE_ACTION; "
+        "print(json.dumps(ImdsClient().get_json(INSTANCE_ACTION)))"
+    )
+    with ImdsDouble(instance_of=peer_variable("TRIAL")) as imds:
+        imds.interrupt(instance="1")
+        seen = {}
+        for trial in ("0", "1"):
+            env = {**os.environ, "TRIAL": trial, "AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.url}
+            done = subprocess.run(
+                [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60, check=True
+            )
+            seen[trial] = done.stdout.strip()
+        assert sorted(set(imds.tokens.values())) == ["0", "1"]
+    assert seen == {"0": "null", "1": '{"action": "terminate", "time": "2026-11-30T12:00:00Z"}'}

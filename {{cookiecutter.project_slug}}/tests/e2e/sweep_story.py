@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from doubles.peer_env import peer_variable
 from doubles.service_quotas import quota_body
 from harness import (
     DEFAULT_TOKEN,
@@ -76,6 +77,10 @@ class SweepScenario:
     # After a wave that dispatched nothing (a cancelled run has no collect): the user's "Run workflow" of
     # sweep.yml on the branch, with no inputs (the plan takes the study's next wave).
     rerun_by_hand: int = 0
+    # When act ended a wave's run early (ACT_ENDS_RUN: a leg's train job failed, e.g. exit 75 on a spot notice),
+    # run the collect job's two commands outside act, as GitHub would run that job: collect, then next-wave
+    # through the GitHub double when collect says another wave starts.
+    collect_when_act_ends: bool = False
 
 
 @dataclass
@@ -102,6 +107,8 @@ class SweepStory:
     waves: list[Wave] = field(default_factory=list)
     fired: list[str] = field(default_factory=list)
     epochs: dict[str, int] = field(default_factory=dict)  # per leg (slot): the epoch its train job began last
+    # The collect jobs run outside act (SweepScenario.collect_when_act_ends): each command's result, in order.
+    outside_act: list[list[subprocess.CompletedProcess]] = field(default_factory=list)
     instances_left: int = -1
     runners_left: int = -1
     params_left: int = -1
@@ -148,6 +155,18 @@ def cancel_when_both_train(story: SweepStory, rec: dict[str, Any], process: subp
         os.kill(int(pid), signal.SIGINT)
 
 
+def interrupt_trial_one_when_both_train(
+    story: SweepStory, rec: dict[str, Any], process: subprocess.Popen
+) -> None:
+    """EC2's two-minute warning for trial 1's instance only, once both legs of wave 1 are in their second epoch
+    (the first's checkpoint is in S3): its metadata service answers the notice, trial 0's does not."""
+    if story.waves or story.fired or len([e for e in story.epochs.values() if e >= 2]) < 2:
+        return
+    assert story.imds is not None
+    story.fired.append("interrupt trial 1")
+    story.imds.interrupt(instance="1")
+
+
 def quota_rules(region: str, on_demand: float, spot: float) -> list[Rule]:
     """GetServiceQuota answered as Service Quotas answers it (doubles.service_quotas.quota_body), per code."""
     rules = []
@@ -183,7 +202,8 @@ def run_sweep(stack: Stack, scenario: SweepScenario, scratch: Path, run_id: str)
     with (
         GitHubDouble(repositories=(stack.repository,)) as github,
         AwsFaultProxy(stack.moto_endpoint, rules=rules) as proxy,
-        ImdsDouble() as imds,
+        # One metadata service per simulated instance: a leg is the process with its TRIAL (doubles.peer_env).
+        ImdsDouble(instance_of=peer_variable("TRIAL")) as imds,
     ):
         story.github, story.imds = github, imds
         github.tokens.setdefault(DEFAULT_TOKEN, "write")
@@ -220,6 +240,12 @@ def run_sweep(stack: Stack, scenario: SweepScenario, scratch: Path, run_id: str)
             finally:
                 simulator.stop()
             story.waves.append(Wave(number, wave_run, event, inputs, run, simulator))
+            if (
+                scenario.collect_when_act_ends
+                and ACT_ENDS_RUN in run.log.read_text()
+                and "collect" not in run.results
+            ):
+                story.outside_act.append(collect_job_outside_act(story, story.waves[-1]))
             dispatched = [d for d in github.dispatches if d["workflow"] == workflow.name]
             if len(dispatched) < number and story.fired.count("run by hand") < scenario.rerun_by_hand:
                 github.dispatches.append({"workflow": workflow.name, "ref": SWEEP_BRANCH, "inputs": {}})
@@ -231,6 +257,7 @@ def run_sweep(stack: Stack, scenario: SweepScenario, scratch: Path, run_id: str)
             event, inputs = "workflow_dispatch", dict(dispatched[number - 1]["inputs"])
             assert dispatched[number - 1]["ref"] in (SWEEP_BRANCH, f"refs/heads/{SWEEP_BRANCH}"), dispatched
             imds.documents.clear()
+            imds.instance_documents.clear()
         story.count_leftovers()
     return story
 
@@ -241,7 +268,9 @@ def run_sweep(stack: Stack, scenario: SweepScenario, scratch: Path, run_id: str)
 ACT_ENDS_RUN = "Error: Job 'Train the trial' failed"
 
 
-def collect_outside_act(story: SweepStory, wave: Wave) -> subprocess.CompletedProcess:
+def collect_outside_act(
+    story: SweepStory, wave: Wave, output: Path | None = None
+) -> subprocess.CompletedProcess:
     """The collect job's own command (sweep.yml, step "Collect the wave"), run as that step runs it, for a wave
     act ended early (ACT_ENDS_RUN). Not act: the caller asserts act did not run collect, and says so."""
     assert story.repo is not None
@@ -261,6 +290,33 @@ def collect_outside_act(story: SweepStory, wave: Wave) -> subprocess.CompletedPr
     ]
     args += ["--config=configs/train.yaml", f"--wave={wave.run.outputs['plan']['wave']}"]
     args += [f"--storage-root=s3://{bucket}/sweeps"]
+    return _outside_act(story, wave, args, output)
+
+
+def collect_job_outside_act(story: SweepStory, wave: Wave) -> list[subprocess.CompletedProcess]:
+    """Both commands of sweep.yml's collect job for a wave act ended early: collect, then (its step output
+    next-wave=true) `gpu-runner next-wave`, whose dispatch reaches the GitHub double as the job's would."""
+    assert story.repo is not None
+    text = (story.repo / ".github" / "workflows" / "sweep.yml").read_text()
+    assert "gpu-runner --settings configs/gpu-runner.yaml next-wave" in text, (
+        "sweep.yml's next-wave step changed"
+    )
+    output = story.scratch / f"collect-wave{wave.number}.out"
+    done = [collect_outside_act(story, wave, output)]
+    if done[0].returncode == 0 and "next-wave=true" in output.read_text().splitlines():
+        args = ["uv", "run", "--no-sync", "gpu-runner", "--settings", "configs/gpu-runner.yaml", "next-wave"]
+        args += [f"--ref={SWEEP_BRANCH}", f"--wave={wave.run.outputs['plan']['wave']}"]
+        args += ["--sweep=configs/sweep.yaml", "--config=configs/train.yaml"]
+        done.append(_outside_act(story, wave, args, output))
+    return done
+
+
+def _outside_act(
+    story: SweepStory, wave: Wave, args: list[str], output: Path | None
+) -> subprocess.CompletedProcess:
+    """A collect job's step as the job runs it: the sweep role's view of moto, the MLflow server, the run's
+    token for the GitHub double; step outputs to `output` (none kept when None)."""
+    assert story.repo is not None and story.github is not None
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GITHUB_", "VIRTUAL_ENV", "MLFLOW_"))
     }
@@ -268,8 +324,10 @@ def collect_outside_act(story: SweepStory, wave: Wave) -> subprocess.CompletedPr
         AWS_ENDPOINT_URL=story.stack.moto_endpoint, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
         AWS_CONFIG_FILE=os.devnull, AWS_SHARED_CREDENTIALS_FILE=os.devnull, AWS_REGION=story.stack.region,
         AWS_DEFAULT_REGION=story.stack.region, MLFLOW_TRACKING_URI=story.stack.mlflow_uri,
-        GITHUB_RUN_ID=wave.run_id, GITHUB_REPOSITORY=story.stack.repository, GITHUB_OUTPUT=os.devnull,
-        GITHUB_STEP_SUMMARY=os.devnull, UV_PROJECT_ENVIRONMENT=str(PROJECT / ".venv"), UV_OFFLINE="1",
+        GITHUB_RUN_ID=wave.run_id, GITHUB_REPOSITORY=story.stack.repository,
+        GITHUB_OUTPUT=str(output) if output else os.devnull, GITHUB_STEP_SUMMARY=os.devnull,
+        GITHUB_API_URL=story.github.url, GITHUB_TOKEN=DEFAULT_TOKEN,
+        UV_PROJECT_ENVIRONMENT=str(PROJECT / ".venv"), UV_OFFLINE="1",
     )  # fmt: skip
     return subprocess.run(
         args, cwd=story.repo, env=env, capture_output=True, text=True, timeout=300, check=False

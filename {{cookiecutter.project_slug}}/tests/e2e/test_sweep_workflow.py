@@ -22,6 +22,7 @@ from sweep_story import (
     SweepStory,
     cancel_when_both_train,
     collect_outside_act,
+    interrupt_trial_one_when_both_train,
     overhead,
     run_sweep,
 )
@@ -215,3 +216,40 @@ def test_sweep_cancelled_mid_wave(stack: Stack, tmp_path: Path) -> None:
     # The resumed training's own time is attempt 2 too (TRAIN_ATTEMPT), beside its cost of attempt 2.
     for kid in kids:
         assert 2 in {m.step for m in client.get_metric_history(kid.info.run_id, "training_seconds")}, context
+
+
+def test_sweep_trial_interrupted_and_resumed(stack: Stack, tmp_path: Path) -> None:
+    # A spot notice reaches trial 1's instance only, in its second of 3 epochs; trial 0 trains on.
+    scenario = SweepScenario(
+        "one trial interrupted",
+        sweep={"trials": 2, "parallel": 2, "budget": {**SWEEP["budget"], "epochs_per_trial": 3}},
+        trigger=interrupt_trial_one_when_both_train,
+        collect_when_act_ends=True,
+    )
+    story = run_sweep(stack, scenario, tmp_path, "885")
+    context = _context(story)
+    assert story.fired == ["interrupt trial 1"], context
+    first, second = story.waves
+    # Wave 1: trial 1 stopped after its checkpoint reached S3 (exit 75: the job fails, and act ends the run); both
+    # legs' stop jobs tore down. GitHub's collect job (run outside act here) left it for the next wave.
+    assert sorted(story.results("train")[0]) == ["failure", "success"], context
+    assert story.results("stop")[0] == ["success", "success"], context
+    assert ACT_ENDS_RUN in first.run.log.read_text() and "collect" not in first.run.results, context
+    collected, dispatched = story.outside_act[0]
+    assert collected.returncode == 0 and dispatched.returncode == 0, collected.stderr + dispatched.stderr
+    assert "1 to resume" in collected.stdout, collected.stdout
+    # Wave 2, from that dispatch: only trial 1, attempt 2, from its checkpoint, in the same child run.
+    assert (second.event, second.inputs.get("wave")) == ("workflow_dispatch", "2"), context
+    assert story.results("train")[1] == ["success"], context
+    assert second.run.results.get("collect") == "success", context
+    trials = story.study().get_trials(deepcopy=False)
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
+    assert [t.user_attrs.get("sweep.waves") for t in trials] == [[1], [1, 2]], [t.user_attrs for t in trials]
+    client = MlflowClient(stack.mlflow_uri)
+    parent, kids = assert_totals(story, client, children=2)
+    assert client.get_run(parent.info.run_id).info.status == "FINISHED"
+    resumed = next(k for k in kids if k.data.tags.get("sweep.trial") == "1")
+    assert int(resumed.data.tags.get("resumed.from_epoch", "0")) >= 1, resumed.data.tags
+    assert resumed.data.metrics["epochs_run"] == 3, resumed.data.metrics
+    steps = sorted(m.step for m in client.get_metric_history(resumed.info.run_id, "cost_usd"))
+    assert steps == [1, 2], steps  # both instances billed, each once
