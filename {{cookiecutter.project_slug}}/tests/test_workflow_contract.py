@@ -92,6 +92,26 @@ def test_a_sweep_trial_refuses_a_file_outside_the_checkout_before_anything_runs(
     assert not (tmp_path / "outputs").exists()
 
 
+def test_a_sweep_trial_refuses_an_attempt_that_is_not_a_number(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sweep-trial.yml hands the matrix's attempt to the trial as TRAIN_ATTEMPT: a forged value (the plan's
+    output comes from the study, which trial jobs append to) is refused before anything trains."""
+    from {{ cookiecutter.package_name }}.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    for key, value in {**IN_ACTIONS, "TRAIN_ATTEMPT": "--attempt=9"}.items():
+        monkeypatch.setenv(key, value)
+    (tmp_path / "configs").mkdir()
+    project = Path(__file__).resolve().parent.parent / "configs"
+    for name in ("train.yaml", "sweep.yaml"):
+        (tmp_path / "configs" / name).write_text((project / name).read_text())
+    status = main(["sweep", "trial", "--trial=0"])
+    assert status == 2
+    assert "TRAIN_ATTEMPT: '--attempt=9' is not an attempt number" in capsys.readouterr().err
+    assert not (tmp_path / "outputs").exists()
+
+
 def test_job_summary_is_appended_in_github_actions_only(tmp_path: Path) -> None:
     text = job_summary("http://mlflow:5000", "3", "abc", {"test_accuracy": 0.9812})
     summary = tmp_path / "summary.md"

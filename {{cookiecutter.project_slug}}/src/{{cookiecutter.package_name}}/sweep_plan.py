@@ -39,7 +39,7 @@ class WavePlan:
     # Why fewer trials than `parallel` run, in words (quota, trials left); empty when none.
     notes: tuple[str, ...] = field(default_factory=tuple)
     # Each trial's attempt in this wave (the waves it was planned in, this one included): its runner's attempt
-    # input, the step of its cost and training_seconds on the child run, so each instance of a resumed trial is billed.
+    # and the step of its cost and training_seconds on the child run, so every instance of it is billed once.
     attempts: dict[int, int] = field(default_factory=dict)
 
     @property
