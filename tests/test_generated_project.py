@@ -114,9 +114,9 @@ def project_env(**extra: str) -> dict[str, str]:
     return {**{k: v for k, v in os.environ.items() if not k.startswith(inherited)}, **extra}
 
 
-def make(project: Path, *targets: str) -> subprocess.CompletedProcess:
+def make(project: Path, *targets: str, timeout: int = 1200) -> subprocess.CompletedProcess:
     result = subprocess.run(
-        ["make", *targets], cwd=project, capture_output=True, text=True, env=project_env(), timeout=1200
+        ["make", *targets], cwd=project, capture_output=True, text=True, env=project_env(), timeout=timeout
     )
     assert result.returncode == 0, (
         f"make {' '.join(targets)} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
