@@ -28,8 +28,8 @@ def test_baked_defaults_run_the_offline_story_and_survive_every_fault(tmp_path: 
     )  # fmt: skip
     subprocess.run(["git", "init", "-q"], cwd=project, check=True)
     make(project, "install")
-    # 30 min: with six sweep stories the baked `make e2e` passed 20 min on a clean clone with 2 cores (issue 15's
-    # note); .ci/run starts this tier only before minute 22, so the whole run stays inside its 45.
+    # 30 min: with six sweep stories the baked `make e2e` took over 20 min on a clean clone with 2 cores
+    # (issue 15's note); .ci/run starts this tier only before minute 22, so the run stays inside its 45.
     result = make(project, "e2e", "PYTEST_ARGS=-p no:cacheprovider", timeout=1800)
     print(result.stdout[result.stdout.find("e2e report") - 40 :])
 
