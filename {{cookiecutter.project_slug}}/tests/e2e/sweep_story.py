@@ -307,16 +307,18 @@ def collect_job_outside_act(story: SweepStory, wave: Wave) -> list[subprocess.Co
         args = ["uv", "run", "--no-sync", "gpu-runner", "--settings", "configs/gpu-runner.yaml", "next-wave"]
         args += [f"--ref={SWEEP_BRANCH}", f"--wave={wave.run.outputs['plan']['wave']}"]
         args += ["--sweep=configs/sweep.yaml", "--config=configs/train.yaml"]
-        done.append(_outside_act(story, wave, args, output))
+        done.append(_outside_act(story, wave, args, output, dispatch=True))
     return done
 
 
 def _outside_act(
-    story: SweepStory, wave: Wave, args: list[str], output: Path | None
+    story: SweepStory, wave: Wave, args: list[str], output: Path | None, dispatch: bool = False
 ) -> subprocess.CompletedProcess:
-    """A collect job's step as the job runs it: the sweep role's view of moto, the MLflow server, the run's
-    token for the GitHub double; step outputs to `output` (none kept when None)."""
+    """A collect job's step as the job runs it: the sweep role's view of moto, the MLflow server, and with
+    `dispatch` the run's token for the GitHub double (running only inside run_sweep); step outputs to `output`
+    (none kept when None)."""
     assert story.repo is not None and story.github is not None
+    github = {"GITHUB_API_URL": story.github.url, "GITHUB_TOKEN": DEFAULT_TOKEN} if dispatch else {}
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GITHUB_", "VIRTUAL_ENV", "MLFLOW_"))
     }
@@ -326,8 +328,7 @@ def _outside_act(
         AWS_DEFAULT_REGION=story.stack.region, MLFLOW_TRACKING_URI=story.stack.mlflow_uri,
         GITHUB_RUN_ID=wave.run_id, GITHUB_REPOSITORY=story.stack.repository,
         GITHUB_OUTPUT=str(output) if output else os.devnull, GITHUB_STEP_SUMMARY=os.devnull,
-        GITHUB_API_URL=story.github.url, GITHUB_TOKEN=DEFAULT_TOKEN,
-        UV_PROJECT_ENVIRONMENT=str(PROJECT / ".venv"), UV_OFFLINE="1",
+        UV_PROJECT_ENVIRONMENT=str(PROJECT / ".venv"), UV_OFFLINE="1", **github,
     )  # fmt: skip
     return subprocess.run(
         args, cwd=story.repo, env=env, capture_output=True, text=True, timeout=300, check=False
