@@ -101,6 +101,58 @@ def test_killed_training_resumes_in_the_same_run(bucket: str, mlflow_server: str
 
 
 @pytest.mark.slow
+def test_killed_after_its_last_epoch_the_next_attempt_finishes_the_same_run(
+    bucket: str, mlflow_server: str, tmp_path: Path
+) -> None:
+    # Spot reclaim or a cancel while the model is evaluated and exported: every epoch is trained and in S3, the
+    # run is not ended. The next attempt must finish that run from the trained weights, not train in a new one.
+    epochs = 3
+    raw = {
+        "training": {"epochs": epochs, "checkpoint_dir": str(tmp_path / "ckpt")},
+        "export": {"output_dir": str(tmp_path / "out"), "tflite": True},
+        "tracking": {"experiment_name": "resume-after-last-epoch", "log_system_metrics": False, "log_model": False},
+    }  # fmt: skip
+    config = tmp_path / "train.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    uri = f"s3://{bucket}/after-last-epoch"
+    cfg = config_from_dict({**raw, "training": {**raw["training"], "checkpoint_uri": uri}})
+    prefix = checkpoint_prefix(uri, ENV["GITHUB_REF_NAME"], ENV["GITHUB_SHA"], config_hash(cfg.trajectory()))
+    env = {**os.environ, **ENV, "MLFLOW_TRACKING_URI": mlflow_server, "GITHUB_RUN_ATTEMPT": "1"}
+    cmd = [sys.executable, "-m", "{{ cookiecutter.package_name }}", "train", "--config", str(config)]
+    cmd += ["--checkpoint-uri", uri]
+
+    first = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    assert first.stdout is not None
+    said = []
+    for line in first.stdout:
+        said.append(line)
+        if "Saved artifact at" in line:  # TensorFlow's line once the SavedModel is written: the export runs
+            os.killpg(first.pid, signal.SIGKILL)
+            break
+    first.wait()
+    assert first.returncode == -signal.SIGKILL, "".join(said)
+    state = _state(prefix)
+    assert state["epochs_done"] == epochs and not state.get("complete"), state
+
+    env["GITHUB_RUN_ATTEMPT"] = "2"
+    second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert f"{epochs} epoch(s) done, run {state['run_id']}" in second.stdout, second.stdout
+    assert "Epoch 1/" not in second.stdout, "the second attempt trained again"
+    client = MlflowClient(mlflow_server)
+    run = client.get_run(state["run_id"])
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics["epochs_run"] == epochs
+    assert "test_accuracy" in run.data.metrics and "tflite_agreement" in run.data.metrics
+    steps = sorted({m.step for m in client.get_metric_history(run.info.run_id, "val_loss")})
+    assert steps == list(range(epochs))
+    assert _state(prefix)["complete"] is True
+    assert [r.info.run_id for r in client.search_runs([run.info.experiment_id])] == [run.info.run_id]
+
+
+@pytest.mark.slow
 def test_notice_checkpoints_stops_and_the_next_attempt_resumes(
     bucket: str, mlflow_server: str, imds: ImdsDouble, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -115,11 +115,16 @@ def _checkpoint_store(cfg: Config) -> checkpoints.S3Checkpoints | None:
     return checkpoints.S3Checkpoints(uri, cfg.training.checkpoint_dir)
 
 
+# What fit() names its per-epoch logs when compiled with metrics=["accuracy"] and given validation data (_fit).
+EPOCH_METRICS = ("loss", "accuracy", "val_loss", "val_accuracy")
+
+
 def _full_history(run_id: str, this_attempt: dict[str, list[float]]) -> dict[str, list[float]]:
-    """fit() of a resumed attempt only returns its own epochs; the run holds them all."""
+    """fit() of a resumed attempt only returns its own epochs; the run holds them all. An attempt resumed after
+    the last epoch (the previous one died while it evaluated or exported) trains none and returns {}."""
     client = mlflow.MlflowClient()
     full = {}
-    for name in this_attempt:
+    for name in this_attempt or EPOCH_METRICS:
         points = sorted(client.get_metric_history(run_id, name), key=lambda m: (m.step, m.timestamp))
         full[name] = list({m.step: m.value for m in points}.values())
     return full
@@ -325,8 +330,6 @@ def train(cfg: Config, config_path: Path | None = None, hooks: TrainHooks | None
         mlflow.log_metric("training_seconds", time.perf_counter() - started, step=attempt)
         if resume_id:
             history = _full_history(run.info.run_id, history)
-        if store and s3_sync:
-            store.mark_complete({"run_id": run.info.run_id, "epochs_done": len(history.get("loss", []))})
 
         with tempfile.TemporaryDirectory(dir=out) as scratch:
             result, keras_pred = _evaluate_and_log(cfg, model, splits, history, Path(scratch))
@@ -349,6 +352,11 @@ def train(cfg: Config, config_path: Path | None = None, hooks: TrainHooks | None
         )
         # After everything else is logged: the registry compares runs by what they logged.
         decision = _champion(cfg, run.info.run_id, model_id, headline, hooks)
+        # Only now, at the run's end: an attempt that dies while it evaluates, exports or logs the model (spot
+        # reclaim, cancel) leaves the checkpoint resumable, so the next one finishes this run from the trained
+        # weights instead of training again in a new run.
+        if store and s3_sync:
+            store.mark_complete({"run_id": run.info.run_id, "epochs_done": epochs_run})
     summary = TrainResult(
         run.info.run_id, experiment.experiment_id, uri, headline, epochs_run, decision, model_id
     )
