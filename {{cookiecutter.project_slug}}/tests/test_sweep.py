@@ -18,7 +18,7 @@ from doubles.imds_double import ImdsDouble
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from {{ cookiecutter.package_name }} import study_storage, sweep, sweep_plan, sweep_runs, sweep_study
+from {{ cookiecutter.package_name }} import study_storage, sweep, sweep_plan, sweep_runs, sweep_study, sweep_trial, train
 from {{ cookiecutter.package_name }}.checkpoints import S3Checkpoints, checkpoint_prefix, config_hash
 from {{ cookiecutter.package_name }}.config import Config, config_from_dict
 from {{ cookiecutter.package_name }}.errors import TrainingInterrupted
@@ -409,3 +409,63 @@ def test_an_interrupted_trial_resumes_in_the_next_wave_in_the_same_run(
         ]
         == 2
     )
+
+
+@pytest.mark.slow
+def test_a_trial_lost_before_its_first_checkpoint_resumes_in_its_own_child_run(
+    mlflow_server: str, in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Cancelled (SIGINT: KeyboardInterrupt) or its instance lost while the first epoch runs: no checkpoint, but
+    # its child run is open, and the stop job bills that attempt to it. The next wave trains again in that run.
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    base = base_config(in_tmp)
+    cfg = sweep_config(base, study_name="lost-early", trials=1, parallel=1, budget={"epochs_per_trial": 2})
+    root = str(in_tmp / "sweeps")
+    wave = sweep.plan(cfg, base, root, runners=1)
+
+    def lost_in_the_first_epoch(*_args: object, **_kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(train, "_fit", lost_in_the_first_epoch)
+        with pytest.raises(KeyboardInterrupt):
+            run_trial(cfg, base, root, 0, checkpoint_root="")
+    lost = sweep_study.trial_by_number(sweep_study.open_study(cfg, root), 0)
+    first_run = lost.user_attrs[sweep_study.RUN_ID_ATTR]  # recorded as soon as the run was open
+    assert lost.state == TrialState.RUNNING
+    assert sweep.collect(cfg, base, root, wave=1).next_wave
+    assert sweep.plan(cfg, base, root, runners=1).resumed == (0,)
+
+    outcome = run_trial(cfg, base, root, 0, checkpoint_root="")
+
+    assert outcome.state == "COMPLETE" and outcome.run_id == first_run
+    client = MlflowClient(mlflow_server)
+    assert [r.info.run_id for r in sweep_runs.children(client, wave.parent_run_id)] == [first_run]
+    run = client.get_run(first_run)
+    assert run.info.status == "FINISHED" and run.data.metrics["epochs_run"] == 2
+    assert run.data.tags["resumed.from_epoch"] == "0"
+    assert run.data.params["training.learning_rate"]  # logged once, by the attempt that got that far
+
+
+def test_a_forged_run_id_in_the_study_is_not_continued(
+    local_mlflow: MlflowClient, in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Trial jobs may write the study: one that names another run (here a champion's, outside the sweep) must not
+    # make the next wave's trial log into it.
+    base = base_config(in_tmp)
+    cfg = sweep_config(base, study_name="forged-run", trials=2, parallel=2)
+    root = str(in_tmp / "sweeps")
+    sweep.plan(cfg, base, root, runners=2)
+    study = sweep_study.open_study(cfg, root)
+    parent = study.user_attrs[sweep_study.PARENT_RUN_ATTR]
+    experiment = local_mlflow.get_run(parent).info.experiment_id
+    outsider = local_mlflow.create_run(experiment, tags={"role": "champion"}).info.run_id
+    other_trial = tell_as_the_trial_job_would(local_mlflow, cfg, root, 1, 0.5)
+
+    for forged, why in ((outsider, "not this trial's child run"), (other_trial, "not this trial's child run"),
+                        ("../../etc", "not readable")):  # fmt: skip
+        assert sweep_trial._own_child_run(forged, parent, 0) is None
+        assert why in capsys.readouterr().out
+    own = local_mlflow.create_run(experiment, tags=sweep_runs.child_tags(parent, cfg, 0, {})).info.run_id
+    assert sweep_trial._own_child_run(own, parent, 0) == own

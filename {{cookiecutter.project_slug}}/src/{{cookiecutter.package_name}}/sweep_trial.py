@@ -13,9 +13,11 @@ import time
 from dataclasses import dataclass
 
 import optuna
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from . import sweep_runs, sweep_study, train
+from . import sweep_runs, sweep_study, tracking, train
 from .callbacks import EpochReporter, TimeBudget
 from .config import Config
 from .errors import TrainingInterrupted
@@ -50,6 +52,25 @@ def _local_checkpoint_dir(base: Config, cfg: SweepConfig, number: int) -> Config
     return Config.model_validate(raw)
 
 
+def _own_child_run(run_id: object, parent: str, number: int) -> str | None:
+    """The child run an earlier wave of this trial opened, when the study names one and it is that trial's run
+    under this sweep's parent. Trial jobs may write the study, so a recorded id naming any other run (another
+    trial's, a champion's) is not continued: the trial opens a new child run and says why."""
+    if not run_id:
+        return None
+    try:
+        tags = MlflowClient(tracking.tracking_uri()).get_run(str(run_id)).data.tags
+    except MlflowException as error:
+        print(
+            f"trial {number}: the study's run {run_id!r} is not readable ({error.error_code}): a new child run"
+        )
+        return None
+    if (tags.get(sweep_runs.PARENT_RUN_TAG), tags.get(sweep_runs.TRIAL_TAG)) != (parent, str(number)):
+        print(f"trial {number}: the study's run {run_id!r} is not this trial's child run: a new child run")
+        return None
+    return str(run_id)
+
+
 def run_trial(cfg: SweepConfig, base: Config, root: str, number: int, checkpoint_root: str) -> TrialOutcome:
     """Train trial `number` of the study under `root`; raises TrainingInterrupted (trial left RUNNING for the
     next wave) or the training's own error (trial told FAIL first)."""
@@ -63,6 +84,7 @@ def run_trial(cfg: SweepConfig, base: Config, root: str, number: int, checkpoint
     trial.set_user_attr(sweep_study.ATTEMPTS_ATTR, frozen.user_attrs.get(sweep_study.ATTEMPTS_ATTR, 0) + 1)
     trial.set_user_attr(sweep_study.INTERRUPTED_ATTR, False)
     parent = study.user_attrs[sweep_study.PARENT_RUN_ATTR]
+    earlier_run = _own_child_run(frozen.user_attrs.get(sweep_study.RUN_ID_ATTR), parent, number)
     train_cfg = trial_config(
         _local_checkpoint_dir(base, cfg, number),
         cfg,
@@ -77,6 +99,8 @@ def run_trial(cfg: SweepConfig, base: Config, root: str, number: int, checkpoint
         callbacks=(reporter, budget),
         decide_champion=False,
         skip_reason="sweep trial: the sweep registers its best trial's model only, when it ends",
+        run_id=earlier_run,
+        on_run=lambda run_id: trial.set_user_attr(sweep_study.RUN_ID_ATTR, run_id),
     )
     try:
         result = train.train(train_cfg, hooks=hooks)

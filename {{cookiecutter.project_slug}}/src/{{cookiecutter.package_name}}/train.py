@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,6 +53,10 @@ class TrainHooks:
 
     tags: Mapping[str, str] = field(default_factory=dict)
     run_name: str | None = None
+    # The run to continue when no checkpoint names one (a sweep trial lost before its first backup reached S3
+    # resumes in its own child run), and who learns the run's id as soon as it is open (the study records it).
+    run_id: str | None = None
+    on_run: Callable[[str], None] | None = None
     callbacks: Sequence[tf.keras.callbacks.Callback] = ()
     decide_champion: bool = True
     skip_reason: str = ""
@@ -277,9 +281,11 @@ def train(cfg: Config, config_path: Path | None = None, hooks: TrainHooks | None
     out.mkdir(parents=True, exist_ok=True)
     store = _checkpoint_store(cfg)
     restored = store.restore() if store else None
-    resume_id = restored.run_id if restored and restored.run_id else None
+    resume_id = (restored.run_id if restored and restored.run_id else None) or hooks.run_id
     if restored and store:
         print(f"resuming from {store.uri}: {restored.epochs_done} epoch(s) done, run {resume_id}")
+    elif resume_id:
+        print(f"no checkpoint to resume from: training again from the first epoch in run {resume_id}")
     with mlflow.start_run(
         run_id=resume_id,
         run_name=None if resume_id else (hooks.run_name or cfg.tracking.run_name),
@@ -288,6 +294,8 @@ def train(cfg: Config, config_path: Path | None = None, hooks: TrainHooks | None
     ) as run:
         # At once, also when resumed: the stop job logs this attempt's cost to the run even if training dies.
         workflow_contract.write_step_output(workflow_contract.MLFLOW_RUN_ID_OUTPUT, run.info.run_id)
+        if hooks.on_run:
+            hooks.on_run(run.info.run_id)
         # Per attempt (a resumed attempt may run on other hardware): what this machine really is.
         mlflow.set_tags(_gpu_tags_here(runtime.cpu_allowed(cfg.training)))
         if resume_id:
@@ -295,7 +303,7 @@ def train(cfg: Config, config_path: Path | None = None, hooks: TrainHooks | None
             mlflow.set_tags(
                 {"resumed.from_epoch": str(restored.epochs_done if restored else 0), **_attempt_tags(plan)}
             )
-        else:
+        if not resume_id or not run.data.params:  # an attempt that died before it logged them
             _log_inputs(cfg, splits, plan, config_path)
         s3_sync = (
             S3CheckpointSync(

@@ -146,21 +146,24 @@ class SweepStory:
 
 
 def cancel_when_both_train(story: SweepStory, rec: dict[str, Any], process: subprocess.Popen) -> None:
-    """ "Cancel workflow" once both legs of wave 1 are in their second epoch (the first's checkpoint is in S3), as
-    the train story's cancel scenario sends it: SIGINT to act itself (stories.cancel_during_training)."""
-    if story.waves or story.fired or len([e for e in story.epochs.values() if e >= 2]) < 2:
+    """ "Cancel workflow" while both legs of wave 1 train: the first to reach its second epoch (its first
+    checkpoint is in S3) once the other has begun, as the train story's cancel scenario sends it: SIGINT to act
+    itself (stories.cancel_during_training). Waiting for both to reach epoch 2 let a fast leg finish under load."""
+    epochs = story.epochs
+    if story.waves or story.fired or len(epochs) < 2 or max(epochs.values()) < 2 or min(epochs.values()) < 1:
         return
     story.fired.append("cancel")
     for pid in Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split():
         os.kill(int(pid), signal.SIGINT)
 
 
-def interrupt_trial_one_when_both_train(
+def interrupt_trial_one_in_its_second_epoch(
     story: SweepStory, rec: dict[str, Any], process: subprocess.Popen
 ) -> None:
-    """EC2's two-minute warning for trial 1's instance only, once both legs of wave 1 are in their second epoch
-    (the first's checkpoint is in S3): its metadata service answers the notice, trial 0's does not."""
-    if story.waves or story.fired or len([e for e in story.epochs.values() if e >= 2]) < 2:
+    """EC2's two-minute warning for trial 1's instance only, once trial 1 is in its second epoch (its first
+    checkpoint is in S3): its metadata service answers the notice, trial 0's does not. Trial 1's own progress
+    decides, not trial 0's: a notice sent after trial 1's last epoch has nothing left to stop."""
+    if story.waves or story.fired or story.epochs.get("1", 0) < 2:
         return
     assert story.imds is not None
     story.fired.append("interrupt trial 1")

@@ -22,7 +22,7 @@ from sweep_story import (
     SweepStory,
     cancel_when_both_train,
     collect_outside_act,
-    interrupt_trial_one_when_both_train,
+    interrupt_trial_one_in_its_second_epoch,
     overhead,
     run_sweep,
 )
@@ -185,7 +185,8 @@ def test_sweep_quota_allows_one_runner(stack: Stack, tmp_path: Path) -> None:
 
 
 def test_sweep_cancelled_mid_wave(stack: Stack, tmp_path: Path) -> None:
-    # Cancelled while both trials train their second of 3 epochs; then the user runs sweep.yml again by hand.
+    # Cancelled while both trials train (one in its second of 3 epochs); then the user runs sweep.yml again by
+    # hand. A leg cancelled before its first checkpoint trains again, in its own child run all the same.
     scenario = SweepScenario(
         "cancelled mid-wave",
         sweep={"trials": 2, "parallel": 2, "budget": {**SWEEP["budget"], "epochs_per_trial": 3}},
@@ -219,16 +220,17 @@ def test_sweep_cancelled_mid_wave(stack: Stack, tmp_path: Path) -> None:
 
 
 def test_sweep_trial_interrupted_and_resumed(stack: Stack, tmp_path: Path) -> None:
-    # A spot notice reaches trial 1's instance only, in its second of 3 epochs; trial 0 trains on.
+    # A spot notice reaches trial 1's instance only, in its second of 5 epochs (time to act on it under load).
     scenario = SweepScenario(
         "one trial interrupted",
-        sweep={"trials": 2, "parallel": 2, "budget": {**SWEEP["budget"], "epochs_per_trial": 3}},
-        trigger=interrupt_trial_one_when_both_train,
+        sweep={"trials": 2, "parallel": 2, "budget": {**SWEEP["budget"], "epochs_per_trial": 5}},
+        trigger=interrupt_trial_one_in_its_second_epoch,
         collect_when_act_ends=True,
     )
     story = run_sweep(stack, scenario, tmp_path, "885")
     context = _context(story)
     assert story.fired == ["interrupt trial 1"], context
+    assert len(story.waves) == 2, context
     first, second = story.waves
     # Wave 1: trial 1 stopped after its checkpoint reached S3 (exit 75: the job fails, and act ends the run); both
     # legs' stop jobs tore down. GitHub's collect job (run outside act here) left it for the next wave.
@@ -252,6 +254,6 @@ def test_sweep_trial_interrupted_and_resumed(stack: Stack, tmp_path: Path) -> No
     assert client.get_run(parent.info.run_id).info.status == "FINISHED"
     resumed = next(k for k in kids if k.data.tags.get("sweep.trial") == "1")
     assert int(resumed.data.tags.get("resumed.from_epoch", "0")) >= 1, resumed.data.tags
-    assert resumed.data.metrics["epochs_run"] == 3, resumed.data.metrics
+    assert resumed.data.metrics["epochs_run"] == 5, resumed.data.metrics
     steps = sorted(m.step for m in client.get_metric_history(resumed.info.run_id, "cost_usd"))
     assert steps == [1, 2], steps  # both instances billed, each once
