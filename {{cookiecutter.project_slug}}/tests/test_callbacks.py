@@ -42,6 +42,18 @@ def bucket(moto_endpoint: str) -> str:
     return BUCKET
 
 
+def _train_command(tmp_path: Path, raw: dict, uri: str, mlflow_server: str) -> tuple[list[str], dict, str]:
+    """`python -m <package> train` on `raw` with checkpoints under `uri`, as attempt 1 of a workflow run: the
+    command, its environment and the checkpoint prefix the training writes."""
+    config = tmp_path / "train.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    cfg = config_from_dict({**raw, "training": {**raw["training"], "checkpoint_uri": uri}})
+    prefix = checkpoint_prefix(uri, ENV["GITHUB_REF_NAME"], ENV["GITHUB_SHA"], config_hash(cfg.trajectory()))
+    env = {**os.environ, **ENV, "MLFLOW_TRACKING_URI": mlflow_server, "GITHUB_RUN_ATTEMPT": "1"}
+    cmd = [sys.executable, "-m", "{{ cookiecutter.package_name }}", "train", "--config", str(config)]
+    return [*cmd, "--checkpoint-uri", uri], env, prefix
+
+
 @pytest.mark.slow
 def test_killed_training_resumes_in_the_same_run(bucket: str, mlflow_server: str, tmp_path: Path) -> None:
     epochs = 12
@@ -54,14 +66,7 @@ def test_killed_training_resumes_in_the_same_run(bucket: str, mlflow_server: str
         "export": {"output_dir": str(tmp_path / "out"), "tflite": False},
         "tracking": {"experiment_name": "resume", "log_system_metrics": False, "log_model": False},
     }
-    config = tmp_path / "train.yaml"
-    config.write_text(yaml.safe_dump(raw))
-    uri = f"s3://{bucket}/ckpt"
-    cfg = config_from_dict({**raw, "training": {**raw["training"], "checkpoint_uri": uri}})
-    prefix = checkpoint_prefix(uri, ENV["GITHUB_REF_NAME"], ENV["GITHUB_SHA"], config_hash(cfg.trajectory()))
-    env = {**os.environ, **ENV, "MLFLOW_TRACKING_URI": mlflow_server, "GITHUB_RUN_ATTEMPT": "1"}
-    cmd = [sys.executable, "-m", "{{ cookiecutter.package_name }}", "train", "--config", str(config)]
-    cmd += ["--checkpoint-uri", uri]
+    cmd, env, prefix = _train_command(tmp_path, raw, f"s3://{bucket}/ckpt", mlflow_server)
 
     first = subprocess.Popen(
         cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
@@ -112,14 +117,7 @@ def test_killed_after_its_last_epoch_the_next_attempt_finishes_the_same_run(
         "export": {"output_dir": str(tmp_path / "out"), "tflite": True},
         "tracking": {"experiment_name": "resume-after-last-epoch", "log_system_metrics": False, "log_model": False},
     }  # fmt: skip
-    config = tmp_path / "train.yaml"
-    config.write_text(yaml.safe_dump(raw))
-    uri = f"s3://{bucket}/after-last-epoch"
-    cfg = config_from_dict({**raw, "training": {**raw["training"], "checkpoint_uri": uri}})
-    prefix = checkpoint_prefix(uri, ENV["GITHUB_REF_NAME"], ENV["GITHUB_SHA"], config_hash(cfg.trajectory()))
-    env = {**os.environ, **ENV, "MLFLOW_TRACKING_URI": mlflow_server, "GITHUB_RUN_ATTEMPT": "1"}
-    cmd = [sys.executable, "-m", "{{ cookiecutter.package_name }}", "train", "--config", str(config)]
-    cmd += ["--checkpoint-uri", uri]
+    cmd, env, prefix = _train_command(tmp_path, raw, f"s3://{bucket}/after-last-epoch", mlflow_server)
 
     first = subprocess.Popen(
         cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
