@@ -18,7 +18,15 @@ from doubles.imds_double import ImdsDouble
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from {{ cookiecutter.package_name }} import study_storage, sweep, sweep_plan, sweep_runs, sweep_study, sweep_trial, train
+from {{ cookiecutter.package_name }} import (
+    study_storage,
+    sweep,
+    sweep_plan,
+    sweep_runs,
+    sweep_study,
+    sweep_trial,
+    train,
+)
 from {{ cookiecutter.package_name }}.checkpoints import S3Checkpoints, checkpoint_prefix, config_hash
 from {{ cookiecutter.package_name }}.config import Config, config_from_dict
 from {{ cookiecutter.package_name }}.errors import TrainingInterrupted
