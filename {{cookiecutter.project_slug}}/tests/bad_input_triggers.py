@@ -76,7 +76,7 @@ def png(path: Path) -> None:
 
 
 SWEEP_BASE = (
-    "training:\n  epochs: 1\nexport:\n  tflite: false\ntracking:\n  experiment_name: bad-sweeps\n"
+    "training:\n  epochs: 1\nexport:\n  tflite: false\n  tflite_int8: false\ntracking:\n  experiment_name: bad-sweeps\n"
     "  log_system_metrics: false\n"
 )
 SWEEP = (

@@ -63,7 +63,7 @@ def test_killed_training_resumes_in_the_same_run(bucket: str, mlflow_server: str
             "early_stopping_patience": 50,
             "checkpoint_dir": str(tmp_path / "ckpt"),
         },
-        "export": {"output_dir": str(tmp_path / "out"), "tflite": False},
+        "export": {"output_dir": str(tmp_path / "out"), "tflite": False, "tflite_int8": False},
         "tracking": {"experiment_name": "resume", "log_system_metrics": False, "log_model": False},
     }
     cmd, env, prefix = _train_command(tmp_path, raw, f"s3://{bucket}/ckpt", mlflow_server)
@@ -163,7 +163,7 @@ def test_notice_checkpoints_stops_and_the_next_attempt_resumes(
                 "checkpoint_uri": uri, "checkpoint_every": 5, "watch_interruptions": watch,
                 "interruption_poll_seconds": 0.2,
             },
-            "export": {"output_dir": str(tmp_path / name / "out"), "tflite": False},
+            "export": {"output_dir": str(tmp_path / name / "out"), "tflite": False, "tflite_int8": False},
             "tracking": {"experiment_name": "interruption", "log_system_metrics": False, "log_model": False},
         }  # fmt: skip
 

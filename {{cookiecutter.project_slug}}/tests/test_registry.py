@@ -396,7 +396,11 @@ def trained(mlflow_server: str, tmp_path_factory: pytest.TempPathFactory) -> dic
     def config(name: str, **tracking: object) -> dict:
         return {
             "training": {"epochs": 2, "checkpoint_dir": str(workdir / name / "ckpt")},
-            "export": {"output_dir": str(workdir / name / "out"), "tflite": name == "logged"},
+            "export": {
+                "output_dir": str(workdir / name / "out"),
+                "tflite": name == "logged",
+                "tflite_int8": name == "logged",
+            },
             "tracking": {"experiment_name": "registry-train", "log_system_metrics": False, **tracking},
             "registry": {"model_name": model_name},
         }

@@ -42,7 +42,7 @@ def base_config(tmp: Path, **training: object) -> Config:
     return config_from_dict(
         {
             "training": {"checkpoint_dir": str(tmp / "ckpt"), "early_stopping_patience": 50, **training},
-            "export": {"output_dir": str(tmp / "out"), "tflite": False},
+            "export": {"output_dir": str(tmp / "out"), "tflite": False, "tflite_int8": False},
             "tracking": {"experiment_name": EXPERIMENT, "log_system_metrics": False},
             # One model name per test: the tracking server is shared by the session, and every sweep that
             # finishes registers its best trial, so a shared name would hold other tests' versions.

@@ -11,7 +11,7 @@ from mlflow.tracking import MlflowClient
 from {{ cookiecutter.package_name }}.config import config_from_dict
 from {{ cookiecutter.package_name }}.data import load_splits
 from {{ cookiecutter.package_name }}.errors import ExportError
-from {{ cookiecutter.package_name }}.export import check_agreement, tflite_predict
+from {{ cookiecutter.package_name }}.export import TFLitePredictor, check_agreement, tflite_predict
 from {{ cookiecutter.package_name }}.train import train
 
 pytestmark = pytest.mark.slow
@@ -136,6 +136,28 @@ def test_job_summary_links_the_run(smoke_run, mlflow_server: str) -> None:
     summary = (workdir / "summary.md").read_text()
     assert f"({mlflow_server}/#/experiments/{result.experiment_id}/runs/{result.run_id})" in summary
     assert f"| test_accuracy | {result.metrics['test_accuracy']:.4f} |" in summary
+
+
+def test_each_export_is_measured_and_the_int8_model_is_integer_only(smoke_run, mlflow_server: str) -> None:
+    cfg, result, workdir = smoke_run
+    client = MlflowClient(mlflow_server)
+    metrics = client.get_run(result.run_id).data.metrics
+    for name in ("saved_model", "tflite", "tflite_int8"):
+        assert metrics[f"{name}_agreement"] >= cfg.export.tflite_min_agreement, name
+        assert metrics[f"{name}_latency_ms"] > 0, name
+    int8_path = workdir / "out" / "model_int8.tflite"
+    assert metrics["tflite_int8_size_bytes"] == int8_path.stat().st_size
+    # int8 weights against the SavedModel's float32 variables (and its graph).
+    assert metrics["tflite_int8_size_bytes"] < metrics["saved_model_size_bytes"] / 2
+    assert "exports/model_int8.tflite" in {a.path for a in client.list_artifacts(result.run_id, "exports")}
+    predictor = TFLitePredictor(int8_path)
+    assert (predictor.input["dtype"], predictor.output["dtype"]) == (np.int8, np.int8)
+    splits = load_splits(cfg.data, cfg.training.seed)
+    everything = predictor(splits.x_test)
+    # One image, then the whole test set, on one interpreter: it resizes, and the scores do not depend on the batch.
+    assert np.array_equal(predictor(splits.x_test[:1])[0], everything[0])
+    int8_accuracy = float(np.mean(np.argmax(everything, axis=-1) == splits.y_test))
+    assert int8_accuracy == pytest.approx(result.metrics["test_accuracy"], abs=0.05)
 
 
 def test_exports_on_disk_agree(smoke_run) -> None:

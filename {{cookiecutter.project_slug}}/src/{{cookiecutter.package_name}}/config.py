@@ -37,9 +37,18 @@ HEADLINE_METRICS = (
     "best_val_accuracy",
     "best_val_loss",
     "epochs_run",
-    # Only with export.tflite: true; without it the champion decision is skipped (the run is kept).
+    # The SavedModel's figures (export.Measured: size on disk, agreement with Keras, single-image CPU latency).
+    "saved_model_size_bytes",
+    "saved_model_agreement",
+    "saved_model_latency_ms",
+    # Only with export.tflite (dynamic range) or export.tflite_int8 (full integer) true; without them the
+    # champion decision on one of these is skipped (the run is kept).
     "tflite_agreement",
     "tflite_size_bytes",
+    "tflite_latency_ms",
+    "tflite_int8_agreement",
+    "tflite_int8_size_bytes",
+    "tflite_int8_latency_ms",
 )
 # Model registry names: MLflow rejects '/' and ':'; the rest is kept to what reads well in a URL and a filter.
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,255}")
@@ -131,9 +140,16 @@ class TrainingConfig(_Strict):
 
 class ExportConfig(_Strict):
     output_dir: Path = Path("outputs")
+    # Dynamic-range TFLite (int8 weights, float activations): model.tflite.
     tflite: bool = True
-    # Fraction of test samples on which the quantised TFLite model must predict the same class as Keras.
+    # Full-integer TFLite (int8 inputs, activations and outputs), calibrated on `representative_samples`
+    # training images: model_int8.tflite, the smallest and fastest on a CPU.
+    tflite_int8: bool = True
+    representative_samples: PositiveInt = 200
+    # Fraction of test samples on which each export must predict the same class as the Keras model.
     tflite_min_agreement: float = Field(0.95, gt=0, le=1)
+    # Single-image predictions timed per export (the median is logged as <export>_latency_ms).
+    latency_runs: PositiveInt = 50
 
 
 class TrackingConfig(_Strict):

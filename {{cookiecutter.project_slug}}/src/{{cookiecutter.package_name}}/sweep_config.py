@@ -44,7 +44,9 @@ INTERMEDIATE_DIRECTIONS = {
     "loss": "minimize",
 }
 # Headline metrics where smaller is better; the rest are better when larger (config.HEADLINE_METRICS).
-_SMALLER_IS_BETTER = {"best_val_loss", "tflite_size_bytes"}
+_SMALLER_IS_BETTER = {"best_val_loss"} | {
+    m for m in HEADLINE_METRICS if m.endswith(("_size_bytes", "_latency_ms"))
+}
 # Optuna's study_name becomes an S3 prefix and an MLflow tag value: keep it to what reads well in both.
 _STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 

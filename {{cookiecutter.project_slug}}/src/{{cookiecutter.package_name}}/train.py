@@ -193,22 +193,50 @@ def _evaluate_and_log(cfg: Config, model: tf.keras.Model, splits: data.Splits, h
 def _export_and_log(
     cfg: Config, model: tf.keras.Model, splits: data.Splits, keras_pred: np.ndarray, out: Path
 ) -> tuple[dict[str, float], str | None]:
-    """Exports, their checks, and the MLflow model; returns the check metrics and the logged model's id."""
-    metrics: dict[str, float] = {}
+    """Exports, their checks and figures, and the MLflow model; returns the figures and the logged model's id."""
     saved_model = export.export_saved_model(model, out / "saved_model")
     mlflow.log_artifacts(str(saved_model), "exports/saved_model")
-    if cfg.export.tflite:
-        tflite_path = export.export_tflite(saved_model, out / "model.tflite")
-        agreement = export.check_agreement(
-            keras_pred, export.tflite_predict(tflite_path, splits.x_test), cfg.export.tflite_min_agreement
+    measured = [
+        _measure(
+            cfg, "saved_model", saved_model, export.saved_model_predictor(saved_model), splits, keras_pred
         )
-        mlflow.log_artifact(str(tflite_path), "exports")
-        metrics = {"tflite_agreement": agreement, "tflite_size_bytes": float(tflite_path.stat().st_size)}
-        mlflow.log_metrics(metrics)
+    ]
+    tflite = {
+        "tflite": (cfg.export.tflite, None),
+        "tflite_int8": (cfg.export.tflite_int8, _representative(cfg, splits)),
+    }
+    for name, (wanted, representative) in tflite.items():
+        if not wanted:
+            continue
+        path = export.export_tflite(saved_model, out / f"model{name[len('tflite') :]}.tflite", representative)
+        measured.append(_measure(cfg, name, path, export.TFLitePredictor(path), splits, keras_pred))
+        mlflow.log_artifact(str(path), "exports")
+    metrics = {key: value for figures in measured for key, value in figures.metrics().items()}
+    mlflow.log_metrics(metrics)
     model_id = None
     if cfg.tracking.log_model:
         model_id = mlflow.tensorflow.log_model(model, name="model", input_example=splits.x_test[:4]).model_id
     return metrics, model_id
+
+
+def _representative(cfg: Config, splits: data.Splits) -> np.ndarray:
+    """The int8 converter's calibration images: the first training images (already shuffled by the split)."""
+    return splits.x_train[: cfg.export.representative_samples]
+
+
+def _measure(
+    cfg: Config,
+    name: str,
+    path: Path,
+    predict: Callable[[np.ndarray], np.ndarray],
+    splits: data.Splits,
+    keras_pred: np.ndarray,
+) -> export.Measured:
+    """One export held to the agreement rule on the test set, with its size and CPU latency."""
+    predicted = np.argmax(predict(splits.x_test), axis=-1)
+    agreement = export.check_agreement(keras_pred, predicted, cfg.export.tflite_min_agreement, name)
+    latency = export.cpu_latency_ms(predict, splits.x_test[0], cfg.export.latency_runs)
+    return export.Measured(name, export.size_bytes(path), agreement, latency)
 
 
 @contextlib.contextmanager

@@ -53,7 +53,7 @@ EPOCH = re.compile(r"Epoch (\d+)/(\d+)")
 FAST_TRAIN: dict[str, Any] = {
     # Epochs of a second here: the spot notice must be seen within one (EC2's warning is two minutes).
     "training": {"epochs": 5, "early_stopping_patience": 50, "interruption_poll_seconds": 0.2},
-    "export": {"tflite": False},
+    "export": {"tflite": False, "tflite_int8": False},
     "tracking": {"log_model": False, "log_system_metrics": False},
 }
 
