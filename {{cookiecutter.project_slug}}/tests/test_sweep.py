@@ -184,17 +184,24 @@ def test_parent_totals_are_the_sum_of_the_children_each_attempt_once(
         local_mlflow.log_metric(runs[0], sweep_runs.BILLED_SECONDS, seconds, step=step)
     local_mlflow.log_metric(runs[1], sweep_runs.COST_USD, 0.125, step=1)
     local_mlflow.log_metric(runs[1], sweep_runs.BILLED_SECONDS, 450, step=1)
+    # A second child run of trial 1 (as a release that opened a new run for a trial lost before its first
+    # checkpoint left): its cost is in the parent's total, and in trial 1's row too.
+    experiment = local_mlflow.get_run(plan.parent_run_id).info.experiment_id
+    tags = sweep_runs.child_tags(plan.parent_run_id, cfg, 1, {})
+    older = local_mlflow.create_run(experiment, tags=tags).info.run_id
+    local_mlflow.log_metric(older, sweep_runs.COST_USD, 0.0625, step=1)
+    local_mlflow.log_metric(older, sweep_runs.BILLED_SECONDS, 225, step=1)
 
     collected = sweep.collect(cfg, base, root, wave=1)
 
     parent = local_mlflow.get_run(plan.parent_run_id)
-    assert parent.data.metrics["sweep_cost_usd"] == pytest.approx(0.25 + 0.5 + 0.125)
-    assert parent.data.metrics["sweep_gpu_hours"] == pytest.approx((900 + 1800 + 450) / 3600)
+    assert parent.data.metrics["sweep_cost_usd"] == pytest.approx(0.25 + 0.5 + 0.125 + 0.0625)
+    assert parent.data.metrics["sweep_gpu_hours"] == pytest.approx((900 + 1800 + 450 + 225) / 3600)
     # The parent's own sum is under its own name: the cost report sums every run's cost_usd.
     assert sweep_runs.COST_USD not in parent.data.metrics
     assert parent.data.tags["sweep.best_trial"] == "1"
     assert collected.best is not None and collected.best.trial == 1
-    assert [r.cost_usd for r in collected.rows] == [pytest.approx(0.75), pytest.approx(0.125)]
+    assert [r.cost_usd for r in collected.rows] == [pytest.approx(0.75), pytest.approx(0.125 + 0.0625)]
     artifacts = {a.path for a in local_mlflow.list_artifacts(plan.parent_run_id, "plots")}
     assert artifacts == {"plots/optimization_history.png", "plots/parallel_coordinates.png"}
 

@@ -205,7 +205,11 @@ def collect_wave(cfg: SweepConfig, base: Config, root: str, client: MlflowClient
     parent = study.user_attrs[sweep_study.PARENT_RUN_ATTR]
     sweep_study.fail_exhausted(study, cfg.budget.max_attempts_per_trial)
     totals = sweep_runs.totals(client, parent)
-    costs = {c.trial: c.cost_usd for c in totals.children}
+    # Per trial, summed: a trial has one child run, but one opened by an older release (or a forged run id the
+    # trial refused) would otherwise hide the other's cost from the table while the parent's total counts it.
+    costs: dict[int, float] = {}
+    for child in totals.children:
+        costs[child.trial] = costs.get(child.trial, 0.0) + child.cost_usd
     rows = tuple(_rows(study, costs))
     best_trial = _best(study)
     best = next((r for r in rows if best_trial and r.trial == best_trial.number), None)
