@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         keras_pred = np.argmax(model.predict(splits.x_test, verbose=0), axis=-1)
         with tf.device("/CPU:0"):
             predictors = {
-                "saved_model": export.saved_model_predictor(paths["saved_model"]),
+                "saved_model": export.SavedModelPredictor(paths["saved_model"]),
                 "tflite": export.TFLitePredictor(paths["tflite"]),
                 "tflite_int8": export.TFLitePredictor(paths["tflite_int8"]),
             }
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
                 rows.append(measure(name, "cpu", predict, paths[name], splits, keras_pred, args))
         if tf.config.list_physical_devices("GPU"):
             with tf.device("/GPU:0"):
-                predict = export.saved_model_predictor(paths["saved_model"])
+                predict = export.SavedModelPredictor(paths["saved_model"])
                 rows.append(
                     measure("saved_model", "gpu", predict, paths["saved_model"], splits, keras_pred, args)
                 )

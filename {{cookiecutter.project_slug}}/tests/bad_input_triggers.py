@@ -205,6 +205,17 @@ def access_denied(case: Case) -> int:
     return train_on(case, f"s3://{DATA_BUCKET}/images")
 
 
+def empty_input_folder(case: Case) -> int:
+    (case.tmp / "incoming").mkdir()
+    (case.tmp / "incoming" / "notes.txt").write_text("not an image")
+    return cli("predict", "--input=incoming", "--output=predictions")
+
+
+def output_below_a_file(case: Case) -> int:
+    (case.tmp / "results").write_text("a file where the folder should be")
+    return cli("predict", "--input=digits", "--output=results/predictions")
+
+
 TRIGGERS: dict[str, Callable[[Case], int]] = {
     "train-unknown-command": lambda case: cli("fit"),
     "train-missing-config": lambda case: cli("train", "--config", "nope.yaml"),
@@ -252,6 +263,11 @@ TRIGGERS: dict[str, Callable[[Case], int]] = {
     "sweep-budget-spent": budget_spent,
     "sweep-space-changed": lambda case: first_wave_then(case, SWEEP.replace("high: 0.5", "high: 0.4")),
     "sweep-attempts-above-runner": attempts_above_runner,
+    "predict-missing-model": lambda case: cli(
+        "predict", "--model=outputs/none.tflite", "--output=predictions"
+    ),
+    "predict-empty-input": empty_input_folder,
+    "predict-output-not-writable": output_below_a_file,
 }
 
 
@@ -280,7 +296,12 @@ def no_trial_asked_or_wave_claimed(case: Case) -> None:
     assert study_state(case) == case.study_before
 
 
+def no_prediction_written(case: Case) -> None:
+    assert not list(case.tmp.rglob("part-*.parquet")), list(case.tmp.rglob("part-*.parquet"))
+
+
 CLAIMS: dict[str, Callable[[Case], None]] = {
+    "no prediction written": no_prediction_written,
     "no MLflow run created": no_run_created,
     "checkpoint in S3 untouched": checkpoint_untouched,
     "nothing downloaded": nothing_downloaded,

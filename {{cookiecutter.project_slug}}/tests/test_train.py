@@ -1,5 +1,6 @@
 """Smoke training on the embedded digits, logged to a real MLflow server whose artifacts live in (moto) S3."""
 
+import json
 from pathlib import Path
 
 import boto3
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
+from {{ cookiecutter.package_name }} import predict
 from {{ cookiecutter.package_name }}.config import config_from_dict
 from {{ cookiecutter.package_name }}.data import load_splits
 from {{ cookiecutter.package_name }}.errors import ExportError
@@ -158,6 +160,14 @@ def test_each_export_is_measured_and_the_int8_model_is_integer_only(smoke_run, m
     assert np.array_equal(predictor(splits.x_test[:1])[0], everything[0])
     int8_accuracy = float(np.mean(np.argmax(everything, axis=-1) == splits.y_test))
     assert int8_accuracy == pytest.approx(result.metrics["test_accuracy"], abs=0.05)
+
+
+def test_the_exports_predict_with_their_class_names(smoke_run, tmp_path: Path) -> None:
+    _, _, workdir = smoke_run
+    assert json.loads((workdir / "out" / "class_names.json").read_text()) == [str(d) for d in range(10)]
+    model = predict.load_model(workdir / "out" / "model_int8.tflite")
+    summary = predict.run(model, "digits", tmp_path, progress=False)
+    assert summary.predicted == 1797 and set(summary.class_counts) <= {str(d) for d in range(10)}
 
 
 def test_exports_on_disk_agree(smoke_run) -> None:

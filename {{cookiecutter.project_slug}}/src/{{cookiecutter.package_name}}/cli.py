@@ -1,5 +1,5 @@
 """Command line: `python -m <package> train --config configs/train.yaml`, `check-config`, `gpu-preflight`,
-`promote`, `sweep plan|trial|collect|local|check` (the cost report is the runner's: `gpu-runner cost-report`)."""
+`promote`, `predict`, `sweep plan|trial|collect|local|check` (the cost report is the runner's: `gpu-runner cost-report`)."""
 
 from __future__ import annotations
 
@@ -52,6 +52,21 @@ def _parser() -> argparse.ArgumentParser:
         default="",
         help="the workflow's allow-cpu dispatch input: true lets a GPU runner train on its CPU (debugging)",
     )
+    predict = commands.add_parser(
+        "predict", help="predict a folder of images (or the digits) with an export into Parquet shards"
+    )
+    predict.add_argument(
+        "--model",
+        type=Path,
+        default=Path("outputs/model_int8.tflite"),
+        help="a SavedModel folder or .tflite file",
+    )
+    predict.add_argument("--input", default="digits", help="a folder of images, or 'digits' (default)")
+    predict.add_argument(
+        "--output", type=Path, default=Path("outputs/predictions"), help="the shards' folder"
+    )
+    predict.add_argument("--shard-size", type=_positive, default=512, help="images per Parquet shard")
+    predict.add_argument("--batch-size", type=_positive, default=256, help="images per model call")
     _sweep_parser(commands)
     return parser
 
@@ -175,6 +190,25 @@ def _promote(args: argparse.Namespace) -> int:
     return 1 if decision.outcome.startswith("skipped") else 0
 
 
+def _predict(args: argparse.Namespace) -> int:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from . import predict  # TensorFlow: see _train
+
+    # The inputs and the output first: a bad one is reported before a model is loaded.
+    predict.list_keys(args.input)
+    predict.check_writable(args.output)
+    model = predict.load_model(args.model)
+    summary = predict.run(model, args.input, args.output, args.shard_size, args.batch_size)
+    print(
+        f"{summary.predicted} of {summary.images} images predicted into {args.output} ({summary.shards} shards, "
+        f"{summary.shards_done_before} kept from an earlier run); mean confidence {summary.mean_confidence:.3f}"
+    )
+    print("classes: " + ", ".join(f"{name}={count}" for name, count in summary.class_counts.items()))
+    for key, reason in summary.skipped.items():
+        print(f"skipped {key}: {reason}")
+    return 0
+
+
 def _train(cfg: Config, config_path: Path) -> int:
     """0 when the training finished; EXIT_INTERRUPTED when a spot notice stopped it (the stop job resumes it)."""
     # The one command that needs TensorFlow, imported here and not at the top: TensorFlow and MLflow take
@@ -216,6 +250,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return _promote(args)
         except ConfigError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+    if args.command == "predict":
+        try:
+            return _predict(args)
+        except (ConfigError, DataError, ValueError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
     if args.command == "gpu-preflight":

@@ -20,6 +20,9 @@ import tensorflow as tf
 
 from .errors import ExportError
 
+# Written beside the exports by train (the training data's class names, in output order); read by predict.
+CLASS_NAMES_FILE = "class_names.json"
+
 
 def export_saved_model(model: tf.keras.Model, path: Path) -> Path:
     """Inference-only SavedModel (serving signature `serve`), loadable by TF Serving."""
@@ -61,6 +64,11 @@ class TFLitePredictor:
         self._batch_shape: tuple[int, ...] | None = None
 
     @property
+    def input_shape(self) -> tuple[int, ...]:
+        """One image's shape (height, width, channels), as the converter fixed it."""
+        return tuple(int(d) for d in self.input["shape"][1:])
+
+    @property
     def quantized(self) -> bool:
         return np.issubdtype(self.input["dtype"], np.integer)
 
@@ -91,11 +99,17 @@ def tflite_predict(tflite_path: Path, images: np.ndarray) -> np.ndarray:
     return np.argmax(TFLitePredictor(tflite_path)(images), axis=-1)
 
 
-def saved_model_predictor(path: Path) -> Callable[[np.ndarray], np.ndarray]:
-    """The SavedModel's `serve` signature as a function of float images (what TF Serving runs)."""
-    # The loaded object owns the variables: the function must hold it, not only its `serve` attribute.
-    loaded = tf.saved_model.load(str(path))
-    return lambda images: loaded.serve(tf.constant(images, tf.float32)).numpy()
+class SavedModelPredictor:
+    """The SavedModel's `serve` endpoint as a function of float images (what TF Serving runs)."""
+
+    def __init__(self, path: Path) -> None:
+        # The loaded object owns the variables: keep it, not only its `serve` attribute.
+        self.loaded = tf.saved_model.load(str(path))
+        spec = next(iter(self.loaded.signatures["serving_default"].structured_input_signature[1].values()))
+        self.input_shape = tuple(int(d) for d in spec.shape[1:])
+
+    def __call__(self, images: np.ndarray) -> np.ndarray:
+        return self.loaded.serve(tf.constant(images, tf.float32)).numpy()
 
 
 def check_agreement(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -196,10 +197,11 @@ def _export_and_log(
     """Exports, their checks and figures, and the MLflow model; returns the figures and the logged model's id."""
     saved_model = export.export_saved_model(model, out / "saved_model")
     mlflow.log_artifacts(str(saved_model), "exports/saved_model")
+    class_names = out / export.CLASS_NAMES_FILE
+    class_names.write_text(json.dumps(list(splits.class_names)), encoding="utf-8")
+    mlflow.log_artifact(str(class_names), "exports")
     measured = [
-        _measure(
-            cfg, "saved_model", saved_model, export.saved_model_predictor(saved_model), splits, keras_pred
-        )
+        _measure(cfg, "saved_model", saved_model, export.SavedModelPredictor(saved_model), splits, keras_pred)
     ]
     tflite = {
         "tflite": (cfg.export.tflite, None),

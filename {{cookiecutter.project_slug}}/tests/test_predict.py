@@ -1,0 +1,161 @@
+"""Batch prediction with real exports of a briefly trained digits model: Parquet shards, the rerun that does only
+the missing shards, an unreadable image among good ones, and the bad-input messages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from {{ cookiecutter.package_name }} import cli, export, predict
+from {{ cookiecutter.package_name }}.config import Config
+from {{ cookiecutter.package_name }}.data import load_digits_images
+from {{ cookiecutter.package_name }}.model import build_model
+
+DIGITS = 1797  # scikit-learn's load_digits(): 1,797 images
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What train leaves in outputs/: the SavedModel, both TFLite models and class_names.json beside them."""
+    out = tmp_path_factory.mktemp("exports")
+    cfg = Config()
+    images, labels, names = load_digits_images(cfg.data)
+    tf.keras.utils.set_random_seed(0)
+    model = build_model(images.shape[1:], len(names), cfg.model)
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    model.fit(images, labels, epochs=3, batch_size=64, verbose=0)
+    saved = export.export_saved_model(model, out / "saved_model")
+    export.export_tflite(saved, out / "model_int8.tflite", images[:200])
+    (out / export.CLASS_NAMES_FILE).write_text(json.dumps(list(names)))
+    return out
+
+
+def test_the_digits_become_one_row_each_in_parquet_shards(exports: Path, tmp_path: Path) -> None:
+    model = predict.load_model(exports / "model_int8.tflite", version="7")
+    summary = predict.run(model, "digits", tmp_path, shard_size=500, progress=False)
+
+    parts = sorted(tmp_path.glob("part-*.parquet"))
+    assert [p.name for p in parts] == [predict.part_name(i) for i in range(4)]
+    table = _rows(tmp_path)
+    assert len(table["key"]) == DIGITS and table["key"] == sorted(table["key"])
+    assert set(table["model_version"]) == {"7"} and set(table["error"]) == {None}
+    assert all(len(p) == 10 for p in table["probabilities"])
+    _, labels, _ = load_digits_images(Config().data)
+    predicted = np.array([int(c) for c in table["class"]])
+    assert float(np.mean(predicted == labels)) > 0.8  # chance is 0.1
+    assert summary.predicted == summary.predicted_now == DIGITS and not summary.skipped
+    assert sum(summary.class_counts.values()) == DIGITS
+    written = json.loads((tmp_path / predict.SUMMARY).read_text())
+    assert written["class_counts"] == summary.class_counts and written["predicted"] == DIGITS
+    figures = summary.figures()
+    assert (
+        figures["images_per_second"] > 0
+        and figures["batch_latency_ms_p95"] >= figures["batch_latency_ms_p50"] > 0
+    )
+
+
+def test_a_rerun_after_an_interruption_does_only_the_shards_without_output(
+    exports: Path, tmp_path: Path
+) -> None:
+    model = predict.load_model(exports / "saved_model")
+    predict.run(model, "digits", tmp_path, shard_size=500, progress=False)
+    before = _rows(tmp_path)
+    # The batch was stopped while it wrote shard 2: that shard is missing, half of it lies under a temporary name.
+    (tmp_path / predict.part_name(2)).unlink()
+    (tmp_path / (predict.part_name(2) + ".partial")).write_bytes(b"PAR1 half a shard")
+
+    again = predict.run(model, "digits", tmp_path, shard_size=500, progress=False)
+
+    assert (again.shards_done_before, again.predicted_now) == (3, 500)
+    assert again.predicted == DIGITS
+    after = _rows(tmp_path)
+    assert after["key"] == before["key"] and after["class"] == before["class"]
+
+
+def test_a_rerun_with_other_settings_is_refused_before_it_writes(exports: Path, tmp_path: Path) -> None:
+    model = predict.load_model(exports / "model_int8.tflite", version="3")
+    predict.run(model, "digits", tmp_path, shard_size=500, progress=False)
+    with pytest.raises(predict.PredictError, match=r"another batch \(model, shard_size differ"):
+        predict.run(predict.load_model(exports / "model_int8.tflite", version="4"), "digits", tmp_path,
+                    shard_size=400, progress=False)  # fmt: skip
+    assert len(list(tmp_path.glob("part-*.parquet"))) == 4
+
+
+def test_an_unreadable_image_is_listed_with_its_reason_and_the_rest_predicted(
+    exports: Path, tmp_path: Path
+) -> None:
+    images, _, _ = load_digits_images(Config().data)
+    folder = tmp_path / "in"
+    (folder / "batch").mkdir(parents=True)
+    for index in range(6):
+        Image.fromarray((images[index, :, :, 0] * 255).astype(np.uint8)).save(
+            folder / "batch" / f"{index}.png"
+        )
+    (folder / "batch" / "3.png").write_bytes(b"not a png")  # truncated upload
+    model = predict.load_model(exports / "model_int8.tflite")
+
+    summary = predict.run(model, str(folder), tmp_path / "out", shard_size=4, progress=False)
+
+    assert summary.predicted == 5 and list(summary.skipped) == ["batch/3.png"]
+    assert "not a readable image" in summary.skipped["batch/3.png"]
+    rows = _rows(tmp_path / "out")
+    assert rows["key"] == [f"batch/{i}.png" for i in range(6)]
+    assert rows["class"][3] is None and rows["error"][3] == summary.skipped["batch/3.png"]
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("no-model", r"--model '.*missing.tflite': no such file"),
+        ("no-class-names", r"no class_names.json beside it"),
+        ("empty-folder", r"--input '.*': no images"),
+        ("no-folder", r"--input '.*': folder does not exist"),
+        ("output-not-writable", r"--output '.*': cannot be written"),
+    ],
+)
+def test_bad_input_names_the_option_and_the_fix(
+    exports: Path, tmp_path: Path, case: str, message: str
+) -> None:
+    model, source, out = exports / "model_int8.tflite", "digits", tmp_path / "out"
+    if case == "no-model":
+        model = exports / "missing.tflite"
+    if case == "no-class-names":
+        (tmp_path / "lone").mkdir()
+        model = tmp_path / "lone" / "model.tflite"
+        model.write_bytes((exports / "model_int8.tflite").read_bytes())
+    if case == "empty-folder":
+        (tmp_path / "empty").mkdir()
+        source = str(tmp_path / "empty")
+    if case == "no-folder":
+        source = str(tmp_path / "nowhere")
+    if case == "output-not-writable":
+        (tmp_path / "a-file").write_text("")
+        out = tmp_path / "a-file" / "predictions"  # below a file: root may write anywhere else
+    with pytest.raises(predict.PredictError, match=message):
+        predict.run(predict.load_model(model), source, out, progress=False)
+
+
+def test_the_command_line_says_what_it_did(
+    exports: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "out"
+    args = ["predict", f"--model={exports / 'model_int8.tflite'}", "--input=digits", f"--output={out}"]
+    assert cli.main([*args, "--shard-size=1000"]) == 0
+    said = capsys.readouterr().out
+    assert (
+        f"{DIGITS} of {DIGITS} images predicted into {out} (2 shards, 0 kept" in said
+        and "classes: 0=" in said
+    )
+    assert cli.main([*args[:1], f"--model={tmp_path / 'none.tflite'}"]) == 2
+    assert "error: --model" in capsys.readouterr().err
+
+
+def _rows(out: Path) -> dict[str, list]:
+    return pa.concat_tables([pq.read_table(part) for part in sorted(out.glob("part-*.parquet"))]).to_pydict()
