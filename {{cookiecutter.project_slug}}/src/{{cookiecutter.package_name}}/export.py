@@ -112,15 +112,25 @@ class SavedModelPredictor:
         return self.loaded.serve(tf.constant(images, tf.float32)).numpy()
 
 
+class Disagrees(ExportError):
+    """An export below the agreement rule. train fails the run for the SavedModel (the model of record) and
+    drops a TFLite export, keeping the run."""
+
+    def __init__(self, message: str, agreement: float) -> None:
+        super().__init__(message)
+        self.agreement = agreement
+
+
 def check_agreement(
     keras_pred: np.ndarray, tflite_pred: np.ndarray, minimum: float, name: str = "TFLite"
 ) -> float:
-    """Fraction of samples where both models predict the same class; raises when below `minimum`."""
+    """Fraction of samples where both models predict the same class; raises Disagrees when below `minimum`."""
     agreement = float(np.mean(keras_pred == tflite_pred))
     if agreement < minimum:
-        raise ExportError(
+        raise Disagrees(
             f"the {name} model agrees with the Keras model on {agreement:.1%} of the test set, below "
-            f"export.tflite_min_agreement={minimum:.0%}; disable that export or lower the threshold"
+            f"export.tflite_min_agreement={minimum:.0%}; disable that export or lower the threshold",
+            agreement,
         )
     return agreement
 

@@ -207,14 +207,24 @@ def _export_and_log(
         "tflite": (cfg.export.tflite, None),
         "tflite_int8": (cfg.export.tflite_int8, _representative(cfg, splits)),
     }
+    rejected: dict[str, float] = {}
     for name, (wanted, representative) in tflite.items():
         if not wanted:
             continue
         path = export.export_tflite(saved_model, out / f"model{name[len('tflite') :]}.tflite", representative)
-        measured.append(_measure(cfg, name, path, export.TFLitePredictor(path), splits, keras_pred))
+        try:
+            measured.append(_measure(cfg, name, path, export.TFLitePredictor(path), splits, keras_pred))
+        except export.Disagrees as disagrees:
+            # A quantised copy that changes predictions is not kept, but the trained model is: the run (and the
+            # GPU minutes it cost) is not lost to one export. The tag and the agreement say why it is missing.
+            path.unlink()
+            rejected[f"{name}_agreement"] = disagrees.agreement
+            mlflow.set_tag(f"export.{name}", f"rejected: {disagrees}")
+            print(f"WARNING: {disagrees}; {path.name} is not kept")
+            continue
         mlflow.log_artifact(str(path), "exports")
     metrics = {key: value for figures in measured for key, value in figures.metrics().items()}
-    mlflow.log_metrics(metrics)
+    mlflow.log_metrics({**metrics, **rejected})
     model_id = None
     if cfg.tracking.log_model:
         model_id = mlflow.tensorflow.log_model(model, name="model", input_example=splits.x_test[:4]).model_id
@@ -234,7 +244,7 @@ def _measure(
     splits: data.Splits,
     keras_pred: np.ndarray,
 ) -> export.Measured:
-    """One export held to the agreement rule on the test set, with its size and CPU latency."""
+    """One export held to the agreement rule on the test set (export.Disagrees), with its size and CPU latency."""
     predicted = np.argmax(predict(splits.x_test), axis=-1)
     agreement = export.check_agreement(keras_pred, predicted, cfg.export.tflite_min_agreement, name)
     latency = export.cpu_latency_ms(predict, splits.x_test[0], cfg.export.latency_runs)
