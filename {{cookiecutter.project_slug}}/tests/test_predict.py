@@ -86,6 +86,12 @@ def test_a_rerun_with_other_settings_is_refused_before_it_writes(exports: Path, 
         predict.run(predict.load_model(exports / "model_int8.tflite", version="4"), "digits", tmp_path,
                     shard_size=400, progress=False)  # fmt: skip
     assert len(list(tmp_path.glob("part-*.parquet"))) == 4
+    # Without a registry version a model is named by its files: another export is another batch too.
+    with pytest.raises(predict.PredictError, match=r"another batch \(model differ"):
+        predict.run(
+            predict.load_model(exports / "saved_model"), "digits", tmp_path, shard_size=500, progress=False
+        )
+    assert predict.load_model(exports / "saved_model").version.startswith("sha256:")
 
 
 def test_an_unreadable_image_is_listed_with_its_reason_and_the_rest_predicted(

@@ -143,7 +143,7 @@ class ExportConfig(_Strict):
     # Dynamic-range TFLite (int8 weights, float activations): model.tflite.
     tflite: bool = True
     # Full-integer TFLite (int8 inputs, activations and outputs), calibrated on `representative_samples`
-    # training images: model_int8.tflite, the smallest and fastest on a CPU.
+    # training images: model_int8.tflite, the smallest; what integer-only accelerators and small ARM CPUs run.
     tflite_int8: bool = True
     representative_samples: PositiveInt = 200
     # Fraction of test samples on which each export must predict the same class as the Keras model.

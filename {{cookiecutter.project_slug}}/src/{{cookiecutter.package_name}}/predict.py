@@ -98,9 +98,10 @@ class Summary:
         return figures
 
 
-def load_model(path: Path, version: str = "local") -> Model:
+def load_model(path: Path, version: str | None = None) -> Model:
     """A SavedModel folder or a .tflite file from train's exports, labelled by the class_names.json train
-    writes beside them (the training data's class folder names; digits: 0-9)."""
+    writes beside them (the training data's class folder names; digits: 0-9). Without a registry `version`,
+    the model is named by its files' digest, so a rerun with another export is told apart."""
     if not path.exists():
         raise PredictError(
             f"--model '{path}': no such file or folder (a SavedModel folder or a .tflite file)"
@@ -112,6 +113,7 @@ def load_model(path: Path, version: str = "local") -> Model:
             "exports/), which holds it"
         )
     class_names = tuple(json.loads(names_file.read_text(encoding="utf-8")))
+    version = version or f"sha256:{_digest(path)[:16]}"
     if path.is_dir():
         if not (path / "saved_model.pb").is_file():
             raise PredictError(f"--model '{path}': a folder without saved_model.pb is not a SavedModel")
@@ -121,6 +123,17 @@ def load_model(path: Path, version: str = "local") -> Model:
         raise PredictError(f"--model '{path}': expected a SavedModel folder or a .tflite file")
     lite = export.TFLitePredictor(path)
     return Model(lite, lite.input_shape, class_names, version)
+
+
+def _digest(path: Path) -> str:
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.relative_to(path.parent).as_posix().encode() + b"\0")
+        with file.open("rb") as body:
+            for block in iter(lambda body=body: body.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
 
 
 # ---------------------------------------------------------------------- inputs
