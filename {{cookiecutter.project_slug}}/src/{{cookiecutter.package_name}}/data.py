@@ -66,18 +66,28 @@ def load_digits_images(cfg: DataConfig) -> tuple[np.ndarray, np.ndarray, tuple[s
     return images, digits.target.astype(np.int32), tuple(str(name) for name in digits.target_names)
 
 
+# What Pillow raises for a file that is not a readable image (truncated, wrong format, bad header).
+UNREADABLE_IMAGE = (UnidentifiedImageError, OSError, SyntaxError, ValueError)
+
+
+def decode_image(path: Path, image_size: tuple[int, int], channels: int) -> np.ndarray:
+    """One image file as float pixels in [0, 1], resized to `image_size`: (H, W) for 1 channel, (H, W, 3) for
+    3. Raises one of UNREADABLE_IMAGE; training and predict word the error for their own input."""
+    mode = "L" if channels == 1 else "RGB"
+    height, width = image_size
+    with Image.open(path) as img:
+        img.load()
+        pixels = img.convert(mode).resize((width, height), Image.Resampling.BILINEAR)
+    return np.asarray(pixels, dtype=np.float32) / 255.0
+
+
 def _read_image(path: Path, cfg: DataConfig) -> np.ndarray:
-    mode = "L" if cfg.channels == 1 else "RGB"
-    height, width = cfg.image_size
     try:
-        with Image.open(path) as img:
-            img.load()
-            pixels = img.convert(mode).resize((width, height), Image.Resampling.BILINEAR)
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as error:
+        return decode_image(path, cfg.image_size, cfg.channels)
+    except UNREADABLE_IMAGE as error:
         raise DataError(
             f"data.source '{cfg.source}': {path} is not a readable image; delete or replace the file ({error})"
         ) from None
-    return np.asarray(pixels, dtype=np.float32) / 255.0
 
 
 def load_image_folder(root: Path, cfg: DataConfig) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:

@@ -23,13 +23,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from PIL import Image, UnidentifiedImageError
 from sklearn.datasets import load_digits
 from tqdm import tqdm
 
 from . import export
 from .config import DataConfig
-from .data import IMAGE_SUFFIXES, load_digits_images
+from .data import IMAGE_SUFFIXES, UNREADABLE_IMAGE, decode_image, load_digits_images
 from .errors import DataError
 
 MANIFEST = "_manifest.json"
@@ -170,15 +169,10 @@ class ImageReader:
     def __call__(self, key: str) -> np.ndarray:
         if self._digits is not None:
             return self._digits[int(key.rsplit("/", 1)[1])]
-        mode = "L" if self.cfg.channels == 1 else "RGB"
-        height, width = self.cfg.image_size
         try:
-            with Image.open(Path(self.source) / key) as image:
-                image.load()
-                pixels = image.convert(mode).resize((width, height), Image.Resampling.BILINEAR)
-        except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as error:
+            array = decode_image(Path(self.source) / key, self.cfg.image_size, self.cfg.channels)
+        except UNREADABLE_IMAGE as error:
             raise DataError(f"not a readable image ({type(error).__name__}: {error})"[:300]) from None
-        array = np.asarray(pixels, dtype=np.float32) / 255.0
         return array[..., np.newaxis] if array.ndim == 2 else array
 
 
