@@ -216,6 +216,21 @@ def output_below_a_file(case: Case) -> int:
     return cli("predict", "--input=digits", "--output=results/predictions")
 
 
+def model_not_registered(case: Case) -> int:
+    config = write_config(case, "registry:\n  model_name: nobody\n")
+    return cli("predict", "--model=champion", "--config", config, "--output=predictions")
+
+
+def alias_missing(case: Case) -> int:
+    """A registered model with one version and no alias: what a project has before its first promotion."""
+    client = MlflowClient(case.mlflow_uri)
+    if not client.search_registered_models("name='bad-input-model'"):
+        client.create_registered_model("bad-input-model")
+        client.create_model_version("bad-input-model", "s3://bad-input-data/model", run_id=None)
+    config = write_config(case, "registry:\n  model_name: bad-input-model\n")
+    return cli("predict", "--model=staging", "--config", config, "--output=predictions")
+
+
 TRIGGERS: dict[str, Callable[[Case], int]] = {
     "train-unknown-command": lambda case: cli("fit"),
     "train-missing-config": lambda case: cli("train", "--config", "nope.yaml"),
@@ -267,6 +282,8 @@ TRIGGERS: dict[str, Callable[[Case], int]] = {
         "predict", "--model=outputs/none.tflite", "--output=predictions"
     ),
     "predict-empty-input": empty_input_folder,
+    "predict-model-not-registered": model_not_registered,
+    "predict-alias-missing": alias_missing,
     "predict-output-not-writable": output_below_a_file,
 }
 

@@ -162,6 +162,32 @@ def artifact_bucket() -> str:
     return ARTIFACT_BUCKET
 
 
+@pytest.fixture(scope="session")
+def exports(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What train leaves in outputs/ after a brief training run on the digits: the SavedModel, the int8 TFLite
+    model and class_names.json beside them (the prediction tests' models)."""
+    import json
+
+    import tensorflow as tf
+
+    from {{ cookiecutter.package_name }} import export
+    from {{ cookiecutter.package_name }}.config import Config
+    from {{ cookiecutter.package_name }}.data import load_digits_images
+    from {{ cookiecutter.package_name }}.model import build_model
+
+    out = tmp_path_factory.mktemp("exports")
+    cfg = Config()
+    images, labels, names = load_digits_images(cfg.data)
+    tf.keras.utils.set_random_seed(0)
+    model = build_model(images.shape[1:], len(names), cfg.model)
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    model.fit(images, labels, epochs=3, batch_size=64, verbose=0)
+    saved = export.export_saved_model(model, out / "saved_model")
+    export.export_tflite(saved, out / "model_int8.tflite", images[:200])
+    (out / export.CLASS_NAMES_FILE).write_text(json.dumps(list(names)))
+    return out
+
+
 @pytest.fixture
 def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Run in an empty directory so outputs, checkpoints and local MLflow stores never touch the project."""

@@ -10,31 +10,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import tensorflow as tf
 from PIL import Image
 
-from {{ cookiecutter.package_name }} import cli, export, predict
+from {{ cookiecutter.package_name }} import cli, predict, predict_model
 from {{ cookiecutter.package_name }}.config import Config
 from {{ cookiecutter.package_name }}.data import load_digits_images
-from {{ cookiecutter.package_name }}.model import build_model
 
 DIGITS = 1797  # scikit-learn's load_digits(): 1,797 images
-
-
-@pytest.fixture(scope="module")
-def exports(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """What train leaves in outputs/: the SavedModel, both TFLite models and class_names.json beside them."""
-    out = tmp_path_factory.mktemp("exports")
-    cfg = Config()
-    images, labels, names = load_digits_images(cfg.data)
-    tf.keras.utils.set_random_seed(0)
-    model = build_model(images.shape[1:], len(names), cfg.model)
-    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-    model.fit(images, labels, epochs=3, batch_size=64, verbose=0)
-    saved = export.export_saved_model(model, out / "saved_model")
-    export.export_tflite(saved, out / "model_int8.tflite", images[:200])
-    (out / export.CLASS_NAMES_FILE).write_text(json.dumps(list(names)))
-    return out
 
 
 def test_the_digits_become_one_row_each_in_parquet_shards(exports: Path, tmp_path: Path) -> None:
@@ -161,6 +143,10 @@ def test_the_command_line_says_what_it_did(
     )
     assert cli.main([*args[:1], f"--model={tmp_path / 'none.tflite'}"]) == 2
     assert "error: --model" in capsys.readouterr().err
+
+
+def test_the_cli_offers_each_export_train_writes() -> None:
+    assert ("auto", *predict_model.EXPORT_FILES) == cli.PREDICT_EXPORTS
 
 
 def _rows(out: Path) -> dict[str, list]:

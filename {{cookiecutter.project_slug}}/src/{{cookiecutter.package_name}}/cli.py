@@ -21,6 +21,9 @@ from .errors import (
     TrainingInterrupted,
 )
 
+# predict_model.EXPORT_FILES' names (tests/test_predict_registry.py holds them equal), and auto.
+PREDICT_EXPORTS = ("auto", "saved_model", "tflite", "tflite_int8")
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=__package__, description=__doc__)
@@ -55,20 +58,42 @@ def _parser() -> argparse.ArgumentParser:
     predict = commands.add_parser(
         "predict", help="predict a folder of images (or the digits) with an export into Parquet shards"
     )
-    predict.add_argument(
-        "--model",
-        type=Path,
-        default=Path("outputs/model_int8.tflite"),
-        help="a SavedModel folder or .tflite file",
-    )
-    predict.add_argument("--input", default="digits", help="a folder of images, or 'digits' (default)")
-    predict.add_argument(
-        "--output", type=Path, default=Path("outputs/predictions"), help="the shards' folder"
-    )
-    predict.add_argument("--shard-size", type=_positive, default=512, help="images per Parquet shard")
-    predict.add_argument("--batch-size", type=_positive, default=256, help="images per model call")
+    _predict_arguments(predict)
     _sweep_parser(commands)
     return parser
+
+
+def _predict_arguments(parser: argparse.ArgumentParser) -> None:
+    """predict's options; here, not in predict_command, which imports MLflow (`--help` must not)."""
+    parser.add_argument(
+        "--model",
+        default="outputs/model.tflite",
+        help="a SavedModel folder or .tflite file, or a registry alias (champion) or version (3) of "
+        "registry.model_name, or models:/<name>@<alias> or models:/<name>/<version>",
+    )
+    parser.add_argument(
+        "--input", default="digits", help="a folder of images, s3://<bucket>/<prefix>/, or 'digits' (default)"
+    )
+    parser.add_argument(
+        "--output",
+        default="outputs/predictions",
+        help="the shards' folder or s3://<bucket>/predictions/<batch>/",
+    )
+    parser.add_argument(
+        "--export",
+        choices=PREDICT_EXPORTS,
+        default="auto",
+        help="which of a registry version's exports runs (auto: SavedModel on gpu; TFLite, then int8, on cpu)",
+    )
+    parser.add_argument(
+        "--device", choices=("cpu", "gpu"), default="cpu", help="where the batch runs (for auto)"
+    )
+    parser.add_argument("--config", type=Path, default=Path("configs/train.yaml"), help="the registry's name")
+    parser.add_argument(
+        "--check", action="store_true", help="check input, output and model only; predict nothing"
+    )
+    parser.add_argument("--shard-size", type=_positive, default=512, help="images per Parquet shard")
+    parser.add_argument("--batch-size", type=_positive, default=256, help="images per model call")
 
 
 def _sweep_parser(commands: argparse._SubParsersAction) -> None:
@@ -192,21 +217,9 @@ def _promote(args: argparse.Namespace) -> int:
 
 def _predict(args: argparse.Namespace) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from . import predict  # TensorFlow: see _train
+    from . import predict_command  # MLflow (and TensorFlow unless --check): see _train
 
-    # The inputs and the output first: a bad one is reported before a model is loaded.
-    predict.list_keys(args.input)
-    predict.check_writable(args.output)
-    model = predict.load_model(args.model)
-    summary = predict.run(model, args.input, args.output, args.shard_size, args.batch_size)
-    print(
-        f"{summary.predicted} of {summary.images} images predicted into {args.output} ({summary.shards} shards, "
-        f"{summary.shards_done_before} kept from an earlier run); mean confidence {summary.mean_confidence:.3f}"
-    )
-    print("classes: " + ", ".join(f"{name}={count}" for name, count in summary.class_counts.items()))
-    for key, reason in summary.skipped.items():
-        print(f"skipped {key}: {reason}")
-    return 0
+    return predict_command.run(args)
 
 
 def _train(cfg: Config, config_path: Path) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
@@ -70,9 +71,10 @@ def load_digits_images(cfg: DataConfig) -> tuple[np.ndarray, np.ndarray, tuple[s
 UNREADABLE_IMAGE = (UnidentifiedImageError, OSError, SyntaxError, ValueError)
 
 
-def decode_image(path: Path, image_size: tuple[int, int], channels: int) -> np.ndarray:
-    """One image file as float pixels in [0, 1], resized to `image_size`: (H, W) for 1 channel, (H, W, 3) for
-    3. Raises one of UNREADABLE_IMAGE; training and predict word the error for their own input."""
+def decode_image(path: Path | IO[bytes], image_size: tuple[int, int], channels: int) -> np.ndarray:
+    """One image file (or its bytes, opened) as float pixels in [0, 1], resized to `image_size`: (H, W) for 1
+    channel, (H, W, 3) for 3. Raises one of UNREADABLE_IMAGE; training and predict word the error for their own
+    input."""
     mode = "L" if channels == 1 else "RGB"
     height, width = image_size
     with Image.open(path) as img:

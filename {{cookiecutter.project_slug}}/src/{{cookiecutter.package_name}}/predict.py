@@ -1,8 +1,8 @@
 """Batch prediction: an exported model over many images, written as Parquet shards, one row per input.
 
-The inputs (the embedded digits, an image folder) are listed once, sorted by key, and cut into shards of
-`shard_size`. Each shard's predictions go to `part-<n>.parquet` under the output folder, written whole (to a
-temporary name, then renamed), so a rerun after an interruption does only the shards without output. The
+The inputs (the embedded digits, an image folder, an s3:// prefix; predict_io) are listed once, sorted by key,
+and cut into shards of `shard_size`. Each shard's predictions go to `part-<n>.parquet` under the output (a folder
+or an s3:// prefix), written whole, so a rerun after an interruption does only the shards without output. The
 manifest beside them pins the input listing, the shard size and the model: a rerun with anything else is
 refused instead of mixing two batches. An unreadable image is a row with its reason in `error` (and no class),
 never the loss of its shard or of the batch.
@@ -11,8 +11,9 @@ never the loss of its shard or of the batch.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
-import os
+import re
 import statistics
 import time
 from collections import Counter
@@ -23,18 +24,20 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from sklearn.datasets import load_digits
 from tqdm import tqdm
 
-from . import export
+from . import export, predict_io
 from .config import DataConfig
-from .data import IMAGE_SUFFIXES, UNREADABLE_IMAGE, decode_image, load_digits_images
+from .data import UNREADABLE_IMAGE, decode_image, load_digits_images
 from .errors import DataError
+from .predict_io import PredictError, list_keys
 
 MANIFEST = "_manifest.json"
 SUMMARY = "_summary.json"
 CLASS_NAMES = export.CLASS_NAMES_FILE
-DIGITS = "digits"
+# Pillow names the file object it could not read, `<_io.BytesIO object at 0x7f...>`: an address that differs per
+# run, so a rerun's reason would differ from the first run's for the same bytes.
+_OBJECT_REPR = re.compile(r"<[\w.]+ object at 0x[0-9a-f]+>")
 SCHEMA = pa.schema(
     [
         ("key", pa.string()),
@@ -46,10 +49,6 @@ SCHEMA = pa.schema(
         ("error", pa.string()),
     ]
 )
-
-
-class PredictError(ValueError):
-    """Bad input to `predict`: the message names the option and the fix."""
 
 
 @dataclass(frozen=True)
@@ -96,30 +95,45 @@ class Summary:
             figures["images_per_second"] = self.predicted_now / self.seconds
         return figures
 
+    def report(self) -> dict[str, object]:
+        """The batch's `_summary.json`: over every shard, also those an earlier run wrote."""
+        return {
+            "images": self.images,
+            "predicted": self.predicted,
+            "class_counts": self.class_counts,
+            "mean_confidence": self.mean_confidence,
+            "skipped": self.skipped,
+        }
+
+
+def check_model_files(path: Path) -> None:
+    """What load_model needs on disk, checked without loading TensorFlow's model (the workflow's CPU job)."""
+    if not path.exists():
+        raise PredictError(
+            f"--model '{path}': no such file or folder (a SavedModel folder, a .tflite file, or a registry "
+            "alias or version such as champion, 3 or models:/<name>@<alias>)"
+        )
+    if not (path.parent / CLASS_NAMES).is_file():
+        raise PredictError(
+            f"--model '{path}': no {CLASS_NAMES} beside it; use the folder train exported (outputs/ or the run's "
+            "exports/), which holds it"
+        )
+    if path.is_dir() and not (path / "saved_model.pb").is_file():
+        raise PredictError(f"--model '{path}': a folder without saved_model.pb is not a SavedModel")
+    if path.is_file() and path.suffix != ".tflite":
+        raise PredictError(f"--model '{path}': expected a SavedModel folder or a .tflite file")
+
 
 def load_model(path: Path, version: str | None = None) -> Model:
     """A SavedModel folder or a .tflite file from train's exports, labelled by the class_names.json train
     writes beside them (the training data's class folder names; digits: 0-9). Without a registry `version`,
     the model is named by its files' digest, so a rerun with another export is told apart."""
-    if not path.exists():
-        raise PredictError(
-            f"--model '{path}': no such file or folder (a SavedModel folder or a .tflite file)"
-        )
-    names_file = path.parent / CLASS_NAMES
-    if not names_file.is_file():
-        raise PredictError(
-            f"--model '{path}': no {CLASS_NAMES} beside it; use the folder train exported (outputs/ or the run's "
-            "exports/), which holds it"
-        )
-    class_names = tuple(json.loads(names_file.read_text(encoding="utf-8")))
+    check_model_files(path)
+    class_names = tuple(json.loads((path.parent / CLASS_NAMES).read_text(encoding="utf-8")))
     version = version or f"sha256:{_digest(path)[:16]}"
     if path.is_dir():
-        if not (path / "saved_model.pb").is_file():
-            raise PredictError(f"--model '{path}': a folder without saved_model.pb is not a SavedModel")
         saved = export.SavedModelPredictor(path)
         return Model(saved, saved.input_shape, class_names, version)
-    if path.suffix != ".tflite":
-        raise PredictError(f"--model '{path}': expected a SavedModel folder or a .tflite file")
     lite = export.TFLitePredictor(path)
     return Model(lite, lite.input_shape, class_names, version)
 
@@ -136,60 +150,37 @@ def _digest(path: Path) -> str:
 
 
 # ---------------------------------------------------------------------- inputs
-def list_keys(source: str) -> list[str]:
-    """Every input's key, sorted: `digits/<index>` for the embedded digits, else image paths relative to the
-    folder (every image under it, any depth)."""
-    if source == DIGITS:
-        return [f"{DIGITS}/{index:04d}" for index in range(len(load_digits().images))]
-    root = Path(source)
-    if not root.is_dir():
-        raise PredictError(f"--input '{source}': folder does not exist (a folder of images, or 'digits')")
-    keys = sorted(
-        p.relative_to(root).as_posix()
-        for p in root.rglob("*")
-        if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
-    )
-    if not keys:
-        raise PredictError(
-            f"--input '{source}': no images ({', '.join(sorted(IMAGE_SUFFIXES))}) under it; nothing to predict"
-        )
-    return keys
-
-
 class ImageReader:
-    """Reads one input by key as the model's input: resized to its height and width, in its channels."""
+    """Reads a shard's inputs by key as the model's input: resized to its height and width, in its channels;
+    an input that cannot be read or decoded is its reason instead (a DataError)."""
 
     def __init__(self, source: str, input_shape: tuple[int, ...]) -> None:
         height, width, channels = input_shape
         if channels not in (1, 3):
             raise PredictError(f"--model: an input of {channels} channels is not an image model's (1 or 3)")
-        self.source, self.cfg = source, DataConfig(image_size=(height, width), channels=channels)
-        self._digits = load_digits_images(self.cfg)[0] if source == DIGITS else None
+        self.cfg = DataConfig(image_size=(height, width), channels=channels)
+        self._files = predict_io.source_for(source)
+        self._digits = load_digits_images(self.cfg)[0] if self._files is None else None
 
-    def __call__(self, key: str) -> np.ndarray:
-        if self._digits is not None:
-            return self._digits[int(key.rsplit("/", 1)[1])]
+    def read(self, keys: Sequence[str]) -> Iterator[tuple[str, np.ndarray | DataError]]:
+        if self._files is None:
+            yield from ((key, self._digits[int(key.rsplit("/", 1)[1])]) for key in keys)  # type: ignore[index]
+            return
+        for key, body in self._files.read_many(keys):
+            yield key, self._decode(body)
+
+    def _decode(self, body: bytes | Exception) -> np.ndarray | DataError:
+        if isinstance(body, Exception):
+            return DataError(f"could not be read ({type(body).__name__}: {body})"[:300])
         try:
-            array = decode_image(Path(self.source) / key, self.cfg.image_size, self.cfg.channels)
+            array = decode_image(io.BytesIO(body), self.cfg.image_size, self.cfg.channels)
         except UNREADABLE_IMAGE as error:
-            raise DataError(f"not a readable image ({type(error).__name__}: {error})"[:300]) from None
+            reason = _OBJECT_REPR.sub("the object", str(error))
+            return DataError(f"not a readable image ({type(error).__name__}: {reason})"[:300])
         return array[..., np.newaxis] if array.ndim == 2 else array
 
 
 # ---------------------------------------------------------------------- shards and output
-def check_writable(out: Path) -> None:
-    """Before any model is loaded (or any GPU launched): the output folder can be created and written."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-check"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as error:
-        raise PredictError(
-            f"--output '{out}': cannot be written ({error.strerror}); choose a writable folder"
-        ) from None
-
-
 def shards_of(keys: Sequence[str], shard_size: int) -> list[list[str]]:
     return [list(keys[start : start + shard_size]) for start in range(0, len(keys), shard_size)]
 
@@ -209,25 +200,17 @@ def _manifest(keys: Sequence[str], shard_size: int, model: Model, source: str) -
     }
 
 
-def _check_manifest(out: Path, wanted: dict[str, object]) -> None:
+def _check_manifest(sink: predict_io.Sink, wanted: dict[str, object]) -> None:
     """First run: write the manifest. A rerun: the same inputs, shard size and model, or a clear refusal."""
-    path = out / MANIFEST
-    if not path.exists():
-        _write_atomically(path, json.dumps(wanted, indent=2).encode())
+    if sink.create(MANIFEST, json.dumps(wanted, indent=2).encode()):
         return
-    found = json.loads(path.read_text(encoding="utf-8"))
+    found = json.loads(sink.read(MANIFEST) or b"{}")
     changed = sorted(k for k in wanted if found.get(k) != wanted[k])
     if changed:
         raise PredictError(
-            f"--output '{out}': it holds predictions of another batch ({', '.join(changed)} differ from this "
-            "run's); use a new output folder, or rerun with the same input, shard size and model to finish it"
+            f"--output '{sink.uri}': it holds predictions of another batch ({', '.join(changed)} differ from "
+            "this run's); use a new output, or rerun with the same input, shard size and model to finish it"
         )
-
-
-def _write_atomically(path: Path, body: bytes) -> None:
-    partial = path.with_name(path.name + ".partial")
-    partial.write_bytes(body)
-    os.replace(partial, path)  # a reader never sees half a shard
 
 
 def _batches(
@@ -242,14 +225,14 @@ def _predict_shard(
 ) -> pa.Table:
     rows: dict[str, list] = {name: [] for name in SCHEMA.names}
     good: list[tuple[str, np.ndarray]] = []
-    for key in keys:
-        try:
-            good.append((key, reader(key)))
-        except DataError as error:
+    for key, image in reader.read(keys):
+        if isinstance(image, DataError):
             for name, value in zip(
-                SCHEMA.names, (key, None, None, None, None, model.version, str(error)), strict=True
+                SCHEMA.names, (key, None, None, None, None, model.version, str(image)), strict=True
             ):
                 rows[name].append(value)
+        else:
+            good.append((key, image))
     for batch in _batches(good, batch_size):
         images = np.stack([image for _, image in batch])
         started = time.perf_counter()
@@ -269,52 +252,50 @@ def _predict_shard(
 def run(
     model: Model,
     source: str,
-    out: Path,
+    out: str | Path,
     shard_size: int = 512,
     batch_size: int = 256,
-    progress: bool = True,
+    progress: bool | None = True,
+    keys: Sequence[str] | None = None,
 ) -> Summary:
-    """Predict every input of `source` into Parquet shards under `out`; shards already there are kept."""
+    """Predict every input of `source` into Parquet shards under `out` (a folder or s3://); shards already
+    there are kept. `keys`: the listing the caller made already (list_keys), so a large prefix is listed once.
+    `progress` None: a bar on a terminal only, not in a workflow's log (tqdm's disable=None)."""
     if shard_size < 1 or batch_size < 1:
         raise PredictError("--shard-size and --batch-size must be at least 1")
-    keys = list_keys(source)
-    check_writable(out)
-    _check_manifest(out, _manifest(keys, shard_size, model, source))
+    keys = list(keys) if keys is not None else list_keys(source)
+    sink = predict_io.sink_for(str(out))
+    sink.probe()
+    _check_manifest(sink, _manifest(keys, shard_size, model, source))
     reader = ImageReader(source, model.input_shape)
     shards = shards_of(keys, shard_size)
     summary = Summary(images=len(keys), shards=len(shards))
     started = time.perf_counter()
-    for index, shard in enumerate(tqdm(shards, desc="shards", unit="shard", disable=not progress)):
-        target = out / part_name(index)
-        if target.exists():
+    for index, shard in enumerate(
+        tqdm(shards, desc="shards", unit="shard", disable=None if progress is None else not progress)
+    ):
+        if sink.exists(part_name(index)):
             summary.shards_done_before += 1
             continue
         table = _predict_shard(model, reader, shard, batch_size, summary)
-        sink = pa.BufferOutputStream()
-        pq.write_table(table, sink)
-        _write_atomically(target, sink.getvalue().to_pybytes())
+        body = pa.BufferOutputStream()
+        pq.write_table(table, body)
+        sink.write(part_name(index), body.getvalue().to_pybytes())
     summary.seconds = time.perf_counter() - started
-    _summarise(out, len(shards), summary)
+    _summarise(sink, len(shards), summary)
     return summary
 
 
-def _summarise(out: Path, shards: int, summary: Summary) -> None:
+def _summarise(sink: predict_io.Sink, shards: int, summary: Summary) -> None:
     """Counts over every shard of the batch (also those an earlier run wrote), into the summary file."""
-    table = pa.concat_tables(
-        [pq.read_table(out / part_name(index), schema=SCHEMA) for index in range(shards)]
-    )
-    rows = table.to_pydict()
+    tables = [
+        pq.read_table(pa.BufferReader(sink.read(part_name(i)) or b""), schema=SCHEMA) for i in range(shards)
+    ]
+    rows = pa.concat_tables(tables).to_pydict()
     classes = [c for c in rows["class"] if c is not None]
     confidences = [c for c in rows["confidence"] if c is not None]
     summary.predicted = len(classes)
     summary.skipped = {k: e for k, e in zip(rows["key"], rows["error"], strict=True) if e is not None}
     summary.class_counts = dict(sorted(Counter(classes).items()))
     summary.mean_confidence = float(np.mean(confidences)) if confidences else float("nan")
-    report = {
-        "images": summary.images,
-        "predicted": summary.predicted,
-        "class_counts": summary.class_counts,
-        "mean_confidence": summary.mean_confidence,
-        "skipped": summary.skipped,
-    }
-    _write_atomically(out / SUMMARY, json.dumps(report, indent=2).encode())
+    sink.write(SUMMARY, json.dumps(summary.report(), indent=2).encode())

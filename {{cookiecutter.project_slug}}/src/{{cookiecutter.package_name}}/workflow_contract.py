@@ -34,6 +34,10 @@ GPU_PREFLIGHT_OUTPUT = "gpu-preflight"  # ok, cpu-allowed or no-gpu
 # Out of sweep.yml's plan job: `sweep check` writes parallel (what the quota check asks for), `sweep plan` the
 # trial matrix, the wave number, the parent run.
 SWEEP_PARALLEL_OUTPUT = "parallel"
+# predict --check (predict.yml's CPU job): the pinned model URI, the export that runs, how many images.
+PREDICT_MODEL_OUTPUT = "model"
+PREDICT_EXPORT_OUTPUT = "export"
+PREDICT_IMAGES_OUTPUT = "images"
 SWEEP_MATRIX_OUTPUT = "matrix"  # {"include": [{"trial": N, "attempt": K}, ...]}
 SWEEP_WAVE_OUTPUT = "wave"
 SWEEP_TRIALS_OUTPUT = "trials"  # how many legs the matrix has (0: nothing to run)

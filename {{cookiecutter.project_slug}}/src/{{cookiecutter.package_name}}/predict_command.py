@@ -1,0 +1,120 @@
+"""`python -m <package> predict`: check the input, the output and the model, then predict and log the batch.
+
+Everything a batch can fail on before its first image (an empty prefix, an output it may not write, an alias or
+version that does not exist, an export the version's run did not keep) is checked first and cheaply, without
+TensorFlow: `--check` stops there, which is what predict.yml's CPU job runs before any GPU is launched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+from . import predict_io, predict_model, tracking, workflow_contract
+from .config import load_config
+from .predict_model import RegistryModel
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What the checks found: the listing (reused by the batch), the model, and the export that will run."""
+
+    keys: list[str]
+    registry: RegistryModel | None
+    export: str
+    client: MlflowClient | None
+
+
+def _positive_or_fail(value: int, option: str) -> None:
+    if value < 1:
+        raise predict_io.PredictError(f"{option} must be at least 1")
+
+
+def check(args: argparse.Namespace) -> Checked:
+    """The inputs and the output first (a bad one is named before the registry is asked), then the model."""
+    _positive_or_fail(args.shard_size, "--shard-size")
+    _positive_or_fail(args.batch_size, "--batch-size")
+    keys = predict_io.list_keys(args.input)
+    predict_io.check_writable(args.output)
+    spec = predict_model.registry_spec(args.model)
+    if spec is None:
+        from .predict import check_model_files  # on disk: no registry, no download
+
+        check_model_files(Path(args.model))
+        # The inference run's experiment: a bad config fails now, not after the batch.
+        load_config(args.config)
+        return Checked(keys, None, _local_export(Path(args.model)), None)
+    name, alias, version = spec
+    client = MlflowClient(tracking.tracking_uri())
+    name = name or load_config(args.config).registry.model_name
+    registry = predict_model.resolve(client, name, alias, version)
+    return Checked(
+        keys, registry, predict_model.pick_export(client, registry, args.export, args.device), client
+    )
+
+
+def _local_export(path: Path) -> str:
+    by_file = {file: name for name, file in predict_model.EXPORT_FILES.items()}
+    return by_file.get(path.name, "saved_model" if path.is_dir() else "tflite")
+
+
+def run(args: argparse.Namespace) -> int:
+    checked = check(args)
+    model_ref = checked.registry.uri if checked.registry else args.model
+    print(
+        f"input {args.input}: {len(checked.keys)} images; output {args.output}: writable; model {model_ref}"
+        + (f" (run {checked.registry.run_id})" if checked.registry else "")
+        + f", export {checked.export}"
+    )
+    # The pinned model for the job that predicts: a version, so an alias moved meanwhile changes nothing.
+    workflow_contract.write_step_output(workflow_contract.PREDICT_MODEL_OUTPUT, model_ref)
+    workflow_contract.write_step_output(workflow_contract.PREDICT_EXPORT_OUTPUT, checked.export)
+    workflow_contract.write_step_output(workflow_contract.PREDICT_IMAGES_OUTPUT, str(len(checked.keys)))
+    if args.check:
+        return 0
+    return _predict(args, checked)
+
+
+def _predict(args: argparse.Namespace, checked: Checked) -> int:
+    from . import predict, predict_tracking  # TensorFlow: see cli._train
+
+    cfg = load_config(args.config)
+    batch = predict_tracking.Batch(
+        args.input, args.output, args.device, checked.export, args.shard_size, args.batch_size
+    )
+    with tempfile.TemporaryDirectory(prefix="predict-model-") as scratch:
+        if checked.registry is not None and checked.client is not None:
+            path = predict_model.download(checked.registry, checked.export, Path(scratch))
+            model = predict.load_model(path, checked.registry.label)
+        else:
+            model = predict.load_model(Path(args.model))
+        with predict_tracking.inference_run(
+            cfg.tracking.experiment_name, batch, model.version, checked.registry
+        ) as run:
+            summary = predict.run(
+                model,
+                args.input,
+                args.output,
+                args.shard_size,
+                args.batch_size,
+                progress=None,
+                keys=checked.keys,
+            )
+            predict_tracking.log_summary(summary)
+    uri = tracking.tracking_uri()
+    workflow_contract.append_job_summary(
+        predict_tracking.job_summary(uri, run.experiment_id, run.run_id, batch, model.version, summary)
+    )
+    print(
+        f"{summary.predicted} of {summary.images} images predicted into {args.output} ({summary.shards} shards, "
+        f"{summary.shards_done_before} kept from an earlier run); mean confidence {summary.mean_confidence:.3f}"
+    )
+    print("classes: " + ", ".join(f"{name}={count}" for name, count in summary.class_counts.items()))
+    for key, reason in summary.skipped.items():
+        print(f"skipped {key}: {reason}")
+    print(f"MLflow run: {tracking.run_link(uri, run.experiment_id, run.run_id)}")
+    return 0

@@ -1,0 +1,184 @@
+"""Batch prediction from and to S3 (the moto server, spoken to over HTTP by boto3): the paginated listing, the
+Parquet shards as objects, the rerun after an interruption, the manifest written once, and S3's refusals turned
+into messages that name the option and the fix."""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from botocore.stub import Stubber
+from PIL import Image
+
+from {{ cookiecutter.package_name }} import predict, predict_io
+from {{ cookiecutter.package_name }}.config import Config
+from {{ cookiecutter.package_name }}.data import load_digits_images
+
+IMAGES = 17
+
+
+@pytest.fixture
+def bucket(moto_endpoint: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh bucket with 17 digit PNGs under in/ (16 good, in/a/broken.png not an image), a text file and a
+    folder marker that are not inputs, and an image outside the prefix."""
+    s3 = boto3.client("s3")
+    # Bucket names: 3-63 of a-z, 0-9, . and - (Amazon S3 User Guide, "General purpose bucket naming rules").
+    name = ("predict-" + re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()))[:63].strip("-")
+    s3.create_bucket(Bucket=name)
+    images, _, _ = load_digits_images(Config().data)
+    for index in range(IMAGES - 1):
+        body = io.BytesIO()
+        Image.fromarray((images[index, :, :, 0] * 255).astype(np.uint8)).save(body, format="PNG")
+        s3.put_object(
+            Bucket=name, Key=f"in/{'a' if index < 8 else 'b'}/{index:02d}.png", Body=body.getvalue()
+        )
+    s3.put_object(Bucket=name, Key="in/a/broken.png", Body=b"\x89PNG half an upload")
+    s3.put_object(Bucket=name, Key="in/notes.txt", Body=b"not an input")
+    s3.put_object(Bucket=name, Key="in/b/", Body=b"")  # the console's "folder"
+    s3.put_object(Bucket=name, Key="elsewhere/00.png", Body=b"")
+    yield name
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=name):
+        for item in page.get("Contents", []):
+            s3.delete_object(Bucket=name, Key=item["Key"])
+    s3.delete_bucket(Bucket=name)
+
+
+def test_the_listing_follows_every_page_and_keeps_only_images_under_the_prefix(bucket: str) -> None:
+    client = predict_io.s3_client()
+    calls: list[str] = []
+    client.meta.events.register("before-call.s3.ListObjectsV2", lambda **kw: calls.append(kw["model"].name))
+
+    keys = predict_io.S3Source(f"s3://{bucket}/in", client=client, page_size=7).keys()
+
+    # 20 objects under in/ (17 images, the text file, the folder marker): three pages of at most 7.
+    assert calls == ["ListObjectsV2"] * 3
+    assert len(keys) == IMAGES and keys == sorted(keys)
+    assert keys[0] == "a/00.png" and "a/broken.png" in keys and "notes.txt" not in keys
+
+
+def test_a_batch_from_s3_to_s3_survives_an_interruption_and_an_unreadable_image(
+    bucket: str, exports: Path
+) -> None:
+    source, out = f"s3://{bucket}/in/", f"s3://{bucket}/predictions/first/"
+    model = predict.load_model(exports / "model_int8.tflite", version="5")
+
+    first = predict.run(model, source, out, shard_size=6, progress=False)
+
+    assert (first.images, first.predicted, first.shards) == (IMAGES, IMAGES - 1, 3)
+    assert list(first.skipped) == ["a/broken.png"] and "not a readable image" in first.skipped["a/broken.png"]
+    rows = _rows(bucket, "predictions/first/")
+    assert len(rows["key"]) == IMAGES and set(rows["model_version"]) == {"5"}
+    broken = rows["key"].index("a/broken.png")
+    assert rows["class"][broken] is None and rows["error"][broken] == first.skipped["a/broken.png"]
+    written = _objects(bucket, "predictions/first/")
+    assert predict_io.PROBE not in written and {predict.MANIFEST, predict.SUMMARY} <= set(written)
+
+    # The runner was lost after shard 1's predictions were made but before it was written: a rerun does only it.
+    boto3.client("s3").delete_object(Bucket=bucket, Key=f"predictions/first/{predict.part_name(1)}")
+    again = predict.run(model, source, out, shard_size=6, progress=False)
+
+    assert (again.shards_done_before, again.predicted_now) == (
+        2,
+        5,
+    )  # shard 1 holds a/broken.png and 5 images
+    assert again.predicted == IMAGES - 1 and list(again.skipped) == ["a/broken.png"]
+    assert _rows(bucket, "predictions/first/") == rows
+
+
+def test_another_batch_on_the_same_output_is_refused_and_the_manifest_is_written_once(
+    bucket: str, exports: Path
+) -> None:
+    source, out = f"s3://{bucket}/in/", f"s3://{bucket}/predictions/once/"
+    predict.run(predict.load_model(exports / "saved_model", "1"), source, out, shard_size=6, progress=False)
+
+    with pytest.raises(predict.PredictError, match=r"another batch \(model, shard_size differ"):
+        predict.run(
+            predict.load_model(exports / "saved_model", "2"), source, out, shard_size=5, progress=False
+        )
+
+    assert sorted(_objects(bucket, "predictions/once/")) == sorted(
+        [predict.MANIFEST, predict.SUMMARY, *(predict.part_name(i) for i in range(3))]
+    )
+    sink = predict_io.S3Sink(f"s3://{bucket}/predictions/race/")
+    # Two runs started at once on one output: the conditional put lets only the first write the manifest.
+    assert sink.create(predict.MANIFEST, b"{}") is True
+    assert sink.create(predict.MANIFEST, b'{"model": "other"}') is False
+    assert sink.read(predict.MANIFEST) == b"{}"
+
+
+def test_an_image_removed_after_the_listing_is_its_own_row_not_the_batch(bucket: str, exports: Path) -> None:
+    source = f"s3://{bucket}/in/"
+    listed = predict_io.list_keys(source)
+    boto3.client("s3").delete_object(Bucket=bucket, Key="in/b/09.png")
+
+    summary = predict.run(
+        predict.load_model(exports / "model_int8.tflite"),
+        source,
+        f"s3://{bucket}/predictions/gone/",
+        shard_size=100,
+        progress=False,
+        keys=listed,
+    )
+
+    assert summary.predicted == IMAGES - 2
+    assert "NoSuchKey" in summary.skipped["b/09.png"] and "could not be read" in summary.skipped["b/09.png"]
+
+
+@pytest.mark.parametrize(
+    ("source", "out", "message"),
+    [
+        ("s3://{bucket}/nothing/", "s3://{bucket}/predictions/x/", r"--input 's3://.*/nothing/': no images"),
+        ("s3:///in/", "s3://{bucket}/predictions/x/", r"--input 's3:///in/': no bucket; use s3://<bucket>/"),
+        (
+            "s3://no-such-bucket-9/in/",
+            "s3://{bucket}/p/",
+            r"--input .*: the bucket does not exist; check the",
+        ),
+        (
+            "s3://{bucket}/in/",
+            "s3://{bucket}",
+            r"--output 's3://.*': no prefix; use s3://<bucket>/predictions/",
+        ),
+        ("s3://{bucket}/in/", "s3://no-such-bucket-9/p/", r"--output .*: the bucket does not exist"),
+    ],
+)
+def test_bad_s3_input_or_output_names_the_option_and_the_fix(
+    bucket: str, source: str, out: str, message: str
+) -> None:
+    with pytest.raises(predict_io.PredictError, match=message):
+        predict_io.list_keys(source.format(bucket=bucket))
+        predict_io.check_writable(out.format(bucket=bucket))
+
+
+def test_an_output_the_role_may_not_write_is_named_before_any_model_loads(bucket: str) -> None:
+    """moto does not enforce IAM, so S3's answer to a role without s3:PutObject there is stubbed: botocore's
+    Stubber checks the call against the S3 service model and returns the AccessDenied error S3 sends."""
+    client = boto3.client("s3")
+    with Stubber(client) as stub:
+        stub.add_client_error("put_object", "AccessDenied", "Access Denied", 403)
+        with pytest.raises(
+            predict_io.PredictError, match=r"access denied \(AccessDenied\); the role may .* write"
+        ):
+            predict_io.S3Sink(f"s3://{bucket}/checkpoints/", client=client).probe()
+
+
+def _objects(bucket: str, prefix: str) -> list[str]:
+    listed = boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])
+    return [item["Key"][len(prefix) :] for item in listed]
+
+
+def _rows(bucket: str, prefix: str) -> dict[str, list]:
+    s3 = boto3.client("s3")
+    parts = sorted(name for name in _objects(bucket, prefix) if name.startswith("part-"))
+    tables = [
+        pq.read_table(pa.BufferReader(s3.get_object(Bucket=bucket, Key=prefix + name)["Body"].read()))
+        for name in parts
+    ]
+    return pa.concat_tables(tables).to_pydict()
