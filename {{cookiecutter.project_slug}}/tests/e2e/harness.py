@@ -55,6 +55,8 @@ ROLE_ARN = "arn:aws:iam::123456789012:role/gpu-runner"
 REAPER_ROLE_ARN = "arn:aws:iam::123456789012:role/gpu-runner-reaper"
 # sweep.yml's plan and collect jobs assume the sweep role (infra/gpu-runner.yaml, SweepRole).
 SWEEP_ROLE_ARN = "arn:aws:iam::123456789012:role/gpu-runner-sweep"
+# predict.yml's resolve and CPU jobs assume the predict role (infra/gpu-runner.yaml, PredictRole).
+PREDICT_ROLE_ARN = "arn:aws:iam::123456789012:role/gpu-runner-predict"
 AMI_PARAMETER = "/e2e/dlami/ami-id"  # moto cannot write /aws/service/*
 TF_VERSION = "2.15.1"
 ACT_TIMEOUT_SECONDS = 1200
@@ -235,6 +237,7 @@ def action_doubles() -> list[str]:
         "reap.yml",
         "sweep.yml",
         "sweep-trial.yml",
+        "predict.yml",
     )
     sources = [PROJECT / ".github" / "workflows" / n for n in names]
     sources = [src for src in sources if src.exists()]
@@ -262,7 +265,7 @@ def default_branch_workflows(repo: Path) -> list[str]:
     workflow through its action cache, which --local-repository overrides with a directory (nektos/act pkg/runner/reusable_workflow.go newActionCacheReusableWorkflowExecutor and
     local_repository_cache.go, matched on "<owner>/<name>@<ref>", read 2026-12-01). The directory stands for the
     default branch: here the same commit as the branch, so the called files are the project's own."""
-    names = ("train.yml", "sweep-trial.yml")
+    names = ("train.yml", "sweep-trial.yml", "predict.yml")
     text = "".join(
         (PROJECT / ".github" / "workflows" / n).read_text()
         for n in names
@@ -406,6 +409,7 @@ def run_workflow(
         cmd += ["--env", f"{key}={value}"]
     cmd += ["--var", f"AWS_ROLE_ARN={ROLE_ARN}", "--var", f"AWS_REAPER_ROLE_ARN={REAPER_ROLE_ARN}"]
     cmd += ["--var", f"MLFLOW_TRACKING_URI={mlflow_uri}", "--var", f"AWS_SWEEP_ROLE_ARN={SWEEP_ROLE_ARN}"]
+    cmd += ["--var", f"AWS_PREDICT_ROLE_ARN={PREDICT_ROLE_ARN}"]
     # GITHUB_TOKEN: the workflow's own token (the stop job dispatches the next attempt with it). The runner
     # credential is no repository secret: it is in SSM, where bootstrap stores it.
     cmd += ["--secret", f"GITHUB_TOKEN={github_token}"]

@@ -28,7 +28,9 @@ from workflow_files import (
 )
 from workflow_rules import cache_problems
 
-CALLER_GUARD = "Refuse callers other than train.yml on a train branch or sweep.yml on a sweep branch"
+CALLER_GUARD = (
+    "Refuse callers other than train.yml, sweep.yml on their branches or predict.yml on the default branch"
+)
 
 
 def test_train_triggers_and_concurrency(project: Path) -> None:
@@ -99,8 +101,9 @@ def test_start_and_stop_run_the_default_branch_code(project: Path, tmp_path: Pat
 def test_only_train_yml_on_a_train_branch_and_sweep_yml_on_a_sweep_branch_may_start_or_stop(
     project: Path, tmp_path: Path
 ) -> None:
-    """The caller check of gpu-runner-start.yml and gpu-runner-stop.yml, run as GitHub runs it: exactly two
-    (workflow, branch) pairs pass, for push or workflow_dispatch. Every other row is an attack a branch pusher or
+    """The caller check of gpu-runner-start.yml and gpu-runner-stop.yml, run as GitHub runs it: exactly three
+    (workflow, branch) pairs pass: train.yml and sweep.yml under their prefixes on a push or a workflow_dispatch,
+    predict.yml on exactly the default branch on a workflow_dispatch or a schedule. Every other row is an attack a branch pusher or
     a pull request could try: the other workflow on the other prefix, a third workflow on either prefix, a
     pull request (also one whose head branch is under a prefix), a branch outside both, a workflow file read at
     another ref than the prefix's. Each refusal is one ::error line naming both allowed pairs."""
@@ -108,6 +111,7 @@ def test_only_train_yml_on_a_train_branch_and_sweep_yml_on_a_sweep_branch_may_st
     train, sweep = branch_prefix(project, "train"), branch_prefix(project, "sweep")
     base = "o/r/.github/workflows/"
     on_train, on_sweep = f"refs/heads/{train}x", f"refs/heads/{sweep}x"
+    on_default = f"refs/heads/{answers_of(project)['default_branch']}"
     rows = [
         ("push", on_train, f"train.yml@{on_train}", "train"),
         ("workflow_dispatch", on_train, f"train.yml@{on_train}", "train"),
@@ -142,6 +146,22 @@ def test_only_train_yml_on_a_train_branch_and_sweep_yml_on_a_sweep_branch_may_st
         ("push", on_train, f"train.yml@{on_sweep}", None),
         # Another repository's file of the same name.
         ("push", on_sweep, f"sweep.yml@{on_sweep}", "evil"),
+        # predict.yml: the default branch's copy, dispatched or scheduled.
+        ("workflow_dispatch", on_default, f"predict.yml@{on_default}", "predict"),
+        ("schedule", on_default, f"predict.yml@{on_default}", "predict"),
+        # A pusher's own predict.yml on a branch, or the default branch's run reading another ref's file.
+        ("workflow_dispatch", on_train, f"predict.yml@{on_train}", None),
+        ("workflow_dispatch", "refs/heads/feature", "predict.yml@refs/heads/feature", None),
+        ("workflow_dispatch", on_default, "predict.yml@refs/heads/feature", None),
+        ("workflow_dispatch", f"{on_default}-x", f"predict.yml@{on_default}-x", None),  # exact, no prefix
+        ("workflow_dispatch", on_default, f"predict.yml@{on_default}", "evil"),
+        # Events outside each caller's triggers: no schedule for train or sweep, no push or PR for predict.
+        ("schedule", on_train, f"train.yml@{on_train}", None),
+        ("schedule", on_sweep, f"sweep.yml@{on_sweep}", None),
+        ("push", on_default, f"predict.yml@{on_default}", None),
+        ("pull_request", on_default, f"predict.yml@{on_default}", None),
+        ("pull_request_target", on_default, f"predict.yml@{on_default}", None),
+        ("workflow_dispatch", on_default, f"train.yml@{on_default}", None),
     ]
     for name in ("start", "stop"):
         _, job = called_job(project, jobs[name], name)
@@ -182,8 +202,9 @@ def test_only_train_yml_on_a_train_branch_and_sweep_yml_on_a_sweep_branch_may_st
     )  # fmt: skip
     assert proc.returncode == 1
     assert proc.stdout.splitlines() == [
-        f"::error::gpu-runner-start: only train.yml on a refs/heads/{train}* branch or sweep.yml on a "
-        f"refs/heads/{sweep}* branch may start a GPU runner (got {base}sweep.yml@{on_train} on {on_train})"
+        f"::error::gpu-runner-start: only train.yml on a refs/heads/{train}* branch, sweep.yml on a "
+        f"refs/heads/{sweep}* branch or predict.yml on {on_default} may start a GPU runner "
+        f"(got {base}sweep.yml@{on_train} on {on_train})"
     ]
     # An empty prefix (settings not read) refuses everything, also the right pair.
     code, _ = run_bash(guard["run"], {**env, "SWEEP_BRANCH_PREFIX": ""}, tmp_path / "empty-prefix")
