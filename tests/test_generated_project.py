@@ -61,6 +61,7 @@ BAKE_INDEPENDENT = (
 # 21 min 32 s on this machine's 2 cores (issue 13's tree), over the 20-minute budget.
 TRAINING_MODULES = (
     "test_train.py", "test_pipeline.py", "test_callbacks.py", "test_runtime_and_model.py", "test_export.py",
+    "test_pruning.py", "test_serving.py",
 )  # fmt: skip
 # The generated Makefile's test targets each bake runs; together they cover every test but e2e.
 TIERS = {"defaults": ("test", "test-slow"), "custom": ("test-all",)}
