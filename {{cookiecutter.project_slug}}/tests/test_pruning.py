@@ -17,6 +17,7 @@ from {{ cookiecutter.package_name }}.data import load_splits
 from {{ cookiecutter.package_name }}.errors import DataError
 from {{ cookiecutter.package_name }}.export import SavedModelPredictor, TFLitePredictor
 from {{ cookiecutter.package_name }}.model import build_model
+from {{ cookiecutter.package_name }}.runtime import plan_runtime
 from {{ cookiecutter.package_name }}.train import TrainHooks, train
 
 # Short enough for the slow tier, long enough to reach the target: 6 epochs, the schedule over the first 4.
@@ -77,6 +78,14 @@ def test_the_schedule_must_end_within_the_training_but_only_when_on() -> None:
     ):
         config_from_dict({"training": {"epochs": 5}, "pruning": {"enabled": True}})
     assert config_from_dict({"training": {"epochs": 5}}).pruning.end_epoch == 10
+
+
+def test_pruning_plans_the_runtime_without_mixed_precision() -> None:
+    pruned = config_from_dict({"training": {"epochs": 10}, "pruning": {"enabled": True}})
+    assert pruned.training.mixed_precision is True  # the default, for a GPU
+    assert pruning.runtime_training(pruned).mixed_precision is False
+    assert plan_runtime(1, pruning.runtime_training(pruned)).mixed_precision is False
+    assert plan_runtime(1, pruning.runtime_training(config_from_dict({}))).mixed_precision is True
 
 
 def test_the_end_step_lands_on_a_mask_update() -> None:

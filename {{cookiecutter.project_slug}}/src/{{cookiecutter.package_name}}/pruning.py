@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_model_optimization as tfmot
 
-from .config import PruningConfig
+from .config import Config, PruningConfig, TrainingConfig
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,17 @@ def schedule(cfg: PruningConfig, per_epoch: int) -> Schedule:
     span = (cfg.end_epoch - cfg.begin_epoch) * per_epoch
     frequency = min(cfg.frequency_steps, span)
     return Schedule(begin, begin + span // frequency * frequency, frequency)
+
+
+def runtime_training(cfg: Config) -> TrainingConfig:
+    """The training settings the runtime is planned from: without mixed precision when pruning. tfmot 0.7.5's
+    wrapper does not cast for a layer that keeps float32 under the mixed_float16 policy (model.py's output
+    layer): "Input 'y' of 'Mul' Op has type float16 that does not match type float32" in the first batch
+    (measured on CPU with the policy set, 2026-12-03). XLA with pruning trains (same measurement)."""
+    if not (cfg.pruning.enabled and cfg.training.mixed_precision):
+        return cfg.training
+    print("NOTE: pruning.enabled: mixed precision stays off (tfmot's wrappers fail under mixed_float16)")
+    return cfg.training.model_copy(update={"mixed_precision": False})
 
 
 def wrap(model: tf.keras.Model, cfg: PruningConfig, per_epoch: int) -> tf.keras.Model:

@@ -329,7 +329,7 @@ def _champion(
 def train(cfg: Config, config_path: Path | None = None, hooks: TrainHooks | None = None) -> TrainResult:
     """Run the whole job; returns where the MLflow run is and its headline metrics."""
     hooks = hooks or TrainHooks()
-    plan, strategy = runtime.configure(cfg.training)
+    plan, strategy = runtime.configure(pruning.runtime_training(cfg))
     splits = data.load_splits(cfg.data, cfg.training.seed)
 
     uri = tracking.tracking_uri()
