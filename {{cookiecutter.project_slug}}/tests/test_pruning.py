@@ -38,6 +38,8 @@ def _config(tmp: Path, name: str, prune: bool = True, **export: object) -> dict:
 @pytest.fixture
 def local_mlflow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    # The local store puts artifacts under ./mlruns of the working directory: there, not in the project.
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "summary.md"))
     return uri
@@ -140,6 +142,7 @@ def pruned_run(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("pruned")
     cfg = config_from_dict(_config(tmp, "pruned"))
     with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp)  # the local store's ./mlruns (local_mlflow)
         patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp / 'mlflow.db'}")
         patch.setenv("GITHUB_STEP_SUMMARY", str(tmp / "summary.md"))
         result = train(cfg)
