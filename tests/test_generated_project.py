@@ -62,6 +62,7 @@ BAKE_INDEPENDENT = (
 TRAINING_MODULES = (
     "test_train.py", "test_pipeline.py", "test_callbacks.py", "test_runtime_and_model.py", "test_export.py",
     "test_predict.py", "test_predict_s3.py", "test_predict_registry.py",
+    "test_pruning.py", "test_serving.py",
 )  # fmt: skip
 # The generated Makefile's test targets each bake runs; together they cover every test but e2e.
 TIERS = {"defaults": ("test", "test-slow"), "custom": ("test-all",)}

@@ -66,6 +66,13 @@ COMMAND_OUTPUTS: dict[str, set[str]] = {
     },
     "python sweep trial": {training_contract.MLFLOW_RUN_ID_OUTPUT},
     "python sweep collect": {training_contract.SWEEP_NEXT_WAVE_OUTPUT},
+    # predict.yml's command: `--check` writes the pinned model, its export and the count; a batch the run id.
+    "python predict": {
+        training_contract.PREDICT_MODEL_OUTPUT,
+        training_contract.PREDICT_EXPORT_OUTPUT,
+        training_contract.PREDICT_IMAGES_OUTPUT,
+        training_contract.MLFLOW_RUN_ID_OUTPUT,
+    },
 }
 GPU_RUNNER_COMMAND = re.compile(r"\bgpu-runner\s+--settings\s+\S+\s+([\w-]+)")
 PYTHON_COMMAND = re.compile(r"\bpython\s+-m\s+[\w.]+\s+((?:sweep\s+)?[\w-]+)")

@@ -117,3 +117,31 @@ class S3Checkpoints:
         self.client.put_object(
             Bucket=self.bucket, Key=self.prefix + STATE, Body=json.dumps({**state, "complete": True}).encode()
         )
+
+
+# Beside BackupAndRestore's own folder (`chief/`, which Keras 2.15 deletes when fit() ends: worker_training_state
+# .delete_backup), mirrored to S3 with it: what kind of model the backup in `chief/` belongs to.
+BACKUP_KIND = "backup_kind.json"
+
+
+def check_backup_kind(local_dir: Path, pruned: bool) -> None:
+    """Refuse to resume a leftover local backup of the other kind of model, then record this training's kind.
+
+    A pruned model's layers are wrappers (kernel, mask, threshold, pruning step): restoring an unpruned backup
+    into it (or the reverse) matches none of its weights, yet Keras still restores the epoch counter and goes on
+    from there with fresh weights, silently (measured with Keras 2.15). The S3 prefix already differs (the config
+    hash holds `pruning`); a local `training.checkpoint_dir` reused with another `pruning.enabled` does not."""
+    marker = local_dir / BACKUP_KIND
+    chief = local_dir / "chief"
+    if chief.is_dir() and any(chief.iterdir()):
+        # A backup written before this marker existed was of an unpruned model: pruning is newer.
+        was = bool(json.loads(marker.read_text("utf-8")).get("pruned")) if marker.exists() else False
+        if was != pruned:
+            raise DataError(
+                f"training.checkpoint_dir '{local_dir}' holds the backup of an unfinished training with "
+                f"pruning.enabled: {str(was).lower()}, and this config has pruning.enabled: {str(pruned).lower()}; "
+                "a model cannot resume from the other kind's backup. Set pruning.enabled back to finish that "
+                f"training, or delete {chief} (or pick another training.checkpoint_dir) to start afresh"
+            )
+    local_dir.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps({"pruned": pruned}), encoding="utf-8")

@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 PositiveInt = Annotated[int, Field(gt=0)]
 
@@ -152,6 +160,50 @@ class ExportConfig(_Strict):
     latency_runs: PositiveInt = 50
 
 
+class PruningConfig(_Strict):
+    """Magnitude pruning while training (pruning.py): the smallest kernel weights of every Conv2D and Dense layer
+    are set to zero along a polynomial schedule from `initial_sparsity` at `begin_epoch` to `final_sparsity` at
+    `end_epoch`; the exports are made from the stripped (unwrapped) model, so the zeros are what they hold."""
+
+    enabled: bool = False
+    initial_sparsity: float = 0.0
+    # validate_default: a default is checked against the fields a user set above it (begin_epoch: 12 alone fails).
+    final_sparsity: float = Field(0.5, validate_default=True)
+    begin_epoch: int = Field(0, ge=0)
+    end_epoch: PositiveInt = Field(10, validate_default=True)
+    # Training steps between two mask updates (tfmot's PolynomialDecay `frequency`, whose default is 100: more than
+    # a whole epoch of the digits at batch size 64, 20 steps).
+    frequency_steps: PositiveInt = 10
+
+    @field_validator("initial_sparsity")
+    @classmethod
+    def _initial_in_unit_interval(cls, value: float) -> float:
+        if not 0 <= value < 1:
+            raise ValueError("must be in [0, 1): the sparsity the schedule starts from, usually 0.0")
+        return value
+
+    # Field validators (not one model validator), so the error names the field; each sees the fields above it.
+    @field_validator("final_sparsity")
+    @classmethod
+    def _final_in_open_unit_interval(cls, value: float, info: ValidationInfo) -> float:
+        if not 0 < value < 1:
+            raise ValueError("must be in (0, 1): the fraction of kernel weights set to zero, e.g. 0.5")
+        initial = info.data.get("initial_sparsity")
+        if initial is not None and value <= initial:
+            raise ValueError(
+                f"must be above pruning.initial_sparsity ({initial}): the schedule only ever removes weights"
+            )
+        return value
+
+    @field_validator("end_epoch")
+    @classmethod
+    def _end_after_begin(cls, value: int, info: ValidationInfo) -> int:
+        begin = info.data.get("begin_epoch")
+        if begin is not None and value <= begin:
+            raise ValueError(f"must be above pruning.begin_epoch ({begin}): the epoch the schedule ends at")
+        return value
+
+
 class TrackingConfig(_Strict):
     experiment_name: str = Field(DEFAULT_EXPERIMENT, min_length=1)
     run_name: str | None = None
@@ -203,8 +255,21 @@ class Config(_Strict):
     model: ModelConfig = ModelConfig()
     training: TrainingConfig = TrainingConfig()
     export: ExportConfig = ExportConfig()
+    pruning: PruningConfig = PruningConfig()
     tracking: TrackingConfig = TrackingConfig()
     registry: RegistryConfig = RegistryConfig()
+
+    @field_validator("pruning")
+    @classmethod
+    def _pruning_ends_before_training(cls, value: PruningConfig, info: ValidationInfo) -> PruningConfig:
+        # Only when on: the defaults (end_epoch 10) must not fail a short training that does not prune.
+        training = info.data.get("training")
+        if value.enabled and training is not None and value.end_epoch > training.epochs:
+            raise ValueError(
+                f"pruning.end_epoch ({value.end_epoch}) must not exceed training.epochs ({training.epochs}): "
+                "lower pruning.end_epoch or train longer, or the model never reaches pruning.final_sparsity"
+            )
+        return value
 
     def trajectory(self) -> dict[str, Any]:
         """What decides the training's path (data, model, training), without where files go or how it is
@@ -221,6 +286,9 @@ class Config(_Strict):
             "data": {k: v for k, v in dumped["data"].items() if k != "cache_dir"},
             "model": dumped["model"],
             "training": {k: v for k, v in dumped["training"].items() if k not in local},
+            # A pruned model's checkpoint holds wrapper layers (masks, thresholds, the pruning step) an unpruned
+            # model cannot restore, and the other way round: each keeps its own S3 prefix.
+            "pruning": dumped["pruning"],
         }
 
     def flat_params(self) -> dict[str, str]:

@@ -22,6 +22,7 @@ from . import (
     export,
     gpu_preflight,
     interruption,
+    pruning,
     registry,
     runtime,
     tracking,
@@ -69,6 +70,7 @@ def _callbacks(
     watcher: interruption.InterruptionWatcher | None,
     extra: Sequence[tf.keras.callbacks.Callback] = (),
 ) -> list[tf.keras.callbacks.Callback]:
+    prune = cfg.pruning.enabled
     backup = tf.keras.callbacks.BackupAndRestore(
         backup_dir=str(cfg.training.checkpoint_dir), save_freq=cfg.training.checkpoint_every
     )
@@ -86,6 +88,8 @@ def _callbacks(
     return [
         # Resumes an interrupted fit() from the last backup; deleted locally once training completes.
         backup,
+        # After the restore: the wrappers' pruning step then continues from the backup's value.
+        *(pruning.callbacks() if prune else []),
         # Before the S3 push: an epoch is in MLflow before its checkpoint is, so a resume never skips logging
         # one (at worst an epoch is logged twice, the re-run's value last).
         MlflowEpochLogger(),
@@ -94,7 +98,12 @@ def _callbacks(
         # A caller's (a sweep trial's pruner reporter and time budget): after the epoch is logged and backed up.
         *extra,
         tf.keras.callbacks.EarlyStopping(
-            monitor="val_loss", patience=cfg.training.early_stopping_patience, restore_best_weights=True
+            monitor="val_loss",
+            patience=cfg.training.early_stopping_patience,
+            restore_best_weights=True,
+            # While the schedule prunes, val_loss gets worse by design: neither stop then nor restore the
+            # weights of an epoch that was not yet at final_sparsity.
+            start_from_epoch=cfg.pruning.end_epoch if prune else 0,
         ),
     ]
 
@@ -156,6 +165,10 @@ def _fit(
     val_ds = make_dataset(splits.x_val, splits.y_val, t.batch_size, training=False, seed=t.seed)
     with strategy.scope():
         model = build_model(splits.input_shape, splits.num_classes, cfg.model)
+        if cfg.pruning.enabled:
+            model = pruning.wrap(
+                model, cfg.pruning, pruning.steps_per_epoch(len(splits.y_train), t.batch_size)
+            )
         model.compile(
             optimizer=tf.keras.optimizers.Adam(t.learning_rate),
             loss="sparse_categorical_crossentropy",
@@ -169,6 +182,9 @@ def _fit(
         callbacks=_callbacks(cfg, s3_sync, watcher, extra),
         verbose=1,
     )
+    if cfg.pruning.enabled:
+        # Everything after training (evaluation, exports, the logged model) sees plain layers with the zeros.
+        model = pruning.strip(model)
     return model, history.history
 
 
@@ -224,6 +240,9 @@ def _export_and_log(
             continue
         mlflow.log_artifact(str(path), "exports")
     metrics = {key: value for figures in measured for key, value in figures.metrics().items()}
+    if cfg.pruning.enabled:
+        # Measured on the SavedModel as written, the file every other export is converted from.
+        metrics["export.sparsity"] = pruning.saved_model_sparsity(saved_model)
     mlflow.log_metrics({**metrics, **rejected})
     model_id = None
     if cfg.tracking.log_model:
@@ -279,6 +298,9 @@ def _log_inputs(
             "data.input_shape": "x".join(map(str, splits.input_shape)),
         }
     )
+    if cfg.pruning.enabled:
+        per_epoch = pruning.steps_per_epoch(len(splits.y_train), cfg.training.batch_size)
+        mlflow.log_params(pruning.schedule(cfg.pruning, per_epoch).params())
 
 
 def _attempt_tags(plan: runtime.RuntimePlan) -> dict[str, str]:
@@ -307,7 +329,7 @@ def _champion(
 def train(cfg: Config, config_path: Path | None = None, hooks: TrainHooks | None = None) -> TrainResult:
     """Run the whole job; returns where the MLflow run is and its headline metrics."""
     hooks = hooks or TrainHooks()
-    plan, strategy = runtime.configure(cfg.training)
+    plan, strategy = runtime.configure(pruning.runtime_training(cfg))
     splits = data.load_splits(cfg.data, cfg.training.seed)
 
     uri = tracking.tracking_uri()
@@ -321,6 +343,8 @@ def train(cfg: Config, config_path: Path | None = None, hooks: TrainHooks | None
     out.mkdir(parents=True, exist_ok=True)
     store = _checkpoint_store(cfg)
     restored = store.restore() if store else None
+    # Before any run opens: a refusal leaves no failed run behind.
+    checkpoints.check_backup_kind(cfg.training.checkpoint_dir, cfg.pruning.enabled)
     resume_id = (restored.run_id if restored and restored.run_id else None) or hooks.run_id
     if restored and store:
         print(f"resuming from {store.uri}: {restored.epochs_done} epoch(s) done, run {resume_id}")
