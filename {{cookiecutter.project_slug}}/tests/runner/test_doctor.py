@@ -91,7 +91,7 @@ def test_a_healthy_account_passes_every_check(world: World) -> None:
     checks = [o.check for o in outcomes]
     assert checks == [
         "AWS credentials", "stack", "OIDC provider", "train role trust", "reaper role trust", "sweep role trust",
-        "spot service-linked role", "vCPU quota L-DB2E81BA", "vCPU quota L-3819A6DF", "instance types offered",
+        "predict role trust", "predict launch role trust", "spot service-linked role", "vCPU quota L-DB2E81BA", "vCPU quota L-3819A6DF", "instance types offered",
         "AMI", "security group", "bucket", "instance profile", "runner credential",
         "repository variables and secrets", "MLflow",
     ]  # fmt: skip
@@ -312,6 +312,46 @@ def test_sweep_role_trust_too_broad_or_too_narrow(world: World, fault: str) -> N
     assert one(outcomes, "train role trust").ok and one(outcomes, "reaper role trust").ok
 
 
+PREDICT_TRUST_FAULTS = {
+    # (output, subjects, what the line says): each role of predict.yml trusting too much or too little.
+    "predict role: every workflow on the default branch": (
+        "PredictRoleArn", [f"repo:{OWNER}/{NAME}:ref:refs/heads/main:*"], "also trusts"),
+    "predict role: predict.yml on every branch": (
+        "PredictRoleArn",
+        [f"repo:{OWNER}/{NAME}:ref:refs/heads/*:job_workflow_ref:{SWEEP_WORKFLOWS}/predict.yml@refs/heads/*"],
+        "also trusts"),
+    "predict role: the launch workflows instead": (
+        "PredictRoleArn",
+        [f"repo:{OWNER}/{NAME}:ref:refs/heads/main:job_workflow_ref:{SWEEP_WORKFLOWS}/gpu-runner-start.yml@refs/heads/main"],
+        "does not trust"),
+    "predict launch role: any branch calling start/stop": (
+        "PredictLaunchRoleArn",
+        [f"repo:{OWNER}/{NAME}:ref:refs/heads/*:job_workflow_ref:{SWEEP_WORKFLOWS}/gpu-runner-{job}.yml@refs/heads/main"
+         for job in ("start", "stop")],
+        "also trusts"),
+    "predict launch role: start only": (
+        "PredictLaunchRoleArn",
+        [f"repo:{OWNER}/{NAME}:ref:refs/heads/main:job_workflow_ref:{SWEEP_WORKFLOWS}/gpu-runner-start.yml@refs/heads/main"],
+        "does not trust"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("fault", PREDICT_TRUST_FAULTS, ids=list(PREDICT_TRUST_FAULTS))
+def test_predict_role_trusts_too_broad_or_too_narrow(world: World, fault: str) -> None:
+    output, subjects, says = PREDICT_TRUST_FAULTS[fault]
+    stack_checks(world)
+    world.target.outputs[output] = _role_with_trust(world, subjects)
+    outcomes = run(world, [doctor_aws.check_role_trust])
+    check = {"PredictRoleArn": "predict role trust", "PredictLaunchRoleArn": "predict launch role trust"}[
+        output
+    ]
+    outcome = one(outcomes, check)
+    assert not outcome.ok and says in outcome.found and "make bootstrap" in outcome.fix, outcome
+    others = {"train role trust", "reaper role trust", "sweep role trust", "predict role trust",
+              "predict launch role trust"} - {check}  # fmt: skip
+    assert all(one(outcomes, name).ok for name in others)
+
+
 def test_reaper_role_trusting_the_train_branches_fails(world: World) -> None:
     stack_checks(world)
     world.target.outputs["ReaperRoleArn"] = _role_with_trust(world, [f"repo:{OWNER}/{NAME}:ref:refs/heads/*"])
@@ -336,6 +376,12 @@ def test_the_deployed_roles_trust_exactly_the_train_branches_and_main(world: Wor
     sweep = one(outcomes, "sweep role trust")
     assert sweep.ok and "branches sweep/* (their sweep.yml)" in sweep.found, sweep
     assert "branches train/* and sweep/*" in one(outcomes, "train role trust").found
+    assert "branch main (predict.yml)" in one(outcomes, "predict role trust").found
+    predict_launch = one(outcomes, "predict launch role trust")
+    assert (
+        predict_launch.ok
+        and "branch main (through its own gpu-runner-start/stop.yml)" in predict_launch.found
+    )
 
 
 def test_spot_role_missing(world: World) -> None:
@@ -549,14 +595,24 @@ def test_the_checked_names_are_the_setup_docs_and_the_workflows() -> None:
     # only while it does not exist may no workflow read that variable.
     if not (PROJECT_DIR / ".github" / "workflows" / "sweep.yml").exists():
         del expected["AWS_SWEEP_ROLE_ARN"]
+    # The same for predict.yml (issue 16; the predict role, and through gpu-runner-start/stop.yml the predict
+    # launch role): written after the roles.
+    if not (PROJECT_DIR / ".github" / "workflows" / "predict.yml").exists():
+        del expected["AWS_PREDICT_ROLE_ARN"]
+        del expected["AWS_PREDICT_LAUNCH_ROLE_ARN"]
     assert workflow_uses() == expected
     # The parser is not vacuous: it sees every row.
-    assert len(setup_table()) == 7  # the runner credential is no GitHub setting any more (issue 13 item 2)
+    assert len(setup_table()) == 9  # the runner credential is no GitHub setting any more (issue 13 item 2)
 
 
 SETTINGS_FAULTS = {
     "train role variable missing": (lambda d: d.variables[DEFAULT_REPOSITORY].pop("AWS_ROLE_ARN"), "gh variable set AWS_ROLE_ARN"),
     "sweep role variable missing": (lambda d: d.variables[DEFAULT_REPOSITORY].pop("AWS_SWEEP_ROLE_ARN"), "gh variable set AWS_SWEEP_ROLE_ARN"),
+    "predict role variable missing": (lambda d: d.variables[DEFAULT_REPOSITORY].pop("AWS_PREDICT_ROLE_ARN"), "gh variable set AWS_PREDICT_ROLE_ARN"),
+    "predict launch role of another stack": (
+        lambda d: d.set_variable("AWS_PREDICT_LAUNCH_ROLE_ARN", "arn:aws:iam::123456789012:role/other"),
+        "the stack's PredictLaunchRoleArn is",
+    ),
     "role variable of another stack": (
         lambda d: d.set_variable("AWS_REAPER_ROLE_ARN", "arn:aws:iam::123456789012:role/other"),
         "the stack's ReaperRoleArn is",
@@ -735,6 +791,8 @@ def world(
     github_double.set_variable("AWS_ROLE_ARN", outputs["TrainRoleArn"])
     github_double.set_variable("AWS_REAPER_ROLE_ARN", outputs["ReaperRoleArn"])
     github_double.set_variable("AWS_SWEEP_ROLE_ARN", outputs["SweepRoleArn"])
+    github_double.set_variable("AWS_PREDICT_ROLE_ARN", outputs["PredictRoleArn"])
+    github_double.set_variable("AWS_PREDICT_LAUNCH_ROLE_ARN", outputs["PredictLaunchRoleArn"])
     settings = settings_from_mapping(doctor_stack["raw"])
     target = Target(
         settings=settings,

@@ -57,7 +57,7 @@ HIJACKERS: dict[str, dict[str, str | None]] = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("event", ["push", "workflow_dispatch"])
+@pytest.mark.parametrize("event", ["push", "workflow_dispatch", "schedule"])
 def test_this_runs_train_job_is_accepted(hook: Path, event: str) -> None:
     done, refusal = run_hook(hook, {**TRAIN_JOB, "GITHUB_EVENT_NAME": event})
     assert done.returncode == 0, done.stdout + done.stderr
@@ -119,9 +119,43 @@ def test_launch_refuses_a_hook_that_could_not_tell_jobs_apart(field: str, value:
 
 
 def test_the_hook_checks_the_job_train_yml_names() -> None:
-    # The job key the hook expects is the one train.yml runs on the GPU runner.
+    # The job key the hook expects is the one train.yml (and predict.yml, issue 16) runs on the GPU runner.
     assert naming.TRAIN_JOB == "train"
-    assert naming.TRAIN_EVENTS == ("push", "workflow_dispatch")
+    assert naming.TRAIN_EVENTS == ("push", "workflow_dispatch", "schedule")
+
+
+# predict.yml's GPU job (issue 16): a dispatch of, or the schedule of, the default branch's predict.yml. The start
+# job launched it with its own GITHUB_WORKFLOW_REF (a called workflow sees its caller's: predict.yml@main), so the
+# hook takes exactly that run's job `train`, and nothing that differs from it.
+PREDICT_REF = f"{REPOSITORY}/.github/workflows/predict.yml@refs/heads/main"
+PREDICT_JOB = {
+    **TRAIN_JOB,
+    "GITHUB_RUN_ID": "5151",
+    "GITHUB_RUN_ATTEMPT": "1",
+    "GITHUB_WORKFLOW_REF": PREDICT_REF,
+}
+PREDICT_HIJACKERS: dict[str, dict[str, str]] = {
+    "the-predict-job-of-the-cpu-device": {"GITHUB_JOB": "predict"},
+    "the-resolve-job": {"GITHUB_JOB": "resolve"},
+    "predict-yml-of-another-branch": {"GITHUB_WORKFLOW_REF": f"{REPOSITORY}/.github/workflows/predict.yml@refs/heads/x"},
+    "train-yml-on-main": {"GITHUB_WORKFLOW_REF": f"{REPOSITORY}/.github/workflows/train.yml@refs/heads/main"},
+    "a-pull-request": {"GITHUB_EVENT_NAME": "pull_request"},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("event", ["workflow_dispatch", "schedule"])
+def test_predict_yml_gpu_job_is_accepted_and_nothing_else(tmp_path: Path, event: str) -> None:
+    ctx = RunContext(REPOSITORY, "5151", "1", "main", "b" * 40, workflow_ref=PREDICT_REF, event_name=event)
+    (tmp_path / "hooks").mkdir()
+    (tmp_path / "refusals").mkdir()
+    hook = tmp_path / "hooks" / "job-started.sh"
+    hook.write_text(render_job_started_hook(ctx), encoding="utf-8")
+    done, refusal = run_hook(hook, {**PREDICT_JOB, "GITHUB_EVENT_NAME": event})
+    assert done.returncode == 0 and refusal is None, done.stdout + done.stderr
+    assert f"accepted job 'train' of run 5151 (attempt 1), {PREDICT_REF}, event {event}" in done.stdout
+    for why, change in PREDICT_HIJACKERS.items():
+        done, refusal = run_hook(hook, {**PREDICT_JOB, "GITHUB_EVENT_NAME": event, **change})
+        assert done.returncode != 0 and refusal is not None, why
 
 
 @pytest.fixture(scope="module")

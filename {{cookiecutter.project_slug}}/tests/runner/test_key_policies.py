@@ -32,9 +32,13 @@ def test_only_the_launch_and_reaper_roles_can_read_the_github_credential(stack: 
     read = Request("ssm:GetParameter", f"arn:aws:ssm:{REGION}:123456789012:parameter{name}")
     assert allowed(role_policies(stack, "TrainRoleArn"), read)
     assert allowed(role_policies(stack, "ReaperRoleArn"), read)
+    # The default branch's launch role (predict.yml's gpu start and stop jobs) is a launch role too.
+    assert allowed(role_policies(stack, "PredictLaunchRoleArn"), read)
     assert not allowed(managed_policies(session, runner_role_name(stack)), read)
     # The sweep role (branch code of sweep.yml's plan and collect jobs) neither reads the parameter ...
     assert not allowed(role_policies(stack, "SweepRoleArn"), read)
+    # Nor does the predict role (predict.yml's resolve and cpu jobs).
+    assert not allowed(role_policies(stack, "PredictRoleArn"), read)
     # The value is a SecureString under the stack's key, not the AWS-managed aws/ssm key.
     ssm = session.client("ssm")
     (meta,) = ssm.describe_parameters(ParameterFilters=[{"Key": "Name", "Values": [name]}])["Parameters"]
@@ -52,7 +56,7 @@ def test_only_the_launch_and_reaper_roles_can_read_the_github_credential(stack: 
     ]  # fmt: skip
     (statement,) = decrypters
     assert sorted(json_list(statement["Principal"]["AWS"])) == sorted(
-        [outputs["TrainRoleArn"], outputs["ReaperRoleArn"]]
+        [outputs["TrainRoleArn"], outputs["PredictLaunchRoleArn"], outputs["ReaperRoleArn"]]
     )
     assert statement["Condition"] == {"StringEquals": {"kms:ViaService": f"ssm.{REGION}.amazonaws.com"}}
     for s in policy["Statement"]:
@@ -66,6 +70,7 @@ def test_only_the_launch_and_reaper_roles_can_read_the_github_credential(stack: 
         {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
     ]
     assert not key_policy_allows(policy, outputs["SweepRoleArn"], everything, decrypt)
+    assert not key_policy_allows(policy, outputs["PredictRoleArn"], everything, decrypt)
     assert key_policy_allows(policy, outputs["TrainRoleArn"], [], decrypt)  # the evaluator is not vacuous
 
 
@@ -83,6 +88,7 @@ def test_jit_config_key_only_the_runner_role_decrypts_and_only_through_ssm(stack
     key_policy = raw if isinstance(raw, dict) else json.loads(raw)
     runner = session.client("iam").get_role(RoleName=runner_role_name(stack))["Role"]["Arn"]
     train = stack["outputs"]["TrainRoleArn"]
+    predict_launch = stack["outputs"]["PredictLaunchRoleArn"]
     reaper_role = stack["outputs"]["ReaperRoleArn"]
     ours = parameter_name(
         settings.ssm_prefix, RunContext(DEFAULT_REPOSITORY, "7001", "1", "train/x", "a" * 40)
@@ -104,8 +110,15 @@ def test_jit_config_key_only_the_runner_role_decrypts_and_only_through_ssm(stack
     assert may(train, "kms:Encrypt") and may(train, "kms:GenerateDataKey")  # standard and advanced tier
     assert not may(train, "kms:Decrypt"), "the launch role writes configs, it never reads one back"
     assert not may(train, "kms:GenerateDataKey", via="")
+    # The default branch's launch role (predict.yml's gpu device) writes configs the same way, and only that.
+    assert may(predict_launch, "kms:GenerateDataKey") and not may(predict_launch, "kms:Decrypt")
+    assert not may(predict_launch, "kms:Encrypt", via="")
     # Another principal of the account, even one whose IAM policies allow kms:* everywhere.
-    for principal in (reaper_role, "arn:aws:iam::123456789012:role/admin"):
+    for principal in (
+        reaper_role,
+        stack["outputs"]["PredictRoleArn"],
+        "arn:aws:iam::123456789012:role/admin",
+    ):
         assert not may(principal, "kms:Decrypt", iam=everything)
         assert not may(principal, "kms:Encrypt", iam=everything)
     # The account may still administer the key (never locked out), not use it.

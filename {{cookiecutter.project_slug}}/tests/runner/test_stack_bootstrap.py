@@ -45,6 +45,12 @@ def test_bootstrap_deploys_and_prints_the_github_settings(stack: dict[str, Any])
     assert f"gh variable set AWS_ROLE_ARN --repo {repo} --body {outputs['TrainRoleArn']}" in printed
     assert f"gh variable set AWS_REAPER_ROLE_ARN --repo {repo} --body {outputs['ReaperRoleArn']}" in printed
     assert f"gh variable set AWS_SWEEP_ROLE_ARN --repo {repo} --body {outputs['SweepRoleArn']}" in printed
+    # Issue 16: predict.yml's own jobs, and its gpu device's start and stop jobs.
+    assert f"gh variable set AWS_PREDICT_ROLE_ARN --repo {repo} --body {outputs['PredictRoleArn']}" in printed
+    assert (
+        f"gh variable set AWS_PREDICT_LAUNCH_ROLE_ARN --repo {repo} --body {outputs['PredictLaunchRoleArn']}"
+        in printed
+    )
     # The stack was given both prefixes of the settings (their one source; no default in the template).
     parameters = {
         p["ParameterKey"]: p["ParameterValue"]

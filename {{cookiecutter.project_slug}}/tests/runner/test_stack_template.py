@@ -67,6 +67,8 @@ def test_every_policy_passes_parliament(stack: dict[str, Any]) -> None:
         "train": role_policies(stack, "TrainRoleArn"),
         "reaper": role_policies(stack, "ReaperRoleArn"),
         "sweep": role_policies(stack, "SweepRoleArn"),
+        "predict": role_policies(stack, "PredictRoleArn"),
+        "predict launch": role_policies(stack, "PredictLaunchRoleArn"),
         "runner": managed_policies(stack["session"], runner_role_name(stack)),
     }
     assert all(len(docs) == 1 for docs in documents.values()), documents

@@ -19,7 +19,13 @@ from doubles.stack_deploy import TEMPLATE
 from gpu_runner import cli, trust_size
 from gpu_runner.aws import Aws
 
-ROLES = {"TrainRole": "TrainRoleArn", "ReaperRole": "ReaperRoleArn", "SweepRole": "SweepRoleArn"}
+ROLES = {
+    "TrainRole": "TrainRoleArn",
+    "ReaperRole": "ReaperRoleArn",
+    "SweepRole": "SweepRoleArn",
+    "PredictRole": "PredictRoleArn",
+    "PredictLaunchRole": "PredictLaunchRoleArn",
+}
 # GitHub's longest names: 39 characters for an account (GitHub Docs, "Username considerations for external
 # authentication"), 100 for a repository (the REST API's `name` limit).
 LONG_REPOSITORY = f"{'o' * 39}/{'r' * 100}"
@@ -40,6 +46,19 @@ def test_the_measured_lengths_are_the_deployed_policies(stack: dict[str, Any]) -
     # The train role's eight subjects (train and sweep branches, start and stop, both forms) are the longest.
     assert max(measured, key=measured.__getitem__) == "TrainRole"
     assert measured["TrainRole"] <= trust_size.DEFAULT_QUOTA
+
+
+def test_the_default_branch_launches_fit_beside_the_train_role() -> None:
+    """Issue 16: predict.yml's gpu start and stop jobs run on the default branch. Four more subjects (start, stop,
+    both forms) in the train role's trust would overflow the default quota even for short names; a role of their
+    own leaves the train role's trust as it was (1,554 characters here, measured 2026-12; 2,142 with the four
+    subjects added) and is shorter than it (942)."""
+    parameters = {"GitHubOwner": "octo-org", "GitHubRepository": "octo-repo", "GitHubOwnerId": "1" * 9,
+                  "GitHubRepositoryId": "2" * 10, "TrainBranchPrefix": "train/", "SweepBranchPrefix": "sweep/"}  # fmt: skip
+    lengths = trust_size.trust_lengths(TEMPLATE.read_text(encoding="utf-8"), parameters, REGION)
+    assert max(lengths, key=lengths.__getitem__) == "TrainRole", lengths
+    assert lengths["TrainRole"] <= trust_size.DEFAULT_QUOTA
+    assert set(lengths) == set(ROLES)
 
 
 @pytest.mark.parametrize(

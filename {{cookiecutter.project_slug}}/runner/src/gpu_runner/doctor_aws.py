@@ -36,6 +36,8 @@ STACK_OUTPUTS = (
     "TrainRoleArn",
     "ReaperRoleArn",
     "SweepRoleArn",
+    "PredictRoleArn",
+    "PredictLaunchRoleArn",
     "RunnerInstanceProfile",
     "RunnerSecurityGroupId",
     "BucketName",
@@ -261,6 +263,51 @@ def check_role_trust(target: Target, aws: Aws) -> Iterator[Outcome]:
                 _subjects(target.repository, f"{sweep}x", "sweep.yml", at_main),
             ],
             f"branches {sweep}* (their sweep.yml)",
+        ),
+        (
+            # Issue 16: predict.yml's own jobs (resolve, the cpu device's predict), default branch only.
+            "predict role trust",
+            "PredictRoleArn",
+            [own(main, "predict.yml")],
+            [
+                *foreign,
+                f"repo:{target.repository}:ref:refs/heads/{main}",
+                f"repo:{target.repository}:pull_request:job_workflow_ref:{target.repository}/.github/workflows/"
+                "predict.yml@refs/pull/1/merge",
+                # predict.yml of another branch, or the default branch's dispatched on another branch.
+                own(f"{prefix}x", "predict.yml"),
+                own(f"{sweep}x", "predict.yml"),
+                own(f"{main}-x", "predict.yml"),
+                _subjects(target.repository, f"{main}-x", "predict.yml", at_main),
+                # The default branch's other workflows, and the launch workflows on it (the predict launch role's).
+                own(main, "train.yml"),
+                own(main, "reap.yml"),
+                start(target.repository, main),
+            ],
+            f"branch {main} (predict.yml)",
+        ),
+        (
+            # The gpu device's start and stop jobs of predict.yml: the launch workflows on the default branch.
+            "predict launch role trust",
+            "PredictLaunchRoleArn",
+            [
+                _subjects(target.repository, main, f"gpu-runner-{job}.yml", at_main)
+                for job in ("start", "stop")
+            ],
+            [
+                *foreign,
+                f"repo:{target.repository}:ref:refs/heads/{main}",
+                f"repo:{target.repository}:pull_request:job_workflow_ref:{target.repository}/.github/workflows/"
+                f"gpu-runner-start.yml@refs/heads/{main}",
+                # The train and sweep branches' launches are the train role's; a branch's own copy nobody's.
+                *([] if main.startswith((prefix, sweep)) else [start(target.repository, f"{prefix}x")]),
+                *([] if main.startswith((prefix, sweep)) else [start(target.repository, f"{sweep}x")]),
+                start(target.repository, f"{main}-x"),
+                start(target.repository, main, f"refs/heads/{main}-x"),
+                own(main, "predict.yml"),
+                own(main, "train.yml"),
+            ],
+            f"branch {main} (through its own gpu-runner-start/stop.yml)",
         ),
     ]
     iam = aws.client("iam", target.settings.region)

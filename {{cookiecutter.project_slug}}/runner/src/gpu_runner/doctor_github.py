@@ -45,6 +45,8 @@ REPOSITORY_SETTINGS: dict[str, str] = {
     "AWS_ROLE_ARN": "variable",
     "AWS_REAPER_ROLE_ARN": "variable",
     "AWS_SWEEP_ROLE_ARN": "variable",
+    "AWS_PREDICT_ROLE_ARN": "variable",
+    "AWS_PREDICT_LAUNCH_ROLE_ARN": "variable",
     "MLFLOW_TRACKING_URI": "variable",
     "MLFLOW_TRACKING_USERNAME": "secret",
     "MLFLOW_TRACKING_PASSWORD": "secret",
@@ -55,6 +57,8 @@ ROLE_VARIABLES = {
     "AWS_ROLE_ARN": "TrainRoleArn",
     "AWS_REAPER_ROLE_ARN": "ReaperRoleArn",
     "AWS_SWEEP_ROLE_ARN": "SweepRoleArn",
+    "AWS_PREDICT_ROLE_ARN": "PredictRoleArn",
+    "AWS_PREDICT_LAUNCH_ROLE_ARN": "PredictLaunchRoleArn",
 }
 # GitHub's `per_page` maxima: 30 for "List repository variables", 100 for "List repository secrets".
 VARIABLES_PER_PAGE = 30

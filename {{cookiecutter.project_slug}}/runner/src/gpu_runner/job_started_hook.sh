@@ -22,7 +22,7 @@ readonly EXPECTED_RUN_ID=@@RUN_ID@@
 readonly EXPECTED_RUN_ATTEMPT=@@RUN_ATTEMPT@@
 readonly EXPECTED_JOB=@@JOB@@
 readonly EXPECTED_WORKFLOW_REF=@@WORKFLOW_REF@@
-# Space-separated event names (push workflow_dispatch).
+# Space-separated event names (push workflow_dispatch schedule: naming.TRAIN_EVENTS).
 readonly EXPECTED_EVENTS=@@EVENTS@@
 # Written on refusal; the boot script (root) halts the instance when it appears. The runner's user cannot run
 # `shutdown` itself, and needs no sudo rule for it this way. The boot script installs this file as

@@ -27,10 +27,15 @@ TAG_LABEL = "gpu-runner:label"
 # A sweep's trial on one of the run's parallel runners (issue 15): one workflow run starts several, so the slot
 # is part of the run key. Only set by a sweep; train.yml's single runner has none and keeps today's names.
 TAG_SLOT = "gpu-runner:slot"
-# The only job the runner accepts (train.yml's job key); the job-started hook checks GITHUB_JOB against it.
+# The only job the runner accepts (train.yml's job key, and predict.yml's GPU job's: issue 16); the job-started
+# hook checks GITHUB_JOB against it.
 TRAIN_JOB = "train"
-# Events that may start a training (train.yml's triggers); anything else reaching the runner is refused.
-TRAIN_EVENTS = ("push", "workflow_dispatch")
+# Events that may launch a GPU runner, whose train job the hook then accepts: train.yml's and sweep.yml's triggers
+# (push, workflow_dispatch) and predict.yml's (workflow_dispatch, schedule; a schedule runs only on the default
+# branch: GitHub docs, "Events that trigger workflows" > schedule). Anything else reaching the runner is refused.
+# The event is the last of the hook's checks: run id, attempt and the workflow file with its ref already pin the
+# one run that launched the instance, so adding schedule lets no other workflow's job in.
+TRAIN_EVENTS = ("push", "workflow_dispatch", "schedule")
 # 64 random bits in the label: the run id is public once the run is queued, the label must not be derivable
 # from it (issue 13, item 1). `secrets`, not `random`: the value has to be unpredictable, not just spread out.
 LABEL_NONCE_BYTES = 8

@@ -62,7 +62,7 @@ def render_job_started_hook(ctx: naming.RunContext) -> str:
     if ctx.event_name not in naming.TRAIN_EVENTS:
         raise SettingsError(
             f"GITHUB_EVENT_NAME is {ctx.event_name!r}: a GPU runner is launched only for "
-            f"{' or '.join(naming.TRAIN_EVENTS)} (train.yml's triggers)"
+            f"{', '.join(naming.TRAIN_EVENTS)} (the triggers of train.yml, sweep.yml and predict.yml)"
         )
     return _fill(_without_comments(template("job_started_hook.sh")), values, "job_started_hook.sh")
 
