@@ -57,6 +57,8 @@ REAPER_ROLE_ARN = "arn:aws:iam::123456789012:role/gpu-runner-reaper"
 SWEEP_ROLE_ARN = "arn:aws:iam::123456789012:role/gpu-runner-sweep"
 # predict.yml's resolve and CPU jobs assume the predict role (infra/gpu-runner.yaml, PredictRole).
 PREDICT_ROLE_ARN = "arn:aws:iam::123456789012:role/gpu-runner-predict"
+# predict.yml's start and stop (the default branch's gpu-runner-start/stop.yml) assume the predict launch role.
+PREDICT_LAUNCH_ROLE_ARN = "arn:aws:iam::123456789012:role/gpu-runner-predict-launch"
 AMI_PARAMETER = "/e2e/dlami/ami-id"  # moto cannot write /aws/service/*
 TF_VERSION = "2.15.1"
 ACT_TIMEOUT_SECONDS = 1200
@@ -410,6 +412,7 @@ def run_workflow(
     cmd += ["--var", f"AWS_ROLE_ARN={ROLE_ARN}", "--var", f"AWS_REAPER_ROLE_ARN={REAPER_ROLE_ARN}"]
     cmd += ["--var", f"MLFLOW_TRACKING_URI={mlflow_uri}", "--var", f"AWS_SWEEP_ROLE_ARN={SWEEP_ROLE_ARN}"]
     cmd += ["--var", f"AWS_PREDICT_ROLE_ARN={PREDICT_ROLE_ARN}"]
+    cmd += ["--var", f"AWS_PREDICT_LAUNCH_ROLE_ARN={PREDICT_LAUNCH_ROLE_ARN}"]
     # GITHUB_TOKEN: the workflow's own token (the stop job dispatches the next attempt with it). The runner
     # credential is no repository secret: it is in SSM, where bootstrap stores it.
     cmd += ["--secret", f"GITHUB_TOKEN={github_token}"]

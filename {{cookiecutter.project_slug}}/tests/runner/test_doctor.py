@@ -595,11 +595,6 @@ def test_the_checked_names_are_the_setup_docs_and_the_workflows() -> None:
     # only while it does not exist may no workflow read that variable.
     if not (PROJECT_DIR / ".github" / "workflows" / "sweep.yml").exists():
         del expected["AWS_SWEEP_ROLE_ARN"]
-    # The same for predict.yml (issue 16; the predict role, and through gpu-runner-start/stop.yml the predict
-    # launch role): written after the roles.
-    if not (PROJECT_DIR / ".github" / "workflows" / "predict.yml").exists():
-        del expected["AWS_PREDICT_ROLE_ARN"]
-        del expected["AWS_PREDICT_LAUNCH_ROLE_ARN"]
     assert workflow_uses() == expected
     # The parser is not vacuous: it sees every row.
     assert len(setup_table()) == 9  # the runner credential is no GitHub setting any more (issue 13 item 2)

@@ -28,6 +28,11 @@ from workflow_files import (
 )
 from workflow_rules import cache_problems
 
+# The caller check's verdict picks the launch role: predict.yml on the default branch has its own (infra/,
+# PredictLaunchRole), every other caller the train role.
+PREDICT_LAUNCH_ROLE_CHOICE = (
+    "steps.caller.outputs.caller == 'predict' && vars.AWS_PREDICT_LAUNCH_ROLE_ARN || vars.AWS_ROLE_ARN"
+)
 CALLER_GUARD = (
     "Refuse callers other than train.yml, sweep.yml on their branches or predict.yml on the default branch"
 )
@@ -494,7 +499,10 @@ def test_aws_jobs_use_oidc_and_no_cache(project: Path) -> None:
             # The reaper has its own role (infra/: default branch only, no launch rights), and so have sweep.yml's
             # plan and collect jobs (infra/ SweepRole: the studies under sweeps/ and the quota look-ups only).
             role = {"reap": "AWS_REAPER_ROLE_ARN", "sweep": "AWS_SWEEP_ROLE_ARN"}.get(name, "AWS_ROLE_ARN")
-            assert aws["with"]["role-to-assume"] == as_expression(f"vars.{role}")
+            if name in ("gpu-runner-start", "gpu-runner-stop"):  # predict.yml's runs: the predict launch role
+                assert aws["with"]["role-to-assume"] == as_expression(PREDICT_LAUNCH_ROLE_CHOICE)
+            else:
+                assert aws["with"]["role-to-assume"] == as_expression(f"vars.{role}")
             # The region of the default branch's configs/gpu-runner.yaml, read by the step before it.
             assert aws["with"]["aws-region"] == as_expression("steps.settings.outputs.region")
             settings_step = next(s for s in job["steps"] if s.get("id") == "settings")

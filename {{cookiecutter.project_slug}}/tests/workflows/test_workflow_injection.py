@@ -37,7 +37,13 @@ def test_untrusted_expressions_only_under_env(project: Path) -> None:
                             # And the region of the AWS credentials action: the default branch's settings.
                             region = key == "with" and step.get("uses", "").startswith(AWS_CREDENTIALS)
                             region = region and expression == "steps.settings.outputs.region"
-                            assert key in {"env", "if"} or checkout_ref or region, (
+                            # And the launch role chosen by the caller check's verdict (its own script's output).
+                            role = key == "with" and step.get("uses", "").startswith(AWS_CREDENTIALS)
+                            role = role and expression == (
+                                "steps.caller.outputs.caller == 'predict' && vars.AWS_PREDICT_LAUNCH_ROLE_ARN"
+                                " || vars.AWS_ROLE_ARN"
+                            )
+                            assert key in {"env", "if"} or checkout_ref or region or role, (
                                 f"{name}.yml {where}.{key}: {as_expression(expression)}"
                             )
 
