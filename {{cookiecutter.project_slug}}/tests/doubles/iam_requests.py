@@ -220,6 +220,21 @@ def _delete_action(target: Mapping[str, Any]) -> str:
     return "s3:DeleteObjectVersion" if target.get("VersionId") else "s3:DeleteObject"
 
 
+def launch_path_requests(region: str, repository: str) -> dict[str, Request]:
+    """The launch path only the launch roles may take: the GitHub credential, a runner's just-in-time config and a
+    new instance (the rows every other role's refusal table holds)."""
+    parameters = f"arn:aws:ssm:{region}:{ACCOUNT}:parameter/gpu-runner/{repository}"
+    return {
+        "read-the-github-credential": Request("ssm:GetParameter", f"{parameters}-github-credential"),
+        "read-a-runner-config": Request("ssm:GetParameter", f"{parameters}/7-1/jitconfig"),
+        "run-instances": Request(
+            "ec2:RunInstances",
+            f"arn:aws:ec2:{region}:{ACCOUNT}:instance/*",
+            {"ec2:InstanceType": "g4dn.xlarge", "aws:RequestedRegion": region},
+        ),
+    }
+
+
 def s3_context(owner: str = ACCOUNT) -> dict[str, str]:
     """aws:ResourceAccount, the bucket owner's account, is in the context of every S3 request (IAM User Guide,
     "AWS global condition context keys": available when the resource is known); moto's buckets are ACCOUNT's."""

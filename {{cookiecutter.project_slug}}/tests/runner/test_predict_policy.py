@@ -13,7 +13,15 @@ import pytest
 from boto3.s3.transfer import TransferConfig
 from doubles.github_double import DEFAULT_REPOSITORY
 from doubles.gpu_runner_stack import REGION, authorizations, managed_policies, role_policies, runner_role_name
-from doubles.iam_requests import ACCOUNT, Request, allowed, granted_actions, record_calls, s3_context
+from doubles.iam_requests import (
+    ACCOUNT,
+    Request,
+    allowed,
+    granted_actions,
+    launch_path_requests,
+    record_calls,
+    s3_context,
+)
 from doubles.stack_deploy import PROJECT_DIR
 
 # The project's own package (tests/runner is copied verbatim, so its name is looked up, not written).
@@ -122,16 +130,7 @@ REFUSED = {
     "bucket-policy": _s3("s3:PutBucketPolicy", ""),
     "bucket-versioning": _s3("s3:PutBucketVersioning", ""),
     # The launch path and the GitHub credential.
-    "read-the-github-credential": Request(
-        "ssm:GetParameter", f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter/gpu-runner/{DEFAULT_REPOSITORY}-github-credential"
-    ),
-    "read-a-runner-config": Request(
-        "ssm:GetParameter", f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter/gpu-runner/{DEFAULT_REPOSITORY}/7-1/jitconfig"
-    ),
-    "run-instances": Request(
-        "ec2:RunInstances", f"arn:aws:ec2:{REGION}:{ACCOUNT}:instance/*",
-        {"ec2:InstanceType": "g4dn.xlarge", "aws:RequestedRegion": REGION},
-    ),
+    **launch_path_requests(REGION, DEFAULT_REPOSITORY),
     "terminate-an-instance": Request("ec2:TerminateInstances", INSTANCE, {"ec2:ResourceTag/gpu-runner:managed-by": "gpu-runner"}),
     "pass-the-runner-role": Request(
         "iam:PassRole", f"arn:aws:iam::{ACCOUNT}:role/runner", {"iam:PassedToService": "ec2.amazonaws.com"}

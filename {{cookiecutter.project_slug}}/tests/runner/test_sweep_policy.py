@@ -12,7 +12,15 @@ import pytest
 from doubles.aws_faults import AwsFaults
 from doubles.github_double import DEFAULT_REPOSITORY
 from doubles.gpu_runner_stack import REGION, authorizations, role_policies
-from doubles.iam_requests import ACCOUNT, Call, Request, allowed, granted_actions, s3_context
+from doubles.iam_requests import (
+    ACCOUNT,
+    Call,
+    Request,
+    allowed,
+    granted_actions,
+    launch_path_requests,
+    s3_context,
+)
 from doubles.service_quotas import quota_body
 from doubles.stack_deploy import PROJECT_DIR
 
@@ -98,16 +106,7 @@ REFUSED = {
     ),
     "bucket-policy": _s3("s3:PutBucketPolicy", ""),
     # The launch path and the GitHub credential.
-    "read-the-github-credential": Request(
-        "ssm:GetParameter", f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter/gpu-runner/{DEFAULT_REPOSITORY}-github-credential"
-    ),
-    "read-a-runner-config": Request(
-        "ssm:GetParameter", f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter/gpu-runner/{DEFAULT_REPOSITORY}/7-1/jitconfig"
-    ),
-    "run-instances": Request(
-        "ec2:RunInstances", f"arn:aws:ec2:{REGION}:{ACCOUNT}:instance/*",
-        {"ec2:InstanceType": "g4dn.xlarge", "aws:RequestedRegion": REGION},
-    ),
+    **launch_path_requests(REGION, DEFAULT_REPOSITORY),
     "terminate-our-instance": Request("ec2:TerminateInstances", INSTANCE, OUR_TAGS),
     "tag-an-instance": Request("ec2:CreateTags", INSTANCE, OUR_TAGS),
     "pass-the-runner-role": Request(
