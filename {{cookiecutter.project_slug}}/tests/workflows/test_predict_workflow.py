@@ -58,7 +58,7 @@ def test_resolve_comes_first_and_only_the_gpu_path_reaches_a_self_hosted_runner(
     assert set(jobs) == {"resolve", "predict", "start", "train", "stop"}
     assert jobs["resolve"]["runs-on"] == "ubuntu-latest" and "needs" not in jobs["resolve"]
     assert jobs["resolve"]["outputs"] == {
-        key: f"${{{{ steps.check.outputs.{key} }}}}" for key in ("model", "export", "images")
+        key: as_expression(f"steps.check.outputs.{key}") for key in ("model", "export", "images")
     }
     assert jobs["predict"]["needs"] == "resolve" and jobs["predict"]["if"] == "${{ inputs.device != 'gpu' }}"
     assert jobs["start"]["needs"] == "resolve" and jobs["start"]["if"] == "${{ inputs.device == 'gpu' }}"
