@@ -4,6 +4,8 @@ the missing shards, an unreadable image among good ones, and the bad-input messa
 from __future__ import annotations
 
 import json
+import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -87,15 +89,29 @@ def test_an_unreadable_image_is_listed_with_its_reason_and_the_rest_predicted(
             folder / "batch" / f"{index}.png"
         )
     (folder / "batch" / "3.png").write_bytes(b"not a png")  # truncated upload
+    # A header claiming 20,000 x 20,000 pixels: Pillow refuses to decode it (a decompression bomb), which must
+    # cost that image, not the batch (every rerun would stop at it again).
+    (folder / "batch" / "5.png").write_bytes(_png_header(20_000, 20_000))
     model = predict.load_model(exports / "model_int8.tflite")
 
     summary = predict.run(model, str(folder), tmp_path / "out", shard_size=4, progress=False)
 
-    assert summary.predicted == 5 and list(summary.skipped) == ["batch/3.png"]
+    assert summary.predicted == 4 and list(summary.skipped) == ["batch/3.png", "batch/5.png"]
     assert "not a readable image" in summary.skipped["batch/3.png"]
+    assert "DecompressionBombError" in summary.skipped["batch/5.png"]
     rows = _rows(tmp_path / "out")
     assert rows["key"] == [f"batch/{i}.png" for i in range(6)]
     assert rows["class"][3] is None and rows["error"][3] == summary.skipped["batch/3.png"]
+
+
+def _png_header(width: int, height: int) -> bytes:
+    """A PNG signature, IHDR (8-bit greyscale) and IEND, no pixel data (PNG specification, sections 5.2-5.3)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IEND", b"")
 
 
 @pytest.mark.parametrize(

@@ -68,7 +68,9 @@ def load_digits_images(cfg: DataConfig) -> tuple[np.ndarray, np.ndarray, tuple[s
 
 
 # What Pillow raises for a file that is not a readable image (truncated, wrong format, bad header).
-UNREADABLE_IMAGE = (UnidentifiedImageError, OSError, SyntaxError, ValueError)
+# What Pillow raises for a file it cannot decode; DecompressionBombError (an image over twice
+# Image.MAX_IMAGE_PIXELS, ~179 million pixels, refused before decoding) subclasses Exception alone.
+UNREADABLE_IMAGE = (UnidentifiedImageError, Image.DecompressionBombError, OSError, SyntaxError, ValueError)
 
 
 def decode_image(path: Path | IO[bytes], image_size: tuple[int, int], channels: int) -> np.ndarray:
