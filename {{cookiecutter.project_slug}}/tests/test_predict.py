@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from {{ cookiecutter.package_name }} import cli, predict, predict_model
+from {{ cookiecutter.package_name }} import cli, predict, predict_io, predict_model
 from {{ cookiecutter.package_name }}.config import Config
 from {{ cookiecutter.package_name }}.data import load_digits_images
 
@@ -102,6 +102,21 @@ def test_an_unreadable_image_is_listed_with_its_reason_and_the_rest_predicted(
     rows = _rows(tmp_path / "out")
     assert rows["key"] == [f"batch/{i}.png" for i in range(6)]
     assert rows["class"][3] is None and rows["error"][3] == summary.skipped["batch/3.png"]
+
+
+def test_a_file_too_large_to_be_an_image_is_skipped_unread(
+    exports: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(predict_io, "MAX_IMAGE_BYTES", 4096)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "video.png").write_bytes(b"\0" * 5000)
+    Image.fromarray(np.zeros((8, 8), dtype=np.uint8)).save(folder / "blank.png")
+
+    summary = predict.run(predict.load_model(exports / "model_int8.tflite"), str(folder), tmp_path / "out")
+
+    assert summary.predicted == 1 and list(summary.skipped) == ["video.png"]
+    assert "ImageTooLarge: 5000 bytes, over the 4096 bytes" in summary.skipped["video.png"]
 
 
 def _png_header(width: int, height: int) -> bytes:

@@ -131,6 +131,29 @@ def test_an_image_removed_after_the_listing_is_its_own_row_not_the_batch(bucket:
     assert "NoSuchKey" in summary.skipped["b/09.png"] and "could not be read" in summary.skipped["b/09.png"]
 
 
+def test_an_object_too_large_to_be_an_image_is_skipped_unread(
+    bucket: str, exports: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The limit lowered below a 4 KiB object (the digits' PNGs are a few hundred bytes), as 64 MiB would be for a
+    # video named .png: the batch goes on without reading it.
+    monkeypatch.setattr(predict_io, "MAX_IMAGE_BYTES", 4096)
+    boto3.client("s3").put_object(Bucket=bucket, Key="in/b/huge.png", Body=b"\0" * 5000)
+
+    summary = predict.run(
+        predict.load_model(exports / "model_int8.tflite"),
+        f"s3://{bucket}/in/",
+        f"s3://{bucket}/predictions/huge/",
+        shard_size=100,
+        progress=False,
+    )
+
+    assert summary.predicted == IMAGES - 1 and set(summary.skipped) == {"a/broken.png", "b/huge.png"}
+    assert (
+        "ImageTooLarge: 5000 bytes, over the 4096 bytes an input may have; not read"
+        in summary.skipped["b/huge.png"]
+    )
+
+
 @pytest.mark.parametrize(
     ("source", "out", "message"),
     [

@@ -27,10 +27,23 @@ PROBE = ".write-check"
 # leave the GPU waiting; botocore's default pool holds 10 connections (botocore.config.Config
 # max_pool_connections), raised to match.
 READERS = 16
+# The largest input read: far above any image a classifier is fed, and READERS of them still fit in a runner's
+# memory. A larger object (a video, an archive, a crafted file) is its row's reason, never read into memory.
+MAX_IMAGE_BYTES = 64 * 1024 * 1024
 
 
 class PredictError(ValueError):
     """Bad input to `predict`: the message names the option and the fix."""
+
+
+class ImageTooLarge(ValueError):
+    """One input over MAX_IMAGE_BYTES: skipped unread, with its size."""
+
+
+def _too_large(size: int) -> ImageTooLarge | None:
+    if size <= MAX_IMAGE_BYTES:
+        return None
+    return ImageTooLarge(f"{size} bytes, over the {MAX_IMAGE_BYTES} bytes an input may have; not read")
 
 
 def is_s3(uri: str) -> bool:
@@ -96,7 +109,8 @@ class FolderSource:
     def read_many(self, keys: Sequence[str]) -> Iterator[tuple[str, bytes | Exception]]:
         for key in keys:
             try:
-                yield key, (self.root / key).read_bytes()
+                path = self.root / key
+                yield key, _too_large(path.stat().st_size) or path.read_bytes()
             except OSError as error:
                 yield key, error
 
@@ -125,15 +139,19 @@ class S3Source:
 
     def _get(self, key: str) -> bytes | Exception:
         try:
-            return self.client.get_object(Bucket=self.bucket, Key=self.prefix + key)["Body"].read()
+            response = self.client.get_object(Bucket=self.bucket, Key=self.prefix + key)
         except ClientError as error:
-            code = error.response.get("Error", {}).get("Code", "")
-            if code in (
-                "NoSuchKey",
-                "AccessDenied",
-            ):  # gone since the listing, or not readable: this image only
+            # Gone since the listing, or not readable: this image only.
+            if error.response.get("Error", {}).get("Code", "") in ("NoSuchKey", "AccessDenied"):
                 return error
             raise _s3_failure("--input", self.uri, error) from None
+        # GetObject's ContentLength is the object's size (Amazon S3 API Reference, GetObject): known before the
+        # body is read, which a too large object never is.
+        too_large = _too_large(response["ContentLength"])
+        if too_large:
+            response["Body"].close()
+            return too_large
+        return response["Body"].read()
 
     def read_many(self, keys: Sequence[str]) -> Iterator[tuple[str, bytes | Exception]]:
         with ThreadPoolExecutor(READERS) as pool:
