@@ -21,40 +21,33 @@ from .predict_model import RegistryModel
 
 @dataclass(frozen=True)
 class Checked:
-    """What the checks found: the listing (reused by the batch), the model, and the export that will run."""
+    """What the checks found: the listing (reused by the batch), the model, the export that will run and the
+    experiment the inference run goes to (the config, read once)."""
 
     keys: list[str]
     registry: RegistryModel | None
     export: str
-    client: MlflowClient | None
-
-
-def _positive_or_fail(value: int, option: str) -> None:
-    if value < 1:
-        raise predict_io.PredictError(f"{option} must be at least 1")
+    training_experiment: str
 
 
 def check(args: argparse.Namespace) -> Checked:
-    """The inputs and the output first (a bad one is named before the registry is asked), then the model."""
-    _positive_or_fail(args.shard_size, "--shard-size")
-    _positive_or_fail(args.batch_size, "--batch-size")
+    """The inputs and the output first (a bad one is named before the registry is asked), then the model.
+    --shard-size and --batch-size are positive already (cli._positive)."""
     keys = predict_io.list_keys(args.input)
     predict_io.check_writable(args.output)
     spec = predict_model.registry_spec(args.model)
     if spec is None:
         from .predict import check_model_files  # on disk: no registry, no download
 
-        check_model_files(Path(args.model))
-        # The inference run's experiment: a bad config fails now, not after the batch.
-        load_config(args.config)
-        return Checked(keys, None, _local_export(Path(args.model)), None)
+        check_model_files(Path(args.model))  # before the config: a missing model is the message to see
+    cfg = load_config(args.config)
+    if spec is None:
+        return Checked(keys, None, _local_export(Path(args.model)), cfg.tracking.experiment_name)
     name, alias, version = spec
     client = MlflowClient(tracking.tracking_uri())
-    name = name or load_config(args.config).registry.model_name
-    registry = predict_model.resolve(client, name, alias, version)
-    return Checked(
-        keys, registry, predict_model.pick_export(client, registry, args.export, args.device), client
-    )
+    registry = predict_model.resolve(client, name or cfg.registry.model_name, alias, version)
+    export = predict_model.pick_export(client, registry, args.export, args.device)
+    return Checked(keys, registry, export, cfg.tracking.experiment_name)
 
 
 def _local_export(path: Path) -> str:
@@ -82,18 +75,17 @@ def run(args: argparse.Namespace) -> int:
 def _predict(args: argparse.Namespace, checked: Checked) -> int:
     from . import predict, predict_tracking  # TensorFlow: see cli._train
 
-    cfg = load_config(args.config)
     batch = predict_tracking.Batch(
         args.input, args.output, args.device, checked.export, args.shard_size, args.batch_size
     )
     with tempfile.TemporaryDirectory(prefix="predict-model-") as scratch:
-        if checked.registry is not None and checked.client is not None:
+        if checked.registry is not None:
             path = predict_model.download(checked.registry, checked.export, Path(scratch))
             model = predict.load_model(path, checked.registry.label)
         else:
             model = predict.load_model(Path(args.model))
         with predict_tracking.inference_run(
-            cfg.tracking.experiment_name, batch, model.version, checked.registry
+            checked.training_experiment, batch, model.version, checked.registry
         ) as run:
             summary = predict.run(
                 model,

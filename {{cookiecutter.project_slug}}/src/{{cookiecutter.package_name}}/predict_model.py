@@ -126,13 +126,14 @@ def download(model: RegistryModel, export_name: str, dest: Path) -> Path:
     from . import export  # CLASS_NAMES_FILE; export imports TensorFlow, which the caller has paid for by now
 
     dest.mkdir(parents=True, exist_ok=True)
-    paths = [
-        # Returns the local path of what it downloaded (mlflow.artifacts.download_artifacts), a file or a folder.
-        Path(
+
+    def fetch(name: str) -> Path:
+        # The local path of what it downloaded, a file or a folder (mlflow.artifacts.download_artifacts).
+        return Path(
             mlflow.artifacts.download_artifacts(
                 run_id=model.run_id, artifact_path=f"exports/{name}", dst_path=str(dest)
             )
         )
-        for name in (EXPORT_FILES[export_name], export.CLASS_NAMES_FILE)
-    ]
-    return paths[0]
+
+    fetch(export.CLASS_NAMES_FILE)
+    return fetch(EXPORT_FILES[export_name])

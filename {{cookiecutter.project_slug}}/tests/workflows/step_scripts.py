@@ -127,7 +127,8 @@ def run_bash(
     script: str, env: dict[str, str], workdir: Path, *, uv_prints: str = ""
 ) -> tuple[int, list[list[str]]]:
     """Run a `run:` script as GitHub does (`bash --noprofile --norc -eo pipefail <file>`) with a recording uv
-    first on PATH; returns the exit code and uv's recorded calls. Only system tools besides the recorder."""
+    first on PATH; returns the exit code and uv's recorded calls (its stdout is kept in workdir/stdout). Only
+    system tools besides the recorder."""
     bin_dir, repo = workdir / "bin", workdir / "repo"
     bin_dir.mkdir(parents=True)
     repo.mkdir()
@@ -155,6 +156,8 @@ def run_bash(
         timeout=60,
         check=False,
     )
+    # What the step printed (its ::error lines), for a test that reads the message.
+    (workdir / "stdout").write_text(proc.stdout, encoding="utf-8")
     calls = (
         [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()] if log.exists() else []
     )
