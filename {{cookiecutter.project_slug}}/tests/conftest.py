@@ -21,6 +21,7 @@ import botocore.loaders
 import botocore.session
 import pytest
 from doubles.amazon_images import first_amazon_image
+from e2e_report import REPORT, begin_run, render, this_run
 
 # Before anything creates a boto3 client: no test may ever reach a real AWS account.
 FAKE_AWS = {
@@ -90,6 +91,18 @@ SLOW_FIXTURES = {
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's own -m filter, which reads the marks
+def pytest_configure(config: pytest.Config) -> None:
+    begin_run()  # here, not in tests/e2e/: an xdist controller collects nothing, so it loads no deeper conftest
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    report = this_run()
+    if report:  # only a run that told stories prints (and owns) the report
+        terminalreporter.section("e2e report")
+        terminalreporter.write_line(render(report))
+        terminalreporter.write_line(f"(saved in {REPORT})")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if SLOW_FIXTURES.keys() & set(getattr(item, "fixturenames", ())):

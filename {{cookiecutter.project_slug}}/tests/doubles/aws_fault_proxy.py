@@ -36,25 +36,34 @@ STATUS = {
 }
 
 
-def kill_matching(*needles: str) -> list[int]:
-    """SIGKILL every process whose command line holds all `needles` (never this process): a crash with no
-    clean-up of any kind, like an OOM kill or a runner machine that vanished."""
+def kill_matching(*words: str, under: Path | None = None) -> list[int]:
+    """SIGKILL every process (never this one) whose argv holds each of `words` as a whole argument or as the
+    name of an executable file it runs (`gpu-runner` matches `.venv/bin/gpu-runner`, not the role ARN
+    `...:role/gpu-runner` on act's own command line); with `under`, only processes whose working directory lies
+    inside it, so a story running beside another kills its own processes only. A crash with no clean-up of any
+    kind, like an OOM kill or a runner machine that vanished."""
     killed = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            argv = [a.decode(errors="replace") for a in (entry / "cmdline").read_bytes().split(b"\0") if a]
+            cwd = Path(os.readlink(entry / "cwd"))
         except OSError:
             continue
-        words = [a.decode(errors="replace") for a in argv if a]
-        if words and all(any(needle in word for word in words) for needle in needles):
+        if not argv or (under is not None and not cwd.is_relative_to(under)):
+            continue
+        if all(any(_names(arg, word) for arg in argv) for word in words):
             try:
                 os.kill(int(entry.name), signal.SIGKILL)
                 killed.append(int(entry.name))
             except ProcessLookupError:
                 pass
     return killed
+
+
+def _names(arg: str, word: str) -> bool:
+    return arg == word or ("/" in arg and Path(arg).name == word and os.access(arg, os.X_OK))
 
 
 @dataclass
@@ -84,6 +93,7 @@ class AwsFaultProxy(LocalHttpServer):
     rules: list[Rule] = field(default_factory=list)
     calls: list[ProxyCall] = field(default_factory=list)
     killed: list[int] = field(default_factory=list)
+    under: Path | None = None  # a rule's kill reaches only processes working inside it (the story's scratch)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -154,13 +164,13 @@ class AwsFaultProxy(LocalHttpServer):
             return
         if rule and rule.kill and not rule.forward:
             self.calls.append(ProxyCall(action, 0, "crash"))
-            self.killed += kill_matching(*rule.kill)
+            self.killed += kill_matching(*rule.kill, under=self.under)
             handler.close_connection = True
             return
         status, headers, payload = self._forward(handler, raw)
         self.calls.append(ProxyCall(action, status, "crash" if rule and rule.kill else ""))
         if rule and rule.kill:
-            self.killed += kill_matching(*rule.kill)
+            self.killed += kill_matching(*rule.kill, under=self.under)
             handler.close_connection = True
             return  # the caller is dead: it never sees the answer
         self._reply(handler, status, headers, payload)

@@ -1,27 +1,26 @@
-"""Prints the e2e report (timeline and fault table) at the end of a run that produced one."""
+"""The stack every story shares (the e2e report is printed by tests/conftest.py)."""
 
 from __future__ import annotations
 
 import pytest
-from e2e_report import REPORT, load, render, reset
 from harness import PROJECT, image_python
 from stories import Stack, make_stack
 
-# Set by the stack fixture: only a run that told stories prints (and owns) the report.
-_STORIES_RAN: list[bool] = []
+# The longest stories first (measured with --durations: a sweep story takes about 2 min, a fault scenario under
+# half of one): xdist hands tests out in this order, so both workers start on long ones and the run does not
+# end with one worker alone on a sweep story while the other idles.
+LONGEST_FIRST = ("test_sweep_workflow", "test_predict_story", "test_fault_scenarios", "test_train_workflow")
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    report = load()
-    if report and _STORIES_RAN:
-        terminalreporter.section("e2e report")
-        terminalreporter.write_line(render(report))
-        terminalreporter.write_line(f"(saved in {REPORT})")
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.path.stem
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: the order within a file, and of every other test, is kept
 
 
 @pytest.fixture(scope="session")
 def stack(moto_endpoint: str, mlflow_server: str) -> Stack:
-    """The servers, the GPU-image stand-in and the AWS set-up every story shares; a fresh report."""
-    reset()
-    _STORIES_RAN.append(True)
+    """The servers, the GPU-image stand-in and the AWS set-up every story shares."""
     return make_stack(moto_endpoint, mlflow_server, image_python(PROJECT / ".e2e-cache"))

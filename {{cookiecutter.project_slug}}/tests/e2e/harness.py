@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import copy
+import fcntl
 import hashlib
 import json
 import os
@@ -104,8 +105,17 @@ def image_python(cache: Path) -> Path:
     root = cache / f"image-python{major_minor}-tf{TF_VERSION}"
     # Inside the prefix: a venv made from it finds the standard library at <home>/../lib (home = this dir).
     bin_dir = root / "prefix" / "image-bin"
-    if (root / ".complete").exists():
-        return bin_dir
+    cache.mkdir(parents=True, exist_ok=True)
+    # Each xdist worker of `make e2e` asks for it: the first builds it, the other waits on the lock, then finds it.
+    with (cache / f"{root.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / ".complete").exists():
+            _build_image_python(root, major_minor)
+    return bin_dir
+
+
+def _build_image_python(root: Path, major_minor: str) -> None:
+    bin_dir = root / "prefix" / "image-bin"
     shutil.rmtree(root, ignore_errors=True)
     prefix = root / "prefix"
     base = Path(sys.base_prefix)
@@ -137,7 +147,6 @@ def image_python(cache: Path) -> Path:
     for name in ("python", "python3", f"python{major_minor}"):
         (bin_dir / name).symlink_to(python)
     (root / ".complete").touch()
-    return bin_dir
 
 
 # ------------------------------------------------------------------------------------------------ the act run

@@ -319,6 +319,7 @@ def run_story(stack: Stack, scenario: Scenario, scratch: Path, run_id: str) -> S
         AwsFaultProxy(
             stack.moto_endpoint,
             rules=[*scenario.rules, on_demand_price_list(stack.region), typical_spot_history(stack.region)],
+            under=scratch,
         ) as proxy,
         ImdsDouble() as imds,
     ):
@@ -484,7 +485,7 @@ def instance_dies_mid_job(story: Story, rec: dict[str, Any], process: subprocess
         # The machine is gone (hardware failure, spot reclaim): EC2 says terminated, and the job's processes,
         # which ran on it, die with it.
         story.stack.client("ec2").terminate_instances(InstanceIds=[simulator.instances[0].instance_id])
-        kill_matching("-m", PACKAGE, "train")
+        kill_matching("-m", PACKAGE, "train", under=story.scratch)
 
 
 def spot_notice_mid_training(story: Story, rec: dict[str, Any], process: subprocess.Popen) -> None:

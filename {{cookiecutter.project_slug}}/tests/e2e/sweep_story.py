@@ -204,7 +204,7 @@ def run_sweep(stack: Stack, scenario: SweepScenario, scratch: Path, run_id: str)
     ]
     with (
         GitHubDouble(repositories=(stack.repository,)) as github,
-        AwsFaultProxy(stack.moto_endpoint, rules=rules) as proxy,
+        AwsFaultProxy(stack.moto_endpoint, rules=rules, under=scratch) as proxy,
         # One metadata service per simulated instance: a leg is the process with its TRIAL (doubles.peer_env).
         ImdsDouble(instance_of=peer_variable("TRIAL")) as imds,
     ):

@@ -56,6 +56,7 @@ class Batch:
     simulator: Simulator | None
     run_id: str
     output: str
+    scratch: Path
     fired: list[str] = field(default_factory=list)
     instances_left: int = -1
     runners_left: int = -1
@@ -117,7 +118,7 @@ def dispatch(
                 stack.moto_endpoint, stack.region, github, scratch / "instances", run_id=run_id
             )
             simulator.start()
-        batch = Batch(None, simulator, run_id, inputs["output"])  # type: ignore[arg-type]
+        batch = Batch(None, simulator, run_id, inputs["output"], scratch)  # type: ignore[arg-type]
         watcher = threading.Thread(target=during, args=(batch,), daemon=True) if during else None
         try:
             if watcher:
@@ -184,32 +185,6 @@ def assert_nothing_left(batch: Batch) -> None:
         assert not batch.simulator.errors, (batch.simulator.errors, context(batch))
 
 
-def test_the_champion_predicts_on_the_gpu_runner_and_the_cost_lands_on_its_run(
-    stack: Stack, champion: str, tmp_path: Path
-) -> None:
-    output = f"s3://{stack.settings['bucket']}/predictions/e2e-gpu/"
-    inputs = {"model": "champion", "input": champion, "output": output, "device": "gpu", "shard-size": "50"}
-
-    batch = dispatch(stack, tmp_path / "gpu", "9601", inputs)
-
-    assert_nothing_left(batch)
-    for job in ("resolve", "start", "train", "stop"):
-        assert batch.run.results.get(job) == "success", (job, context(batch))
-    assert batch.run.results.get("predict") in (None, "skipped"), context(batch)  # the CPU job
-    assert batch.run.outputs["resolve"]["model"] == f"models:/{MODEL_NAME}/1", context(batch)
-    assert batch.run.outputs["resolve"]["export"] == "saved_model"
-    assert len(parts(stack, output)) == 5
-    found = rows(stack, output)
-    assert len(found["key"]) == IMAGES and set(found["model_version"]) == {f"{MODEL_NAME}/1"}
-    broken = found["key"].index(BROKEN)
-    assert found["class"][broken] is None and "not a readable image" in found["error"][broken]
-    assert "job-accepted" in (batch.simulator.instances[0].sim_dir / "calls.log").read_text()  # type: ignore[union-attr]
-    (run,) = [r for r in inference_runs(stack) if r.data.params.get("output") == output]
-    assert run.data.tags["model.version"] == "1" and run.data.params["device"] == "gpu"
-    assert run.data.metrics["predicted"] == IMAGES - 1 and run.data.metrics["skipped"] == 1
-    assert run.data.metrics["cost_usd"] > 0, run.data.metrics  # the stop job priced the instance
-
-
 def test_on_cpu_the_hosted_runner_predicts_with_tflite_and_no_gpu_starts(
     stack: Stack, champion: str, tmp_path: Path
 ) -> None:
@@ -253,16 +228,16 @@ def lose_the_runner_after_three_shards(stack: Stack) -> Callable[[Batch], None]:
             return
         assert batch.simulator is not None and batch.simulator.instances
         stack.client("ec2").terminate_instances(InstanceIds=[batch.simulator.instances[0].instance_id])
-        kill_matching("-m", PACKAGE, "predict")
+        kill_matching("-m", PACKAGE, "predict", under=batch.scratch)
         batch.fired.append(f"runner lost after {len(parts(stack, batch.output))} shards")
 
     return watch
 
 
-def test_a_runner_lost_mid_batch_leaves_whole_shards_that_the_rerun_completes(
+def test_the_champion_predicts_on_the_gpu_runner_and_a_rerun_completes_what_a_lost_runner_left(
     stack: Stack, champion: str, tmp_path: Path
 ) -> None:
-    output = f"s3://{stack.settings['bucket']}/predictions/e2e-lost/"
+    output = f"s3://{stack.settings['bucket']}/predictions/e2e-gpu/"
     # One image per shard: the batch takes long enough for the watcher to see three shards and not all.
     inputs = {"model": "champion", "input": champion, "output": output, "device": "gpu", "shard-size": "1"}
 
@@ -278,11 +253,23 @@ def test_a_runner_lost_mid_batch_leaves_whole_shards_that_the_rerun_completes(
 
     again = dispatch(stack, tmp_path / "again", "9605", inputs)
 
-    assert again.run.results.get("train") == "success", context(again)
     assert_nothing_left(again)
+    for job in ("resolve", "start", "train", "stop"):
+        assert again.run.results.get(job) == "success", (job, context(again))
+    assert again.run.results.get("predict") in (None, "skipped"), context(again)  # the CPU job
+    assert again.run.outputs["resolve"]["model"] == f"models:/{MODEL_NAME}/1", context(again)
+    assert again.run.outputs["resolve"]["export"] == "saved_model"
+    assert "job-accepted" in (again.simulator.instances[0].sim_dir / "calls.log").read_text()  # type: ignore[union-attr]
     assert len(parts(stack, output)) == IMAGES
+    found = rows(stack, output)
+    assert len(found["key"]) == IMAGES and set(found["model_version"]) == {f"{MODEL_NAME}/1"}
+    broken = found["key"].index(BROKEN)
+    assert found["class"][broken] is None and "not a readable image" in found["error"][broken]
     runs = [r for r in inference_runs(stack) if r.data.params.get("output") == output]
     finished = [r for r in runs if r.info.status == "FINISHED"]
     assert len(finished) == 1, [(r.info.status, r.data.metrics) for r in runs]
-    assert finished[0].data.metrics["shards_done_before"] >= kept
-    assert finished[0].data.metrics["predicted"] == IMAGES - 1
+    run = finished[0]
+    assert run.data.tags["model.version"] == "1" and run.data.params["device"] == "gpu"
+    assert run.data.metrics["shards_done_before"] >= kept
+    assert run.data.metrics["predicted"] == IMAGES - 1 and run.data.metrics["skipped"] == 1
+    assert run.data.metrics["cost_usd"] > 0, run.data.metrics  # the stop job priced the instance

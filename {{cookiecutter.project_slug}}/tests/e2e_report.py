@@ -1,33 +1,64 @@
 """The e2e report: each story adds its fault-table row, the happy story its timeline, the sweep story its
-per-trial overhead; printed after the run (tests/e2e/conftest.py), read by `make demo` and the benchmark."""
+per-trial overhead; printed after the run (tests/conftest.py), read by `make demo` and the benchmark.
+
+`make e2e` runs its stories in two pytest-xdist workers: both write this one file, so a write holds an exclusive
+flock (fcntl, POSIX; one process-wide lock on one local file needs nothing more), and the report carries the id of
+the pytest run that wrote it (the controller sets it, its workers inherit it): a new run starts a new report, and
+a run prints only what it wrote itself."""
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-REPORT = Path(__file__).resolve().parents[2] / ".e2e-cache" / "report.json"
+REPORT = Path(__file__).resolve().parents[1] / ".e2e-cache" / "report.json"
+RUN = "E2E_REPORT_RUN"
 
 
-def reset() -> None:
-    REPORT.unlink(missing_ok=True)
+def begin_run() -> None:
+    """One id for this pytest run: called by the process that starts it (the xdist controller, or a serial run);
+    the workers it starts inherit its environment."""
+    os.environ.setdefault(RUN, uuid.uuid4().hex)
 
 
 def load() -> dict[str, Any]:
     return json.loads(REPORT.read_text()) if REPORT.exists() else {}
 
 
-def record(section: str, value: Any) -> None:
-    """Add to the report (fault rows are kept in scenario order, one per scenario)."""
+def this_run() -> dict[str, Any]:
+    """The report if this pytest run wrote it, else {} (a report left by an earlier run is not printed again)."""
     report = load()
-    if section == "faults":
-        rows = [r for r in report.get("faults", []) if r["scenario"] != value["scenario"]]
-        report["faults"] = sorted([*rows, value], key=lambda r: int(r["scenario"].split()[0]))
-    else:
-        report[section] = value
+    return report if report.get("run") == os.environ.get(RUN) else {}
+
+
+@contextmanager
+def _locked() -> Iterator[None]:
     REPORT.parent.mkdir(exist_ok=True)
-    REPORT.write_text(json.dumps(report, indent=2))
+    with REPORT.with_suffix(".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
+
+
+def record(section: str, value: Any) -> None:
+    """Add to this run's report (fault rows are kept in scenario order, one per scenario)."""
+    with _locked():
+        report = this_run() or {"run": os.environ.get(RUN)}
+        if section == "faults":
+            rows = [r for r in report.get("faults", []) if r["scenario"] != value["scenario"]]
+            report["faults"] = sorted([*rows, value], key=lambda r: int(r["scenario"].split()[0]))
+        else:
+            report[section] = value
+        written = REPORT.with_suffix(".tmp")
+        written.write_text(json.dumps(report, indent=2))
+        os.replace(
+            written, REPORT
+        )  # whole: a reader beside this write (the leak scan) never sees half a file
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
