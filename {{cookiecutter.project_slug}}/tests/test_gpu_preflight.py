@@ -18,6 +18,7 @@ from {{ cookiecutter.package_name }}.cli import main
 from {{ cookiecutter.package_name }}.errors import EXIT_NO_GPU
 
 PROJECT = Path(__file__).resolve().parent.parent
+LOCK = PROJECT / "uv.lock"  # the preflight first compares the stack with it (tests/test_env_check.py)
 GPU = "/physical_device:GPU:0"
 T4 = gpu_preflight.Driver(
     version="595.91.07",
@@ -170,7 +171,7 @@ def _preflight(
     env = {**os.environ, "GITHUB_OUTPUT": str(outputs), "GITHUB_STEP_SUMMARY": str(summary)}
     env["GPU_RUNTIME_IMAGE"] = "registry.example/tf:2.15@sha256:" + "0" * 64
     result = subprocess.run(
-        [sys.executable, "-m", "{{ cookiecutter.package_name }}", "gpu-preflight", "--config", "train.yaml", *args],
+        [sys.executable, "-m", "{{ cookiecutter.package_name }}", "gpu-preflight", "--config", "train.yaml", "--lock", str(LOCK), *args],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     return result, outputs, summary
@@ -214,4 +215,6 @@ def test_in_process_main_returns_the_status(tmp_path: Path, monkeypatch: pytest.
     (tmp_path / "train.yaml").write_text("")
     monkeypatch.delenv("GITHUB_OUTPUT", raising=False)
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-    assert main(["gpu-preflight", "--config", str(tmp_path / "train.yaml")]) == EXIT_NO_GPU
+    assert (
+        main(["gpu-preflight", "--config", str(tmp_path / "train.yaml"), "--lock", str(LOCK)]) == EXIT_NO_GPU
+    )

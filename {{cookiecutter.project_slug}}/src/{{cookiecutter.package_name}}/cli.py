@@ -1,5 +1,5 @@
 """Command line: `python -m <package> train --config configs/train.yaml`, `check-config`, `gpu-preflight`,
-`promote`, `predict`, `sweep plan|trial|collect|local|check` (the cost report is the runner's: `gpu-runner cost-report`)."""
+`env-check`, `promote`, `predict`, `sweep plan|trial|collect|local|check` (the cost report is the runner's: `gpu-runner cost-report`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import re
 import sys
 from pathlib import Path
 
-from . import gpu_preflight, workflow_contract
+from . import env_check, gpu_preflight, workflow_contract
 from .config import Config, ConfigError, config_from_dict, load_config
 from .errors import (
     EXIT_INTERRUPTED,
@@ -55,6 +55,13 @@ def _parser() -> argparse.ArgumentParser:
         default="",
         help="the workflow's allow-cpu dispatch input: true lets a GPU runner train on its CPU (debugging)",
     )
+    preflight.add_argument("--lock", type=Path, default=Path("uv.lock"), help="the uv.lock to compare with")
+    parity = commands.add_parser(
+        "env-check",
+        help="print Python, TensorFlow (and its CUDA/cuDNN build), Keras, NumPy, protobuf against uv.lock; "
+        "exit 2 when Python or TensorFlow's minor version differs",
+    )
+    parity.add_argument("--lock", type=Path, default=Path("uv.lock"), help="the uv.lock to compare with")
     predict = commands.add_parser(
         "predict", help="predict a folder of images (or the digits) with an export into Parquet shards"
     )
@@ -176,9 +183,25 @@ def _sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _env_check(lock: Path) -> int:
+    """The parity table on stdout and in the job summary; 2 with the fix when the stack is not the locked one."""
+    parity = env_check.check(lock)
+    print(parity.table())
+    verdict = "failed" if parity.failed else "the locked stack"
+    workflow_contract.append_job_summary(f"### Environment check: {verdict}\n\n{parity.table()}\n")
+    if parity.failed:
+        print(f"error: {parity.error()}", file=sys.stderr)
+        workflow_contract.append_job_summary(f"\n{parity.error()}\n")
+        return 2
+    return 0
+
+
 def _gpu_preflight(args: argparse.Namespace) -> int:
     allow_cpu = gpu_preflight.parse_flag(args.allow_cpu) or load_config(args.config).training.allow_cpu
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    # First the stack, then the GPU: an image with another TensorFlow fails here, in the same seconds.
+    if _env_check(args.lock):
+        return 2
     report = gpu_preflight.probe(
         image=os.environ.get(workflow_contract.GPU_RUNTIME_IMAGE, ""), allow_cpu=allow_cpu
     )
@@ -269,6 +292,13 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return _predict(args)
         except (ConfigError, DataError, ValueError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+    if args.command == "env-check":
+        try:
+            os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+            return _env_check(args.lock)
+        except ValueError as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
     if args.command == "gpu-preflight":
