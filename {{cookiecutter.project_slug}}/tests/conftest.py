@@ -90,7 +90,6 @@ SLOW_FIXTURES = {
 }
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest's own -m filter, which reads the marks
 def pytest_configure(config: pytest.Config) -> None:
     begin_run()  # here, not in tests/e2e/: an xdist controller collects nothing, so it loads no deeper conftest
 
@@ -103,6 +102,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(f"(saved in {REPORT})")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m filter, which reads the marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if SLOW_FIXTURES.keys() & set(getattr(item, "fixturenames", ())):
