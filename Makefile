@@ -23,7 +23,7 @@ install: uv ## Create .venv with the template's test tools (from uv.lock)
 test: install ## Run the template test suite (bakes, lints, and runs baked projects' own tests)
 	$(UV) run --locked pytest -m "not matrix and not e2e" $(PYTEST_ARGS)
 
-test-e2e: install ## Bake the defaults and run their `make e2e`: the offline story and the fault table (~10 min)
+test-e2e: install ## Bake the defaults and run their `make e2e`: every offline story and the fault table (~17 min)
 	$(UV) run --locked pytest -m e2e -s $(PYTEST_ARGS)
 
 test-matrix: install ## Bake and check every option combination (slow)
@@ -48,7 +48,7 @@ demo: install ## Bake the defaults into build/demo and run the offline story: pu
 		&& $(MAKE) install UV="$(UV)" && $(MAKE) story UV="$(UV)"
 	@project=$$(cd $(DEMO_DIR)/*/ && pwd); printf '%s\n' "" "Demo project: $$project" \
 		"  report (timeline, MLflow run, fault table): $$project/.e2e-cache/report.json" \
-		"  the fault scenarios too (~7 min):           cd $$project && make e2e" \
+		"  every story and fault (~16 min, 2 workers): cd $$project && make e2e" \
 		"  train locally and browse runs:              cd $$project && make train && make mlflow-ui"
 
 bench: install ## Print bake, install, test-suite, pipeline throughput, offline-story and GPU cost figures

@@ -90,5 +90,6 @@ def test_the_starter_notebook_runs_on_cpu_and_logs_one_epoch(
     assert run.info.status == "FINISHED"
     assert run.data.metrics["epochs_run"] == 1 and run.data.metrics["test_accuracy"] > 0
     assert f"MLflow run {run.info.run_id} at {mlflow_server}, 1 epoch" in text
-    assert client.search_registered_models(f"name = '{cfg.registry.model_name}'") == []  # nothing registered
+    # The session's server holds other tests' models too: what matters is that this run registered none.
+    assert client.search_model_versions(f"run_id = '{run.info.run_id}'") == []
     assert (tmp_path / "outputs").is_dir() and not (tmp_path / "notebooks" / "outputs").exists()
