@@ -17,12 +17,8 @@ PROJECT = Path(__file__).resolve().parent.parent
 WORKFLOWS = PROJECT / ".github" / "workflows"
 SETUP = yaml.safe_load((PROJECT / ".github" / "actions" / "setup" / "action.yml").read_text())
 REQUIRES_PYTHON, LOCKED = env_check.locked_versions(PROJECT / "uv.lock")
-TF_MINOR = {".".join(v.split(".")[:2]) for name in env_check.TENSORFLOW for v in LOCKED[name]}
+TF_MINOR = {env_check.minor(v) for name in env_check.TENSORFLOW for v in LOCKED[name]}
 POST_CREATE = (PROJECT / ".devcontainer" / "post-create.sh").read_text()
-
-
-def _minor(version: str) -> str:
-    return ".".join(version.split(".")[:2])
 
 
 def _steps(workflow: str, job: str) -> list[dict]:
@@ -50,7 +46,7 @@ def test_the_dev_container_image_is_the_lock_s_tensorflow_family() -> None:
     image = json.loads((PROJECT / ".devcontainer" / "devcontainer.json").read_text())["image"]
     match = re.fullmatch(r"tensorflow/tensorflow:(\d+\.\d+\.\d+)", image)
     assert match, f"the dev container's image is not a CPU tag of tensorflow/tensorflow: {image}"
-    assert {_minor(match[1])} == TF_MINOR
+    assert {env_check.minor(match[1])} == TF_MINOR
 
 
 def test_python_is_the_lock_s_everywhere() -> None:
@@ -84,7 +80,9 @@ def test_every_gpu_job_installs_the_locked_gpu_extra_and_checks_it() -> None:
         assert _setup(workflow, job)["install"] == "gpu", (workflow, job)
         runs = " ".join(str(s.get("run", "")) for s in _steps(workflow, job))
         assert "gpu-preflight" in runs, (workflow, job)  # which first runs env-check against uv.lock
-    assert {_minor(v) for v in LOCKED["tensorflow"]} == TF_MINOR  # the gpu extra's tensorflow[and-cuda]
+    assert {
+        env_check.minor(v) for v in LOCKED["tensorflow"]
+    } == TF_MINOR  # the gpu extra's tensorflow[and-cuda]
 
 
 def test_the_suggested_gpu_image_is_the_same_family() -> None:

@@ -51,7 +51,8 @@ def locked_versions(lock: Path) -> tuple[str, dict[str, set[str]]]:
     return str(data.get("requires-python", "")), versions
 
 
-def _minor(version: str) -> str:
+def minor(version: str) -> str:
+    """ "2.15.1" -> "2.15" (also "3.11.0rc1" -> "3.11")."""
     return ".".join(version.split(".")[:2])
 
 
@@ -76,7 +77,7 @@ def compare(
             "Python",
             python,
             requires_python or "not in the lock",
-            bool(pin) and _minor(python) == f"{pin[1]}.{pin[2]}",  # type: ignore[index]
+            bool(pin) and minor(python) == f"{pin[1]}.{pin[2]}",  # type: ignore[index]
             fatal=bool(pin),
         )
     ]
@@ -86,7 +87,7 @@ def compare(
             "TensorFlow",
             tensorflow or "not installed",
             ", ".join(tf_locked) or "not in the lock",
-            bool(tensorflow) and _minor(tensorflow) in {_minor(v) for v in tf_locked},
+            bool(tensorflow) and minor(tensorflow) in {minor(v) for v in tf_locked},
             fatal=True,
         )
     )
