@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -58,9 +59,13 @@ def test_only_the_story_s_own_launch_process_is_killed(
 def test_without_a_scope_every_matching_process_is_killed(
     tmp_path: Path, processes: list[subprocess.Popen]
 ) -> None:
-    argv = [sys.executable, "-c", SLEEP, "-m", "pkg_under_test_kill", "predict"]
+    # A module name of this run only: an unscoped kill must not reach the same test running in another bake.
+    package = f"pkg_under_test_kill_{uuid.uuid4().hex}"
+    argv = [sys.executable, "-c", SLEEP, "-m", package, "predict"]
     first, second = (_start(processes, argv, tmp_path / name) for name in ("a", "b"))
-    trainer = _start(processes, [sys.executable, "-c", SLEEP, "-m", "pkg_under_test_kill", "train"], tmp_path)
+    trainer = _start(processes, [sys.executable, "-c", SLEEP, "-m", package, "train"], tmp_path)
 
-    assert sorted(kill_matching("-m", "pkg_under_test_kill", "predict")) == sorted([first.pid, second.pid])
+    killed = kill_matching("-m", package, "predict")
+
+    assert sorted(killed) == sorted([first.pid, second.pid]), (killed, first.pid, second.pid)
     assert trainer.poll() is None
