@@ -52,6 +52,10 @@ def test_every_layout_row_says_what_the_file_holds() -> None:
     assert [path for path, holds in rows.items() if len(holds.split()) < 3] == []
 
 
+def test_every_table_row_has_as_many_cells_as_its_header() -> None:
+    assert [row for page in [README, *sorted(DOCS.glob("*.md"))] for row in ragged_rows(page)] == []
+
+
 def test_every_test_the_threat_model_names_exists() -> None:
     assert missing_test_references(SECURITY, PROJECT) == []
 
@@ -74,6 +78,21 @@ def test_a_broken_link_or_anchor_is_found(tmp_path: Path) -> None:
         "README.md: docs/gone.md (no such file)",
         "README.md: docs/page.md#no-such-section (no such heading)",
         "README.md: #nowhere (no such heading)",
+    ]
+
+
+def test_a_row_pasted_into_the_wrong_table_is_found(tmp_path: Path) -> None:
+    """What once happened in the README: a row of the docs table spliced into the middle of another table's row."""
+    page = tmp_path / "README.md"
+    page.write_text(
+        "| to change | edit | read first |\n|---|---|---|\n| a | `b` | [c](c.md) |\n"
+        "| hyper | `x` | [d](d.md) | the everyday mode \\| escaped |\n| [t](t.md) |\n\n"
+        "```\n| a fenced | block |\n```\n",
+        encoding="utf-8",
+    )
+    assert ragged_rows(page) == [
+        "README.md:4: 4 cells, its table's header has 3",
+        "README.md:5: 1 cells, its table's header has 3",
     ]
 
 
@@ -196,6 +215,24 @@ def unreachable_pages(readme: Path, docs: Path) -> list[str]:
                 todo.append(linked)
     root = readme.resolve().parent
     return sorted(str(p.resolve().relative_to(root)) for p in docs.glob("*.md") if p.resolve() not in seen)
+
+
+def ragged_rows(page: Path) -> list[str]:
+    """Table rows (outside code fences) whose cell count differs from their table's header row."""
+    found, header = [], 0
+    fenced = False
+    for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.startswith("```"):
+            fenced = not fenced
+        if fenced or not line.startswith("|"):
+            header = 0
+            continue
+        cells = len(CELL_SPLIT.split(line.strip().strip("|")))
+        if not header:
+            header = cells
+        elif cells != header:
+            found.append(f"{page.name}:{number}: {cells} cells, its table's header has {header}")
+    return found
 
 
 def layout_rows(text: str) -> dict[str, str]:

@@ -294,7 +294,7 @@ def requests_for(
     key = f"{call.service}:{call.operation}"
     if key == "ec2:RunInstances":
         requests = _run_instances(call, profile_role, spot_role_exists, image_owner, subnet_vpc)
-    elif key in {"ec2:TerminateInstances", "ec2:GetConsoleOutput"}:
+    elif key in {"ec2:TerminateInstances", "ec2:GetConsoleOutput", "ec2:StartInstances"}:
         requests = _on_instances(call, key, instance_tags, instance_profile)
     elif key in {
         "ec2:DescribeInstances",

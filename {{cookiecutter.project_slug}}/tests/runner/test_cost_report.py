@@ -303,7 +303,7 @@ def test_cost_report_command_writes_the_table_and_chart(
     )
     printed = capsys.readouterr().out
     assert code == 0
-    assert "| CPU side per month (--cpu-monthly-usd) | $80.00 |" in printed
+    assert "| CPU side per month | $80.00 (--cpu-monthly-usd) |" in printed
     assert (out / "cost-report.md").read_text() in printed
     assert (out / "cost-report.png").stat().st_size > 0
 

@@ -668,6 +668,16 @@ def test_mlflow_from_the_repository_variable_that_does_not_answer_fails(world: W
     assert dead.replace("http://", "http://***@") in outcome.found and "s3cret" not in outcome.line()
 
 
+def test_a_vpc_only_mlflow_server_is_not_asked_from_here(world: World) -> None:
+    """The team MLflow server's TrackingUri (a private address) answers the GPU runners only: no request that
+    could only time out, a line that says how to reach it. A loopback address is still asked."""
+    world.target.repo_variables = {"MLFLOW_TRACKING_URI": "http://10.40.1.7:5000"}
+    outcome = one(run(world, [doctor_mlflow.check_mlflow]), "MLflow")
+    assert outcome.ok and "make mlflow-tunnel" in outcome.found
+    assert [doctor_mlflow.vpc_only(u) for u in ("http://172.31.0.9:5000", "http://192.168.1.2", "http://127.0.0.1:5000",
+            "https://mlflow.example.com", "http://8.8.8.8")] == [True, True, False, False, False]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("shell", "repository", "ok"),
     [("", "", True), ("sqlite:///mlflow.db", "", True), ("", "sqlite:///mlflow.db", False)],

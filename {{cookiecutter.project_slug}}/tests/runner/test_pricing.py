@@ -217,7 +217,13 @@ def test_the_bundled_table_is_dated_sourced_and_unsourced_prices_left_out() -> N
         assert set(on_demand) == set(spot), region
         assert all(0 < spot[t] < on_demand[t] for t in on_demand), region
     # Within 1% of the public on-demand prices of the source's 2026-09-06 snapshot (us-east-1, Linux, shared).
-    published = {"g4dn.xlarge": 0.526, "g5.xlarge": 1.006, "g6.xlarge": 0.8048, "g6e.xlarge": 1.861}
+    published = {
+        "g4dn.xlarge": 0.526,
+        "g5.xlarge": 1.006,
+        "g6.xlarge": 0.8048,
+        "g6e.xlarge": 1.861,
+        "t3.small": 0.0208,
+    }
     listed = TABLE["regions"]["us-east-1"]["on_demand_usd_per_hour"]
     assert set(listed) == set(published)
     assert all(abs(listed[t] - usd) <= 0.01 * usd for t, usd in published.items())

@@ -25,8 +25,11 @@ from parliament import analyze_policy_string
 
 
 @pytest.mark.slow  # cfn-lint loads its whole spec; `make lint` runs it too
-def test_template_is_cfn_lint_clean() -> None:
-    result = cfn_lint(TEMPLATE)
+@pytest.mark.parametrize(
+    "template_path", [TEMPLATE, TEMPLATE.with_name("mlflow-server.yaml")], ids=lambda p: p.name
+)
+def test_template_is_cfn_lint_clean(template_path: Path) -> None:
+    result = cfn_lint(template_path)
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -27,7 +27,7 @@ from doubles.iam_requests import (
     requests_for,
 )
 
-from gpu_runner import cli, lifecycle
+from gpu_runner import cli, lifecycle, mlflow_wake
 from gpu_runner.naming import RunContext
 
 # A tag key launch never writes (one a reaper or an operator might trust).
@@ -58,6 +58,9 @@ def test_train_jobs_need_exactly_the_train_policy(
     )
     resume = ["--ref", "train/infra", "--attempt", "1", "--commit", "a" * 40, "--train-interrupted", ""]
     assert cli.main([*base, "resume", *resume, *ids]) == 0
+    # Before a launch, the start job wakes the team MLflow server its schedule stopped.
+    _stopped_mlflow_server(stack)
+    assert cli.main([*base, "mlflow-server", "wake"]) == 0
 
     requests = authorizations(calls)
     train_policy = role_policies(stack, "TrainRoleArn")
@@ -78,7 +81,28 @@ def test_train_jobs_need_exactly_the_train_policy(
         # Teardown prices the spot instance it terminated: on-demand (to compare) and the zone's spot history.
         "GetProducts",
         "DescribeSpotPriceHistory",
+        "StartInstances",
     }
+
+
+def _stopped_mlflow_server(stack: dict[str, Any]) -> None:
+    """A team MLflow server stopped by its schedule, with the mark of its last boot (made with a session of its
+    own, so these calls are not the train role's). test_mlflow_server.py's stack may already have made one."""
+    session = boto3.Session(region_name=REGION)
+    ec2, ssm = session.client("ec2"), session.client("ssm")
+    settings = stack["settings"]
+    server = mlflow_wake.find_server(ec2, settings.project)
+    if server is None:
+        tags = [{"Key": mlflow_wake.PROJECT_TAG, "Value": settings.project}]
+        instance_id = ec2.run_instances(
+            ImageId=stack["amazon_image"], InstanceType="t3.small", MinCount=1, MaxCount=1,
+            TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
+        )["Instances"][0]["InstanceId"]  # fmt: skip
+    else:
+        instance_id = server.instance_id
+    ec2.stop_instances(InstanceIds=[instance_id])
+    ssm.put_parameter(Name=mlflow_wake.ready_parameter(settings.ssm_prefix), Type="String",
+                      Value="http://10.0.0.9:5000", Overwrite=True)  # fmt: skip
 
 
 @pytest.mark.parametrize(

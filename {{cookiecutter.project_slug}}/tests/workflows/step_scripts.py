@@ -188,6 +188,10 @@ def step_env(doc: dict[str, Any], job: dict[str, Any], step: dict[str, Any], sce
     }  # fmt: skip
 
 
+# gpu-runner's subcommands whose first word after them is an action (`gpu-runner mlflow-server wake`).
+NESTED_SUBCOMMANDS = {"mlflow-server"}
+
+
 class GpuRunnerCall(NamedTuple):
     argv: list[str]  # after `gpu-runner`
     global_options: list[str]
@@ -208,6 +212,8 @@ def gpu_runner_calls(calls: list[list[str]]) -> list[GpuRunnerCall]:
             i += 1 if "=" in rest[i] else 2
         subcommand, options = rest[i], []
         tail = rest[i + 1 :]
+        if subcommand in NESTED_SUBCOMMANDS and tail:  # `mlflow-server wake`: the action is part of the name
+            subcommand, tail = f"{subcommand} {tail[0]}", tail[1:]
         j = 0
         while j < len(tail):
             assert tail[j].startswith("--"), f"unexpected argument {tail[j]!r} in {argv}"

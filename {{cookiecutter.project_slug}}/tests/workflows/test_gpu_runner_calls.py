@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from step_scripts import recorded_gpu_runner_calls, run_gpu_workflow_steps
+from step_scripts import NESTED_SUBCOMMANDS, recorded_gpu_runner_calls, run_gpu_workflow_steps
 from workflow_files import (
     LAUNCH_OUTPUTS,
     PROJECT,
@@ -45,6 +45,8 @@ CLI_CONTRACT = {
     # sweep.yml's plan job (how many runners the quota allows) and collect job (dispatch the next wave).
     "capacity": {"--wanted"},
     "next-wave": {"--ref", "--wave", "--sweep", "--config"},
+    # The start job, before a launch: start the team MLflow server if its schedule stopped it.
+    "mlflow-server wake": set(),
 }  # fmt: skip
 
 
@@ -100,7 +102,8 @@ def test_every_value_reaches_a_cli_as_opt_equals_value(project: Path, tmp_path: 
         for step, _, recorded in run_gpu_workflow_steps(project, scenario, tmp_path):
             for argv in recorded:
                 if argv[:3] == ["run", "--no-sync", "gpu-runner"]:
-                    tail = argv[6:]  # after `--settings configs/gpu-runner.yaml <subcommand>` (a literal)
+                    # after `--settings configs/gpu-runner.yaml <subcommand> [<action>]` (literals)
+                    tail = argv[7:] if argv[5] in NESTED_SUBCOMMANDS else argv[6:]
                 elif argv[:5] == ["run", "--no-sync", "python", "-m", package]:
                     # after the subcommand (`sweep` has its own: plan, trial, collect, check)
                     tail = argv[7:] if argv[5] == "sweep" else argv[6:]
@@ -125,8 +128,8 @@ def test_gpu_runner_cli_help_matches_the_contract(runner_installed: Path) -> Non
     assert top.returncode == 0, top.stderr
     assert help_options(top.stdout) >= CLI_GLOBAL_OPTIONS
     for subcommand, options in CLI_CONTRACT.items():
-        assert subcommand in top.stdout
-        sub = gpu_runner(runner_installed, subcommand, "--help")
+        assert subcommand.split(" ")[0] in top.stdout
+        sub = gpu_runner(runner_installed, *subcommand.split(" "), "--help")
         assert sub.returncode == 0, sub.stderr
         assert options <= help_options(sub.stdout), (subcommand, sub.stdout)
 

@@ -1,17 +1,18 @@
-"""`gpu-runner workflow-settings | launch | wait | teardown | resume | reap | capacity` (what the GPU workflows run),
-`bootstrap`, `doctor` and `cost-report`."""
+"""`gpu-runner workflow-settings | launch | wait | teardown | resume | reap | capacity | mlflow-server wake` (what
+the GPU workflows run), `bootstrap`, `doctor`, `mlflow-server up | down | tunnel` and `cost-report`."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import os
+import shlex
 import signal
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -156,7 +157,37 @@ def _parser() -> argparse.ArgumentParser:
     )
     doctor.add_argument("--default-branch", default="main", help="the branch the reaper role must trust")
     _add_cost_report(commands)
+    _add_mlflow_server(commands)
     return parser
+
+
+def _add_mlflow_server(commands: argparse._SubParsersAction) -> None:
+    server = commands.add_parser(
+        "mlflow-server",
+        help="the optional team MLflow server (infra/mlflow-server.yaml): up, down, tunnel, wake",
+    )
+    actions = server.add_subparsers(dest="action", required=True)
+    up = actions.add_parser(
+        "up", help="deploy it after bootstrap; prints MLFLOW_TRACKING_URI and the secrets to set"
+    )
+    down = actions.add_parser("down", help="delete the stack (the data volume leaves a final snapshot)")
+    tunnel = actions.add_parser(
+        "tunnel", help="forward 127.0.0.1:PORT to it through SSM (starts it if stopped)"
+    )
+    for action in (up, down, tunnel):
+        action.add_argument("--repository", required=True, help="owner/name, as given to bootstrap")
+    up.add_argument("--instance-type", default="t3.small")
+    up.add_argument("--subnet-id", default="", help="default: the first of subnet_ids, else EC2 picks one")
+    up.add_argument("--stop-schedule", default="", help="e.g. 'cron(0 20 ? * MON-FRI *)': stop after hours")
+    up.add_argument(
+        "--start-schedule", default="", help="e.g. 'cron(0 7 ? * MON-FRI *)' (needs a stop schedule)"
+    )
+    up.add_argument("--timezone", default="UTC", help="IANA time zone of both schedules")
+    up.add_argument("--template", type=Path, default=Path("infra/mlflow-server.yaml"))
+    up.add_argument("--lock", type=Path, default=Path("uv.lock"), help="the mlflow version the server runs")
+    tunnel.add_argument("--local-port", type=int, default=5000)
+    tunnel.add_argument("--print-only", action="store_true", help="print the command instead of running it")
+    actions.add_parser("wake", help="the start job: start a stopped server and wait until MLflow answers")
 
 
 def _add_slot(command: argparse.ArgumentParser) -> None:
@@ -198,6 +229,13 @@ def _add_cost_report(commands: argparse._SubParsersAction) -> None:
         "used instance type, from the runs' cost.on_demand_usd_per_hour tag)",
     )
     cost.add_argument("--out", type=Path, default=Path("outputs/cost-report"), help="for .md and .png")
+    cost.add_argument(
+        "--mlflow-server-of",
+        default="",
+        metavar="OWNER/NAME",
+        help="add this repository's team MLflow server (mlflow-server up) to the CPU side, priced from its stack "
+        "(AWS credentials that may describe it; region and project from --settings)",
+    )
 
 
 def _cost_report(args: argparse.Namespace) -> int:
@@ -205,10 +243,16 @@ def _cost_report(args: argparse.Namespace) -> int:
     from .cost import chart, files, report
 
     experiments = args.experiment or [report.experiment_from_config(args.config)]
+    cpu_usd, cpu_basis = args.cpu_monthly_usd, "--cpu-monthly-usd"
+    if args.mlflow_server_of:
+        server = _mlflow_server_cost(args)
+        if server is not None:
+            cpu_usd, cpu_basis = cpu_usd + server.monthly_usd, f"{cpu_basis} + {server.basis}"
     figures = report.cost_report(
         experiments,
         args.days,
-        cpu_monthly_usd=args.cpu_monthly_usd,
+        cpu_monthly_usd=cpu_usd,
+        cpu_basis=cpu_basis,
         always_on_monthly_usd=args.always_on_monthly_usd,
     )
     markdown, png = files.write_report(figures, args.out)
@@ -217,6 +261,22 @@ def _cost_report(args: argparse.Namespace) -> int:
     if png is None:
         print(f"warning: chart not drawn: {chart.PLOT_EXTRA_MISSING}", file=sys.stderr)
     return 0
+
+
+def _mlflow_server_cost(args: argparse.Namespace) -> Any:
+    """The team server's monthly cost, or None (with a warning) when its stack cannot be read."""
+    from .cost import server
+    from .mlflow_server import ServerInputs, server_stack_name
+
+    settings = load_settings(args.settings)
+    name = server_stack_name(settings.project, ServerInputs(args.mlflow_server_of).repository)
+    aws = Aws()
+    parameters = server.deployed_server_parameters(aws.client("cloudformation", settings.region), name)
+    if parameters is None:
+        print(f"warning: no team MLflow server stack {name} readable in {settings.region}: CPU side without it",
+              file=sys.stderr)  # fmt: skip
+        return None
+    return server.server_cost(aws, parameters, settings.region)
 
 
 def _raise_on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -239,6 +299,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "workflow-settings":
         _workflow_settings(settings)
         return 0
+    if args.command == "mlflow-server":
+        return _mlflow_server(args, settings, aws)
     if args.command == "resume":
         _resume(args, settings, ctx, aws)
         return 0
@@ -278,6 +340,39 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         _teardown(args, settings, aws, github, timeline.parse_phases(args.phase))
     elif args.command == "reap":
         reaper.reap(settings, aws, github, regions=tuple(args.region))
+    return 0
+
+
+def _mlflow_server(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
+    from . import mlflow_server, mlflow_wake
+
+    region = settings.region
+    if args.action == "wake":
+        mlflow_wake.wake(aws.client("ec2", region), aws.client("ssm", region), project=settings.project,
+                         ssm_prefix=settings.ssm_prefix)  # fmt: skip
+        return 0
+    cfn = aws.client("cloudformation", region)
+    if args.action == "up":
+        inputs = mlflow_server.ServerInputs(
+            args.repository, instance_type=args.instance_type, subnet_id=args.subnet_id,
+            stop_schedule=args.stop_schedule, start_schedule=args.start_schedule, timezone=args.timezone,
+        )  # fmt: skip
+        mlflow_server.up(
+            settings, cfn, aws.client("ssm", region), inputs, template=args.template, lock=args.lock
+        )
+    elif args.action == "down":
+        mlflow_server.down(settings, cfn, mlflow_server.ServerInputs(args.repository).repository)
+    else:
+        instance_id = mlflow_server.server_instance(cfn, settings, args.repository)
+        command = mlflow_server.tunnel_command(instance_id, region, args.local_port)
+        if args.print_only:
+            print(shlex.join(command))
+            return 0
+        mlflow_server.require_plugin()
+        mlflow_wake.wake(aws.client("ec2", region), aws.client("ssm", region), project=settings.project,
+                         ssm_prefix=settings.ssm_prefix)  # fmt: skip
+        print(f"MLflow on http://127.0.0.1:{args.local_port} (Ctrl-C ends the tunnel)", flush=True)
+        os.execvp(command[0], command)
     return 0
 
 
@@ -504,7 +599,7 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             return _cost_report(args)
-        except CostReportError as error:
+        except (CostReportError, RunnerError) as error:  # RunnerError: --settings or --mlflow-server-of
             print(f"error: {error}", file=sys.stderr)
             return 2
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
@@ -515,8 +610,10 @@ def main(argv: list[str] | None = None) -> int:
         region = settings.region
         # bootstrap and doctor run from a laptop (the repository is a flag); the others run in a workflow.
         # capacity asks nothing of GitHub: it also answers on a laptop.
-        if args.command not in ("bootstrap", "doctor", "capacity") and not os.environ.get(
-            "GITHUB_REPOSITORY"
+        if (
+            args.command not in ("bootstrap", "doctor", "capacity")
+            and not (args.command == "mlflow-server" and args.action != "wake")
+            and not os.environ.get("GITHUB_REPOSITORY")
         ):
             raise RunnerError(
                 "GITHUB_REPOSITORY is not set: GitHub Actions sets it; by hand, export GITHUB_REPOSITORY=owner/name"

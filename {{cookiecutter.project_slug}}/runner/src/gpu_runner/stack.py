@@ -248,7 +248,7 @@ def _refuse_foreign_stack(cfn: Any, name: str, repository: str, parameters: list
         )
 
 
-def _stack_status(cfn: Any, name: str) -> str | None:
+def stack_status(cfn: Any, name: str) -> str | None:
     try:
         stacks = cfn.describe_stacks(StackName=name)["Stacks"]
     except ClientError as error:
@@ -276,7 +276,7 @@ def deploy(
     delay_seconds: int = 10,
 ) -> dict[str, str]:
     """Create or update the stack and wait for it; returns its outputs."""
-    status = _stack_status(cfn, name)
+    status = stack_status(cfn, name)
     if status == "ROLLBACK_COMPLETE":
         raise BootstrapError(
             f"stack {name} is in ROLLBACK_COMPLETE (its first creation failed and cannot be updated): delete it "
@@ -296,7 +296,7 @@ def deploy(
         message = error.response.get("Error", {}).get("Message", "")
         if NO_UPDATES in message:
             log.info(f"stack {name} is up to date")
-            return _outputs(cfn, name)
+            return stack_outputs(cfn, name)
         code = error.response.get("Error", {}).get("Code", "")
         hint = HINTS.get(code, "")
         raise BootstrapError(f"CloudFormation refused stack {name}: {code}: {message}{hint}") from None
@@ -305,13 +305,13 @@ def deploy(
     except WaiterError:
         reasons = _failure_reasons(cfn, name) or ["no failed resource reported"]
         raise BootstrapError(
-            f"stack {name} ended in {_stack_status(cfn, name)}:\n" + "\n".join(f"  {r}" for r in reasons)
+            f"stack {name} ended in {stack_status(cfn, name)}:\n" + "\n".join(f"  {r}" for r in reasons)
         ) from None
-    log.info(f"stack {name}: {_stack_status(cfn, name)}")
-    return _outputs(cfn, name)
+    log.info(f"stack {name}: {stack_status(cfn, name)}")
+    return stack_outputs(cfn, name)
 
 
-def _outputs(cfn: Any, name: str) -> dict[str, str]:
+def stack_outputs(cfn: Any, name: str) -> dict[str, str]:
     stack = cfn.describe_stacks(StackName=name)["Stacks"][0]
     return {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
 
@@ -335,7 +335,8 @@ def next_steps(repository: str, outputs: Mapping[str, str]) -> str:
         f"#    --token-file <file with a PAT>); it writes the SecureString {outputs.get('GitHubCredentialParameter', '')}.",
         "#    Delete any GPU_RUNNER_APP_PRIVATE_KEY / GPU_RUNNER_TOKEN repository secret left from older versions:",
         f"#    gh secret delete GPU_RUNNER_APP_PRIVATE_KEY --repo {repo}",
-        "# 3. MLflow (optional; without it runs are kept as a workflow artifact):",
+        "# 3. MLflow (optional; without it runs are kept as a workflow artifact): `make mlflow-server-up` deploys",
+        "#    the team server (infra/mlflow-server.yaml) and prints the MLFLOW_TRACKING_URI to set; or your own:",
         f'gh variable set MLFLOW_TRACKING_URI --repo {repo} --body "<https://your MLflow server>"',
         "# 4. In configs/gpu-runner.yaml:",
         f"#    instance_profile: {outputs['RunnerInstanceProfile']}",
@@ -458,7 +459,7 @@ def bootstrap(
     parameters = stack_parameters(settings, inputs)
     _refuse_long_trust(body, parameters, settings.region, quotas)
     _refuse_foreign_stack(cfn, name, inputs.repository, parameters)
-    if _stack_status(cfn, name) is None:
+    if stack_status(cfn, name) is None:
         # The Lambda's package lives in the stack's bucket: a new stack is created without the Lambda first.
         deploy(cfn, name, body, parameters, delay_seconds=delay_seconds)
     code = _deploy_reaper_code(s3, inputs.bucket)

@@ -99,6 +99,7 @@ class CostReport:
     cpu_monthly_usd: float
     always_on_monthly_usd: float
     always_on_basis: str
+    cpu_basis: str = "--cpu-monthly-usd"
 
     @property
     def month_factor(self) -> float:
@@ -151,6 +152,7 @@ def summarize(
     *,
     days: float,
     cpu_monthly_usd: float = 0.0,
+    cpu_basis: str = "--cpu-monthly-usd",
     always_on_monthly_usd: float | None = None,
     excluded_runs: int = 0,
     experiments: Sequence[str] = (),
@@ -205,6 +207,7 @@ def summarize(
         cpu_monthly_usd=cpu_monthly_usd,
         always_on_monthly_usd=always_on,
         always_on_basis=basis,
+        cpu_basis=cpu_basis,
     )
 
 
@@ -272,7 +275,7 @@ def render_markdown(report: CostReport) -> str:
             f"{usd_text(report.gpu_monthly_usd)} for {report.gpu_hours_per_month:,.1f} h "
             f"(window x {HOURS_PER_MONTH:.0f} h / {report.window_days * 24:g} h = x {f:.4f})",
         ),
-        ("CPU side per month (--cpu-monthly-usd)", usd_text(report.cpu_monthly_usd)),
+        ("CPU side per month", f"{usd_text(report.cpu_monthly_usd)} ({report.cpu_basis})"),
         ("**this setup per month**", f"**{usd_text(report.this_setup_monthly_usd)}**"),
         (
             "**always-on GPU per month**",
@@ -404,6 +407,7 @@ def cost_report(
     days: float,
     *,
     cpu_monthly_usd: float = 0.0,
+    cpu_basis: str = "--cpu-monthly-usd",
     always_on_monthly_usd: float | None = None,
     uri: str | None = None,
     now: datetime | None = None,
@@ -424,6 +428,7 @@ def cost_report(
         runs,
         days=days,
         cpu_monthly_usd=cpu_monthly_usd,
+        cpu_basis=cpu_basis,
         always_on_monthly_usd=always_on_monthly_usd,
         excluded_runs=excluded,
         experiments=experiments,
