@@ -45,6 +45,8 @@ CLI_CONTRACT = {
     # sweep.yml's plan job (how many runners the quota allows) and collect job (dispatch the next wave).
     "capacity": {"--wanted"},
     "next-wave": {"--ref", "--wave", "--sweep", "--config"},
+    # train.yml's and sweep.yml's comment jobs (the results on the branch's open pull request).
+    "pr-comment": {"--kind", "--mlflow-run-id", "--branch", "--commit", "--config"},
 }  # fmt: skip
 
 
