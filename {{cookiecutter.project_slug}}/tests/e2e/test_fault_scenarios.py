@@ -81,12 +81,20 @@ def check_5(story: Story) -> None:
 
 
 def check_6(story: Story) -> None:
-    assert story.run and story.run.results == {"start": "success", "train": "success", "stop": "success"}
+    assert story.run and story.run.lifecycle_results == {
+        "start": "success",
+        "train": "success",
+        "stop": "success",
+    }
     assert _calls(story, "DELETE", 502) == 2
 
 
 def check_7(story: Story) -> None:
-    assert story.run and story.run.results == {"start": "success", "train": "success", "stop": "success"}
+    assert story.run and story.run.lifecycle_results == {
+        "start": "success",
+        "train": "success",
+        "stop": "success",
+    }
     assert story.proxy
     assert story.proxy.count("RunInstances", "RequestLimitExceeded") == 2
     assert story.proxy.count("PutParameter", "ThrottlingException") == 1
@@ -102,7 +110,11 @@ def check_8(story: Story) -> None:
 
 
 def check_9(story: Story) -> None:
-    assert story.run and story.run.results == {"start": "success", "train": "success", "stop": "success"}
+    assert story.run and story.run.lifecycle_results == {
+        "start": "success",
+        "train": "success",
+        "stop": "success",
+    }
     assert story.run.outputs["start"][LaunchOutput.MARKET] == "on-demand"
     assert story.proxy and story.proxy.count("RunInstances", "InsufficientInstanceCapacity") == len(
         story.stack.settings["instance_types"]
@@ -137,9 +149,11 @@ def check_13(story: Story) -> None:
     )
     inputs = story.github.dispatches[0]["inputs"]
     assert (inputs["attempt"], inputs["commit"], inputs["spot"]) == ("2", story.head_sha, "default")
-    assert second and second.results == {"start": "success", "train": "success", "stop": "success"}, (
-        second.log
-    )
+    assert second and second.lifecycle_results == {
+        "start": "success",
+        "train": "success",
+        "stop": "success",
+    }, second.log
     state = story.checkpoint_state()
     assert state.get("complete") is True
     client = MlflowClient(story.stack.mlflow_uri)
@@ -161,7 +175,7 @@ def check_13(story: Story) -> None:
 
 def check_14(story: Story) -> None:
     run = story.run
-    assert run and run.results == {"start": "success", "train": "failure", "stop": "success"}, (
+    assert run and run.lifecycle_results == {"start": "success", "train": "failure", "stop": "success"}, (
         run.results if run else None
     )
     log = _log(story)
@@ -178,7 +192,7 @@ def check_14(story: Story) -> None:
 
 def check_15(story: Story) -> None:
     run = story.run
-    assert run and run.results == {"start": "success", "train": "success", "stop": "success"}, (
+    assert run and run.lifecycle_results == {"start": "success", "train": "success", "stop": "success"}, (
         run.results if run else None
     )
     # The hostile value reached the stop job as the train job's output, and stayed a value (--opt=value).

@@ -5,6 +5,7 @@ and unable to fail the training's result."""
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -123,3 +124,30 @@ def test_the_comment_follows_the_run_it_reports(project: Path) -> None:
     assert sweep["comment"]["steps"][2]["env"]["MLFLOW_RUN_ID"] == as_expression(
         "needs.plan.outputs.parent-run-id"
     )
+
+
+def permissions_table(project: Path) -> dict[tuple[str, str], dict[str, str]]:
+    """docs/security.md's "workflow token's permissions" table: (file stem, job id) -> permissions."""
+    text = (project / "docs" / "security.md").read_text(encoding="utf-8")
+    section = text.split("## The workflow token's permissions, job by job", 1)[1]
+    table: dict[tuple[str, str], dict[str, str]] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 2 or not cells[0].startswith("`"):
+            continue
+        names = re.findall(r"`([^`]+)`", cells[0])
+        workflow, jobs = names[0].removesuffix(".yml"), names[1:]
+        granted = dict(pair.split(": ") for pair in cells[1].split(", "))
+        for job in jobs:
+            assert (workflow, job) not in table, f"{workflow}.{job} twice in the table"
+            table[(workflow, job)] = granted
+    return table
+
+
+def test_the_permissions_table_matches_the_workflows(project: Path) -> None:
+    actual = {
+        (name, job_id): job.get("permissions")
+        for name, doc in all_workflows(project).items()
+        for job_id, job in doc["jobs"].items()
+    }
+    assert permissions_table(project) == actual
