@@ -205,3 +205,9 @@ def check_15(story: Story) -> None:
     ), log
     # The attempt was still priced in the job summary; only the MLflow logging was skipped.
     assert "**GPU cost (attempt 1)**" in "".join(run.summaries.get("stop", [])), run.summaries.get("stop")
+    # The comment job got the same value: refused by name before any MLflow or GitHub call, the step continues
+    # on error, so the run keeps the training's result.
+    comment = "".join(r.get("msg", "") for r in run.records if r.get("jobID") == "comment")
+    assert f"--mlflow-run-id: '{HOSTILE_RUN_ID}' is not an MLflow run id" in comment, comment[-2000:]
+    assert run.results.get("comment") == "success" and run.returncode == 0, run.results
+    assert not [c for c in story.github_calls if "/pulls" in c[1] or "/issues/" in c[1]], story.github_calls
