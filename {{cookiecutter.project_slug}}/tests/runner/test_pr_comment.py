@@ -5,6 +5,7 @@ then edited in place; a human's comment with the marker, a fork's pull request a
 from __future__ import annotations
 
 import re
+import socket
 import time
 import uuid
 from collections.abc import Callable
@@ -408,3 +409,26 @@ def test_bad_input_names_the_field(
     assert main(["pr-comment", *flags.values()]) == 1
     assert field in capsys.readouterr().err
     assert github_double.calls == []
+
+
+def test_an_unknown_run_or_an_unreachable_server_is_a_clear_error_and_posts_nothing(
+    github_double: GitHubDouble, command_env: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    github_double.open_pull(BRANCH)
+    missing = uuid.uuid4().hex
+    assert cli(missing) == 1
+    assert re.search(
+        rf"MLflow at http://127\.0\.0\.1:\d+: GET runs/get answered HTTP 404 .*{missing}",
+        capsys.readouterr().err,
+    )
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{closed}")
+    assert cli(missing) == 1
+    assert (
+        f"MLflow at http://127.0.0.1:{closed}: http://127.0.0.1:{closed} unreachable"
+        in capsys.readouterr().err
+    )
+    assert writes(github_double) == [] and github_double.comments(1) == []
