@@ -206,9 +206,9 @@ def test_non_default_answers_reach_the_gpu_workflows(baked_custom: Path) -> None
 
 
 def test_the_default_branch_answer_names_what_start_and_stop_run(baked_custom: Path) -> None:
-    """A repository whose default branch is not `main`: train.yml calls start/stop at that branch, they (and the
-    pull-request comment jobs) check it out, and `make bootstrap` / `make doctor` give the same branch to the launch and reaper roles' OIDC
-    trust (`DefaultBranch`). No `main` is left over in the GPU workflows."""
+    """A repository whose default branch is not `main`: train.yml calls start/stop at that branch, they (and
+    the pull-request comment jobs) check it out, and `make bootstrap` / `make doctor` give the same branch to
+    the launch and reaper roles' OIDC trust (`DefaultBranch`). No `main` is left over in the GPU workflows."""
     docs = gpu_workflows(baked_custom)
     jobs = docs["train"]["jobs"]
     for name in ("start", "stop"):
