@@ -192,6 +192,11 @@ def test_a_sweep_shows_its_best_trial_against_the_champion_and_the_sweep_cost(ru
     body = body_of(runs, parent_id, kind="sweep")
     assert body.startswith(pr_report.MARKERS["sweep"]) and MARKER not in body
     assert "### Hyperparameter sweep on `train/pr-comment`" in body
+    experiment = runs.client.get_run(best_id).info.experiment_id
+    assert (
+        f"best trial's MLflow run: [{best_id[:12]}]({runs.uri}/#/experiments/{experiment}/runs/{best_id})"
+        in body
+    )
     assert (
         "Best trial `2` of the sweep" in body and "| **test_accuracy** | 0.9300 | 0.9000 | +0.0300 |" in body
     )

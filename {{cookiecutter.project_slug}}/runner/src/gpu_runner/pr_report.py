@@ -205,10 +205,12 @@ def metric_table(run: RunView, registry_metric: str, held: Champion | None) -> s
     return "\n".join(lines) + "\n"
 
 
-def _links(base: str | None, run: RunView, ctx: Context, model: tuple[str, str] | None) -> list[str]:
+def _links(
+    base: str | None, run: RunView, ctx: Context, model: tuple[str, str] | None, what: str = "MLflow run"
+) -> list[str]:
     links = []
     if base:
-        links.append(f"MLflow run: [{run.run_id[:12]}]({run_link(base, run.experiment_id, run.run_id)})")
+        links.append(f"{what}: [{run.run_id[:12]}]({run_link(base, run.experiment_id, run.run_id)})")
         if model:
             links.append(f"model version: [{inert(model[0], 80)} v{model[1]}]({version_link(base, *model)})")
     if ctx.commit:
@@ -306,7 +308,7 @@ def build(client: MlflowRest, uri: str, run_id: str, ctx: Context) -> str:
     body = (
         head
         + title
-        + " · ".join(_links(base, run, ctx, model))
+        + " · ".join(_links(base, run, ctx, model, "best trial's MLflow run" if parent else "MLflow run"))
         + "\n\n"
         + metric_table(run, metric, held)
         + "\n"
