@@ -206,9 +206,9 @@ def test_non_default_answers_reach_the_gpu_workflows(baked_custom: Path) -> None
 
 
 def test_the_default_branch_answer_names_what_start_and_stop_run(baked_custom: Path) -> None:
-    """A repository whose default branch is not `main`: train.yml calls start/stop at that branch, they check
-    it out, and `make bootstrap` / `make doctor` give the same branch to the launch and reaper roles' OIDC
-    trust (`DefaultBranch`). No `main` is left over in the GPU workflows."""
+    """A repository whose default branch is not `main`: train.yml calls start/stop at that branch, they (and
+    the pull-request comment jobs) check it out, and `make bootstrap` / `make doctor` give the same branch to
+    the launch and reaper roles' OIDC trust (`DefaultBranch`). No `main` is left over in the GPU workflows."""
     docs = gpu_workflows(baked_custom)
     jobs = docs["train"]["jobs"]
     for name in ("start", "stop"):
@@ -216,7 +216,11 @@ def test_the_default_branch_answer_names_what_start_and_stop_run(baked_custom: P
         assert called and called["branch"] == "develop", jobs[name]["uses"]
         (checkout,) = steps_by_uses(docs[f"gpu-runner-{name}"]["jobs"][name], "actions/checkout")
         assert checkout["with"]["ref"] == "develop"
-    for name in ("train", "gpu-runner-start", "gpu-runner-stop"):
+    # The pull-request comment jobs run that branch's gpu-runner too (issue 17).
+    for workflow in ("train", "sweep"):
+        (checkout,) = steps_by_uses(docs[workflow]["jobs"]["comment"], "actions/checkout")
+        assert checkout["with"]["ref"] == "develop", workflow
+    for name in ("train", "sweep", "gpu-runner-start", "gpu-runner-stop"):
         text = (baked_custom / ".github" / "workflows" / f"{name}.yml").read_text(encoding="utf-8")
         for leftover in ("@main", "ref: main", 'ref: "main"', "refs/heads/main"):
             assert leftover not in text, f"{name}.yml still says {leftover}"

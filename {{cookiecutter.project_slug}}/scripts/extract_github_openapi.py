@@ -49,6 +49,12 @@ OPERATIONS = (
     # Launch: the dispatch input `commit` must be in the history of the dispatched branch (gpu_runner.github.
     # check_commit_on_branch)
     "repos/compare-commits-with-basehead",
+    # The pull-request comment of train.yml / sweep.yml (gpu_runner.pr_comment): the branch's open pull
+    # requests, their comments, and the one comment it creates once and then edits
+    "pulls/list",
+    "issues/list-comments",
+    "issues/create-comment",
+    "issues/update-comment",
 )
 # Prose and samples: they do not constrain a request or a response, and they are most of the file's size.
 _PROSE = frozenset({"description", "summary", "example", "examples", "title", "externalDocs"})

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NamedTuple
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 import jwt
 from cryptography.hazmat.primitives import serialization
@@ -62,12 +62,25 @@ ADMIN_TOKEN = "gho_admin_0123456789abcdef"
 WORKFLOW_TOKEN = "ghs_workflow_0123456789abcdefghijklmnop"
 # The start job's GITHUB_TOKEN (`permissions: contents: read`): what launch checks the dispatch input commit with.
 START_JOB_TOKEN = "ghs_startjob_0123456789abcdefghijklmn"
+# The pull-request comment job's GITHUB_TOKEN (`permissions: pull-requests: write`, contents: read).
+PR_COMMENT_TOKEN = "ghs_prcomment_0123456789abcdefghijk"
+# The author GitHub records for what a workflow's GITHUB_TOKEN writes (docs.github.com "Automatic token
+# authentication": an installation token of the GitHub Actions app, whose bot user this is).
+ACTIONS_BOT = ("github-actions[bot]", "Bot")
+HUMAN = ("mona", "User")
 DEFAULT_TOKENS: dict[str, dict[str, str]] = {
-    DEFAULT_TOKEN: {"administration": "write", "actions": "write", "contents": "read", "metadata": "read"},
+    DEFAULT_TOKEN: {
+        "administration": "write",
+        "actions": "write",
+        "contents": "read",
+        "metadata": "read",
+        "pull_requests": "write",
+    },
     RUNNERS_TOKEN: {"administration": "write", "metadata": "read"},
     READ_ONLY_TOKEN: {"administration": "read", "metadata": "read"},
     WORKFLOW_TOKEN: {"actions": "write", "metadata": "read"},
     START_JOB_TOKEN: {"contents": "read", "metadata": "read"},
+    PR_COMMENT_TOKEN: {"contents": "read", "pull_requests": "write", "metadata": "read"},
     ADMIN_TOKEN: {"administration": "write", "variables": "read", "secrets": "read", "metadata": "read"},
 }
 # The permission each operation asks of a token, keyed by the description's operationIds: the endpoint pages'
@@ -96,7 +109,23 @@ REQUIRED_PERMISSIONS: dict[str, tuple[str, str]] = {
     # "Compare two commits" (docs.github.com/rest/commits/commits#compare-two-commits, its "Fine-grained access
     # tokens" section, read 2026-12-01): "Contents" repository permissions (read).
     "repos/compare-commits-with-basehead": ("contents", "read"),
+    # The pull-request comment (gpu_runner.pr_comment): "List pull requests" asks "Pull requests" (read)
+    # (docs.github.com/rest/pulls/pulls#list-pull-requests, its fine-grained token section).
+    "pulls/list": ("pull_requests", "read"),
 }
+# Operations GitHub allows with any one of several permissions: the issue-comment endpoints' fine-grained token
+# sections list "at least one of" "Issues" or "Pull requests" repository permissions (docs.github.com "REST API
+# endpoints for issue comments", List / Create / Update an issue comment; read 2026-12-03), the comment being on
+# a pull request here.
+ANY_OF_PERMISSIONS: dict[str, tuple[tuple[str, str], ...]] = {
+    "issues/list-comments": (("issues", "read"), ("pull_requests", "read")),
+    "issues/create-comment": (("issues", "write"), ("pull_requests", "write")),
+    "issues/update-comment": (("issues", "write"), ("pull_requests", "write")),
+}
+# GitHub's 422 to a longer comment body: "Body is too long (maximum is 65536 characters)", resource
+# IssueComment, code unprocessable, field data (as clients quote it: jmikedupont2/ai-ticket#51, 2023;
+# reg-viz/reg-actions#123, 2024; peter-evans/create-or-update-comment#182 truncates at the same number).
+COMMENT_MAX_CHARS = 65536
 # "Each claim key can only contain alphanumeric characters and underscores" (the description's
 # oidc-custom-sub-repo schema, @octokit/openapi 23.0.2); GitHub answers 422 to another key.
 _CLAIM_KEY = re.compile(r"[A-Za-z0-9_]+")
@@ -115,6 +144,7 @@ JWT_LEEWAY_SECONDS = 5
 # the issues list, derrickscottux-collab/github-issues-openapi-portfolio "Pagination and Filtering").
 PER_PAGE_DEFAULT, PER_PAGE_MAX = 30, 100
 DOCS = "https://docs.github.com/rest/actions/self-hosted-runners"
+_COMMENTS_DOCS = "https://docs.github.com/rest/issues/comments"
 # "Compare two commits" (the description's per_page: default 30, "max 100"): without `page`/`per_page` the list
 # "is limited to 250 commits" (the most recent ones), and page 1 carries "up to 300 changed files".
 COMPARE_UNPAGED_COMMITS, COMPARE_MAX_FILES = 250, 300
@@ -277,6 +307,16 @@ class GitHubDouble:
         # Git history per repository (compare): commit SHA -> commit, branch name -> head SHA.
         self._commits: dict[str, dict[str, _Commit]] = {repo: {} for repo in self.repositories}
         self.branches: dict[str, dict[str, str]] = {repo: {} for repo in self.repositories}
+        # Pull requests and their issue comments, per repository (the pull-request comment); issue numbers and
+        # comment ids count up like GitHub's. Who wrote a comment is the token's user (token_authors; any
+        # other token: a human).
+        self._pulls: dict[str, list[dict[str, Any]]] = {repo: [] for repo in self.repositories}
+        self._comments: dict[int, dict[str, Any]] = {}
+        self._issue_numbers = itertools.count(1)
+        self._comment_ids = itertools.count(1200000001)
+        self.token_authors: dict[str, tuple[str, str]] = {
+            WORKFLOW_TOKEN: ACTIONS_BOT, START_JOB_TOKEN: ACTIONS_BOT, PR_COMMENT_TOKEN: ACTIONS_BOT,
+        }  # fmt: skip
 
     # ------------------------------------------------------------------ server lifecycle
     def start(self) -> GitHubDouble:
@@ -564,12 +604,15 @@ class GitHubDouble:
 
     def _authorize(self, op: Operation, credential: str, permissions: dict[str, str]) -> None:
         """403 unless the token holds the permission GitHub asks for this operation (write includes read)."""
-        needed = REQUIRED_PERMISSIONS.get(op.operation_id)
-        if needed is None:
+        choices = ANY_OF_PERMISSIONS.get(op.operation_id) or (
+            (REQUIRED_PERMISSIONS[op.operation_id],) if op.operation_id in REQUIRED_PERMISSIONS else ()
+        )
+        if not choices:
             return
-        name, level = needed
-        if permissions.get(name) == "write" or (level == "read" and permissions.get(name) == "read"):
-            return
+        for name, level in choices:
+            if permissions.get(name) == "write" or (level == "read" and permissions.get(name) == "read"):
+                return
+        name, level = choices[-1]
         # GitHub's wording differs by token kind, and it names the permission it wanted in a header
         # (X-Accepted-GitHub-Permissions: docs.github.com "Permissions required for fine-grained personal
         # access tokens").
@@ -664,12 +707,16 @@ class GitHubDouble:
         }
 
     def _simple_user(self, login: str, kind: str) -> dict[str, Any]:
-        """The description's `simple-user` (an installation's account), every required field present."""
-        api = f"{self.url}/users/{login}"
+        """The description's `simple-user` (an installation's account, a comment's author), every required field
+        present. A bot's login ("github-actions[bot]") is percent-encoded in its URLs and its page is the App's, as
+        GitHub sends them (`https://api.github.com/users/github-actions%5Bbot%5D`, `https://github.com/apps/
+        github-actions`: the `user` of any comment a workflow's token wrote)."""
+        api = f"{self.url}/users/{quote(login)}"
         return {
             "login": login, "id": 1, "node_id": "MDEyOk9yZ2FuaXphdGlvbjE=", "type": kind, "site_admin": False,
             "avatar_url": "https://avatars.githubusercontent.com/u/1?v=4", "gravatar_id": "",
-            "url": api, "html_url": f"https://github.com/{login}", "followers_url": f"{api}/followers",
+            "url": api, "followers_url": f"{api}/followers",
+            "html_url": f"https://github.com/apps/{login.removesuffix('[bot]')}" if kind == "Bot" else f"https://github.com/{quote(login)}",
             "following_url": api + "/following{/other_user}", "gists_url": api + "/gists{/gist_id}",
             "starred_url": api + "/starred{/owner}{/repo}", "subscriptions_url": f"{api}/subscriptions",
             "organizations_url": f"{api}/orgs", "repos_url": f"{api}/repos", "events_url": api + "/events{/privacy}",
@@ -679,7 +726,7 @@ class GitHubDouble:
     def _full_repository(self, repo: str, credential: str) -> dict[str, Any]:
         """GET /repos/{owner}/{repo}: the description's `full-repository`, every required field present, with
         `permissions`, the authenticated user's role on the repository (what gpu-runner doctor reads)."""
-        full_name = self.repositories[repo]
+        full_name = self.repositories.get(repo, repo)  # a fork's head repository is not one of ours
         owner, _, name = full_name.partition("/")
         api, web = f"{self.url}/repos/{full_name}", f"https://github.com/{full_name}"
         stamp = "2024-01-01T00:00:00Z"
@@ -737,6 +784,15 @@ class GitHubDouble:
             return self._compare(repo, match[1], query)
         if rest == "/actions/runners" and method == "GET":
             return self._list(repo, query)
+        if rest == "/pulls" and method == "GET":
+            return self._list_pulls(repo, query, credential)
+        if (match := re.fullmatch(r"/issues/(\d+)/comments", rest)) and method in ("GET", "POST"):
+            issue = int(match[1])
+            if method == "GET":
+                return self._list_comments(repo, issue, query)
+            return self._create_comment(repo, issue, (body or {})["body"], credential)
+        if (match := re.fullmatch(r"/issues/comments/(\d+)", rest)) and method == "PATCH":
+            return self._update_comment(repo, int(match[1]), (body or {})["body"])
         if rest == "/actions/runners/generate-jitconfig" and method == "POST":
             return self._generate_jitconfig(repo, body or {})
         if match := re.fullmatch(r"/actions/runners/(\d+)", rest):
@@ -1009,6 +1065,219 @@ class GitHubDouble:
             time_done = rule.seconds is None or now - rule.since >= rule.seconds
             if polls_done and time_done and runner["status"] != "online":
                 runner.update(status="online", busy=rule.busy, os="linux")
+
+    # ------------------------------------------------------------------ pull requests and issue comments
+    # (added for the pull-request comment; operations pulls/list, issues/list-comments, issues/create-comment,
+    # issues/update-comment)
+    def open_pull(
+        self,
+        branch: str,
+        base: str = "main",
+        head_repository: str | None = None,
+        title: str = "",
+        repository: str = DEFAULT_REPOSITORY,
+    ) -> int:
+        """Open a pull request of `branch` (of `head_repository`, default this repository: another name is a
+        fork) into `base`; returns its number."""
+        with self._lock:
+            repo = repository.lower()
+            number = next(self._issue_numbers)
+            head_full = head_repository or self.repositories[repo]
+            self._pulls[repo].append(
+                {"number": number, "head_ref": branch, "head_repo": head_full, "base_ref": base,
+                 "title": title or f"Train {branch}", "state": "open",
+                 "head_sha": self.branches[repo].get(branch) or hashlib.sha1(branch.encode(), usedforsecurity=False).hexdigest()}
+            )  # fmt: skip
+            return number
+
+    def close_pull(self, number: int, repository: str = DEFAULT_REPOSITORY) -> None:
+        with self._lock:
+            for pull in self._pulls[repository.lower()]:
+                if pull["number"] == number:
+                    pull["state"] = "closed"
+
+    def add_comment(
+        self, number: int, body: str, author: tuple[str, str] = HUMAN, repository: str = DEFAULT_REPOSITORY
+    ) -> int:
+        """A comment someone else wrote (author = (login, type)), e.g. a human who pasted the marker."""
+        with self._lock:
+            return self._new_comment(repository.lower(), number, body, author)["id"]
+
+    def comments(self, number: int, repository: str = DEFAULT_REPOSITORY) -> list[dict[str, Any]]:
+        """A snapshot of the issue comments of pull request `number`, oldest first: id, body, login, type,
+        created_at, updated_at."""
+        with self._lock:
+            repo = repository.lower()
+            return [
+                {"id": cid, "body": c["body"], "login": c["author"][0], "type": c["author"][1],
+                 "created_at": c["created_at"], "updated_at": c["updated_at"]}
+                for cid, c in sorted(self._comments.items())
+                if c["repo"] == repo and c["issue"] == number
+            ]  # fmt: skip
+
+    def _pull(self, repo: str, number: int) -> dict[str, Any]:
+        found = next((p for p in self._pulls[repo] if p["number"] == number), None)
+        if found is None:  # only pull requests are issues here
+            raise _HttpError(404, "Not Found", documentation_url=_COMMENTS_DOCS)
+        return found
+
+    def _new_comment(self, repo: str, number: int, body: str, author: tuple[str, str]) -> dict[str, Any]:
+        self._pull(repo, number)
+        stamp = datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+        comment = {
+            "id": next(self._comment_ids), "repo": repo, "issue": number, "body": body, "author": author,
+            "created_at": stamp, "updated_at": stamp,
+        }  # fmt: skip
+        self._comments[comment["id"]] = comment
+        return comment
+
+    def _check_comment_body(self, body: str) -> None:
+        if len(body) > COMMENT_MAX_CHARS:
+            message = f"Body is too long (maximum is {COMMENT_MAX_CHARS} characters)"
+            raise _HttpError(
+                422,
+                "Validation Failed",
+                body={
+                    "message": "Validation Failed",
+                    "errors": [{"resource": "IssueComment", "code": "unprocessable", "field": "data", "message": message}],
+                    "documentation_url": _COMMENTS_DOCS,
+                },
+            )  # fmt: skip
+
+    def _comment_object(self, comment: dict[str, Any]) -> dict[str, Any]:
+        """The description's `issue-comment`, every required field present."""
+        full_name = self.repositories[comment["repo"]]
+        api, web = f"{self.url}/repos/{full_name}", f"https://github.com/{full_name}"
+        login, kind = comment["author"]
+        return {
+            "id": comment["id"], "node_id": f"IC_kwDO{comment['id']}", "url": f"{api}/issues/comments/{comment['id']}",
+            "html_url": f"{web}/pull/{comment['issue']}#issuecomment-{comment['id']}", "body": comment["body"],
+            "issue_url": f"{api}/issues/{comment['issue']}", "user": self._simple_user(login, kind),
+            "created_at": comment["created_at"], "updated_at": comment["updated_at"],
+            "author_association": "NONE" if kind == "Bot" else "MEMBER", "performed_via_github_app": None,
+        }  # fmt: skip
+
+    def _pull_object(self, repo: str, pull: dict[str, Any], credential: str) -> dict[str, Any]:
+        """The description's `pull-request-simple` (List pull requests), every required field present."""
+        full_name = self.repositories[repo]
+        api, web, number = f"{self.url}/repos/{full_name}", f"https://github.com/{full_name}", pull["number"]
+        head_full = pull["head_repo"]
+        head_repo = {
+            **self._full_repository(
+                head_full.lower() if head_full.lower() in self.repositories else head_full, credential
+            ),
+            "has_downloads": True,
+        }
+        head_repo["fork"] = head_full.lower() != repo
+        base_repo = {**self._full_repository(repo, credential), "has_downloads": True}
+        user = self._simple_user("mona", "User")
+        base_sha = self.branches[repo].get(pull["base_ref"]) or "0" * 40
+
+        def side(owner_repo: dict[str, Any], ref: str, sha: str) -> dict[str, Any]:
+            return {
+                "label": f"{owner_repo['owner']['login']}:{ref}",
+                "ref": ref,
+                "repo": owner_repo,
+                "sha": sha,
+                "user": user,
+            }
+
+        links = {
+            "comments": f"{api}/issues/{number}/comments", "commits": f"{api}/pulls/{number}/commits",
+            "statuses": f"{api}/statuses/{pull['head_sha']}", "html": f"{web}/pull/{number}",
+            "issue": f"{api}/issues/{number}", "review_comments": f"{api}/pulls/{number}/comments",
+            "review_comment": api + "/pulls/comments{/number}", "self": f"{api}/pulls/{number}",
+        }  # fmt: skip
+        return {
+            "url": f"{api}/pulls/{number}", "id": 9000 + number, "node_id": f"PR_kwDO{number}",
+            "html_url": f"{web}/pull/{number}", "diff_url": f"{web}/pull/{number}.diff",
+            "patch_url": f"{web}/pull/{number}.patch", "issue_url": f"{api}/issues/{number}",
+            "commits_url": f"{api}/pulls/{number}/commits", "review_comments_url": f"{api}/pulls/{number}/comments",
+            "review_comment_url": api + "/pulls/comments{/number}", "comments_url": f"{api}/issues/{number}/comments",
+            "statuses_url": f"{api}/statuses/{pull['head_sha']}", "number": number, "state": pull["state"],
+            "locked": False, "title": pull["title"], "user": user, "body": None, "labels": [], "milestone": None,
+            "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z", "closed_at": None,
+            "merged_at": None, "merge_commit_sha": None, "assignee": None, "draft": False,
+            "head": side(head_repo, pull["head_ref"], pull["head_sha"]), "base": side(base_repo, pull["base_ref"], base_sha),
+            "_links": {rel: {"href": href} for rel, href in links.items()},
+            "author_association": "MEMBER", "auto_merge": None,
+        }  # fmt: skip
+
+    def _page(self, items: list[Any], query: dict[str, str], base: str) -> tuple[list[Any], dict[str, str]]:
+        """One page and its Link header, as the runners list pages ("Using pagination in the REST API")."""
+        per_page = int(query.get("per_page", PER_PAGE_DEFAULT))
+        per_page = PER_PAGE_DEFAULT if per_page < 1 else min(per_page, PER_PAGE_MAX)
+        page = max(int(query.get("page", 1)), 1)
+        last = max(1, -(-len(items) // per_page))
+        kept = {k: v for k, v in query.items() if k not in ("page", "per_page")}
+
+        def link(to_page: int, rel: str) -> str:
+            return f'<{base}?{urlencode({**kept, "per_page": per_page, "page": to_page})}>; rel="{rel}"'
+
+        links = []
+        if page > 1:
+            links += [link(page - 1, "prev"), link(1, "first")]
+        if page < last:
+            links += [link(page + 1, "next"), link(last, "last")]
+        return items[(page - 1) * per_page : page * per_page], {"Link": ", ".join(links)} if links else {}
+
+    def _list_pulls(
+        self, repo: str, query: dict[str, str], credential: str
+    ) -> tuple[int, dict[str, str], Any]:
+        """GET /repos/{o}/{r}/pulls (docs.github.com/rest/pulls/pulls#list-pull-requests): `state` open (the
+        default), closed or all; `head` "user:ref-name" keeps the pull requests whose head repository's owner is
+        `user` and whose head branch is `ref-name` (a fork under that owner matches too); `base` the base
+        branch. A `head` without the colon is not described; it matches nothing here. Newest first (sort
+        created, direction desc: the defaults)."""
+        state = query.get("state", "open")
+        head = query.get("head")
+        found = []
+        for pull in sorted(self._pulls[repo], key=lambda p: -p["number"]):
+            if state != "all" and pull["state"] != state:
+                continue
+            if head is not None:
+                user, colon, ref = head.partition(":")
+                owner = pull["head_repo"].partition("/")[0]
+                if not colon or user.lower() != owner.lower() or ref != pull["head_ref"]:
+                    continue
+            if "base" in query and query["base"] != pull["base_ref"]:
+                continue
+            found.append(self._pull_object(repo, pull, credential))
+        chunk, headers = self._page(found, query, f"{self.url}/repos/{self.repositories[repo]}/pulls")
+        return 200, headers, chunk
+
+    def _list_comments(
+        self, repo: str, number: int, query: dict[str, str]
+    ) -> tuple[int, dict[str, str], Any]:
+        """GET .../issues/{n}/comments: "Issue comments are ordered by ascending ID" (the description)."""
+        self._pull(repo, number)
+        items = [
+            self._comment_object(c)
+            for _, c in sorted(self._comments.items())
+            if c["repo"] == repo and c["issue"] == number
+        ]
+        base = f"{self.url}/repos/{self.repositories[repo]}/issues/{number}/comments"
+        chunk, headers = self._page(items, query, base)
+        return 200, headers, chunk
+
+    def _create_comment(
+        self, repo: str, number: int, body: str, credential: str
+    ) -> tuple[int, dict[str, str], Any]:
+        """POST .../issues/{n}/comments: 201 and the comment, its author the token's user."""
+        self._check_comment_body(body)
+        comment = self._new_comment(repo, number, body, self.token_authors.get(credential, HUMAN))
+        return 201, {"Location": self._comment_object(comment)["url"]}, self._comment_object(comment)
+
+    def _update_comment(self, repo: str, comment_id: int, body: str) -> tuple[int, dict[str, str], Any]:
+        """PATCH .../issues/comments/{id}: 200 and the comment. A token with write access to the repository may
+        edit anyone's comment (as a maintainer may): only the client decides which comment is its own."""
+        comment = self._comments.get(comment_id)
+        if comment is None or comment["repo"] != repo:
+            raise _HttpError(404, "Not Found", documentation_url=_COMMENTS_DOCS)
+        self._check_comment_body(body)
+        comment["body"] = body
+        comment["updated_at"] = datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+        return 200, {}, self._comment_object(comment)
 
     # ------------------------------------------------------------------ Actions variables and secrets
     # (added for gpu-runner doctor; operations actions/list-repo-variables and actions/list-repo-secrets)

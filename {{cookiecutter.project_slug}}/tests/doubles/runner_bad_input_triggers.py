@@ -119,6 +119,15 @@ TRIGGERS: dict[str, Callable[[Case], int]] = {
     "runner-no-repository": launch_env(GITHUB_REPOSITORY=None),
     "runner-bad-slot": lambda case: gpu_runner("launch", "--slot=007"),
     "runner-bad-wanted": lambda case: gpu_runner("capacity", "--wanted=0"),
+    "runner-pr-comment-bad-run-id": lambda case: gpu_runner(
+        "pr-comment", "--kind=train", "--mlflow-run-id=--x", "--branch=train/demo"
+    ),
+    "runner-pr-comment-bad-kind": lambda case: gpu_runner(
+        "pr-comment",
+        "--kind=deploy",
+        "--mlflow-run-id=0123456789abcdef0123456789abcdef",
+        "--branch=train/demo",
+    ),
     "settings-unknown-key": launch_with(instance_typo="g5.xlarge"),
     "settings-bad-region": launch_with(region="Europe"),
     "settings-idle-timeout": launch_with(idle_timeout_minutes=200, max_runtime_minutes=180),

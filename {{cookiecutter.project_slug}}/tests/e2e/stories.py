@@ -25,6 +25,7 @@ from urllib.parse import parse_qs
 import boto3
 import yaml
 from doubles.amazon_images import first_amazon_image
+from doubles.github_double import ACTIONS_BOT
 from doubles.price_answers import get_products_answer, price_list_product, spot_history_xml
 from harness import (
     AMI_PARAMETER,
@@ -39,6 +40,7 @@ from harness import (
     Rule,
     Simulator,
     WorkflowRun,
+    default_branch,
     kill_matching,
     prepare_repository,
     run_workflow,
@@ -187,6 +189,10 @@ class Scenario:
     workflow_edit: Callable[[str], str] | None = None
     # Another workflow's job that takes the runner while the instance boots (Simulator.hijack_job).
     hijack_job: tuple[dict[str, str], str] | None = None
+    # An open pull request of the branch before the push: train.yml's comment job comments on it.
+    pull_request: bool = False
+    # Then the comment job's command once more (a re-run of that job, attempt 2): it must edit the same comment.
+    comment_again: bool = False
 
 
 @dataclass
@@ -206,6 +212,10 @@ class Story:
     lost_before_resume: int | None = None
     reap_run: WorkflowRun | None = None
     second_teardown: subprocess.CompletedProcess | None = None
+    pull_number: int | None = None
+    pr_comments: list[dict[str, Any]] = field(default_factory=list)  # after the workflow run
+    comment_rerun: subprocess.CompletedProcess | None = None
+    pr_comments_after_rerun: list[dict[str, Any]] = field(default_factory=list)
     fired: list[str] = field(default_factory=list)
     epochs_started: int = 0
     github_calls: list[tuple[str, str, int]] = field(default_factory=list)
@@ -331,6 +341,13 @@ def run_story(stack: Stack, scenario: Scenario, scratch: Path, run_id: str) -> S
         # The history GitHub holds: act runs the branch's one commit (GITHUB_SHA); a resumed attempt's launch
         # asks compare whether its dispatch input `commit` is on the branch.
         github.commit(scenario.branch, sha=story.head_sha, repository=stack.repository)
+        # The token stands for the run's GITHUB_TOKEN (act hands it over as secrets.GITHUB_TOKEN): GitHub writes
+        # what that token writes as github-actions[bot].
+        github.token_authors[scenario.github_token] = ACTIONS_BOT
+        if scenario.pull_request:
+            story.pull_number = github.open_pull(
+                scenario.branch, base=default_branch(), repository=stack.repository
+            )
         for method, path, status, times in scenario.github_faults:
             github.fail(method, path, status, times=times)
         simulator = Simulator(
@@ -357,6 +374,13 @@ def run_story(stack: Stack, scenario: Scenario, scratch: Path, run_id: str) -> S
             )  # fmt: skip
             if scenario.follow_dispatch:
                 next_attempt(story, workflow, common)
+            if story.pull_number is not None:
+                story.pr_comments = github.comments(story.pull_number, repository=stack.repository)
+                if scenario.comment_again:
+                    story.comment_rerun = comment_again(story, repo)
+                    story.pr_comments_after_rerun = github.comments(
+                        story.pull_number, repository=stack.repository
+                    )
             if scenario.teardown_again:
                 story.second_teardown = teardown_again(story, repo)
             if scenario.reaper:
@@ -438,6 +462,26 @@ def teardown_again(story: Story, repo: Path) -> subprocess.CompletedProcess:
         AWS_SECRET_ACCESS_KEY=story.scenario.aws_credentials[1],
         AWS_CONFIG_FILE=os.devnull, AWS_SHARED_CREDENTIALS_FILE=os.devnull, GITHUB_API_URL=story.github.url,
         GITHUB_REPOSITORY=story.stack.repository, GPU_RUNNER_TOKEN=story.scenario.github_token,
+        UV_PROJECT_ENVIRONMENT=str(PROJECT / ".venv"), UV_OFFLINE="1",
+    )  # fmt: skip
+    return subprocess.run(args, cwd=repo, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+def comment_again(story: Story, repo: Path) -> subprocess.CompletedProcess:
+    """The comment job's command once more, as a re-run of that job (attempt 2 of the same workflow run) runs
+    it: same MLflow run, same branch and commit, the default branch's gpu-runner (the story's repository)."""
+    assert story.run and story.github
+    run_id = story.run.outputs.get("train", {}).get("mlflow-run-id", "")
+    args = ["uv", "run", "--no-sync", "gpu-runner", "--settings", "configs/gpu-runner.yaml", "pr-comment"]
+    args += ["--kind=train", f"--mlflow-run-id={run_id}", f"--branch={story.scenario.branch}"]
+    args += [f"--commit={story.head_sha}", "--config=configs/train.yaml"]
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GITHUB_", "MLFLOW_", "VIRTUAL_ENV"))
+    }
+    env.update(
+        GITHUB_API_URL=story.github.url, GITHUB_REPOSITORY=story.stack.repository,
+        GITHUB_TOKEN=story.scenario.github_token, GITHUB_SERVER_URL="https://github.com",
+        GITHUB_RUN_ID=story.run_id, GITHUB_RUN_ATTEMPT="2", MLFLOW_TRACKING_URI=story.stack.mlflow_uri,
         UV_PROJECT_ENVIRONMENT=str(PROJECT / ".venv"), UV_OFFLINE="1",
     )  # fmt: skip
     return subprocess.run(args, cwd=repo, env=env, capture_output=True, text=True, timeout=120, check=False)

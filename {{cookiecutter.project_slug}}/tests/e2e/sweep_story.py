@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from doubles.github_double import ACTIONS_BOT
 from doubles.peer_env import peer_variable
 from doubles.service_quotas import quota_body
 from harness import (
@@ -31,6 +32,7 @@ from harness import (
     Simulator,
     WorkflowRun,
     act_time,
+    default_branch,
     leg_slot,
     prepare_repository,
     run_workflow,
@@ -81,6 +83,8 @@ class SweepScenario:
     # run the collect job's two commands outside act, as GitHub would run that job: collect, then next-wave
     # through the GitHub double when collect says another wave starts.
     collect_when_act_ends: bool = False
+    # An open pull request of the sweep branch before the push: each wave's comment job reports on it.
+    pull_request: bool = False
 
 
 @dataclass
@@ -112,6 +116,9 @@ class SweepStory:
     instances_left: int = -1
     runners_left: int = -1
     params_left: int = -1
+    pull_number: int | None = None
+    # The pull request's comments after each wave (SweepScenario.pull_request).
+    comments_after_wave: list[list[dict[str, Any]]] = field(default_factory=list)
 
     @property
     def run_ids(self) -> list[str]:
@@ -211,6 +218,12 @@ def run_sweep(stack: Stack, scenario: SweepScenario, scratch: Path, run_id: str)
         story.github, story.imds = github, imds
         github.tokens.setdefault(DEFAULT_TOKEN, "write")
         github.commit(SWEEP_BRANCH, sha=story.head_sha, repository=stack.repository)
+        # DEFAULT_TOKEN is the runs' GITHUB_TOKEN here (act's secrets.GITHUB_TOKEN): its comments are the bot's.
+        github.token_authors[DEFAULT_TOKEN] = ACTIONS_BOT
+        if scenario.pull_request:
+            story.pull_number = github.open_pull(
+                SWEEP_BRANCH, base=default_branch(), repository=stack.repository
+            )
         event, inputs = "push", {}
 
         def on_record(rec: dict[str, Any], process: subprocess.Popen) -> None:
@@ -243,6 +256,10 @@ def run_sweep(stack: Stack, scenario: SweepScenario, scratch: Path, run_id: str)
             finally:
                 simulator.stop()
             story.waves.append(Wave(number, wave_run, event, inputs, run, simulator))
+            if story.pull_number is not None:
+                story.comments_after_wave.append(
+                    github.comments(story.pull_number, repository=stack.repository)
+                )
             if (
                 scenario.collect_when_act_ends
                 and ACT_ENDS_RUN in run.log.read_text()

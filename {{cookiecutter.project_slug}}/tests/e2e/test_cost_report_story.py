@@ -29,7 +29,7 @@ def test_cost_report_equals_the_story_runs_logged_costs(
     story = run_story(stack, Scenario(90, "cost report", "all green", train=train), tmp_path, RUN_ID)
     assert story.run is not None
     context = f"act log: {story.run.log}"
-    assert story.run.results == {"start": "success", "train": "success", "stop": "success"}, context
+    assert story.run.lifecycle_results == {"start": "success", "train": "success", "stop": "success"}, context
 
     client = MlflowClient(stack.mlflow_uri)
     experiment = client.get_experiment_by_name(EXPERIMENT)

@@ -69,7 +69,7 @@ def test_a_branch_that_dumps_its_environment_finds_no_runner_or_launch_credentia
     story = run_story(stack, scenario, tmp_path, RUN_ID)
     assert story.run is not None and story.github is not None and story.simulator is not None
     context = f"act log: {story.run.log}\n{story.row()}"
-    assert story.run.results == {
+    assert story.run.lifecycle_results == {
         "start": "success",
         "train": "success",
         "stop": "success",

@@ -81,12 +81,20 @@ def check_5(story: Story) -> None:
 
 
 def check_6(story: Story) -> None:
-    assert story.run and story.run.results == {"start": "success", "train": "success", "stop": "success"}
+    assert story.run and story.run.lifecycle_results == {
+        "start": "success",
+        "train": "success",
+        "stop": "success",
+    }
     assert _calls(story, "DELETE", 502) == 2
 
 
 def check_7(story: Story) -> None:
-    assert story.run and story.run.results == {"start": "success", "train": "success", "stop": "success"}
+    assert story.run and story.run.lifecycle_results == {
+        "start": "success",
+        "train": "success",
+        "stop": "success",
+    }
     assert story.proxy
     assert story.proxy.count("RunInstances", "RequestLimitExceeded") == 2
     assert story.proxy.count("PutParameter", "ThrottlingException") == 1
@@ -102,7 +110,11 @@ def check_8(story: Story) -> None:
 
 
 def check_9(story: Story) -> None:
-    assert story.run and story.run.results == {"start": "success", "train": "success", "stop": "success"}
+    assert story.run and story.run.lifecycle_results == {
+        "start": "success",
+        "train": "success",
+        "stop": "success",
+    }
     assert story.run.outputs["start"][LaunchOutput.MARKET] == "on-demand"
     assert story.proxy and story.proxy.count("RunInstances", "InsufficientInstanceCapacity") == len(
         story.stack.settings["instance_types"]
@@ -137,9 +149,11 @@ def check_13(story: Story) -> None:
     )
     inputs = story.github.dispatches[0]["inputs"]
     assert (inputs["attempt"], inputs["commit"], inputs["spot"]) == ("2", story.head_sha, "default")
-    assert second and second.results == {"start": "success", "train": "success", "stop": "success"}, (
-        second.log
-    )
+    assert second and second.lifecycle_results == {
+        "start": "success",
+        "train": "success",
+        "stop": "success",
+    }, second.log
     state = story.checkpoint_state()
     assert state.get("complete") is True
     client = MlflowClient(story.stack.mlflow_uri)
@@ -161,7 +175,7 @@ def check_13(story: Story) -> None:
 
 def check_14(story: Story) -> None:
     run = story.run
-    assert run and run.results == {"start": "success", "train": "failure", "stop": "success"}, (
+    assert run and run.lifecycle_results == {"start": "success", "train": "failure", "stop": "success"}, (
         run.results if run else None
     )
     log = _log(story)
@@ -178,7 +192,7 @@ def check_14(story: Story) -> None:
 
 def check_15(story: Story) -> None:
     run = story.run
-    assert run and run.results == {"start": "success", "train": "success", "stop": "success"}, (
+    assert run and run.lifecycle_results == {"start": "success", "train": "success", "stop": "success"}, (
         run.results if run else None
     )
     # The hostile value reached the stop job as the train job's output, and stayed a value (--opt=value).
@@ -191,3 +205,9 @@ def check_15(story: Story) -> None:
     ), log
     # The attempt was still priced in the job summary; only the MLflow logging was skipped.
     assert "**GPU cost (attempt 1)**" in "".join(run.summaries.get("stop", [])), run.summaries.get("stop")
+    # The comment job got the same value: refused by name before any MLflow or GitHub call, the step continues
+    # on error, so the run keeps the training's result.
+    comment = "".join(r.get("msg", "") for r in run.records if r.get("jobID") == "comment")
+    assert f"--mlflow-run-id: '{HOSTILE_RUN_ID}' is not an MLflow run id" in comment, comment[-2000:]
+    assert run.results.get("comment") == "success" and run.returncode == 0, run.results
+    assert not [c for c in story.github_calls if "/pulls" in c[1] or "/issues/" in c[1]], story.github_calls

@@ -52,7 +52,7 @@ def test_hostile_branch_name_stays_a_string(security_story: SecurityStory, stack
     run, simulator = story.run, story.simulator
     assert run is not None and simulator is not None and story.github is not None
     context = f"act log: {run.log}\nsimulator errors: {simulator.errors}\ngithub calls: {story.github_calls}"
-    assert run.results == {"start": "success", "train": "success", "stop": "success"}, context
+    assert run.lifecycle_results == {"start": "success", "train": "success", "stop": "success"}, context
     assert run.returncode == 0 and not simulator.errors, context
     # The injection ran nowhere: not in the repository, act's work directories, the instance, the project.
     shared = [Path.home(), Path("/tmp"), Path.cwd()]

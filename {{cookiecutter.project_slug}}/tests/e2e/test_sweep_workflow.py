@@ -77,7 +77,7 @@ def test_leg_names_match_sweep_yml() -> None:
 
 
 def test_sweep_workflow_end_to_end(stack: Stack, tmp_path: Path) -> None:
-    story = run_sweep(stack, SweepScenario("happy sweep"), tmp_path, "881")
+    story = run_sweep(stack, SweepScenario("happy sweep", pull_request=True), tmp_path, "881")
     context = _context(story)
     # Wave 1 on the push, wave 2 on collect's dispatch; wave 2's collect dispatches none (4 of 4 trials).
     assert [w.event for w in story.waves] == ["push", "workflow_dispatch"], context
@@ -121,6 +121,24 @@ def test_sweep_workflow_end_to_end(stack: Stack, tmp_path: Path) -> None:
     assert parent.data.tags["sweep.best_trial"] == str(best.number), parent.data.tags
     assert parent.data.tags.get("sweep.best_model_version"), parent.data.tags
     assert parent.data.tags["sweep.best_run_id"] == best.user_attrs["sweep.mlflow_run_id"]
+
+    # The sweep branch's open pull request: wave 1's comment job created one comment, wave 2's edited it.
+    first, second = story.comments_after_wave
+    assert [c["login"] for c in first] == ["github-actions[bot]"], first
+    assert [c["id"] for c in second] == [first[0]["id"]], (first, second)
+    assert second[0]["body"] != first[0]["body"], "wave 2 did not update the comment"
+    body = second[0]["body"]
+    assert body.startswith("<!-- ml-project:sweep-report -->\n### Hyperparameter sweep on `sweep/"), body
+    assert f"Best trial `{best.number}` of the sweep" in body, body
+    sweep_cost = max(
+        client.get_metric_history(parent.info.run_id, "sweep_cost_usd"), key=lambda m: m.step
+    ).value
+    assert f"**Billed GPU cost (all trials so far)**: ${sweep_cost:.4f}" in body, body
+    assert "4 complete" in body, body
+    posts = [c for c in story.github.calls if c.method == "POST" and c.path.endswith("/comments")]
+    patches = [c for c in story.github.calls if c.method == "PATCH"]
+    assert (len(posts), len(patches)) == (1, 1), story.github.calls
+    record("sweep pull-request comment", {"body": body})
 
     figures = overhead(story, kids)
     record("sweep overhead (seconds)", {k: round(v, 1) for k, v in figures.items()})

@@ -1,6 +1,7 @@
 """`make e2e`: the real train.yml, start -> train -> stop, with act against local AWS, GitHub and MLflow.
 
-See harness.py for what is real and what is a double. The happy story: one launch, one training, teardown.
+See harness.py for what is real and what is a double. The happy story: one launch, one training, teardown,
+and the results on the branch's open pull request (one comment, then edited in place by a re-run of that job).
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ RUN_ID = "777"
 
 
 def test_train_workflow_end_to_end(stack: Stack, tmp_path: Path) -> None:
-    story = run_story(stack, Scenario(0, "happy story", "all green", train={}), tmp_path, RUN_ID)
+    scenario = Scenario(0, "happy story", "all green", train={}, pull_request=True, comment_again=True)
+    story = run_story(stack, scenario, tmp_path, RUN_ID)
     run, simulator, settings = story.run, story.simulator, stack.settings
     assert run is not None and simulator is not None
     context = f"act log: {run.log}\nsimulator errors: {simulator.errors}\ngithub calls: {story.github_calls}"
     # An unmapped runs-on label silently SKIPS a job with exit 0: every job must have reported a result.
-    assert run.results == {"start": "success", "train": "success", "stop": "success"}, context
+    jobs = {"start": "success", "train": "success", "stop": "success", "comment": "success"}
+    assert run.results == jobs, context
     assert run.returncode == 0, context
     assert not simulator.errors, context
     assert len(simulator.instances) == 1, context
@@ -138,6 +141,49 @@ def test_train_workflow_end_to_end(stack: Stack, tmp_path: Path) -> None:
     )
     assert f"({int(metrics['billed_seconds'])} s) at $" in stop_summary and "overhead " in stop_summary
 
+    # The pull request opened before the push got one comment from the comment job, by the workflow's bot, with
+    # this run's metrics, champion comparison, billed cost and links; a re-run of that job edited it in place.
+    comment_step = next(
+        (
+            r
+            for r in run.records
+            if r.get("jobID") == "comment" and r.get("step", "").startswith("Create or update")
+        ),
+        None,
+    )
+    assert comment_step is not None, context
+    (comment,) = story.pr_comments
+    body = comment["body"]
+    assert comment["login"] == "github-actions[bot]" and comment["type"] == "Bot"
+    assert body.startswith("<!-- ml-project:train-report -->\n### Training on `train/demo`"), body
+    assert f"| **test_accuracy** | {metrics['test_accuracy']:.4f} |" in body, body
+    assert f"({stack.mlflow_uri}/#/experiments/{experiment_id}/runs/{run_id})" in body, body
+    version = tags["registry.version"]
+    assert f"/#/models/{tags['registry.model_name']}/versions/{version})" in body, body
+    holder = client.get_registered_model(tags["registry.model_name"]).aliases.get("champion")
+    assert ("no champion yet" in body) == (holder is None), body
+    assert f"**Billed GPU cost**: ${metrics['cost_usd']:.4f} for " in body, body
+    assert f"commit `{story.head_sha[:12]}`" in body
+    assert f"[workflow run](https://github.com/{stack.repository}/actions/runs/{RUN_ID}/attempts/1)" in body
+    rerun = story.comment_rerun
+    assert rerun is not None and rerun.returncode == 0, (rerun and rerun.stderr, rerun and rerun.stdout)
+    (edited,) = story.pr_comments_after_rerun
+    assert edited["id"] == comment["id"] and "/attempts/2)" in edited["body"], edited
+    pr = story.pull_number
+    writes = [(m, p) for m, p, _ in story.github_calls if m in ("POST", "PATCH") and "/issues/" in p]
+    repo_path = f"/repos/{stack.repository}"
+    assert writes == [
+        ("POST", f"{repo_path}/issues/{pr}/comments"),
+        ("PATCH", f"{repo_path}/issues/comments/{comment['id']}"),
+    ], writes
+    record(
+        "pull-request comment",
+        {
+            "comment job": f"{run.step_seconds('comment', comment_step['step']):.1f} s (its step)",
+            "body": body,
+        },
+    )
+
     # Nothing left behind: instance terminated, runner deregistered, JIT parameter deleted.
     assert instance.instance_id == start_outputs[LaunchOutput.INSTANCE_ID]
     assert (story.instances_left, story.runners_left, story.params_left) == (0, 0, 0), context
@@ -176,6 +222,9 @@ def test_train_workflow_end_to_end(stack: Stack, tmp_path: Path) -> None:
         "train job start -> end": act_time(train_records[-1]) - act_time(train_records[0]),
         "runner exit -> terminate call done": terminated_at - exit_at,
         "teardown step (stop job)": run.step_seconds("stop", "Tear down the runner and the instance"),
+        "comment step (comment job)": run.step_seconds(
+            "comment", "Create or update the pull-request comment"
+        ),
     }
     record("timeline", timeline)
     artifacts = sorted(listing("plots") | listing("exports") | listing("evaluation") | listing("config"))

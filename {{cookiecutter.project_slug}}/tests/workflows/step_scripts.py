@@ -67,6 +67,8 @@ BENIGN_OUTPUTS = {
     "wave": "1",
     # workflow-settings' max_attempts, which sweep.yml's plan job hands to `sweep check`.
     "max-attempts": "3",
+    # sweep.yml's plan job: the MLflow parent run (its comment job reports it).
+    "parent-run-id": "fedcba9876543210fedcba9876543210",
 }
 BENIGN_INPUTS = {
     "config": "configs/train.yaml", "instance-type": "g5.xlarge", "spot": "true", "attempt": "2",

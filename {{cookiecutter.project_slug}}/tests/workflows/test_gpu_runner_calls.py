@@ -47,6 +47,8 @@ CLI_CONTRACT = {
     "next-wave": {"--ref", "--wave", "--sweep", "--config"},
     # The start job, before a launch: start the team MLflow server if its schedule stopped it.
     "mlflow-server wake": set(),
+    # train.yml's and sweep.yml's comment jobs (the results on the branch's open pull request).
+    "pr-comment": {"--kind", "--mlflow-run-id", "--branch", "--commit", "--config"},
 }  # fmt: skip
 
 

@@ -279,7 +279,8 @@ def test_the_slot_and_resume_inputs_reach_gpu_runner_through_env_only(project: P
 
 def test_train_job_graph(project: Path) -> None:
     jobs = gpu_workflows(project)["train"]["jobs"]
-    assert list(jobs) == ["start", "train", "stop"]
+    # + the pull-request comment (test_pr_comment_jobs.py)
+    assert list(jobs) == ["start", "train", "stop", "comment"]
     caller_start, train, caller_stop = jobs["start"], jobs["train"], jobs["stop"]
     start_doc, start = called_job(project, caller_start, "start")
     stop_doc, stop = called_job(project, caller_stop, "stop")

@@ -72,8 +72,8 @@ def test_hostile_branch_names_and_inputs_stay_data(project: Path, tmp_path: Path
     # 8, + the start workflow's caller guard and its own teardown when it fails (item 2), + train's "MLflow
     # store not kept" warning (item 10), + the stop workflow's caller guard (issue 15), + sweep.yml's 7 (check,
     # settings, capacity, plan; settings, collect, next wave) and sweep-trial.yml's 3 (timeline, preflight, train),
-    # + the start workflow's MLflow server wake (issue 17)
-    assert ran == 26
+    # + the start workflow's MLflow server wake, the pull-request comment of train.yml and of sweep.yml (issue 17)
+    assert ran == 28
 
 
 def test_injection_harness_catches_an_expression_in_run(project: Path, tmp_path: Path) -> None:

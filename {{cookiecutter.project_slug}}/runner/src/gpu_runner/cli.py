@@ -1,5 +1,5 @@
-"""`gpu-runner workflow-settings | launch | wait | teardown | resume | reap | capacity | mlflow-server wake` (what
-the GPU workflows run), `bootstrap`, `doctor`, `mlflow-server up | down | tunnel` and `cost-report`."""
+"""`gpu-runner workflow-settings | launch | wait | teardown | resume | reap | capacity | pr-comment | mlflow-server
+wake` (what the GPU workflows run), `bootstrap`, `doctor`, `mlflow-server up | down | tunnel` and `cost-report`."""
 
 from __future__ import annotations
 
@@ -158,6 +158,7 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--default-branch", default="main", help="the branch the reaper role must trust")
     _add_cost_report(commands)
     _add_mlflow_server(commands)
+    _add_pr_comment(commands)
     return parser
 
 
@@ -188,6 +189,45 @@ def _add_mlflow_server(commands: argparse._SubParsersAction) -> None:
     tunnel.add_argument("--local-port", type=int, default=5000)
     tunnel.add_argument("--print-only", action="store_true", help="print the command instead of running it")
     actions.add_parser("wake", help="the start job: start a stopped server and wait until MLflow answers")
+
+
+def _add_pr_comment(commands: argparse._SubParsersAction) -> None:
+    comment = commands.add_parser(
+        "pr-comment",
+        help="train.yml / sweep.yml: keep one comment with the run's metrics, champion delta and cost on the "
+        "branch's open pull request (GITHUB_TOKEN with pull-requests: write; MLflow from MLFLOW_TRACKING_*)",
+    )
+    comment.add_argument(
+        "--kind", required=True, help="train (a training run) or sweep (a sweep's parent run)"
+    )
+    comment.add_argument("--mlflow-run-id", required=True, help="the training run, or the sweep's parent run")
+    comment.add_argument("--branch", required=True, help="the trained branch (github.ref_name)")
+    comment.add_argument("--commit", default="", help="the trained commit (40 hex digits)")
+    comment.add_argument(
+        "--config", type=Path, default=Path("configs/train.yaml"), help="for registry.alias (the champion)"
+    )
+
+
+def _pr_comment(args: argparse.Namespace) -> int:
+    """Exit 1 with an ::error:: annotation when GitHub or MLflow refuses: the workflow step continues on error, so
+    the annotation and the job summary say it while the run's result stays the training's."""
+    from .pr_comment import comment
+
+    try:
+        posted = comment(
+            kind=args.kind, mlflow_run_id=args.mlflow_run_id, branch=args.branch, commit=args.commit,
+            config=args.config, env=os.environ,
+        )  # fmt: skip
+    except RunnerError as error:
+        message = " ".join(str(error).split())
+        if os.environ.get("GITHUB_ACTIONS") == "true":
+            print(contract.workflow_command("error", "Pull-request comment", message))
+        contract.append_summary(f"**Pull-request comment not posted**: {message}")
+        print(f"error: {message}", file=sys.stderr)
+        return 1
+    for each in posted:
+        contract.append_summary(f"Pull-request comment {each.action} on #{each.pull_number}: {each.url}")
+    return 0
 
 
 def _add_slot(command: argparse.ArgumentParser) -> None:
@@ -602,6 +642,8 @@ def main(argv: list[str] | None = None) -> int:
         except (CostReportError, RunnerError) as error:  # RunnerError: --settings or --mlflow-server-of
             print(f"error: {error}", file=sys.stderr)
             return 2
+    if args.command == "pr-comment":  # MLflow and GitHub's pull requests only: no settings, no AWS
+        return _pr_comment(args)
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     region = ""
     try:

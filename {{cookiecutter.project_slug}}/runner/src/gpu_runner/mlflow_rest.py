@@ -1,5 +1,6 @@
 """The MLflow tracking REST calls gpu-runner makes: teardown's (runs/get, metrics/get-history, runs/log-batch),
-doctor's (experiments/search) and the cost report's (experiments/get-by-name, runs/search, metrics/get-history).
+doctor's (experiments/search), the cost report's (experiments/get-by-name, runs/search, metrics/get-history) and
+the pull-request comment's (runs/get, metrics/get-history, registered-models/alias).
 
 Plain `requests`, not the mlflow package: gpu-runner stays light enough to install in seconds on the CPU runner.
 Authentication as MLflow's own clients do it: MLFLOW_TRACKING_USERNAME/PASSWORD (basic), else
@@ -113,6 +114,19 @@ class MlflowRest:
             "tags": [{"key": key, "value": value} for key, value in tags.items()],
         }
         self._call("POST", "runs/log-batch", json=body)
+
+    def model_version_by_alias(self, name: str, alias: str) -> dict[str, Any] | None:
+        """The version of registered model `name` that holds `alias`, None when there is none: MLflow answers
+        404 RESOURCE_DOES_NOT_EXIST for an unknown model and INVALID_PARAMETER_VALUE (400) for an alias no version
+        holds (MLflow REST API, "Get Model Version by Alias": GET registered-models/alias; the codes as
+        registry.alias_holder in the project handles them, MLflow 3.17)."""
+        try:
+            reply = self._call("GET", "registered-models/alias", params={"name": name, "alias": alias})
+        except MlflowError as error:
+            if error.status in (400, 404):
+                return None
+            raise
+        return reply.get("model_version") or None
 
     def search_experiments(self, max_results: int = 1) -> list[dict[str, Any]]:
         """A cheap authenticated read (`gpu-runner doctor` asks it to see that the server answers)."""
