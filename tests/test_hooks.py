@@ -716,12 +716,28 @@ def test_injection_makefile_still_parses(injected_project: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------------- post-gen
+# The only processes post-gen may start: git reading the template's own checkout for .cruft.json.
+READ_ONLY_GIT = {("rev-parse", "--verify"), ("rev-parse", "--show-toplevel"), ("rev-parse", "--show-prefix"),
+                 ("status", "--porcelain"), ("remote", "get-url")}  # fmt: skip
+
+
 def test_post_gen_hook_stays_offline() -> None:
     tree = ast.parse(render_hook("post_gen_project", default_answers()))
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
+    named = [(call, call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", ""))
+             for call in calls]  # fmt: skip
+    functions = {node.name: node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
 
-    assert {name.split(".")[0] for name in imported}.isdisjoint({"subprocess", "socket", "urllib", "http"})
+    assert {name.split(".")[0] for name in imported}.isdisjoint({"socket", "urllib", "http", "requests"})
+    # subprocess runs once, in git_output, and that runs git; git_output only runs read-only local commands.
+    spawned = [call for call, name in named if name in {"run", "Popen", "call", "check_output", "system"}]
+    assert [ast.unparse(call.args[0]) for call in spawned] == ["['git', '-C', str(directory), *args]"]
+    assert spawned[0] in list(ast.walk(functions["git_output"]))
+    git_calls = [call for call, name in named if name == "git_output"]
+    assert git_calls, "post-gen no longer reads the template's git checkout"
+    assert {tuple(ast.literal_eval(arg) for arg in call.args[1:3]) for call in git_calls} <= READ_ONLY_GIT
 
 
 def test_post_gen_prints_numbered_next_steps(tmp_path: Path) -> None:
