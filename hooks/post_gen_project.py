@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import urllib.parse
 from pathlib import Path
 
 ANSWERS: dict[str, object] = json.loads({{ cookiecutter | tojson | tojson }})
@@ -102,6 +103,18 @@ def template_dir(answers: dict[str, object]) -> Path | None:
     return next((path.resolve() for path in candidates if (path / "cookiecutter.json").is_file()), None)
 
 
+def without_credentials(url: str) -> str:
+    """The URL without a user or token (`https://x-access-token:<token>@github.com/...` clones a private template):
+    .cruft.json is committed, and a credential must never reach the repository. scp-like `git@host:path` stays."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in {"http", "https", "ssh", "git"} or "@" not in parts.netloc:
+        return url
+    if parts.scheme == "ssh" and parts.password is None:
+        return url  # ssh://git@host/path: a user name, no secret
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urllib.parse.urlunsplit(parts._replace(netloc=host))
+
+
 def cruft_state(answers: dict[str, object]) -> tuple[dict[str, object] | None, str]:
     """The .cruft.json content for this bake, or None and the reason the template's commit cannot be recorded."""
     directory = template_dir(answers)
@@ -125,7 +138,8 @@ def cruft_state(answers: dict[str, object]) -> tuple[dict[str, object] | None, s
     # checkout by its path (as `cruft create <path>` records it). cookiecutter's _repo_dir is the _template
     # string itself for a local checkout (repository.py, determine_repo_dir).
     local = answers.get("_repo_dir") == answers.get("_template")
-    source = None if local else git_output(directory, "remote", "get-url", "origin")
+    origin = None if local else git_output(directory, "remote", "get-url", "origin")
+    source = without_credentials(origin) if origin else None
     prefix = git_output(directory, "rev-parse", "--show-prefix") or ""
     # cruft's order: cookiecutter.json's (prompt_for_config keeps it; `tojson` above sorted the keys), then
     # `_template` and `_commit`, so the first `make template-update` does not reorder the whole file.

@@ -730,7 +730,9 @@ def test_post_gen_hook_stays_offline() -> None:
              for call in calls]  # fmt: skip
     functions = {node.name: node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
 
-    assert {name.split(".")[0] for name in imported}.isdisjoint({"socket", "urllib", "http", "requests"})
+    # urllib.parse only splits the template's URL (urllib.request would fetch).
+    assert [name for name in imported if name.split(".")[0] in {"socket", "http", "requests"}] == []
+    assert [name for name in imported if name.startswith("urllib") and name != "urllib.parse"] == []
     # subprocess runs once, in git_output, and that runs git; git_output only runs read-only local commands.
     spawned = [call for call, name in named if name in {"run", "Popen", "call", "check_output", "system"}]
     assert [ast.unparse(call.args[0]) for call in spawned] == ["['git', '-C', str(directory), *args]"]
@@ -738,6 +740,25 @@ def test_post_gen_hook_stays_offline() -> None:
     git_calls = [call for call, name in named if name == "git_output"]
     assert git_calls, "post-gen no longer reads the template's git checkout"
     assert {tuple(ast.literal_eval(arg) for arg in call.args[1:3]) for call in git_calls} <= READ_ONLY_GIT
+
+
+@pytest.mark.parametrize(
+    ("origin", "recorded"),
+    [
+        ("https://x-access-token:ghp_secret@github.com/org/tpl.git", "https://github.com/org/tpl.git"),
+        ("https://ghp_secret@github.com/org/tpl.git", "https://github.com/org/tpl.git"),
+        ("ssh://user:secret@example.com:2222/org/tpl.git", "ssh://example.com:2222/org/tpl.git"),
+        ("https://github.com/org/tpl.git", "https://github.com/org/tpl.git"),
+        ("ssh://git@github.com/org/tpl.git", "ssh://git@github.com/org/tpl.git"),
+        ("git@github.com:org/tpl.git", "git@github.com:org/tpl.git"),
+        ("file:///srv/templates/tpl", "file:///srv/templates/tpl"),
+    ],
+)
+def test_post_gen_records_no_credential_of_the_template_url(origin: str, recorded: str) -> None:
+    """.cruft.json is committed: a token in the URL a private template was cloned with must not reach it."""
+    without_credentials = load_hook("post_gen_project", default_answers())["without_credentials"]
+
+    assert without_credentials(origin) == recorded
 
 
 def test_post_gen_prints_numbered_next_steps(tmp_path: Path) -> None:

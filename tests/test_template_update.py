@@ -234,6 +234,48 @@ def test_a_plain_cookiecutter_bake_records_template_and_commit_as_cruft_does(
     assert "up to date" in check.stdout
 
 
+def test_a_bake_cookiecutter_cloned_records_the_url_it_cloned_from(
+    template: TemplateRepo, tmp_path: Path, config: Path
+) -> None:
+    """`cookiecutter gh:<org>/<template>` clones into ~/.cookiecutters; a git+file:// URL is cloned alike,
+    offline (cookiecutter's vcs.identify_repo wants `git` in the URL). cruft must clone what git cloned (the
+    clone's origin: the URL without `git+`), not the cache."""
+    url = template.path.as_uri()
+    cli = [sys.executable, "-m", "cookiecutter", "--no-input", "--config-file", str(config), "-o", "out"]
+    command = [*cli, f"git+{url}"]
+    proc = run(command, tmp_path)
+
+    assert proc.returncode == 0, proc.stderr
+    project = tmp_path / "out" / "ml-project"
+    state = json.loads((project / ".cruft.json").read_text(encoding="utf-8"))
+    assert (state["template"], state["commit"]) == (url, template.current)
+    assert state["context"]["cookiecutter"]["_template"] == url
+    check = run([sys.executable, "-m", "cruft", "check", "--project-dir", str(project)], tmp_path)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_a_bake_of_a_relative_template_path_records_its_absolute_path(
+    template: TemplateRepo, tmp_path: Path, config: Path
+) -> None:
+    """`cookiecutter .` (the root `make demo`): the hook runs in the new project, not where `.` was meant."""
+    output = tmp_path / "relative"
+    command = [
+        sys.executable,
+        "-m",
+        "cookiecutter",
+        "--no-input",
+        "--config-file",
+        str(config),
+        "-o",
+        str(output),
+    ]
+    proc = run([*command, "."], template.path)
+
+    assert proc.returncode == 0, proc.stderr
+    state = json.loads((output / "ml-project" / ".cruft.json").read_text(encoding="utf-8"))
+    assert (state["template"], state["commit"]) == (str(template.path), template.current)
+
+
 def test_check_sees_an_older_bake_is_out_of_date(
     older_bake: Path, template: TemplateRepo, config: Path
 ) -> None:

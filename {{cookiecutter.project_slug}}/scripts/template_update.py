@@ -71,7 +71,7 @@ def require_clean_tree(root: Path) -> None:
         raise UpdateError(
             f"the git working tree is not clean:\n{shown}{more}\n"
             "Commit or stash them first (`git stash -u`): the template update must be one diff of its own, which "
-            "you review with `git diff` and can undo."
+            "you review with `git diff HEAD` and can undo."
         )
 
 
@@ -154,14 +154,17 @@ def main(argv: list[str] | None = None) -> int:
     if report:
         print(report, file=sys.stderr)
         return 1
-    if new == old:
+    changed = git(root, "status", "--short")
+    if not changed:
         print(f"Already on the template's commit {new[:12]}; nothing changed.")
         return 0
-    print(f"Updated from the template's commit {old[:12]} to {new[:12]}:")
-    print(git(root, "status", "--short"), end="")
+    # The same commit with changed files: new answers (--variables-to-update) re-rendered the project.
+    moved = f"from the template's commit {old[:12]} to {new[:12]}" if new != old else f"at commit {new[:12]}"
+    print(f"Updated {moved}:")
+    print(changed, end="")
     print(
-        "Next: review `git diff`; `make install` (uv.lock may have changed; `uv lock --check` tells whether it "
-        "matches pyproject.toml); `make lint test`; then commit."
+        "Next: review `git diff HEAD` (the update is staged); `make install` (uv.lock may have changed; "
+        "`uv lock --check` tells whether it matches pyproject.toml); `make lint test`; then commit."
     )
     return 0
 
