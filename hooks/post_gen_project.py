@@ -145,7 +145,8 @@ def cruft_state(answers: dict[str, object]) -> tuple[dict[str, object] | None, s
     # `_template` and `_commit`, so the first `make template-update` does not reorder the whole file.
     order = list(json.loads((directory / "cookiecutter.json").read_text(encoding="utf-8")))
     keys = sorted(answers, key=lambda key: order.index(key) if key in order else len(order))
-    context = {key: answers[key] for key in keys if key not in LOCAL_KEYS and key != "_template"}
+    # Comma lists as .cookiecutter.json records them (canonical): the value cruft re-renders with.
+    context = {key: canonical(key, answers[key]) for key in keys if key not in LOCAL_KEYS and key != "_template"}
     context["_template"] = source or toplevel
     context["_commit"] = commit
     state = {
