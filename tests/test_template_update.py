@@ -57,8 +57,9 @@ OLDER: dict[str, list[tuple[str, str]]] = {
 }
 CHANGED = {*OLDER, OLD_ONLY_PAGE, NEW_ONLY_PAGE, ".cruft.json"}
 # A few fast tests of the updated project that exercise what the update touched: the docs (the new page linked
-# and reachable, layout rows against files on disk) and the Makefile's targets as CI calls them.
-PROJECT_TESTS = ("tests/test_docs.py", "tests/workflows/test_ci_files.py")
+# and reachable, layout rows against files on disk), the Makefile's targets as CI calls them, and the update
+# script's own checks.
+PROJECT_TESTS = ("tests/test_docs.py", "tests/workflows/test_ci_files.py", "tests/test_template_update.py")
 # Never part of a project's tree: git's own directory and what running uv and the tests leave behind.
 NOT_TREE = {".git", ".venv", "__pycache__", ".pytest_cache", ".ruff_cache"}
 
@@ -173,9 +174,11 @@ def config(tmp_path: Path) -> Path:
     return write_config(tmp_path / "user")
 
 
-@pytest.fixture
-def template(tmp_path: Path) -> TemplateRepo:
-    return build_template_repo(tmp_path)
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> TemplateRepo:
+    """One template repository for the module (building it takes seconds); a test that changes its work tree
+    puts it back, and `bake` always returns it to `main`."""
+    return build_template_repo(tmp_path_factory.mktemp("template-repo"))
 
 
 @pytest.fixture
@@ -291,10 +294,12 @@ def test_a_template_with_uncommitted_changes_records_no_commit(
     """A commit that does not hold what was baked would make every update wrong: no .cruft.json, a note."""
     makefile = template.path / SLUG / "Makefile"
     makefile.write_text(makefile.read_text(encoding="utf-8") + "# not committed\n", encoding="utf-8")
-    proc = run(
-        [sys.executable, "-m", "cookiecutter", "--no-input", "--config-file", str(config), "-o", "out",
-         str(template.path)], tmp_path,
-    )  # fmt: skip
+    command = [sys.executable, "-m", "cookiecutter", "--no-input", "--config-file", str(config), "-o", "out"]
+    try:
+        proc = run([*command, str(template.path)], tmp_path)
+    finally:
+        git(template.path, "checkout", "--", ".")
+    assert git(template.path, "status", "--porcelain") == ""
     assert proc.returncode == 0, proc.stderr
     assert not (tmp_path / "out" / "ml-project" / ".cruft.json").exists()
     assert ".cruft.json was not written" in proc.stderr

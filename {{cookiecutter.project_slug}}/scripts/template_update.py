@@ -62,8 +62,15 @@ def recorded_commit(root: Path) -> str:
 
 def require_clean_tree(root: Path) -> None:
     """Refuse to start on uncommitted or untracked changes: they would mix with the template's."""
-    if git(root, "rev-parse", "--is-inside-work-tree").strip() != "true":
-        raise UpdateError("this is not a git work tree: `git init && git add -A && git commit` first")
+    try:
+        inside = git(root, "rev-parse", "--is-inside-work-tree").strip() == "true"
+    except UpdateError:
+        inside = False
+    if not inside:
+        raise UpdateError(
+            "this project is not a git work tree, and an update must be a diff you can review and undo: "
+            "`git init && git add -A && git commit -m 'baked from the template'` first"
+        )
     status = git(root, "status", "--porcelain", "--untracked-files=normal").splitlines()
     if status:
         shown = "\n".join(f"  {line}" for line in status[:20])
