@@ -341,6 +341,7 @@ def test_update_brings_an_older_bake_to_a_fresh_bake_of_the_current_commit(
     proc = template_update(older_bake, config)
 
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"Template: {template.path} (from .cruft.json)" in proc.stdout  # whose hooks are about to run
     assert f"to {template.current[:12]}" in proc.stdout
     assert cruft_commit(older_bake) == template.current
     assert differing(tree(older_bake), tree(fresh_bake)) == set()

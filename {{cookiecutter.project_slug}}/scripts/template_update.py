@@ -45,6 +45,10 @@ def git(root: Path, *args: str) -> str:
 
 
 def recorded_commit(root: Path) -> str:
+    return str(recorded_state(root)["commit"])
+
+
+def recorded_state(root: Path) -> dict[str, object]:
     path = root / CRUFT_FILE
     if not path.is_file():
         raise UpdateError(
@@ -53,7 +57,10 @@ def recorded_commit(root: Path) -> str:
             "link <template-url>` (it asks for the commit you baked from), commit, and run this again."
         )
     try:
-        return str(json.loads(path.read_text(encoding="utf-8"))["commit"])
+        state = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(state, dict) or not isinstance(state["commit"], str) or not state["template"]:
+            raise TypeError("commit and template must be set")
+        return state
     except (ValueError, KeyError, TypeError) as error:
         raise UpdateError(
             f"{CRUFT_FILE} is not cruft's format ({error!r}): restore it with `git checkout`"
@@ -146,8 +153,12 @@ def main(argv: list[str] | None = None) -> int:
     args, cruft_args = parser.parse_known_args(argv)
     root = args.project_dir.resolve()
     try:
-        old = recorded_commit(root)
+        state = recorded_state(root)
+        old = str(state["commit"])
         require_clean_tree(root)
+        # cruft runs the template's hooks (Python) at both commits on this machine: say whose, before it does.
+        # A pull request that changes "template" in .cruft.json changes whose code that is.
+        print(f"Template: {state['template']} (from {CRUFT_FILE}), this project at its commit {old[:12]}")
         # --skip-apply-ask: no "Apply diff and update? [y/n/s/v]" prompt (the CLI's default asks).
         command = [sys.executable, "-m", "cruft", "update", "--project-dir", str(root), "--skip-apply-ask"]
         proc = subprocess.run([*command, *cruft_args], cwd=root, check=False)

@@ -82,6 +82,14 @@ def test_a_project_outside_git_is_refused_with_the_fix(
         update.require_clean_tree(tmp_path)
 
 
+@pytest.mark.parametrize("text", ["{}", '{"template": "", "commit": "abc"}', "[]", "not json"])
+def test_a_cruft_json_without_template_or_commit_is_refused(project: Path, text: str) -> None:
+    (project / ".cruft.json").write_text(text, encoding="utf-8")
+
+    with pytest.raises(update.UpdateError, match=r"\.cruft\.json is not cruft's format"):
+        update.recorded_state(project)
+
+
 def test_a_project_without_cruft_json_is_told_how_to_link_it(project: Path) -> None:
     (project / ".cruft.json").unlink()
 
