@@ -385,6 +385,10 @@ def test_a_line_both_sides_changed_after_the_bake_commit_is_a_conflict_naming_th
         makefile.read_text(encoding="utf-8").replace(OLD_WORKERS, USER_WORKERS), encoding="utf-8"
     )
     git(older_bake, "commit", "-q", "-am", "four test workers")
+    # `make template-diff` (cruft diff): the project's line against the template's at the recorded commit.
+    diff = run(["make", "template-diff"], older_bake, COOKIECUTTER_CONFIG=str(config))
+    assert diff.returncode == 0, diff.stderr
+    assert f"-{USER_WORKERS}" in diff.stdout and f"+{OLD_WORKERS}" in diff.stdout
 
     proc = template_update(older_bake, config)
 
