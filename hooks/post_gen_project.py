@@ -1,14 +1,18 @@
-"""Finish the generated project: drop optional paths, record the answers, print the next steps.
+"""Finish the generated project: drop optional paths, record the answers and the template, print the next steps.
 
-Runs inside the new project directory. Offline by design: no git, no uv, no network.
+Runs inside the new project directory. Offline by design: no uv, no network; git only reads the template's own
+checkout (`git rev-parse`, `git status`, `git remote get-url`), through `git_output` alone.
 The answers arrive as data (JSON rendered with `tojson` twice), exactly as in pre_gen_project.py.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 import sys
+import urllib.parse
 from pathlib import Path
 
 ANSWERS: dict[str, object] = json.loads({{ cookiecutter | tojson | tojson }})
@@ -20,9 +24,18 @@ REMOVE_WHEN: dict[tuple[str, object], list[str]] = {
     ("license", "Proprietary"): ["LICENSE"],
 }
 
-# Answers recorded in cookiecutter's replay format, so a template update is
-# `cookiecutter --replay-file .cookiecutter.json <template>`. Private keys (`_...`) come from the template.
+# Answers recorded in cookiecutter's replay format (`cookiecutter --replay-file .cookiecutter.json <template>`
+# rebuilds the project). Private keys (`_...`) come from the template.
 ANSWERS_FILE = ".cookiecutter.json"
+# The template's source and commit, in cruft's own format (cruft/_commands/create.py of cruft 2.16.0 writes
+# {"template", "commit", "checkout", "context", "directory"} with utils/cruft.py's json_dumps), so a plain
+# `cookiecutter gh:<org>/<template>` bake can take template updates with `make template-update` (cruft update)
+# exactly like a `cruft create` bake. cruft itself writes the file after its own bakes: when the context holds
+# `_commit` (cruft's utils/cookiecutter.py sets it; cookiecutter never does), this hook leaves it to cruft.
+CRUFT_FILE = ".cruft.json"
+# Keys cookiecutter/main.py (2.7.1) adds to the context that describe this machine's bake, not the template:
+# cruft's context has none of them, and an absolute output path has no place in the repository.
+LOCAL_KEYS = ("_output_dir", "_repo_dir", "_checkout")
 # Comma-separated answers, recorded as the templates render them (spaces around the commas dropped, as
 # pre_gen_project.py's comma_list accepts them), so .cookiecutter.json agrees with configs/ and infra/.
 COMMA_SEPARATED = ("gpu_instance_types",)
@@ -60,6 +73,109 @@ def write_answers(root: Path, answers: dict[str, object]) -> Path:
     return path
 
 
+def git_output(directory: Path, *args: str) -> str | None:
+    """`git -C directory args...` stdout (stripped), or None when git is missing or the command fails."""
+    # GIT_DIR & co. (set when cookiecutter runs inside a git hook) would point git at another repository.
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(directory), *args], capture_output=True, text=True, env=env, timeout=30, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def template_dir(answers: dict[str, object]) -> Path | None:
+    """The absolute directory cookiecutter rendered from (its `_repo_dir`), or None when it cannot be told."""
+    repo_dir = answers.get("_repo_dir")
+    if not isinstance(repo_dir, str) or not repo_dir:
+        return None
+    if os.path.isabs(repo_dir):
+        return Path(repo_dir)
+    # A relative template (`cookiecutter .`) is relative to the cwd cookiecutter started in, which this hook
+    # (run in the new project) does not have. cookiecutter runs hooks inside `work_in(repo_dir)` (hooks.py,
+    # run_hook_from_repo_dir), so its process's cwd is the template directory: /proc tells it on Linux; elsewhere
+    # the shell's $PWD is the directory cookiecutter was started in.
+    parent_cwd = Path(f"/proc/{os.getppid()}/cwd")
+    candidates = [parent_cwd.resolve()] if parent_cwd.exists() else []
+    candidates += [Path(os.environ["PWD"]) / repo_dir] if os.environ.get("PWD") else []
+    return next((path.resolve() for path in candidates if (path / "cookiecutter.json").is_file()), None)
+
+
+def without_credentials(url: str) -> str:
+    """The URL without a user or token (`https://x-access-token:<token>@github.com/...` clones a private template):
+    .cruft.json is committed, and a credential must never reach the repository. scp-like `git@host:path` stays."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in {"http", "https", "ssh", "git"} or "@" not in parts.netloc:
+        return url
+    if parts.scheme == "ssh" and parts.password is None:
+        return url  # ssh://git@host/path: a user name, no secret
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urllib.parse.urlunsplit(parts._replace(netloc=host))
+
+
+def cruft_state(answers: dict[str, object]) -> tuple[dict[str, object] | None, str]:
+    """The .cruft.json content for this bake, or None and the reason the template's commit cannot be recorded."""
+    directory = template_dir(answers)
+    if directory is None:
+        return None, "cookiecutter did not say which directory it rendered from"
+    commit = git_output(directory, "rev-parse", "--verify", "HEAD")
+    toplevel = git_output(directory, "rev-parse", "--show-toplevel")
+    if not commit or not toplevel:
+        return None, f"the template at {directory} is not a git checkout (a zip file or a copy)"
+    # The new project itself is no change to the template when it was baked inside the template's checkout.
+    inside = Path.cwd().resolve().is_relative_to(directory.resolve())
+    exclude = [f":(exclude){Path.cwd().resolve().relative_to(directory.resolve())}"] if inside else []
+    dirty = git_output(directory, "status", "--porcelain", "--untracked-files=normal", "--", ".", *exclude)
+    if dirty is None or dirty:
+        return None, (
+            f"the template at {directory} has uncommitted changes, so no commit holds what was baked; commit "
+            "them and bake again"
+        )
+    # A template cookiecutter cloned (gh:<org>/<template>, a URL, or a cached clone below ~/.cookiecutters) is
+    # recorded by the URL it was cloned from, which cruft clones again for an update; one baked from a local
+    # checkout by its path (as `cruft create <path>` records it). cookiecutter's _repo_dir is the _template
+    # string itself for a local checkout (repository.py, determine_repo_dir).
+    local = answers.get("_repo_dir") == answers.get("_template")
+    origin = None if local else git_output(directory, "remote", "get-url", "origin")
+    source = without_credentials(origin) if origin else None
+    prefix = git_output(directory, "rev-parse", "--show-prefix") or ""
+    # cruft's order: cookiecutter.json's (prompt_for_config keeps it; `tojson` above sorted the keys), then
+    # `_template` and `_commit`, so the first `make template-update` does not reorder the whole file.
+    order = list(json.loads((directory / "cookiecutter.json").read_text(encoding="utf-8")))
+    keys = sorted(answers, key=lambda key: order.index(key) if key in order else len(order))
+    # Comma lists as .cookiecutter.json records them (canonical): the value cruft re-renders with.
+    context = {key: canonical(key, answers[key]) for key in keys if key not in LOCAL_KEYS and key != "_template"}
+    context["_template"] = source or toplevel
+    context["_commit"] = commit
+    state = {
+        "template": source or toplevel,
+        "commit": commit,
+        "checkout": answers.get("_checkout"),
+        "context": {"cookiecutter": context},
+        "directory": prefix.rstrip("/") or None,
+    }
+    return state, ""
+
+
+def write_cruft_state(root: Path, answers: dict[str, object]) -> str:
+    """Write .cruft.json (unless cruft is baking and writes it itself); return a note when it was not written."""
+    if "_commit" in answers:
+        return ""
+    state, reason = cruft_state(answers)
+    if state is None:
+        return (
+            f"NOTE: {CRUFT_FILE} was not written: {reason}. Without it `make template-update` cannot take "
+            "template updates; bake from a clean git checkout of the template (or `cookiecutter gh:<org>/"
+            "<template>`), or link this project later with `cruft link <template-url>`."
+        )
+    # cruft's json_dumps (utils/cruft.py): indent 2, non-ASCII kept, one trailing newline.
+    text = json.dumps(state, ensure_ascii=False, indent=2, separators=(",", ": ")) + "\n"
+    (root / CRUFT_FILE).write_text(text, encoding="utf-8")
+    return ""
+
+
 def next_steps(answers: dict[str, object]) -> str:
     slug = answers["project_slug"]
     branch = f"{answers['train_branch_prefix']}demo"
@@ -86,6 +202,9 @@ def main() -> int:
         print(f"ERROR: {error}", file=sys.stderr)
         return 1
     write_answers(root, ANSWERS)
+    note = write_cruft_state(root, ANSWERS)
+    if note:
+        print(note, file=sys.stderr)
     print(next_steps(ANSWERS))
     return 0
 

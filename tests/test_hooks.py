@@ -716,12 +716,49 @@ def test_injection_makefile_still_parses(injected_project: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------------- post-gen
+# The only processes post-gen may start: git reading the template's own checkout for .cruft.json.
+READ_ONLY_GIT = {("rev-parse", "--verify"), ("rev-parse", "--show-toplevel"), ("rev-parse", "--show-prefix"),
+                 ("status", "--porcelain"), ("remote", "get-url")}  # fmt: skip
+
+
 def test_post_gen_hook_stays_offline() -> None:
     tree = ast.parse(render_hook("post_gen_project", default_answers()))
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
+    named = [(call, call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", ""))
+             for call in calls]  # fmt: skip
+    functions = {node.name: node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
 
-    assert {name.split(".")[0] for name in imported}.isdisjoint({"subprocess", "socket", "urllib", "http"})
+    # urllib.parse only splits the template's URL (urllib.request would fetch).
+    assert [name for name in imported if name.split(".")[0] in {"socket", "http", "requests"}] == []
+    assert [name for name in imported if name.startswith("urllib") and name != "urllib.parse"] == []
+    # subprocess runs once, in git_output, and that runs git; git_output only runs read-only local commands.
+    spawned = [call for call, name in named if name in {"run", "Popen", "call", "check_output", "system"}]
+    assert [ast.unparse(call.args[0]) for call in spawned] == ["['git', '-C', str(directory), *args]"]
+    assert spawned[0] in list(ast.walk(functions["git_output"]))
+    git_calls = [call for call, name in named if name == "git_output"]
+    assert git_calls, "post-gen no longer reads the template's git checkout"
+    assert {tuple(ast.literal_eval(arg) for arg in call.args[1:3]) for call in git_calls} <= READ_ONLY_GIT
+
+
+@pytest.mark.parametrize(
+    ("origin", "recorded"),
+    [
+        ("https://x-access-token:ghp_secret@github.com/org/tpl.git", "https://github.com/org/tpl.git"),
+        ("https://ghp_secret@github.com/org/tpl.git", "https://github.com/org/tpl.git"),
+        ("ssh://user:secret@example.com:2222/org/tpl.git", "ssh://example.com:2222/org/tpl.git"),
+        ("https://github.com/org/tpl.git", "https://github.com/org/tpl.git"),
+        ("ssh://git@github.com/org/tpl.git", "ssh://git@github.com/org/tpl.git"),
+        ("git@github.com:org/tpl.git", "git@github.com:org/tpl.git"),
+        ("file:///srv/templates/tpl", "file:///srv/templates/tpl"),
+    ],
+)
+def test_post_gen_records_no_credential_of_the_template_url(origin: str, recorded: str) -> None:
+    """.cruft.json is committed: a token in the URL a private template was cloned with must not reach it."""
+    without_credentials = load_hook("post_gen_project", default_answers())["without_credentials"]
+
+    assert without_credentials(origin) == recorded
 
 
 def test_post_gen_prints_numbered_next_steps(tmp_path: Path) -> None:
