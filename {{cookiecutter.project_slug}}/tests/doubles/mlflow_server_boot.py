@@ -91,6 +91,7 @@ class Boot:
     stub_dir: Path
     calls_log: Path
     result: subprocess.CompletedProcess[bytes]
+    env: dict[str, str]  # the sandbox's environment, for what systemd runs on a later boot
 
     def calls(self) -> list[boot_sandbox.Call]:
         return boot_sandbox.read_calls(self.calls_log)
@@ -160,4 +161,15 @@ def run_boot(
         timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
-    return Boot(root, stub_dir, calls_log, result)
+    return Boot(root, stub_dir, calls_log, result, env)
+
+
+def later_boot(boot: Boot) -> subprocess.CompletedProcess[bytes]:
+    """What systemd runs when the stopped instance starts again (user-data runs on the first boot only): the
+    enabled units. mlflow.service kept running here (this machine never stopped), so only the ready unit."""
+    return subprocess.run(
+        ["systemctl", "enable", "--now", "mlflow-ready.service"],
+        env=boot.env,
+        capture_output=True,
+        timeout=120,
+    )

@@ -9,7 +9,13 @@ from stories import Stack, make_stack
 # The longest stories first (measured with --durations: a sweep story takes about 2 min, a fault scenario under
 # half of one): xdist hands tests out in this order, so both workers start on long ones and the run does not
 # end with one worker alone on a sweep story while the other idles.
-LONGEST_FIRST = ("test_sweep_workflow", "test_predict_story", "test_fault_scenarios", "test_train_workflow")
+LONGEST_FIRST = (
+    "test_sweep_workflow",
+    "test_predict_story",
+    "test_fault_scenarios",
+    "test_mlflow_server_story",
+    "test_train_workflow",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

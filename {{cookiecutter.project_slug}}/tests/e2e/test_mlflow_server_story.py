@@ -1,0 +1,168 @@
+"""`make e2e`: the team MLflow server (infra/mlflow-server.yaml) in a story. Its stack is deployed to the moto
+server, its user-data (as moto's CloudFormation rendered it) boots it in the sandbox: a real `mlflow server` with
+basic auth on 127.0.0.1, artifacts into the moto bucket. Its schedule has stopped it for the night. A push to a
+train branch then runs the real train.yml under act with MLFLOW_TRACKING_URI on that server and the ci user's
+password as the repository secret: the start job wakes the server and waits for its ready mark before the
+launch, and the run lands in the team server.
+
+Not shown here (no EC2 boot offline): the instance really rebooting. When wake's StartInstances makes moto's
+instance `running`, the test runs what systemd runs on a later boot (the mlflow-ready unit), as the instance would.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+from doubles import mlflow_server_boot
+from harness import PROJECT
+from mlflow.tracking import MlflowClient
+from stories import Scenario, Stack, run_story
+
+from gpu_runner import mlflow_server, mlflow_wake
+from gpu_runner import stack as runner_stack
+from gpu_runner.settings import load_settings
+
+pytestmark = pytest.mark.e2e
+RUN_ID = "818"
+STOP, START = "cron(0 20 ? * MON-FRI *)", "cron(0 7 ? * MON-FRI *)"
+
+
+@dataclass(frozen=True)
+class TeamServer:
+    uri: str
+    instance_id: str
+    ready_parameter: str
+    ci_password: str
+    boot: mlflow_server_boot.Boot
+
+
+@pytest.fixture(scope="module")
+def team_server(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TeamServer]:
+    """`make mlflow-server-up` as far as it goes without a bootstrap stack (the story's AWS set-up is
+    stories.make_stack): the passwords, the stack with the story's bucket and runner group, the first boot."""
+    settings = load_settings(PROJECT / "configs" / "gpu-runner.yaml")
+    ssm, cfn, ec2 = stack.client("ssm"), stack.client("cloudformation"), stack.client("ec2")
+    names = mlflow_server.parameter_names(settings.ssm_prefix)
+    for name in names.values():
+        mlflow_server.ensure_password(ssm, name, "e2e")
+    inputs = mlflow_server.ServerInputs(stack.repository, stop_schedule=STOP, start_schedule=START)
+    runner = {"BucketName": settings.bucket, "RunnerSecurityGroupId": stack.security_group}
+    version = mlflow_server.locked_mlflow_version(PROJECT / "uv.lock")
+    body = (PROJECT / "infra" / "mlflow-server.yaml").read_text(encoding="utf-8")
+    name = mlflow_server.server_stack_name(settings.project, stack.repository)
+    parameters = mlflow_server.stack_parameters(settings, inputs, runner, "", version)
+    outputs = runner_stack.deploy(cfn, name, body, parameters, delay_seconds=1)
+    user_data = ec2.describe_instance_attribute(InstanceId=outputs["InstanceId"], Attribute="userData")
+    script = base64.b64decode(user_data["UserData"]["Value"]).decode()
+    port = mlflow_server_boot.free_port()
+    env = {"MLFLOW_S3_ENDPOINT_URL": stack.moto_endpoint, "AWS_ENDPOINT_URL": stack.moto_endpoint,
+           "AWS_DEFAULT_REGION": stack.region}  # fmt: skip
+    boot = mlflow_server_boot.run_boot(
+        script, tmp_path_factory.mktemp("team-server"), port=port, extra_env=env
+    )
+    assert boot.result.returncode == 0, (boot.result.stdout + boot.result.stderr).decode() + boot.log(
+        "mlflow"
+    )
+    ci_password = ssm.get_parameter(Name=names["ci"], WithDecryption=True)["Parameter"]["Value"]
+    try:
+        yield TeamServer(f"http://127.0.0.1:{port}", outputs["InstanceId"], outputs["ReadyParameter"],
+                         ci_password, boot)  # fmt: skip
+    finally:
+        mlflow_server_boot.stop_server(boot)
+        # Other stories on this worker must find no server. moto deletes a stack's resources in template order,
+        # so a role with an attached policy refuses (DeleteConflict): the instance is terminated on its own.
+        ec2.terminate_instances(InstanceIds=[outputs["InstanceId"]])
+        with contextlib.suppress(ClientError):
+            cfn.delete_stack(StackName=name)
+
+
+def _reboot_when_started(ec2: Any, server: TeamServer, done: threading.Event, booted: list[float]) -> None:
+    while not done.is_set():
+        state = ec2.describe_instances(InstanceIds=[server.instance_id])["Reservations"][0]["Instances"][0]
+        if state["State"]["Name"] == "running":
+            time.sleep(2)  # a boot takes a while: wake must wait for the mark, not find it at once
+            result = mlflow_server_boot.later_boot(server.boot)
+            assert result.returncode == 0, result.stderr.decode()
+            booted.append(time.time())
+            return
+        time.sleep(0.5)
+
+
+def test_a_stopped_team_server_is_woken_before_the_launch_and_holds_the_run(
+    stack: Stack, team_server: TeamServer, tmp_path: Path
+) -> None:
+    ec2, ssm = stack.client("ec2"), stack.client("ssm")
+    ec2.stop_instances(InstanceIds=[team_server.instance_id])  # the stop schedule, at 20:00
+    first_mark = ssm.get_parameter(Name=team_server.ready_parameter)["Parameter"]
+    assert first_mark["Value"] == team_server.uri  # the first boot's mark (its address, here 127.0.0.1)
+    # Gone, so only this boot's mark can let the launch go (that an older mark is not taken for it is
+    # tests/runner/test_mlflow_server.py's; here it would cost wake's 30 s clock margin in waiting).
+    ssm.delete_parameter(Name=team_server.ready_parameter)
+    done, booted = threading.Event(), []
+    watcher = threading.Thread(
+        target=_reboot_when_started, args=(ec2, team_server, done, booted), daemon=True
+    )
+    watcher.start()
+    secrets = {"MLFLOW_TRACKING_USERNAME": "ci", "MLFLOW_TRACKING_PASSWORD": team_server.ci_password}
+    scenario = Scenario(40, "team MLflow server", "woken, then the run logged to it", secrets=secrets)
+    try:
+        story = run_story(replace(stack, mlflow_uri=team_server.uri), scenario, tmp_path, RUN_ID)
+    finally:
+        done.set()
+        watcher.join(timeout=10)
+    run = story.run
+    assert run is not None
+    context = f"act log: {run.log}"
+    assert run.lifecycle_results == {"start": "success", "train": "success", "stop": "success"}, context
+    log = run.log.read_text()
+    assert f"starting the MLflow server {team_server.instance_id}" in log, context
+    assert f"MLflow server {team_server.instance_id} is ready at {team_server.uri}" in log, context
+    # No GPU before MLflow answered: the mark of this boot is older than the GPU instance.
+    mark = ssm.get_parameter(Name=team_server.ready_parameter)["Parameter"]
+    assert booted and mark["LastModifiedDate"] > first_mark["LastModifiedDate"]
+    gpu = ec2.describe_instances(Filters=[{"Name": "tag:gpu-runner:run-id", "Values": [RUN_ID]}])
+    (instance,) = [i for r in gpu["Reservations"] for i in r["Instances"]]
+    assert mark["LastModifiedDate"] <= instance["LaunchTime"], (
+        mark["LastModifiedDate"],
+        instance["LaunchTime"],
+    )
+    assert (
+        mlflow_wake.find_server(ec2, load_settings(PROJECT / "configs" / "gpu-runner.yaml").project)
+        is not None
+    )
+
+    # The run, as the team sees it through the server (the ci user's password; basic auth is on).
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLFLOW_TRACKING_USERNAME", "ci")
+        patch.setenv("MLFLOW_TRACKING_PASSWORD", team_server.ci_password)
+        client = MlflowClient(team_server.uri)
+        runs = [
+            r
+            for e in client.search_experiments()
+            for r in client.search_runs([e.experiment_id])
+            if r.data.tags.get("github.run_url", "").endswith(f"/actions/runs/{RUN_ID}/attempts/1")
+        ]
+        assert len(runs) == 1, runs
+        logged = client.get_run(runs[0].info.run_id)
+        assert logged.info.status == "FINISHED"
+        assert logged.data.metrics["test_accuracy"] > 0.5
+        assert logged.data.metrics["cost_usd"] > 0  # the stop job's teardown logged the cost there too
+        assert client.list_artifacts(logged.info.run_id), "no artifact reached the server"
+    bucket = load_settings(PROJECT / "configs" / "gpu-runner.yaml").bucket
+    keys = [
+        o["Key"]
+        for page in stack.client("s3")
+        .get_paginator("list_objects_v2")
+        .paginate(Bucket=bucket, Prefix="mlflow-artifacts/")
+        for o in page.get("Contents", [])
+    ]
+    assert any(logged.info.run_id in k for k in keys), keys[:5]
