@@ -161,6 +161,20 @@ def differing(first: dict[str, bytes], second: dict[str, bytes]) -> set[str]:
     }
 
 
+def cookiecutter_cli(config: Path, output: str | Path) -> list[str]:
+    """The plain `cookiecutter --no-input` a user runs (the template's path or URL goes last)."""
+    return [
+        sys.executable,
+        "-m",
+        "cookiecutter",
+        "--no-input",
+        "--config-file",
+        str(config),
+        "-o",
+        str(output),
+    ]
+
+
 def cruft_commit(project: Path) -> str:
     return json.loads((project / ".cruft.json").read_text(encoding="utf-8"))["commit"]
 
@@ -244,8 +258,7 @@ def test_a_bake_cookiecutter_cloned_records_the_url_it_cloned_from(
     offline (cookiecutter's vcs.identify_repo wants `git` in the URL). cruft must clone what git cloned (the
     clone's origin: the URL without `git+`), not the cache."""
     url = template.path.as_uri()
-    cli = [sys.executable, "-m", "cookiecutter", "--no-input", "--config-file", str(config), "-o", "out"]
-    command = [*cli, f"git+{url}"]
+    command = [*cookiecutter_cli(config, "out"), f"git+{url}"]
     proc = run(command, tmp_path)
 
     assert proc.returncode == 0, proc.stderr
@@ -262,16 +275,7 @@ def test_a_bake_of_a_relative_template_path_records_its_absolute_path(
 ) -> None:
     """`cookiecutter .` (the root `make demo`): the hook runs in the new project, not where `.` was meant."""
     output = tmp_path / "relative"
-    command = [
-        sys.executable,
-        "-m",
-        "cookiecutter",
-        "--no-input",
-        "--config-file",
-        str(config),
-        "-o",
-        str(output),
-    ]
+    command = cookiecutter_cli(config, output)
     proc = run([*command, "."], template.path)
 
     assert proc.returncode == 0, proc.stderr
@@ -294,9 +298,8 @@ def test_a_template_with_uncommitted_changes_records_no_commit(
     """A commit that does not hold what was baked would make every update wrong: no .cruft.json, a note."""
     makefile = template.path / SLUG / "Makefile"
     makefile.write_text(makefile.read_text(encoding="utf-8") + "# not committed\n", encoding="utf-8")
-    command = [sys.executable, "-m", "cookiecutter", "--no-input", "--config-file", str(config), "-o", "out"]
     try:
-        proc = run([*command, str(template.path)], tmp_path)
+        proc = run([*cookiecutter_cli(config, "out"), str(template.path)], tmp_path)
     finally:
         git(template.path, "checkout", "--", ".")
     assert git(template.path, "status", "--porcelain") == ""
@@ -311,17 +314,7 @@ def test_a_template_that_is_no_git_checkout_records_no_commit(tmp_path: Path, co
     copy.mkdir()
     copy_template(copy)
     proc = run(
-        [
-            sys.executable,
-            "-m",
-            "cookiecutter",
-            "--no-input",
-            "--config-file",
-            str(config),
-            "-o",
-            "out",
-            str(copy),
-        ],
+        [*cookiecutter_cli(config, "out"), str(copy)],
         tmp_path,
         GIT_CEILING_DIRECTORIES=str(tmp_path),  # tmp inside some other checkout must not count as one
     )
