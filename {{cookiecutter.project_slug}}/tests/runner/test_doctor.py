@@ -674,6 +674,7 @@ def test_a_vpc_only_mlflow_server_is_not_asked_from_here(world: World) -> None:
     world.target.repo_variables = {"MLFLOW_TRACKING_URI": "http://10.40.1.7:5000"}
     outcome = one(run(world, [doctor_mlflow.check_mlflow]), "MLflow")
     assert outcome.ok and "make mlflow-tunnel" in outcome.found
+    assert "GitHub-hosted runners cannot reach it" in outcome.found  # said, not hidden behind the ✓
     assert [doctor_mlflow.vpc_only(u) for u in ("http://172.31.0.9:5000", "http://192.168.1.2", "http://127.0.0.1:5000",
             "https://mlflow.example.com", "http://8.8.8.8")] == [True, True, False, False, False]  # fmt: skip
 

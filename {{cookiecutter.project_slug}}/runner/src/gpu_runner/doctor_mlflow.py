@@ -62,7 +62,9 @@ def check_mlflow(target: Target, aws: Aws) -> Iterator[Outcome]:
         yield passed(
             check,
             f"{uri} is a private address, reachable from the GPU runners only (the team MLflow server): not asked "
-            "from here; `make mlflow-tunnel` to reach it",
+            "from here; `make mlflow-tunnel` to reach it. Jobs on GitHub-hosted runners cannot reach it either: the "
+            "stop job's cost logging, the pull-request comment, sweep.yml's plan and collect, promote.yml and "
+            "predict.yml's resolve (docs/mlflow-server.md, 'What cannot reach it yet')",
         )
         return
     try:
