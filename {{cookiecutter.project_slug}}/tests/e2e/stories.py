@@ -288,6 +288,17 @@ class Story:
 
 
 # ---------------------------------------------------------------------------------------------- running one
+def workflow_run_ids(client: Any, run_id: str, attempt: int = 1) -> list[str]:
+    """The MLflow runs a workflow run's attempt logged (its github.run_url tag), over every experiment."""
+    suffix = f"/actions/runs/{run_id}/attempts/{attempt}"
+    return [
+        r.info.run_id
+        for e in client.search_experiments()
+        for r in client.search_runs([e.experiment_id])
+        if r.data.tags.get("github.run_url", "").endswith(suffix)
+    ]
+
+
 def _wait_until(predicate: Callable[[], bool], timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -25,7 +25,7 @@ from botocore.exceptions import ClientError
 from doubles import mlflow_server_boot
 from harness import PROJECT
 from mlflow.tracking import MlflowClient
-from stories import Scenario, Stack, run_story
+from stories import Scenario, Stack, run_story, workflow_run_ids
 
 from gpu_runner import mlflow_server, mlflow_wake
 from gpu_runner import stack as runner_stack
@@ -101,6 +101,7 @@ def test_a_stopped_team_server_is_woken_before_the_launch_and_holds_the_run(
     stack: Stack, team_server: TeamServer, tmp_path: Path
 ) -> None:
     ec2, ssm = stack.client("ec2"), stack.client("ssm")
+    settings = load_settings(PROJECT / "configs" / "gpu-runner.yaml")
     ec2.stop_instances(InstanceIds=[team_server.instance_id])  # the stop schedule, at 20:00
     first_mark = ssm.get_parameter(Name=team_server.ready_parameter)["Parameter"]
     assert first_mark["Value"] == team_server.uri  # the first boot's mark (its address, here 127.0.0.1)
@@ -135,29 +136,21 @@ def test_a_stopped_team_server_is_woken_before_the_launch_and_holds_the_run(
         mark["LastModifiedDate"],
         instance["LaunchTime"],
     )
-    assert (
-        mlflow_wake.find_server(ec2, load_settings(PROJECT / "configs" / "gpu-runner.yaml").project)
-        is not None
-    )
+    assert mlflow_wake.find_server(ec2, settings.project) is not None
 
     # The run, as the team sees it through the server (the ci user's password; basic auth is on).
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MLFLOW_TRACKING_USERNAME", "ci")
         patch.setenv("MLFLOW_TRACKING_PASSWORD", team_server.ci_password)
         client = MlflowClient(team_server.uri)
-        runs = [
-            r
-            for e in client.search_experiments()
-            for r in client.search_runs([e.experiment_id])
-            if r.data.tags.get("github.run_url", "").endswith(f"/actions/runs/{RUN_ID}/attempts/1")
-        ]
+        runs = workflow_run_ids(client, RUN_ID)
         assert len(runs) == 1, runs
-        logged = client.get_run(runs[0].info.run_id)
+        logged = client.get_run(runs[0])
         assert logged.info.status == "FINISHED"
         assert logged.data.metrics["test_accuracy"] > 0.5
         assert logged.data.metrics["cost_usd"] > 0  # the stop job's teardown logged the cost there too
         assert client.list_artifacts(logged.info.run_id), "no artifact reached the server"
-    bucket = load_settings(PROJECT / "configs" / "gpu-runner.yaml").bucket
+    bucket = settings.bucket
     keys = [
         o["Key"]
         for page in stack.client("s3")

@@ -33,7 +33,7 @@ from e2e_report import REPORT
 from harness import PROJECT
 from leak_scan import Hit, jit_config_secrets, needles, random_key, scan_bytes, scan_tree
 from mlflow.tracking import MlflowClient
-from stories import Scenario, Stack, Story, run_story
+from stories import Scenario, Stack, Story, run_story, workflow_run_ids
 
 pytestmark = pytest.mark.e2e
 RUN_ID = "4242"
@@ -285,12 +285,7 @@ def security_story(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Se
 
 def _mlflow_run(stack: Stack) -> str:
     client = MlflowClient(stack.mlflow_uri)
-    runs = [
-        r.info.run_id
-        for e in client.search_experiments()
-        for r in client.search_runs([e.experiment_id])
-        if r.data.tags.get("github.run_url", "").endswith(f"/actions/runs/{RUN_ID}/attempts/1")
-    ]
+    runs = workflow_run_ids(client, RUN_ID)
     assert len(runs) == 1, runs
     return runs[0]
 

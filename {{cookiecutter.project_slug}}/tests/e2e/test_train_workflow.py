@@ -13,7 +13,7 @@ import pytest
 from e2e_report import record
 from harness import BRANCH, act_time
 from mlflow.tracking import MlflowClient
-from stories import Scenario, Stack, run_story, story_prices
+from stories import Scenario, Stack, run_story, story_prices, workflow_run_ids
 
 from gpu_runner.cost.pricing import load_table
 from gpu_runner.workflow_contract import LaunchOutput
@@ -45,14 +45,9 @@ def test_train_workflow_end_to_end(stack: Stack, tmp_path: Path) -> None:
 
     # MLflow: the run the train job logged to the local tracking server.
     client = MlflowClient(stack.mlflow_uri)
-    runs = [
-        r
-        for e in client.search_experiments()
-        for r in client.search_runs([e.experiment_id])
-        if r.data.tags.get("github.run_url", "").endswith(f"/actions/runs/{RUN_ID}/attempts/1")
-    ]
+    runs = workflow_run_ids(client, RUN_ID)
     assert len(runs) == 1, runs
-    mlrun = client.get_run(runs[0].info.run_id)
+    mlrun = client.get_run(runs[0])
     run_id, experiment_id = mlrun.info.run_id, mlrun.info.experiment_id
     assert mlrun.info.status == "FINISHED"
     assert {"training.epochs", "runtime.gpus"} <= set(mlrun.data.params), mlrun.data.params

@@ -11,6 +11,7 @@ volume (DeletionPolicy: Snapshot is asserted on the template)."""
 from __future__ import annotations
 
 import base64
+import io
 import json
 import shutil
 import subprocess
@@ -18,6 +19,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from contextlib import redirect_stderr, redirect_stdout
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -59,9 +61,6 @@ def up(settings_file: Path, *extra: str) -> tuple[int, str, str]:
 
 
 def run_cli(argv: list[str]) -> tuple[int, str, str]:
-    import io
-    from contextlib import redirect_stderr, redirect_stdout
-
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):
         code = cli.main(argv)

@@ -167,12 +167,10 @@ def up(
         raise MlflowServerError(f"--template: {template} not found (run from the project root)") from None
     version = locked_mlflow_version(lock)
     runner, runner_parameters = _runner_stack(cfn, stack.stack_name(settings.project, inputs.repository))
+    names = parameter_names(settings.ssm_prefix)
     for name, what in (
-        (parameter_names(settings.ssm_prefix)["admin"], "MLflow admin password (team server)"),
-        (
-            parameter_names(settings.ssm_prefix)["ci"],
-            "MLflow password of the workflows' ci user (team server)",
-        ),
+        (names["admin"], "MLflow admin password (team server)"),
+        (names["ci"], "MLflow password of the workflows' ci user (team server)"),
     ):
         if ensure_password(ssm, name, what):
             log.info(f"stored a new {what} in {name}")
