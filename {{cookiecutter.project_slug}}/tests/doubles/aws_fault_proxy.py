@@ -14,6 +14,7 @@ Hand-written because no offline proxy knows EC2 and SSM actions; it binds 127.0.
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import signal
 import threading
@@ -26,7 +27,10 @@ from urllib.parse import parse_qs, urlsplit
 from doubles import aws_limits
 from doubles.aws_faults import ec2_error, json_error
 from doubles.local_http import LocalHttpServer
+from doubles.ssm_sessions import SsmSessions
 
+# The JSON protocol's targets of the two Session Manager calls (botocore's ssm model: targetPrefix AmazonSSM).
+SESSION_TARGETS = ("AmazonSSM.StartSession", "AmazonSSM.TerminateSession")
 # Response status of each injected error, as AWS sends it.
 STATUS = {
     "RequestLimitExceeded": 503,
@@ -94,9 +98,13 @@ class AwsFaultProxy(LocalHttpServer):
     calls: list[ProxyCall] = field(default_factory=list)
     killed: list[int] = field(default_factory=list)
     under: Path | None = None  # a rule's kill reaches only processes working inside it (the story's scratch)
+    # StartSession / TerminateSession, which moto lacks: answered from moto's state (doubles/ssm_sessions.py).
+    sessions: SsmSessions | None = None
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
+        if self.sessions is None:
+            self.sessions = SsmSessions(self.upstream)
         parts = urlsplit(self.upstream)
         self._upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
         proxy = self
@@ -166,6 +174,16 @@ class AwsFaultProxy(LocalHttpServer):
             self.calls.append(ProxyCall(action, 0, "crash"))
             self.killed += kill_matching(*rule.kill, under=self.under)
             handler.close_connection = True
+            return
+        if self.sessions is not None and handler.headers.get("X-Amz-Target", "") in SESSION_TARGETS:
+            status, document = self.sessions.answer(action, body, handler.headers.get("Authorization", ""))
+            self.calls.append(ProxyCall(action, status, "answered"))
+            self._reply(
+                handler,
+                status,
+                [("Content-Type", "application/x-amz-json-1.1")],
+                json.dumps(document).encode(),
+            )
             return
         status, headers, payload = self._forward(handler, raw)
         self.calls.append(ProxyCall(action, status, "crash" if rule and rule.kill else ""))

@@ -220,6 +220,32 @@ def _delete_action(target: Mapping[str, Any]) -> str:
     return "s3:DeleteObjectVersion" if target.get("VersionId") else "s3:DeleteObject"
 
 
+# Session Manager's default shell document, used when StartSession names none (Systems Manager User Guide, "Start a
+# default shell session by specifying the default session document in IAM policies"); owned by the account.
+DEFAULT_SESSION_DOCUMENT = "SSM-SessionManagerRunShell"
+# This evaluator's own marker (no AWS key): the request's document is the implicit default. "The session starts even
+# if the user's IAM policy doesn't grant explicit permission to access the SSM-SessionManagerRunShell document",
+# unless the policy's StartSession statements carry ssm:SessionDocumentAccessCheck (Systems Manager User Guide,
+# "Enforce a session document permission check for the AWS CLI"): allowed() applies that rule.
+IMPLICIT_DEFAULT_DOCUMENT = "iam-requests:implicit-default-session-document"
+SESSION_DOCUMENT_CHECK = "ssm:SessionDocumentAccessCheck"
+
+
+def _start_session(call: Call) -> list[Request]:
+    """StartSession is authorized on the target instance and on the session document (Service Authorization
+    Reference for AWS Systems Manager, StartSession: resource types document and instance). AWS-owned documents
+    (AWS-*) have no account in their ARN, as AWS's public parameters."""
+    target = call.params["Target"]
+    name = call.params.get("DocumentName")
+    account = "" if name and name.startswith("AWS-") else ACCOUNT
+    document = f"arn:aws:ssm:{call.region}:{account}:document/{name or DEFAULT_SESSION_DOCUMENT}"
+    context: dict[str, str | list[str]] = {} if name else {IMPLICIT_DEFAULT_DOCUMENT: "true"}
+    return [
+        Request("ssm:StartSession", _ec2_arn(call.region, "instance", target)),
+        Request("ssm:StartSession", document, context),
+    ]
+
+
 def launch_path_requests(region: str, repository: str) -> dict[str, Request]:
     """The launch path only the launch roles may take: the GitHub credential, a runner's just-in-time config and a
     new instance (the rows every other role's refusal table holds)."""
@@ -312,6 +338,8 @@ def requests_for(
         requests = [Request(key, arn)]
         if call.params.get("Tags"):
             requests.append(Request("ssm:AddTagsToResource", arn))
+    elif key == "ssm:StartSession":
+        requests = _start_session(call)
     elif key in {"ssm:DescribeParameters", "pricing:GetProducts"}:
         requests = [Request(key, "*")]
     elif key in {"service-quotas:GetServiceQuota", "service-quotas:GetAWSDefaultServiceQuota"}:
@@ -374,6 +402,11 @@ def _condition_holds(operator: str, key: str, expected: Any, context: Mapping[st
         return all(_condition_holds(base, key, expected, {**context, key: value}) for value in values)
     if operator == "Null":
         return _null_holds(key, expected, context)
+    if operator == "BoolIfExists":
+        # "If the policy key is present in the context of the request, process the key as specified in the
+        # policy. If the key is not present, evaluate the condition element as true" (IAM User Guide, "IAM JSON
+        # policy elements: Condition operators", ...IfExists condition operators).
+        return key not in context or _condition_holds("Bool", key, expected, context)
     if operator.startswith(("ForAnyValue:", "Null")) or operator.endswith("IfExists"):
         raise ValueError(f"condition operator {operator} is not supported by this evaluator: add it")
     if operator in _NEGATED:
@@ -422,7 +455,20 @@ def allowed(policies: Iterable[Mapping[str, Any]], request: Request) -> bool:
     statements = [s for policy in policies for s in _values_or_list(policy["Statement"])]
     if any(s["Effect"] == "Deny" and _statement_matches(s, request) for s in statements):
         return False
+    if request.context.get(IMPLICIT_DEFAULT_DOCUMENT) and _default_document_unchecked(statements):
+        return True  # the default shell document, not checked without ssm:SessionDocumentAccessCheck
     return any(s["Effect"] == "Allow" and _statement_matches(s, request) for s in statements)
+
+
+def _default_document_unchecked(statements: Iterable[Mapping[str, Any]]) -> bool:
+    """Some Allow statement grants ssm:StartSession without the document access check: "it must be included in
+    all policy statements which allow the ssm:StartSession action" to be enforced (same guide page)."""
+    return any(
+        s["Effect"] == "Allow"
+        and any(fnmatch.fnmatchcase("ssm:startsession", a.lower()) for a in _values(s.get("Action", [])))
+        and not any(SESSION_DOCUMENT_CHECK in pairs for pairs in s.get("Condition", {}).values())
+        for s in statements
+    )
 
 
 def _values_or_list(statements: Any) -> list[Mapping[str, Any]]:

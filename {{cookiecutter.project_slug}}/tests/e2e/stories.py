@@ -182,6 +182,8 @@ class Scenario:
     # The launch role's credentials (start and stop jobs), when they are not aws_credentials (the instance's).
     launch_credentials: tuple[str, str] | None = None
     secrets: dict[str, str] = field(default_factory=dict)  # repository secrets besides the GitHub tokens
+    variables: dict[str, str] = field(default_factory=dict)  # repository variables besides the harness's
+    job_env: dict[str, str] = field(default_factory=dict)  # every job's environment (doubles' settings)
     # The simulated instance has no GPU: the story passes the CPU flag (training.allow_cpu) so the GPU preflight
     # lets it train; scenario 14 does not, and the preflight stops the job.
     allow_cpu: bool = True
@@ -375,7 +377,8 @@ def run_story(stack: Stack, scenario: Scenario, scratch: Path, run_id: str) -> S
             "image_bin": stack.image_bin, "imds_url": imds.url, "branch": scenario.branch,
             "aws_credentials": scenario.aws_credentials, "github_token": scenario.github_token,
             "secrets": scenario.secrets, "launch_credentials": scenario.launch_credentials,
-            "runner_credential": scenario.runner_credential,
+            "runner_credential": scenario.runner_credential, "variables": scenario.variables,
+            "job_env": scenario.job_env,
         }  # fmt: skip
         try:
             story.run = run_workflow(

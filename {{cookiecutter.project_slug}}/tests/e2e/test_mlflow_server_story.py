@@ -3,7 +3,10 @@ server, its user-data (as moto's CloudFormation rendered it) boots it in the san
 basic auth on 127.0.0.1, artifacts into the moto bucket. Its schedule has stopped it for the night. A push to a
 train branch then runs the real train.yml under act with MLFLOW_TRACKING_URI on that server and the ci user's
 password as the repository secret: the start job wakes the server and waits for its ready mark before the
-launch, and the run lands in the team server.
+launch, and the run lands in the team server. The jobs on GitHub-hosted runners (the stop job's cost logging, the
+pull-request comment) reach it through the SSM tunnel with the stack's tunnel role (MLFLOW_TUNNEL_ROLE_ARN):
+StartSession answered by the fault proxy from moto's state, the session handed to the plugin double, which
+forwards the local port to the server as the SSM agent on the instance would.
 
 Not shown here (no EC2 boot offline): the instance really rebooting. When wake's StartInstances makes moto's
 instance `running`, the test runs what systemd runs on a later boot (the mlflow-ready unit), as the instance would.
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -22,7 +26,8 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from doubles import mlflow_server_boot
+from doubles import mlflow_server_boot, session_manager_plugin
+from doubles.aws_fault_proxy import kill_matching
 from harness import PROJECT
 from mlflow.tracking import MlflowClient
 from stories import Scenario, Stack, run_story, workflow_run_ids
@@ -43,6 +48,7 @@ class TeamServer:
     ready_parameter: str
     ci_password: str
     boot: mlflow_server_boot.Boot
+    tunnel_role: str
 
 
 @pytest.fixture(scope="module")
@@ -55,11 +61,14 @@ def team_server(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Itera
     for name in names.values():
         mlflow_server.ensure_password(ssm, name, "e2e")
     inputs = mlflow_server.ServerInputs(stack.repository, stop_schedule=STOP, start_schedule=START)
-    runner = {"BucketName": settings.bucket, "RunnerSecurityGroupId": stack.security_group}
+    runner = {"BucketName": settings.bucket, "RunnerSecurityGroupId": stack.security_group,
+              "OidcProviderArn": _oidc_provider(stack.client("iam"))}  # fmt: skip
+    owner, repository = stack.repository.split("/")
     version = mlflow_server.locked_mlflow_version(PROJECT / "uv.lock")
     body = (PROJECT / "infra" / "mlflow-server.yaml").read_text(encoding="utf-8")
     name = mlflow_server.server_stack_name(settings.project, stack.repository)
-    parameters = mlflow_server.stack_parameters(settings, inputs, runner, "", version)
+    repository_parameters = {"GitHubOwner": owner, "GitHubRepository": repository}
+    parameters = mlflow_server.stack_parameters(settings, inputs, runner, repository_parameters, version)
     outputs = runner_stack.deploy(cfn, name, body, parameters, delay_seconds=1)
     user_data = ec2.describe_instance_attribute(InstanceId=outputs["InstanceId"], Attribute="userData")
     script = base64.b64decode(user_data["UserData"]["Value"]).decode()
@@ -75,7 +84,7 @@ def team_server(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Itera
     ci_password = ssm.get_parameter(Name=names["ci"], WithDecryption=True)["Parameter"]["Value"]
     try:
         yield TeamServer(f"http://127.0.0.1:{port}", outputs["InstanceId"], outputs["ReadyParameter"],
-                         ci_password, boot)  # fmt: skip
+                         ci_password, boot, outputs["TunnelRoleArn"])  # fmt: skip
     finally:
         mlflow_server_boot.stop_server(boot)
         # Other stories on this worker must find no server. moto deletes a stack's resources in template order,
@@ -83,6 +92,17 @@ def team_server(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Itera
         ec2.terminate_instances(InstanceIds=[outputs["InstanceId"]])
         with contextlib.suppress(ClientError):
             cfn.delete_stack(StackName=name)
+
+
+def _oidc_provider(iam: Any) -> str:
+    """The account's GitHub OIDC provider (bootstrap's; the story makes its own when no earlier one did)."""
+    for provider in iam.list_open_id_connect_providers()["OpenIDConnectProviderList"]:
+        if provider["Arn"].endswith("/token.actions.githubusercontent.com"):
+            return str(provider["Arn"])
+    created = iam.create_open_id_connect_provider(
+        Url="https://token.actions.githubusercontent.com", ClientIDList=["sts.amazonaws.com"]
+    )
+    return str(created["OpenIDConnectProviderArn"])
 
 
 def _reboot_when_started(ec2: Any, server: TeamServer, done: threading.Event, booted: list[float]) -> None:
@@ -114,12 +134,27 @@ def test_a_stopped_team_server_is_woken_before_the_launch_and_holds_the_run(
     )
     watcher.start()
     secrets = {"MLFLOW_TRACKING_USERNAME": "ci", "MLFLOW_TRACKING_PASSWORD": team_server.ci_password}
-    scenario = Scenario(40, "team MLflow server", "woken, then the run logged to it", secrets=secrets)
+    # The hosted jobs' tunnel: the plugin double on every job's PATH, the instance's port 5000 at the server.
+    session_manager_plugin.install(stack.image_bin)
+    connections = tmp_path / "tunnel-connections.txt"
+    job_env = {
+        session_manager_plugin.TARGETS_ENV: json.dumps(
+            {f"{team_server.instance_id}:5000": team_server.uri.removeprefix("http://")}
+        ),
+        session_manager_plugin.RECORD_ENV: str(connections),
+    }
+    scenario = Scenario(
+        40, "team MLflow server", "woken, then the run logged to it; the hosted jobs through the tunnel",
+        secrets=secrets, variables={"MLFLOW_TUNNEL_ROLE_ARN": team_server.tunnel_role}, job_env=job_env,
+        pull_request=True,
+    )  # fmt: skip
     try:
         story = run_story(replace(stack, mlflow_uri=team_server.uri), scenario, tmp_path, RUN_ID)
     finally:
         done.set()
         watcher.join(timeout=10)
+        # act leaves a job's background processes running (GitHub's runner kills them at the job's end).
+        kill_matching("doubles.session_manager_plugin", under=tmp_path)
     run = story.run
     assert run is not None
     context = f"act log: {run.log}"
@@ -137,6 +172,13 @@ def test_a_stopped_team_server_is_woken_before_the_launch_and_holds_the_run(
         instance["LaunchTime"],
     )
     assert mlflow_wake.find_server(ec2, settings.project) is not None
+    # The hosted jobs came through the tunnel: two sessions (the stop job's, the comment job's), each used.
+    assert story.proxy is not None and story.proxy.count("StartSession") == 2, context
+    assert log.count("MLflow answers through the tunnel at http://127.0.0.1:") == 2, context
+    sessions = {line.split()[0] for line in connections.read_text().splitlines()}
+    assert len(sessions) == 2, connections.read_text()
+    (comment,) = story.pr_comments
+    assert "test_accuracy" in comment["body"] and "**Billed GPU cost**" in comment["body"], comment["body"]
 
     # The run, as the team sees it through the server (the ci user's password; basic auth is on).
     with pytest.MonkeyPatch.context() as patch:

@@ -597,7 +597,8 @@ def test_the_checked_names_are_the_setup_docs_and_the_workflows() -> None:
         del expected["AWS_SWEEP_ROLE_ARN"]
     assert workflow_uses() == expected
     # The parser is not vacuous: it sees every row.
-    assert len(setup_table()) == 9  # the runner credential is no GitHub setting any more (issue 13 item 2)
+    # The runner credential is no GitHub setting any more (issue 13 item 2); the MLflow tunnel role is one.
+    assert len(setup_table()) == 10
 
 
 SETTINGS_FAULTS = {
@@ -670,11 +671,15 @@ def test_mlflow_from_the_repository_variable_that_does_not_answer_fails(world: W
 
 def test_a_vpc_only_mlflow_server_is_not_asked_from_here(world: World) -> None:
     """The team MLflow server's TrackingUri (a private address) answers the GPU runners only: no request that
-    could only time out, a line that says how to reach it. A loopback address is still asked."""
+    could only time out, a line that says how to reach it. A loopback address is still asked. Without the tunnel
+    role variable the hosted jobs could not reach it: that fails, with the fix."""
     world.target.repo_variables = {"MLFLOW_TRACKING_URI": "http://10.40.1.7:5000"}
     outcome = one(run(world, [doctor_mlflow.check_mlflow]), "MLflow")
-    assert outcome.ok and "make mlflow-tunnel" in outcome.found
-    assert "GitHub-hosted runners cannot reach it" in outcome.found  # said, not hidden behind the ✓
+    assert not outcome.ok and "MLFLOW_TUNNEL_ROLE_ARN is not set" in outcome.found
+    assert "gh variable set MLFLOW_TUNNEL_ROLE_ARN" in outcome.fix
+    world.target.repo_variables["MLFLOW_TUNNEL_ROLE_ARN"] = "arn:aws:iam::123456789012:role/tunnel"
+    outcome = one(run(world, [doctor_mlflow.check_mlflow]), "MLflow")
+    assert outcome.ok and "make mlflow-tunnel" in outcome.found and "through the SSM tunnel" in outcome.found
     assert [doctor_mlflow.vpc_only(u) for u in ("http://172.31.0.9:5000", "http://192.168.1.2", "http://127.0.0.1:5000",
             "https://mlflow.example.com", "http://8.8.8.8")] == [True, True, False, False, False]  # fmt: skip
 

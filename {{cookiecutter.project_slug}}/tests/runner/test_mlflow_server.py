@@ -265,12 +265,18 @@ def test_tunnel_command_is_a_valid_start_session(server: dict[str, Any], setting
         "Parameters": json.loads(options["--parameters"].strip("'")),
     }
     assert params["Target"] == server["outputs"]["InstanceId"]
-    assert params["Parameters"] == {"portNumber": ["5000"], "localPortNumber": ["15000"]}
+    # The stack's own document, which fixes the remote port: no portNumber to pass (or to change).
+    assert (
+        params["DocumentName"]
+        == server["outputs"]["TunnelDocument"]
+        == server["parameters"]["TunnelDocumentName"]
+    )
+    assert params["Parameters"] == {"localPortNumber": ["15000"]}
     shape = (
         botocore.session.get_session().get_service_model("ssm").operation_model("StartSession").input_shape
     )
     assert not ParamValidator().validate(params, shape).has_errors()
-    wrong = {**params, "Parameters": {"portNumber": "5000"}}
+    wrong = {**params, "Parameters": {"localPortNumber": "15000"}}
     assert ParamValidator().validate(wrong, shape).has_errors()
 
 

@@ -37,6 +37,8 @@ UNTRUSTED_RE = re.compile(
 ATTACK_REF = "train/$(touch${IFS}pwned)"
 PAYLOAD = "$(touch pwned)`touch pwned`\"; touch pwned; echo \"';touch pwned;'"
 BENIGN_OUTPUTS = {
+    # The MLflow tunnel action's (the local end of the SSM session).
+    "tracking-uri": "http://127.0.0.1:41234",
     "availability-zone": "eu-west-1b",
     "bucket": "your-org-ml-project-ml",
     "train-branch-prefix": "train/",

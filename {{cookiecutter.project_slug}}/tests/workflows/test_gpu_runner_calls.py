@@ -21,7 +21,13 @@ from workflow_files import (
     tool,
 )
 
-from gpu_runner.workflow_contract import CapacityOutput, LaunchOutput, SettingsOutput, WaitOutput
+from gpu_runner.workflow_contract import (
+    CapacityOutput,
+    LaunchOutput,
+    SettingsOutput,
+    TunnelOutput,
+    WaitOutput,
+)
 
 # The gpu-runner CLI contract the workflows are written against:
 #   gpu-runner [--settings FILE] <subcommand> [options]   (the global option precedes the subcommand)
@@ -120,8 +126,10 @@ def test_every_value_reaches_a_cli_as_opt_equals_value(project: Path, tmp_path: 
 def test_launch_outputs_match_the_runner_sources(project: Path) -> None:
     written = written_step_outputs(project / "runner" / "src" / "gpu_runner")
     assert written, "no write_outputs({...}) call found in the gpu_runner sources: update this test"
-    # capacity's are for sweep.yml's plan job.
-    assert written == set(LAUNCH_OUTPUTS + WAIT_OUTPUTS + SETTINGS_OUTPUTS) | {str(k) for k in CapacityOutput}
+    # capacity's are for sweep.yml's plan job, connect's for the MLflow tunnel action.
+    assert written == set(LAUNCH_OUTPUTS + WAIT_OUTPUTS + SETTINGS_OUTPUTS) | {
+        str(k) for k in (*CapacityOutput, *TunnelOutput)
+    }
 
 
 @pytest.mark.slow
@@ -176,7 +184,7 @@ def written_step_outputs(package: Path) -> set[str]:
     workflow_contract's LaunchOutput / WaitOutput / SettingsOutput members they name)."""
     members = {
         f"{enum.__name__}.{member.name}": str(member)
-        for enum in (LaunchOutput, WaitOutput, SettingsOutput, CapacityOutput)
+        for enum in (LaunchOutput, WaitOutput, SettingsOutput, CapacityOutput, TunnelOutput)
         for member in enum
     }
     keys: set[str] = set()

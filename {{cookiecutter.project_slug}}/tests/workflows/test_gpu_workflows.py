@@ -399,6 +399,10 @@ def test_train_job_graph(project: Path) -> None:
     assert all(step["if"] == "always()" for step in stop["steps"][: guard_at + 1]), stop["steps"]
     after = {step["name"]: step["if"] for step in stop["steps"][guard_at + 1 :]}
     assert after == {
+        # Only with a tunnel role set (tests/workflows/test_mlflow_tunnel_steps.py).
+        "Tunnel to the team MLflow server": (
+            "${{ always() && steps.caller.outcome == 'success' && vars.MLFLOW_TUNNEL_ROLE_ARN != '' }}"
+        ),
         "AWS credentials (OIDC)": "${{ always() && steps.caller.outcome == 'success' }}",
         "Tear down the runner and the instance": "${{ always() && steps.caller.outcome == 'success' }}",
         "Start the next attempt after a spot interruption": "${{ always() && steps.caller.outcome == 'success' }}",
@@ -424,7 +428,10 @@ def test_train_job_graph(project: Path) -> None:
     assert '"${GPU_PREFLIGHT}" == "no-gpu"' in teardown["run"] and "no GPU visible" in teardown["run"]
     # A caller on a branch may pass anything, also nothing: the defaults hold in the called workflow too.
     assert teardown["env"]["ATTEMPT"] == resume["env"]["ATTEMPT"] == "${{ inputs.attempt || '1' }}"
-    assert teardown["env"]["MLFLOW_TRACKING_URI"] == "${{ vars.MLFLOW_TRACKING_URI }}"
+    # Through the team server's tunnel when it opened (tests/workflows/test_mlflow_tunnel_steps.py).
+    assert teardown["env"]["MLFLOW_TRACKING_URI"] == (
+        "${{ steps.mlflow.outputs.tracking-uri || vars.MLFLOW_TRACKING_URI }}"
+    )
     for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
         assert teardown["env"][name] == as_expression(f"secrets.{name}")
     assert '"--mlflow-run-id=${MLFLOW_RUN_ID}"' in teardown["run"]
@@ -492,7 +499,9 @@ def test_aws_jobs_use_oidc_and_no_cache(project: Path) -> None:
             if "uses" in job:  # a caller of a reusable workflow: its job is checked in that file
                 continue
             aws_steps = steps_by_uses(job, AWS_CREDENTIALS)
-            assert ("id-token" in job["permissions"]) == bool(aws_steps), f"{name}.{job_id}"
+            # Or the MLflow tunnel's (its role's credentials stay inside that action: test_mlflow_tunnel_steps.py).
+            tunnel = steps_by_uses(job, "./.github/actions/mlflow-tunnel")
+            assert ("id-token" in job["permissions"]) == bool(aws_steps or tunnel), f"{name}.{job_id}"
             if not aws_steps:
                 continue
             aws_jobs.append(f"{name}.{job_id}")

@@ -1,6 +1,7 @@
 """The pull-request comment jobs of train.yml and sweep.yml (issue 17): the only jobs with `pull-requests:
-write`, never reachable from a pull request, holding no AWS credential, running the default branch's gpu-runner,
-and unable to fail the training's result."""
+write`, never reachable from a pull request, holding no AWS credential of their own (only the MLflow tunnel role's,
+as step outputs of the tunnel action), running the default branch's gpu-runner, and unable to fail the training's
+result."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from workflow_files import (
 )
 
 COMMENT_JOBS = {("train", "comment"): "train", ("sweep", "comment"): "sweep"}
-COMMENT_PERMISSIONS = {"contents": "read", "pull-requests": "write"}
+COMMENT_PERMISSIONS = {"contents": "read", "pull-requests": "write", "id-token": "write"}
+TUNNEL_ACTION = "./.github/actions/mlflow-tunnel"
 # What the comment step may read: its token, the run to report, and MLflow (read-only use).
 COMMENT_ENV = {
     "GITHUB_TOKEN", "MLFLOW_RUN_ID", "BRANCH", "COMMIT", "MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME",
@@ -91,12 +93,20 @@ def test_the_comment_job_runs_the_default_branchs_gpu_runner_without_aws(project
     for (name, job_id), kind in COMMENT_JOBS.items():
         job = gpu_workflows(project)[name]["jobs"][job_id]
         assert job["runs-on"] == "ubuntu-latest" and 0 < job["timeout-minutes"] <= 15
-        checkout, setup, comment = job["steps"]
+        checkout, setup, settings, tunnel, comment = job["steps"]
         assert checkout["uses"].startswith("actions/checkout@")
         assert checkout["with"] == {"persist-credentials": False, "ref": default_branch}, name
         assert steps_by_uses(job, SETUP_ACTION) == [setup]
         assert setup["with"] == {"install": "runner", "enable-cache": "false"}
-        assert not steps_by_uses(job, AWS_CREDENTIALS) and "id-token" not in job["permissions"]
+        # id-token for the tunnel role only: no credentials step of the job's own, and the tunnel action keeps
+        # its credentials out of the job's environment (tests/workflows/test_mlflow_tunnel_steps.py).
+        assert not steps_by_uses(job, AWS_CREDENTIALS)
+        assert "workflow-settings" in settings["run"]
+        assert steps_by_uses(job, TUNNEL_ACTION) == [tunnel]
+        assert tunnel["with"]["role-to-assume"] == as_expression("vars.MLFLOW_TUNNEL_ROLE_ARN")
+        # A tunnel that fails leaves the comment step to report it; the run's result stays the training's.
+        assert tunnel["continue-on-error"] is True
+        assert comment["env"]["MLFLOW_TRACKING_URI"] == as_expression("steps.mlflow.outputs.tracking-uri")
         # A refused comment never turns the run red: an annotation and a summary line say it instead.
         assert comment["continue-on-error"] is True
         assert set(comment["env"]) == COMMENT_ENV, name
@@ -113,7 +123,7 @@ def test_the_comment_follows_the_run_it_reports(project: Path) -> None:
     # After stop (which logs the cost), also when training failed; not after a cancel, nor without a run.
     assert jobs["comment"]["needs"] == ["train", "stop"]
     assert jobs["comment"]["if"] == as_expression("!cancelled() && needs.train.outputs.mlflow-run-id != ''")
-    assert jobs["comment"]["steps"][2]["env"]["MLFLOW_RUN_ID"] == as_expression(
+    assert jobs["comment"]["steps"][-1]["env"]["MLFLOW_RUN_ID"] == as_expression(
         "needs.train.outputs.mlflow-run-id"
     )
     sweep = gpu_workflows(project)["sweep"]["jobs"]
@@ -121,7 +131,7 @@ def test_the_comment_follows_the_run_it_reports(project: Path) -> None:
     assert sweep["comment"]["if"] == as_expression(
         "!cancelled() && needs.collect.result == 'success' && needs.plan.outputs.parent-run-id != ''"
     )
-    assert sweep["comment"]["steps"][2]["env"]["MLFLOW_RUN_ID"] == as_expression(
+    assert sweep["comment"]["steps"][-1]["env"]["MLFLOW_RUN_ID"] == as_expression(
         "needs.plan.outputs.parent-run-id"
     )
 

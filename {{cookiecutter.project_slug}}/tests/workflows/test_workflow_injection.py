@@ -18,6 +18,8 @@ from step_scripts import (
 )
 from workflow_files import AWS_CREDENTIALS, as_expression, gpu_workflows, iter_steps, iter_strings
 
+TUNNEL_ACTION = "./.github/actions/mlflow-tunnel"
+
 
 def test_untrusted_expressions_only_under_env(project: Path) -> None:
     """Parsed train.yml and reap.yml: in every step, an expression over a branch name, event payload, input or
@@ -35,7 +37,10 @@ def test_untrusted_expressions_only_under_env(project: Path) -> None:
                             )
                             checkout_ref = checkout_ref and expression == "inputs.commit || github.sha"
                             # And the region of the AWS credentials action: the default branch's settings.
-                            region = key == "with" and step.get("uses", "").startswith(AWS_CREDENTIALS)
+                            # (also the MLflow tunnel action's, which hands it to that action too).
+                            region = key == "with" and step.get("uses", "").startswith(
+                                (AWS_CREDENTIALS, TUNNEL_ACTION)
+                            )
                             region = region and expression == "steps.settings.outputs.region"
                             # And the launch role chosen by the caller check's verdict (its own script's output).
                             role = key == "with" and step.get("uses", "").startswith(AWS_CREDENTIALS)
@@ -73,7 +78,8 @@ def test_hostile_branch_names_and_inputs_stay_data(project: Path, tmp_path: Path
     # store not kept" warning (item 10), + the stop workflow's caller guard (issue 15), + sweep.yml's 7 (check,
     # settings, capacity, plan; settings, collect, next wave) and sweep-trial.yml's 3 (timeline, preflight, train),
     # + the start workflow's MLflow server wake, the pull-request comment of train.yml and of sweep.yml (issue 17)
-    assert ran == 28
+    # + the comment jobs' settings (the tunnel's region).
+    assert ran == 30
 
 
 def test_injection_harness_catches_an_expression_in_run(project: Path, tmp_path: Path) -> None:

@@ -19,18 +19,27 @@ from workflow_rules import DEFAULT_BRANCH_WORKFLOW_RE
 # `@<default_branch>` on purpose (the launch role trusts only that ref; issue 13 item 2).
 EXPECTED_ZIZMOR_IGNORES = {
     ".github/workflows/ci.yml": ["self-repository"] * 3,
-    ".github/workflows/promote.yml": ["self-repository"],
+    # + the MLflow tunnel action in every job on a hosted runner that reaches MLflow (test_mlflow_tunnel_steps.py).
+    ".github/workflows/promote.yml": ["self-repository"] * 2,
     ".github/workflows/gpu-runner-start.yml": ["self-repository"],
-    ".github/workflows/gpu-runner-stop.yml": ["self-repository"],
+    ".github/workflows/gpu-runner-stop.yml": ["self-repository"] * 2,
     ".github/workflows/reap.yml": ["self-repository"],
     # + the comment job's set-up of the default branch's gpu-runner (issue 17), in train.yml and sweep.yml.
-    ".github/workflows/train.yml": ["unpinned-uses", "self-repository", "unpinned-uses", "self-repository"],
+    ".github/workflows/train.yml": [
+        "unpinned-uses",
+        "self-repository",
+        "unpinned-uses",
+        "self-repository",
+        "self-repository",
+    ],
     # sweep.yml's plan and collect set up the project; its trial job calls sweep-trial.yml, which calls start
     # and stop at the default branch as train.yml does.
-    ".github/workflows/sweep.yml": ["self-repository"] * 4,
+    ".github/workflows/sweep.yml": ["self-repository"] * 7,
     ".github/workflows/sweep-trial.yml": ["unpinned-uses", "self-repository", "unpinned-uses"],
     # predict.yml: resolve, the CPU job and the GPU job set up the project; start and stop as train.yml's.
     ".github/workflows/predict.yml": [
+        "self-repository",
+        "self-repository",
         "self-repository",
         "self-repository",
         "unpinned-uses",
@@ -94,8 +103,8 @@ def test_zizmor_ignores_are_exactly_the_expected_ones(project: Path) -> None:
                 ref = re.match(r"^\s*uses: (\S+) #", line)
                 assert ref and DEFAULT_BRANCH_WORKFLOW_RE.fullmatch(ref[1]), line
                 continue
-            # self-repository: the set-up action, or sweep.yml's call of its own trial workflow.
-            local = (SETUP_ACTION, "./.github/workflows/sweep-trial.yml")
+            # self-repository: the set-up and MLflow tunnel actions, or sweep.yml's call of its own trial workflow.
+            local = (SETUP_ACTION, "./.github/actions/mlflow-tunnel", "./.github/workflows/sweep-trial.yml")
             assert re.match(rf"^\s*uses: ({'|'.join(map(re.escape, local))}) #", line), line
 
 

@@ -1,5 +1,5 @@
 """`gpu-runner workflow-settings | launch | wait | teardown | resume | reap | capacity | pr-comment | mlflow-server
-wake` (what the GPU workflows run), `bootstrap`, `doctor`, `mlflow-server up | down | tunnel` and `cost-report`."""
+wake | connect` (what the workflows run), `bootstrap`, `doctor`, `mlflow-server up | down | tunnel`, `cost-report`."""
 
 from __future__ import annotations
 
@@ -165,7 +165,7 @@ def _parser() -> argparse.ArgumentParser:
 def _add_mlflow_server(commands: argparse._SubParsersAction) -> None:
     server = commands.add_parser(
         "mlflow-server",
-        help="the optional team MLflow server (infra/mlflow-server.yaml): up, down, tunnel, wake",
+        help="the optional team MLflow server (infra/mlflow-server.yaml): up, down, tunnel, wake, connect",
     )
     actions = server.add_subparsers(dest="action", required=True)
     up = actions.add_parser(
@@ -189,6 +189,16 @@ def _add_mlflow_server(commands: argparse._SubParsersAction) -> None:
     tunnel.add_argument("--local-port", type=int, default=5000)
     tunnel.add_argument("--print-only", action="store_true", help="print the command instead of running it")
     actions.add_parser("wake", help="the start job: start a stopped server and wait until MLflow answers")
+    connect = actions.add_parser(
+        "connect",
+        help="a job on a GitHub-hosted runner: open the SSM tunnel in the background, wait until MLflow "
+        "answers through it, write the step outputs tracking-uri and pid",
+    )
+    connect.add_argument("--no-wake", action="store_true", help="fail instead of starting a stopped server")
+    connect.add_argument("--timeout", type=float, default=120.0, help="seconds until MLflow must answer")
+    connect.add_argument(
+        "--log-file", type=Path, default=Path("mlflow-tunnel.log"), help="the session's output"
+    )
 
 
 def _add_pr_comment(commands: argparse._SubParsersAction) -> None:
@@ -391,6 +401,20 @@ def _mlflow_server(args: argparse.Namespace, settings: Settings, aws: Aws) -> in
         mlflow_wake.wake(aws.client("ec2", region), aws.client("ssm", region), project=settings.project,
                          ssm_prefix=settings.ssm_prefix)  # fmt: skip
         return 0
+    if args.action == "connect":
+        from . import mlflow_tunnel
+
+        tunnel = mlflow_tunnel.connect(
+            aws.client("ec2", region), aws.client("ssm", region), settings, log_file=args.log_file,
+            wake=not args.no_wake, timeout_seconds=args.timeout,
+        )  # fmt: skip
+        contract.write_outputs(
+            {
+                contract.TunnelOutput.TRACKING_URI: tunnel.tracking_uri,
+                contract.TunnelOutput.PID: str(tunnel.pid),
+            }
+        )
+        return 0
     cfn = aws.client("cloudformation", region)
     if args.action == "up":
         inputs = mlflow_server.ServerInputs(
@@ -403,8 +427,10 @@ def _mlflow_server(args: argparse.Namespace, settings: Settings, aws: Aws) -> in
     elif args.action == "down":
         mlflow_server.down(settings, cfn, mlflow_server.ServerInputs(args.repository).repository)
     else:
-        instance_id = mlflow_server.server_instance(cfn, settings, args.repository)
-        command = mlflow_server.tunnel_command(instance_id, region, args.local_port)
+        outputs = mlflow_server.server_outputs(cfn, settings, args.repository)
+        command = mlflow_server.tunnel_command(
+            outputs["InstanceId"], region, args.local_port, outputs["TunnelDocument"]
+        )
         if args.print_only:
             print(shlex.join(command))
             return 0

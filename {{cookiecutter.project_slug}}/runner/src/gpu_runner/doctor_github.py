@@ -48,6 +48,7 @@ REPOSITORY_SETTINGS: dict[str, str] = {
     "AWS_PREDICT_ROLE_ARN": "variable",
     "AWS_PREDICT_LAUNCH_ROLE_ARN": "variable",
     "MLFLOW_TRACKING_URI": "variable",
+    "MLFLOW_TUNNEL_ROLE_ARN": "variable",
     "MLFLOW_TRACKING_USERNAME": "secret",
     "MLFLOW_TRACKING_PASSWORD": "secret",
     "MLFLOW_LOCAL_STORE_ARTIFACT": "variable",

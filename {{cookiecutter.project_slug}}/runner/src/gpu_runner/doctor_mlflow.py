@@ -16,6 +16,9 @@ from .aws import Aws
 from .doctor_checks import Check, Outcome, Target, failed, passed
 from .mlflow_rest import MlflowError, MlflowRest
 
+# The repository variable the hosted jobs' tunnel action assumes (.github/actions/mlflow-tunnel).
+TUNNEL_ROLE_VARIABLE = "MLFLOW_TUNNEL_ROLE_ARN"
+
 
 def shown(uri: str) -> str:
     """The URI as printed: a `user:password@` in it is replaced, so the line can go into a ticket or a log."""
@@ -58,13 +61,24 @@ def check_mlflow(target: Target, aws: Aws) -> Iterator[Outcome]:
         )
         return
     if vpc_only(raw):
-        # Asked from here it would only time out: the server's security group admits the GPU runners alone.
+        # Asked from here it would only time out: the server's security group admits the GPU runners alone. The
+        # jobs on GitHub-hosted runners come through the SSM tunnel, which needs the tunnel role variable.
+        if from_repository and not target.repo_variables.get(TUNNEL_ROLE_VARIABLE):
+            yield failed(
+                check,
+                f"{uri} is a private address (the team MLflow server) and the repository variable "
+                f"{TUNNEL_ROLE_VARIABLE} is not set: the jobs on GitHub-hosted runners (the stop job's cost "
+                "logging, the pull-request comment, sweep.yml's plan and collect, promote.yml, predict.yml) cannot "
+                "reach it",
+                f"gh variable set {TUNNEL_ROLE_VARIABLE} --body <the stack's TunnelRoleArn> (`make "
+                "mlflow-server-up` prints the line)",
+            )
+            return
         yield passed(
             check,
-            f"{uri} is a private address, reachable from the GPU runners only (the team MLflow server): not asked "
-            "from here; `make mlflow-tunnel` to reach it. Jobs on GitHub-hosted runners cannot reach it either: the "
-            "stop job's cost logging, the pull-request comment, sweep.yml's plan and collect, promote.yml and "
-            "predict.yml's resolve (docs/mlflow-server.md, 'What cannot reach it yet')",
+            f"{uri} is a private address (the team MLflow server): the GPU runners reach it directly, the jobs on "
+            f"GitHub-hosted runners through the SSM tunnel ({TUNNEL_ROLE_VARIABLE}); not asked from here, "
+            "`make mlflow-tunnel` to reach it",
         )
         return
     try:

@@ -116,11 +116,15 @@ class MlflowRest:
         self._call("POST", "runs/log-batch", json=body)
 
     def model_version_by_alias(self, name: str, alias: str) -> dict[str, Any] | None:
-        """The version of registered model `name` that holds `alias`, None when there is none: MLflow answers
-        404 RESOURCE_DOES_NOT_EXIST for an unknown model and INVALID_PARAMETER_VALUE (400) for an alias no version
-        holds (MLflow REST API, "Get Model Version by Alias": GET registered-models/alias; the codes as
-        registry.alias_holder in the project handles them, MLflow 3.17)."""
+        """The version of registered model `name` that holds `alias`, None when there is none.
+
+        The model is asked for first: behind MLflow's basic auth, a user who is not an admin gets 403 "Permission
+        denied" for the alias of a model that does not exist (MLflow 3.17.2, mlflow/server/auth: the alias route
+        authorizes against the registered model and refuses when there is none), where GET registered-models/get
+        falls back to the default permission and answers 404 RESOURCE_DOES_NOT_EXIST (seen against a real
+        server: tests/runner/test_mlflow_rest.py). An alias no version holds is INVALID_PARAMETER_VALUE (400)."""
         try:
+            self._call("GET", "registered-models/get", params={"name": name})
             reply = self._call("GET", "registered-models/alias", params={"name": name, "alias": alias})
         except MlflowError as error:
             if error.status in (400, 404):

@@ -37,9 +37,11 @@ STACK_NAME_MAX = 128
 # EventBridge Scheduler cron expressions have six fields inside cron(...) (EventBridge Scheduler User Guide,
 # "Schedule types": cron(minutes hours day-of-month month day-of-week year)).
 CRON = re.compile(r"cron\((\S+ ){5}\S+\)")
-# Session Manager's port forwarding document and its parameter names (Systems Manager User Guide, "Start a
-# session": port forwarding, AWS-StartPortForwardingSession with portNumber and localPortNumber).
-PORT_FORWARDING_DOCUMENT = "AWS-StartPortForwardingSession"
+# The stack's own Session document (infra/mlflow-server.yaml TunnelDocument): port 5000 fixed, localPortNumber
+# its only parameter. SSM document names are at most 128 characters (StartSession DocumentName in botocore's ssm
+# model) and may not start with aws or amazon, which AWS reserves (CreateDocument API reference, Name).
+TUNNEL_DOCUMENT_PREFIX = "mlflow-tunnel-"
+DOCUMENT_NAME_MAX = 128
 PLUGIN = "session-manager-plugin"
 PLUGIN_DOCS = "https://docs.aws.amazon.com/systems-manager/latest/userguide/session-manager-working-with-install-plugin.html"
 
@@ -78,6 +80,11 @@ def server_stack_name(project: str, repository: str) -> str:
     suffix = f"-{stack.repository_key(repository)}"
     base = "mlflow-server-" + re.sub(r"[^A-Za-z0-9-]", "-", project)
     return base[: STACK_NAME_MAX - len(suffix)] + suffix
+
+
+def tunnel_document_name(project: str) -> str:
+    """`mlflow-tunnel-<project>`: one per project in the account and region, like the stack."""
+    return (TUNNEL_DOCUMENT_PREFIX + re.sub(r"[^A-Za-z0-9_.-]", "-", project))[:DOCUMENT_NAME_MAX]
 
 
 def parameter_names(ssm_prefix: str) -> dict[str, str]:
@@ -131,21 +138,32 @@ def _runner_stack(cfn: Any, name: str) -> tuple[dict[str, str], dict[str, str]]:
     return outputs, parameters
 
 
+# What the tunnel role's trust needs from the gpu-runner stack's parameters (the repository bootstrap was given).
+RUNNER_STACK_PARAMETERS = ("GitHubOwner", "GitHubRepository", "GitHubOwnerId", "GitHubRepositoryId")
+
+
 def stack_parameters(
-    settings: Settings, inputs: ServerInputs, runner: Mapping[str, str], vpc_id: str, mlflow_version: str
+    settings: Settings,
+    inputs: ServerInputs,
+    runner: Mapping[str, str],
+    runner_parameters: Mapping[str, str],
+    mlflow_version: str,
 ) -> list[dict[str, str]]:
     values = {
         "Project": settings.project,
         "BucketName": runner["BucketName"],
         "SsmPrefix": settings.ssm_prefix,
         "RunnerSecurityGroupId": runner["RunnerSecurityGroupId"],
-        "VpcId": vpc_id,
+        "VpcId": runner_parameters.get("VpcId", ""),
         "SubnetId": inputs.subnet_id or (settings.subnet_ids[0] if settings.subnet_ids else ""),
         "InstanceType": inputs.instance_type,
         "MlflowVersion": mlflow_version,
         "StopSchedule": inputs.stop_schedule,
         "StartSchedule": inputs.start_schedule,
         "ScheduleTimezone": inputs.timezone,
+        "TunnelDocumentName": tunnel_document_name(settings.project),
+        "OidcProviderArn": runner["OidcProviderArn"],
+        **{key: runner_parameters.get(key, "") for key in RUNNER_STACK_PARAMETERS},
     }
     return [{"ParameterKey": k, "ParameterValue": v} for k, v in values.items()]
 
@@ -174,12 +192,13 @@ def up(
     ):
         if ensure_password(ssm, name, what):
             log.info(f"stored a new {what} in {name}")
-    parameters = stack_parameters(settings, inputs, runner, runner_parameters.get("VpcId", ""), version)
+    parameters = stack_parameters(settings, inputs, runner, runner_parameters, version)
     name = server_stack_name(settings.project, inputs.repository)
     outputs = stack.deploy(cfn, name, body, parameters, delay_seconds=delay_seconds)
-    missing = {"InstanceId", "TrackingUri", "CiUsername", "CiPasswordParameter", "ReadyParameter"} - set(
-        outputs
-    )
+    missing = {
+        "InstanceId", "TrackingUri", "CiUsername", "CiPasswordParameter", "ReadyParameter", "TunnelRoleArn",
+        "TunnelDocument",
+    } - set(outputs)  # fmt: skip
     if missing:
         raise MlflowServerError(
             f"stack {name} lacks output(s) {', '.join(sorted(missing))}: is {template} ours?"
@@ -199,6 +218,8 @@ def next_steps(repository: str, region: str, outputs: Mapping[str, str]) -> str:
             f"gh variable set MLFLOW_TRACKING_URI --repo {repo} --body {shlex.quote(outputs['TrackingUri'])}",
             f"gh secret set MLFLOW_TRACKING_USERNAME --repo {repo} --body {shlex.quote(outputs['CiUsername'])}",
             f"{read} {shlex.quote(outputs['CiPasswordParameter'])} | gh secret set MLFLOW_TRACKING_PASSWORD --repo {repo}",
+            "# The jobs on GitHub-hosted runners (outside the VPC) reach it through an SSM tunnel with this role:",
+            f"gh variable set MLFLOW_TUNNEL_ROLE_ARN --repo {repo} --body {shlex.quote(outputs['TunnelRoleArn'])}",
             "# People: `make mlflow-tunnel`, then http://127.0.0.1:5000 as admin, password:",
             f"#   {read} {shlex.quote(outputs.get('AdminPasswordParameter', '<prefix>-mlflow-admin-password'))}",
         ]
@@ -223,29 +244,31 @@ def down(settings: Settings, cfn: Any, repository: str, *, delay_seconds: int = 
     )
 
 
-def server_instance(cfn: Any, settings: Settings, repository: str) -> str:
+def server_outputs(cfn: Any, settings: Settings, repository: str) -> dict[str, str]:
+    """The deployed stack's outputs, with InstanceId and TunnelDocument (what the tunnel needs)."""
     name = server_stack_name(settings.project, ServerInputs(repository).repository)
     if stack.stack_status(cfn, name) is None:
         raise MlflowServerError(
             f"no MLflow server stack {name} in {settings.region}: run `make mlflow-server-up` first"
         )
     outputs = stack.stack_outputs(cfn, name)
-    if "InstanceId" not in outputs:
+    missing = {"InstanceId", "TunnelDocument"} - set(outputs)
+    if missing:
         raise MlflowServerError(
-            f"stack {name} has no InstanceId output (still creating? see the CloudFormation console)"
+            f"stack {name} has no {' or '.join(sorted(missing))} output (still creating? an older stack: run "
+            "`make mlflow-server-up` again)"
         )
-    return outputs["InstanceId"]
+    return outputs
 
 
-def tunnel_command(instance_id: str, region: str, local_port: int = PORT) -> list[str]:
-    """The AWS CLI's port forwarding session: 127.0.0.1:<local_port> here to port 5000 on the server."""
+def tunnel_command(instance_id: str, region: str, local_port: int, document: str) -> list[str]:
+    """The AWS CLI's port forwarding session through the stack's document: 127.0.0.1:<local_port> here to port
+    5000 on the server (the document fixes the remote port; localPortNumber is its one parameter)."""
     if not 1 <= local_port <= 65535:
         raise MlflowServerError(f"--local-port: {local_port} is not a TCP port (1-65535)")
-    parameters = json.dumps(
-        {"portNumber": [str(PORT)], "localPortNumber": [str(local_port)]}, separators=(",", ":")
-    )
+    parameters = json.dumps({"localPortNumber": [str(local_port)]}, separators=(",", ":"))
     return ["aws", "ssm", "start-session", "--region", region, "--target", instance_id,
-            "--document-name", PORT_FORWARDING_DOCUMENT, "--parameters", parameters]  # fmt: skip
+            "--document-name", document, "--parameters", parameters]  # fmt: skip
 
 
 def require_plugin() -> None:

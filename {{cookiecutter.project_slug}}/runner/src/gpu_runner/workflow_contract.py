@@ -60,6 +60,13 @@ class SettingsOutput(StrEnum):
     MAX_ATTEMPTS = "max-attempts"
 
 
+class TunnelOutput(StrEnum):
+    """`gpu-runner mlflow-server connect`'s step outputs, for the MLflow tunnel action."""
+
+    TRACKING_URI = "tracking-uri"  # http://127.0.0.1:<port>, the local end of the SSM session
+    PID = "pid"  # the plugin's process (its own session: it outlives the step)
+
+
 class CapacityOutput(StrEnum):
     """`gpu-runner capacity`'s step outputs, for sweep.yml's plan job."""
 
