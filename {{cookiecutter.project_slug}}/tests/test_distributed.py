@@ -207,6 +207,23 @@ def test_a_node_that_counts_other_nodes_fails_every_node() -> None:
     assert "the main node 127.0.0.1 ended the rendezvous" in str(child) and "counts 3 node(s)" in str(child)
 
 
+def test_a_rank_that_checks_in_twice_fails_every_node() -> None:
+    rendezvous_port, *worker_ports = free_ports(4)
+    common = {"MNP_RENDEZVOUS_PORT": str(rendezvous_port), "MNP_RENDEZVOUS_TIMEOUT_SECONDS": "10"}
+    envs = [
+        batch_env(0, 3, 0, MNP_WORKER_PORT=str(worker_ports[0]), MNP_RENDEZVOUS_BIND="127.0.0.1", **common),
+        # Two nodes both told they are node 1 (and nobody node 2): the cluster would miss a worker.
+        batch_env(1, 3, 0, MNP_WORKER_PORT=str(worker_ports[1]), **common),
+        batch_env(1, 3, 0, MNP_WORKER_PORT=str(worker_ports[2]), **common),
+    ]
+    main, *children = run_nodes(envs)
+    assert isinstance(main, DistributedError), main
+    assert "rank 1 checked in twice" in str(main) and "its own AWS_BATCH_JOB_NODE_INDEX" in str(main)
+    # Both hear the main node's reason: the second on arrival, the first when the main node gives up.
+    reason = "ended the rendezvous: rendezvous: rank 1 checked in twice"
+    assert all(reason in str(child) for child in children), children
+
+
 def test_a_child_that_never_checks_in_times_out_on_the_main_node_with_the_fix() -> None:
     rendezvous_port, worker_port = free_ports(2)
     env = batch_env(

@@ -7,9 +7,11 @@ worker. So the main node learns each child's address from the connection itself 
 a claim in the message) and its own from the address the children dialled (the socket's local end, which is
 AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS): no node has to discover its own IP.
 
-Trust: like TensorFlow's own gRPC servers, which carry the gradients unauthenticated, the port is for the job's
-nodes only (the job's security group admits its own members and nobody else). A malformed or inconsistent
-check-in ends the rendezvous with an error on every node instead of training with a wrong cluster.
+Trust: like TensorFlow's own gRPC servers ("meant for internal communication only. It is not built for use in an
+untrusted network": https://github.com/tensorflow/tensorflow/blob/master/SECURITY.md, "Running a TensorFlow
+server"), the port is for the job's nodes only (the job's security group admits its own members and nobody else).
+A malformed or inconsistent check-in ends the rendezvous with an error on every node instead of training with a
+wrong cluster; a well-formed one for a rank, sent before the real node's, is not detected (docs/security.md).
 """
 
 from __future__ import annotations
@@ -108,11 +110,13 @@ def _read_check_in(connection: socket.socket, peer: str, num_nodes: int, deadlin
 
 def _refuse_duplicates(check_in: _CheckIn, checked_in: dict[int, _CheckIn]) -> None:
     if check_in.rank in checked_in:
-        check_in.connection.close()
-        raise DistributedError(
+        error = DistributedError(
             f"rendezvous: rank {check_in.rank} checked in twice ({checked_in[check_in.rank].address} and "
             f"{check_in.address}): each node needs its own AWS_BATCH_JOB_NODE_INDEX"
         )
+        _send(check_in.connection, {"error": str(error)}, quiet=True)
+        check_in.connection.close()
+        raise error
 
 
 def join(main_host: str, port: int, rank: int, num_nodes: int, worker_port: int, timeout: float) -> list[str]:
