@@ -231,8 +231,9 @@ def _wait_for_every_worker(strategy: tf.distribute.Strategy) -> None:
     """A sum over all workers, so it returns once every worker has called it: the chief after its run is complete,
     the others after training. Without it a worker leaves while the chief still evaluates and exports, and the
     chief's coordination service marks it failed ("Task /job:worker/replica:0/task:1 heartbeat timeout", then
-    "BaseCollectiveExecutor::StartAbort": measured with TF 2.15 on CPU, tests/test_distributed.py); a worker whose
-    chief failed does not report success either (on AWS Batch the main node's exit ends the job anyway)."""
+    "BaseCollectiveExecutor::StartAbort": measured with TF 2.15 on CPU, tests/test_distributed.py). A worker whose
+    chief failed after training fails too: the chief's exit aborts the sum ("Collective ops is aborted by: Socket
+    closed", exit 1 a second later, measured); on AWS Batch the main node's exit ends the job anyway."""
     strategy.reduce(
         tf.distribute.ReduceOp.SUM, strategy.run(tf.function(lambda: tf.constant(1.0))), axis=None
     )
