@@ -6,6 +6,7 @@ tests/test_bad_input.py runs them; the runner side's are in tests/doubles/runner
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -231,6 +232,23 @@ def alias_missing(case: Case) -> int:
     return cli("predict", "--model=staging", "--config", config, "--output=predictions")
 
 
+def multi_node(case: Case, env: dict[str, str]) -> int:
+    """`train` on a node of a multi-node job whose environment is wrong (refused before TensorFlow starts)."""
+    for name, value in env.items():
+        case.monkeypatch.setenv(name, value)
+    return cli("train", "--config", write_config(case, "training:\n  epochs: 1\n"))
+
+
+BATCH_CHILD = {
+    "AWS_BATCH_JOB_NODE_INDEX": "1",
+    "AWS_BATCH_JOB_NUM_NODES": "2",
+    "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
+}
+TWO_WORKERS = json.dumps(
+    {"cluster": {"worker": ["10.0.0.5:2222", "10.0.0.6:2222"]}, "task": {"type": "worker", "index": 0}}
+)
+
+
 TRIGGERS: dict[str, Callable[[Case], int]] = {
     "train-unknown-command": lambda case: cli("fit"),
     "train-missing-config": lambda case: cli("train", "--config", "nope.yaml"),
@@ -240,6 +258,16 @@ TRIGGERS: dict[str, Callable[[Case], int]] = {
         write_config(case, "training:\n  epochs: 1\n"),
         "--checkpoint-uri",
         "gs://bucket/ckpt",
+    ),
+    "train-mnp-no-main-address": lambda case: multi_node(case, BATCH_CHILD),
+    "train-tf-config-count": lambda case: multi_node(
+        case,
+        {
+            **BATCH_CHILD,
+            "AWS_BATCH_JOB_NODE_INDEX": "0",
+            "AWS_BATCH_JOB_NUM_NODES": "3",
+            "TF_CONFIG": TWO_WORKERS,
+        },
     ),
     "config-unknown-key": checkpoint_then_typo,
     "config-wrong-type": lambda case: cli(

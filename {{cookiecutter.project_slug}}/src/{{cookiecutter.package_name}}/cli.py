@@ -15,6 +15,7 @@ from .errors import (
     EXIT_INTERRUPTED,
     EXIT_NO_GPU,
     DataError,
+    DistributedError,
     ExportError,
     NoGpuError,
     StudyStorageError,
@@ -319,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         # TF's C++ INFO lines drown the Keras progress bars; warnings and errors still show.
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
         return _train(cfg, args.config)
-    except (ConfigError, DataError, ExportError) as error:
+    except (ConfigError, DataError, DistributedError, ExportError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except NoGpuError as error:

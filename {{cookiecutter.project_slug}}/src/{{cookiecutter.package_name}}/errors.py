@@ -7,6 +7,11 @@ class DataError(ValueError):
     """The data source is missing, empty or holds something that is not a usable image."""
 
 
+class DistributedError(ValueError):
+    """The multi-worker environment (TF_CONFIG, AWS Batch's multi-node variables, the MNP_* settings) is missing,
+    inconsistent, or the nodes could not find each other (distributed.py, rendezvous.py)."""
+
+
 class ExportError(RuntimeError):
     """An exported model does not behave like the trained Keras model."""
 

@@ -25,3 +25,15 @@ def make_dataset(
         buffer = min(shuffle_buffer, len(labels))
         dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
     return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+
+def shard_by_element(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    """For multi-worker training: each worker keeps its share of the elements (AutoShardPolicy.DATA).
+
+    The default, AUTO, tries to give each worker its own input files first; these datasets are arrays in memory,
+    with no files to split, so DATA says so at once. DATA needs every worker to produce the same elements in the
+    same order: the arrays and the seeded shuffle are the same on every worker
+    (https://www.tensorflow.org/api_docs/python/tf/data/experimental/AutoShardPolicy)."""
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return dataset.with_options(options)

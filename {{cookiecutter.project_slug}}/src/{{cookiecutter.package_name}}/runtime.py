@@ -1,4 +1,5 @@
-"""Decide how to use the hardware: seeds, determinism, GPUs, mixed precision, XLA, distribution strategy.
+"""Decide how to use the hardware: seeds, determinism, GPUs, mixed precision, XLA, distribution strategy (one GPU,
+MirroredStrategy over this machine's GPUs, or MultiWorkerMirroredStrategy over the workers of a cluster).
 
 `plan_runtime` is a pure function of the GPU count and the config, so the GPU paths are tested on CPU machines.
 
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from . import workflow_contract
+from . import distributed, workflow_contract
 from .config import TrainingConfig
 from .errors import NoGpuError
 
@@ -25,23 +26,31 @@ class RuntimePlan:
     mixed_precision: bool
     xla: bool
     multi_gpu: bool
+    # The workers of a multi-worker training (distributed.Cluster); 1 = this machine alone.
+    workers: int = 1
 
     def describe(self) -> dict[str, str]:
+        if self.workers > 1:
+            strategy = "MultiWorkerMirroredStrategy"
+        else:
+            strategy = "MirroredStrategy" if self.multi_gpu else "default"
         return {
             "runtime.gpus": str(self.gpus),
             "runtime.mixed_precision": str(self.mixed_precision),
             "runtime.xla": str(self.xla),
-            "runtime.strategy": "MirroredStrategy" if self.multi_gpu else "default",
+            "runtime.strategy": strategy,
+            "runtime.workers": str(self.workers),
         }
 
 
-def plan_runtime(gpus: int, cfg: TrainingConfig) -> RuntimePlan:
+def plan_runtime(gpus: int, cfg: TrainingConfig, workers: int = 1) -> RuntimePlan:
     """Mixed precision and XLA only pay off (and only work well) on a GPU, and only when the config allows."""
     return RuntimePlan(
         gpus=gpus,
         mixed_precision=gpus > 0 and cfg.mixed_precision,
         xla=gpus > 0 and cfg.xla,
         multi_gpu=gpus > 1,
+        workers=workers,
     )
 
 
@@ -64,8 +73,16 @@ def require_gpu_on_gpu_runner(gpus: int, cfg: TrainingConfig, env: Mapping[str, 
         )
 
 
-def configure(cfg: TrainingConfig) -> tuple[RuntimePlan, tf.distribute.Strategy]:
-    """Apply seeds and the runtime plan to this process; returns the plan and the strategy to build under."""
+def configure(
+    cfg: TrainingConfig, cluster: distributed.Cluster | None = None
+) -> tuple[RuntimePlan, tf.distribute.Strategy]:
+    """Apply seeds and the runtime plan to this process; returns the plan and the strategy to build under.
+
+    With a cluster, the strategy is MultiWorkerMirroredStrategy: it reads TF_CONFIG and starts this worker's gRPC
+    server when it is created ("TF_CONFIG must be set before a tf.distribute.Strategy instance is created"), and
+    no TensorFlow op may run before it ("Collective ops must be configured at program startup"): both from
+    TensorFlow's "Multi-worker training with Keras" tutorial,
+    https://www.tensorflow.org/tutorials/distribute/multi_worker_with_keras. Nothing here runs an op before it."""
     tf.keras.utils.set_random_seed(cfg.seed)
     if cfg.deterministic:
         tf.config.experimental.enable_op_determinism()
@@ -74,8 +91,13 @@ def configure(cfg: TrainingConfig) -> tuple[RuntimePlan, tf.distribute.Strategy]
         # Without it TF grabs all GPU memory at start, which breaks a second process on the same GPU.
         tf.config.experimental.set_memory_growth(device, True)
     require_gpu_on_gpu_runner(len(devices), cfg)
-    plan = plan_runtime(len(devices), cfg)
+    plan = plan_runtime(len(devices), cfg, cluster.num_workers if cluster else 1)
     # Set the policy explicitly both ways: it is process-global and a previous run may have changed it.
     tf.keras.mixed_precision.set_global_policy("mixed_float16" if plan.mixed_precision else "float32")
+    if cluster is not None:
+        # The cluster as resolved (an explicit TF_CONFIG, or the one the Batch rendezvous agreed on).
+        os.environ[distributed.TF_CONFIG] = cluster.tf_config()
+        # Every local GPU of every worker is a replica; the collectives pick NCCL or gRPC rings themselves.
+        return plan, tf.distribute.MultiWorkerMirroredStrategy()
     strategy = tf.distribute.MirroredStrategy() if plan.multi_gpu else tf.distribute.get_strategy()
     return plan, strategy

@@ -18,6 +18,7 @@ import yaml
 from . import (
     checkpoints,
     data,
+    distributed,
     evaluate,
     export,
     gpu_preflight,
@@ -30,9 +31,9 @@ from . import (
 )
 from .callbacks import MlflowEpochLogger, S3CheckpointSync, StopOnInterruption
 from .config import Config
-from .errors import TrainingInterrupted
+from .errors import DistributedError, TrainingInterrupted
 from .model import build_model
-from .pipeline import make_dataset
+from .pipeline import make_dataset, shard_by_element
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ def _callbacks(
     s3_sync: S3CheckpointSync | None,
     watcher: interruption.InterruptionWatcher | None,
     extra: Sequence[tf.keras.callbacks.Callback] = (),
+    log_epochs: bool = True,
 ) -> list[tf.keras.callbacks.Callback]:
     prune = cfg.pruning.enabled
     backup = tf.keras.callbacks.BackupAndRestore(
@@ -86,13 +88,15 @@ def _callbacks(
     # Order matters: the S3 sync pushes what BackupAndRestore has just written; the interruption check comes
     # after both.
     return [
-        # Resumes an interrupted fit() from the last backup; deleted locally once training completes.
+        # Resumes an interrupted fit() from the last backup; deleted locally once training completes. In a
+        # multi-worker training every worker has one: Keras writes the chief's to backup_dir/chief and the
+        # others' to a temporary backup_dir/workertemp_<index> (keras/src/distribute/worker_training_state.py).
         backup,
         # After the restore: the wrappers' pruning step then continues from the backup's value.
         *(pruning.callbacks() if prune else []),
         # Before the S3 push: an epoch is in MLflow before its checkpoint is, so a resume never skips logging
         # one (at worst an epoch is logged twice, the re-run's value last).
-        MlflowEpochLogger(),
+        *([MlflowEpochLogger()] if log_epochs else []),
         *([s3_sync] if s3_sync else []),
         *([stop] if stop else []),
         # A caller's (a sweep trial's pruner reporter and time budget): after the epoch is logged and backed up.
@@ -152,17 +156,23 @@ def _fit(
     s3_sync: S3CheckpointSync | None,
     watcher: interruption.InterruptionWatcher | None,
     extra: Sequence[tf.keras.callbacks.Callback] = (),
+    log_epochs: bool = True,
 ):
     t = cfg.training
+    # Multi-worker: a dataset is batched with the global batch and each worker gets batch_size of it, so every
+    # worker trains with the configured batch (the tutorial's GLOBAL_BATCH_SIZE = 64 * NUM_WORKERS).
+    batch = t.batch_size * plan.workers
     train_ds = make_dataset(
         splits.x_train,
         splits.y_train,
-        t.batch_size,
+        batch,
         training=True,
         seed=t.seed,
         shuffle_buffer=t.shuffle_buffer,
     )
-    val_ds = make_dataset(splits.x_val, splits.y_val, t.batch_size, training=False, seed=t.seed)
+    val_ds = make_dataset(splits.x_val, splits.y_val, batch, training=False, seed=t.seed)
+    if plan.workers > 1:
+        train_ds, val_ds = shard_by_element(train_ds), shard_by_element(val_ds)
     with strategy.scope():
         model = build_model(splits.input_shape, splits.num_classes, cfg.model)
         if cfg.pruning.enabled:
@@ -179,13 +189,54 @@ def _fit(
         train_ds,
         validation_data=val_ds,
         epochs=t.epochs,
-        callbacks=_callbacks(cfg, s3_sync, watcher, extra),
+        callbacks=_callbacks(cfg, s3_sync, watcher, extra, log_epochs),
         verbose=1,
     )
     if cfg.pruning.enabled:
         # Everything after training (evaluation, exports, the logged model) sees plain layers with the zeros.
         model = pruning.strip(model)
+    if plan.workers > 1:
+        model = _off_the_cluster(model, splits, cfg, plan)
     return model, history.history
+
+
+def _off_the_cluster(
+    model: tf.keras.Model, splits: data.Splits, cfg: Config, plan: runtime.RuntimePlan
+) -> tf.keras.Model:
+    """The trained model as a plain one of this process, for the chief's evaluation, exports and logged model.
+
+    Every worker calls this at the same point. Reading the weights is a collective: batch normalisation's moving
+    statistics are ON_READ variables, one value per worker, averaged across workers when read ("saving of model
+    or model's related information may require SyncOnRead variables to be read, which needs the cooperation of
+    all workers to perform all-reduce": keras/src/distribute/distributed_file_utils.py, Keras 2.15). This is
+    why TensorFlow's tutorial has every worker save, the non-chief ones into temporary directories
+    (https://www.tensorflow.org/tutorials/distribute/multi_worker_with_keras#model_saving_and_loading). Here
+    the workers read the weights together once; after that the chief predicts and saves a model outside the
+    strategy, which needs nobody else, and the other workers write nothing."""
+    weights = model.get_weights()
+    local = build_model(splits.input_shape, splits.num_classes, cfg.model)
+    local.set_weights(weights)
+    # Compiled as in _fit (a fresh optimizer): the logged Keras model loads back the same way as a single
+    # worker's.
+    local.compile(
+        optimizer=tf.keras.optimizers.Adam(cfg.training.learning_rate),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+        jit_compile=plan.xla,
+    )
+    return local
+
+
+def _wait_for_every_worker(strategy: tf.distribute.Strategy) -> None:
+    """A sum over all workers, so it returns once every worker has called it: the chief after its run is complete,
+    the others after training. Without it a worker leaves while the chief still evaluates and exports, and the
+    chief's coordination service marks it failed ("Task /job:worker/replica:0/task:1 heartbeat timeout", then
+    "BaseCollectiveExecutor::StartAbort": measured with TF 2.15 on CPU, tests/test_distributed.py). A worker whose
+    chief failed after training fails too: the chief's exit aborts the sum ("Collective ops is aborted by: Socket
+    closed", exit 1 a second later, measured); on AWS Batch the main node's exit ends the job anyway."""
+    strategy.reduce(
+        tf.distribute.ReduceOp.SUM, strategy.run(tf.function(lambda: tf.constant(1.0))), axis=None
+    )
 
 
 def _evaluate_and_log(cfg: Config, model: tf.keras.Model, splits: data.Splits, history: dict, out: Path):
@@ -271,8 +322,14 @@ def _measure(
 
 
 @contextlib.contextmanager
-def _watcher(cfg: Config) -> Iterator[interruption.InterruptionWatcher | None]:
+def _watcher(cfg: Config, multi_worker: bool = False) -> Iterator[interruption.InterruptionWatcher | None]:
     if not interruption.should_watch(cfg.training.watch_interruptions):
+        yield None
+        return
+    if multi_worker:
+        # One worker that stops on its notice would leave the others waiting in an all-reduce; the job's retry
+        # (all nodes again) resumes from the chief's S3 checkpoint instead.
+        print("WARNING: spot interruption notices are not watched in multi-worker training")
         yield None
         return
     if not cfg.training.checkpoint_uri:
@@ -301,6 +358,8 @@ def _log_inputs(
     if cfg.pruning.enabled:
         per_epoch = pruning.steps_per_epoch(len(splits.y_train), cfg.training.batch_size)
         mlflow.log_params(pruning.schedule(cfg.pruning, per_epoch).params())
+    if plan.workers > 1:
+        mlflow.log_param("runtime.global_batch_size", cfg.training.batch_size * plan.workers)
 
 
 def _attempt_tags(plan: runtime.RuntimePlan) -> dict[str, str]:
@@ -326,11 +385,48 @@ def _champion(
     return decision
 
 
-def train(cfg: Config, config_path: Path | None = None, hooks: TrainHooks | None = None) -> TrainResult:
-    """Run the whole job; returns where the MLflow run is and its headline metrics."""
+def _multi_worker_cluster(cfg: Config) -> distributed.Cluster | None:
+    """The cluster of a multi-worker training (TF_CONFIG, or an AWS Batch multi-node job), checked against the
+    config; None trains on this machine alone."""
+    cluster = distributed.cluster_from_env()
+    if cluster is None:
+        return None
+    if cfg.pruning.enabled:
+        raise DistributedError(
+            "pruning.enabled is true, and pruning is not supported in multi-worker training yet (its schedule "
+            "counts one worker's steps): set pruning.enabled: false, or train on one node"
+        )
+    print(cluster.describe())
+    return cluster
+
+
+def _train_worker(
+    cfg: Config, splits: data.Splits, plan: runtime.RuntimePlan, strategy: tf.distribute.Strategy
+) -> None:
+    """A non-chief worker: the same fit as the chief's, and nothing else. It logs nothing to MLflow and writes
+    no exports; its backups go to Keras' temporary worker directory. It restores the chief's S3 checkpoint (read
+    only) so that a retried job resumes every worker at the same epoch."""
+    store = _checkpoint_store(cfg)
+    if store:
+        store.restore()
+    checkpoints.check_backup_kind(cfg.training.checkpoint_dir, cfg.pruning.enabled)
+    _fit(cfg, splits, plan, strategy, None, None, log_epochs=False)
+    _wait_for_every_worker(strategy)
+
+
+def train(
+    cfg: Config, config_path: Path | None = None, hooks: TrainHooks | None = None
+) -> TrainResult | None:
+    """Run the whole job; returns where the MLflow run is and its headline metrics (None on a non-chief worker
+    of a multi-worker training, which has no run)."""
     hooks = hooks or TrainHooks()
-    plan, strategy = runtime.configure(pruning.runtime_training(cfg))
+    # First, before TensorFlow runs an op: a multi-node job's nodes find each other here (runtime.configure).
+    cluster = _multi_worker_cluster(cfg)
+    plan, strategy = runtime.configure(pruning.runtime_training(cfg), cluster)
     splits = data.load_splits(cfg.data, cfg.training.seed)
+    if cluster is not None and not cluster.is_chief:
+        _train_worker(cfg, splits, plan, strategy)
+        return None
 
     uri = tracking.tracking_uri()
     mlflow.set_tracking_uri(uri)
@@ -385,7 +481,7 @@ def train(cfg: Config, config_path: Path | None = None, hooks: TrainHooks | None
         started = time.perf_counter()
         # One value per workflow attempt (step): the stop job compares each with the attempt's billed time.
         attempt = workflow_contract.attempt()
-        with _watcher(cfg) as watcher:
+        with _watcher(cfg, cluster is not None) as watcher:
             try:
                 model, history = _fit(cfg, splits, plan, strategy, s3_sync, watcher, hooks.callbacks)
             except TrainingInterrupted as stopped:
@@ -440,4 +536,6 @@ def train(cfg: Config, config_path: Path | None = None, hooks: TrainHooks | None
     )
     # Keep the resolved config next to the exports so a model on disk explains itself.
     (out / "resolved_config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    if cluster is not None:
+        _wait_for_every_worker(strategy)
     return summary

@@ -1,0 +1,418 @@
+"""Multi-worker training: the environment -> TF_CONFIG mapping (an explicit TF_CONFIG, or AWS Batch's multi-node
+variables and the rendezvous on the main node), its refusals of bad input, and two real worker processes on
+127.0.0.1 that train the digits with MultiWorkerMirroredStrategy: the chief's MLflow run has the metrics of a
+single-worker run of the same config, the other worker logs nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from {{ cookiecutter.package_name }} import distributed, rendezvous
+from {{ cookiecutter.package_name }}.distributed import Cluster, cluster_from_env, parse_tf_config, task_rank
+from {{ cookiecutter.package_name }}.errors import DistributedError
+
+PACKAGE = "{{ cookiecutter.package_name }}"
+
+
+def free_ports(count: int) -> list[int]:
+    """Distinct free ports on 127.0.0.1 (all bound at once, so none is handed out twice)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def batch_env(node: int, nodes: int, main: int, **extra: str) -> dict[str, str]:
+    """What AWS Batch sets on one node of a multi-node job (the main node gets no main-node address)."""
+    env = {
+        "AWS_BATCH_JOB_NODE_INDEX": str(node),
+        "AWS_BATCH_JOB_NUM_NODES": str(nodes),
+        "AWS_BATCH_JOB_MAIN_NODE_INDEX": str(main),
+    }
+    if node != main:
+        env["AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"] = "127.0.0.1"
+    return {**env, **extra}
+
+
+def tf_config(workers: list[str], index: int) -> str:
+    return json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
+
+
+# ---------------------------------------------------------------------- TF_CONFIG given
+def test_an_explicit_tf_config_is_the_cluster() -> None:
+    workers = ["10.0.0.5:2222", "10.0.0.6:2222"]
+    chief = cluster_from_env({"TF_CONFIG": tf_config(workers, 0)})
+    other = cluster_from_env({"TF_CONFIG": tf_config(workers, 1)})
+    assert chief == Cluster(tuple(workers), 0) and chief.is_chief
+    assert other == Cluster(tuple(workers), 1) and not other.is_chief
+    # What runtime.configure hands TensorFlow says the same.
+    assert json.loads(other.tf_config()) == json.loads(tf_config(workers, 1))
+
+
+def test_no_cluster_means_the_single_worker_path() -> None:
+    assert cluster_from_env({}) is None
+    assert cluster_from_env({"TF_CONFIG": tf_config(["127.0.0.1:2222"], 0)}) is None
+    # A one-node Batch job: nothing to exchange, no rendezvous.
+    assert cluster_from_env(batch_env(0, 1, 0)) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("{not json", r"TF_CONFIG is not JSON .*set it to"),
+        ('{"cluster": {"worker": ["a:1"]}}', r'TF_CONFIG needs both "cluster" and "task"'),
+        (
+            tf_config(["a:1", "b:1"], 0).replace('"worker": [', '"ps": ["c:1"], "worker": ['),
+            r"task type\(s\) ps: .*list every node under cluster.worker",
+        ),
+        ('{"cluster": {"worker": []}, "task": {"type": "worker", "index": 0}}', r"non-empty list"),
+        (tf_config(["a:1", "b"], 0), r"TF_CONFIG.cluster.worker: 'b' is not \"host:port\""),
+        (tf_config(["a:1", "b:70000"], 0), r"'b:70000' is not \"host:port\""),
+        (tf_config(["a:1", "a:1"], 0), r"lists an address twice"),
+        (tf_config(["a:1", "b:1"], 2), r"task.index is 2; it must be .* 0 to 1"),
+        (tf_config(["a:1", "b:1"], 0).replace('"index": 0', '"index": "0"'), r"task.index is '0'"),
+        (
+            tf_config(["a:1", "b:1"], 0).replace('"type": "worker"', '"type": "chief"'),
+            r"task.type is 'chief'",
+        ),
+    ],
+)
+def test_a_bad_tf_config_is_refused_with_the_fix(value: str, message: str) -> None:
+    with pytest.raises(DistributedError, match=message):
+        parse_tf_config(value)
+
+
+def test_a_tf_config_that_disagrees_with_batch_is_refused() -> None:
+    env = {**batch_env(0, 3, 0), "TF_CONFIG": tf_config(["a:1", "b:1"], 0)}
+    with pytest.raises(
+        DistributedError, match=r"lists 2 worker\(s\) but AWS_BATCH_JOB_NUM_NODES is 3: unset"
+    ):
+        cluster_from_env(env)
+
+
+# ---------------------------------------------------------------------- AWS Batch's variables
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"AWS_BATCH_JOB_NODE_INDEX": "1"},
+            r"AWS_BATCH_JOB_NUM_NODES, AWS_BATCH_JOB_MAIN_NODE_INDEX not set, though AWS_BATCH_JOB_NODE_INDEX is",
+        ),
+        (
+            batch_env(0, 2, 0, AWS_BATCH_JOB_NUM_NODES="two"),
+            r"AWS_BATCH_JOB_NUM_NODES is 'two'; .*whole number",
+        ),
+        (batch_env(0, 2, 0, AWS_BATCH_JOB_NUM_NODES="0"), r"AWS_BATCH_JOB_NUM_NODES is '0'; .*at least 1"),
+        (batch_env(2, 2, 0), r"AWS_BATCH_JOB_NODE_INDEX is '2'; it must be a whole number from 0 to 1"),
+        (batch_env(0, 2, 5), r"AWS_BATCH_JOB_MAIN_NODE_INDEX is '5'"),
+        (
+            {k: v for k, v in batch_env(1, 2, 0).items() if "ADDRESS" not in k},
+            r"AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS is not set on child node 1",
+        ),
+        (
+            batch_env(1, 2, 0, AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS="main.internal"),
+            r"'main.internal', not an IPv4 address",
+        ),
+        (batch_env(0, 2, 0, MNP_WORKER_PORT="0"), r"MNP_WORKER_PORT is '0'; .*from 1 to 65535"),
+        (
+            batch_env(0, 2, 0, MNP_WORKER_PORT="2223"),
+            r"MNP_WORKER_PORT and MNP_RENDEZVOUS_PORT are both 2223",
+        ),
+        (batch_env(0, 2, 0, MNP_RENDEZVOUS_TIMEOUT_SECONDS="-1"), r"MNP_RENDEZVOUS_TIMEOUT_SECONDS is '-1'"),
+    ],
+)
+def test_bad_batch_variables_are_refused_before_any_connection(env: dict[str, str], message: str) -> None:
+    with pytest.raises(DistributedError, match=message):
+        cluster_from_env(env)
+
+
+def test_the_main_node_is_the_chief_and_the_children_follow_in_node_order() -> None:
+    # Batch lets the job definition name any node the main one (AWS_BATCH_JOB_MAIN_NODE_INDEX).
+    assert [task_rank(node, 0) for node in range(4)] == [0, 1, 2, 3]
+    assert [task_rank(node, 2) for node in range(4)] == [1, 2, 0, 3]
+    assert sorted(task_rank(node, 3) for node in range(4)) == [0, 1, 2, 3]
+
+
+def run_nodes(envs: list[dict[str, str]]) -> list[Cluster | BaseException]:
+    """cluster_from_env on each 'node' at once (threads): what every node of the job ends up with."""
+    results: list[Cluster | BaseException] = [RuntimeError("did not finish")] * len(envs)
+
+    def node(index: int) -> None:
+        try:
+            results[index] = cluster_from_env(envs[index])  # type: ignore[assignment]
+        except BaseException as error:  # handed to the test, which asserts on it
+            results[index] = error
+
+    threads = [threading.Thread(target=node, args=(i,), daemon=True) for i in range(len(envs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    return results
+
+
+def test_three_nodes_agree_on_one_cluster_through_the_main_node() -> None:
+    rendezvous_port, *worker_ports = free_ports(4)
+    main = 1  # not node 0: the main node's rank is still 0
+    envs = [
+        batch_env(
+            node,
+            3,
+            main,
+            MNP_RENDEZVOUS_PORT=str(rendezvous_port),
+            MNP_WORKER_PORT=str(worker_ports[node]),
+            MNP_RENDEZVOUS_BIND="127.0.0.1",
+            MNP_RENDEZVOUS_TIMEOUT_SECONDS="20",
+        )
+        for node in range(3)
+    ]
+    clusters = run_nodes(envs)
+    assert all(isinstance(c, Cluster) for c in clusters), clusters
+    # Rank order: the main node (node 1), then node 0, then node 2; each address is the one its node listens on.
+    expected = tuple(f"127.0.0.1:{worker_ports[node]}" for node in (1, 0, 2))
+    assert [c.workers for c in clusters] == [expected] * 3  # type: ignore[union-attr]
+    assert [c.task_index for c in clusters] == [1, 0, 2]  # type: ignore[union-attr]
+    assert [c.is_chief for c in clusters] == [False, True, False]  # type: ignore[union-attr]
+
+
+def test_a_node_that_counts_other_nodes_fails_every_node() -> None:
+    rendezvous_port, main_port, child_port = free_ports(3)
+    common = {"MNP_RENDEZVOUS_PORT": str(rendezvous_port), "MNP_RENDEZVOUS_TIMEOUT_SECONDS": "10"}
+    envs = [
+        batch_env(0, 2, 0, MNP_WORKER_PORT=str(main_port), MNP_RENDEZVOUS_BIND="127.0.0.1", **common),
+        # This child believes in a three-node job: its node index is valid there, the count is not.
+        batch_env(2, 3, 0, MNP_WORKER_PORT=str(child_port), **common),
+    ]
+    main, child = run_nodes(envs)
+    assert isinstance(main, DistributedError), main
+    assert "it counts 3 node(s), this node 2: every node must see the same AWS_BATCH_JOB_NUM_NODES" in str(
+        main
+    )
+    assert isinstance(child, DistributedError), child
+    assert "the main node 127.0.0.1 ended the rendezvous" in str(child) and "counts 3 node(s)" in str(child)
+
+
+def test_a_rank_that_checks_in_twice_fails_every_node() -> None:
+    rendezvous_port, *worker_ports = free_ports(4)
+    common = {"MNP_RENDEZVOUS_PORT": str(rendezvous_port), "MNP_RENDEZVOUS_TIMEOUT_SECONDS": "10"}
+    envs = [
+        batch_env(0, 3, 0, MNP_WORKER_PORT=str(worker_ports[0]), MNP_RENDEZVOUS_BIND="127.0.0.1", **common),
+        # Two nodes both told they are node 1 (and nobody node 2): the cluster would miss a worker.
+        batch_env(1, 3, 0, MNP_WORKER_PORT=str(worker_ports[1]), **common),
+        batch_env(1, 3, 0, MNP_WORKER_PORT=str(worker_ports[2]), **common),
+    ]
+    main, *children = run_nodes(envs)
+    assert isinstance(main, DistributedError), main
+    assert "rank 1 checked in twice" in str(main) and "its own AWS_BATCH_JOB_NODE_INDEX" in str(main)
+    # Both hear the main node's reason: the second on arrival, the first when the main node gives up.
+    reason = "ended the rendezvous: rendezvous: rank 1 checked in twice"
+    assert all(reason in str(child) for child in children), children
+
+
+def test_a_child_that_never_checks_in_times_out_on_the_main_node_with_the_fix() -> None:
+    rendezvous_port, worker_port = free_ports(2)
+    env = batch_env(
+        0,
+        2,
+        0,
+        MNP_RENDEZVOUS_PORT=str(rendezvous_port),
+        MNP_WORKER_PORT=str(worker_port),
+        MNP_RENDEZVOUS_BIND="127.0.0.1",
+        MNP_RENDEZVOUS_TIMEOUT_SECONDS="0.3",
+    )
+    with pytest.raises(
+        DistributedError, match=r"worker rank\(s\) \[1\] of 2 never checked in .*security group"
+    ):
+        cluster_from_env(env)
+
+
+def test_a_child_that_cannot_reach_the_main_node_says_where_it_looked() -> None:
+    (rendezvous_port,) = free_ports(1)  # nobody listens there
+    env = batch_env(1, 2, 0, MNP_RENDEZVOUS_PORT=str(rendezvous_port), MNP_RENDEZVOUS_TIMEOUT_SECONDS="0.3")
+    with pytest.raises(
+        DistributedError, match=rf"could not reach the main node at 127.0.0.1:{rendezvous_port}"
+    ):
+        cluster_from_env(env)
+
+
+def test_a_check_in_that_is_not_this_protocol_ends_the_rendezvous() -> None:
+    (rendezvous_port,) = free_ports(1)
+    outcome: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            rendezvous.serve("127.0.0.1", rendezvous_port, 2, 2222, 10)
+        except DistributedError as error:
+            outcome.append(error)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            stranger = socket.create_connection(("127.0.0.1", rendezvous_port), timeout=1)
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "the rendezvous never listened"
+            time.sleep(0.05)
+    with stranger:
+        stranger.sendall(b'{"rank": "1"}\n')
+    thread.join(timeout=10)
+    assert outcome and "127.0.0.1 sent no valid check-in" in str(outcome[0]), outcome
+    assert "only this job's nodes may reach the rendezvous port" in str(outcome[0])
+
+
+# ---------------------------------------------------------------------- two real workers
+def run_train(cwd: Path, config: Path, env: dict[str, str], log: Path) -> subprocess.Popen:
+    """`python -m <package> train` in its own directory (a node's own disk) and process group."""
+    cwd.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as handle:
+        return subprocess.Popen(
+            [sys.executable, "-m", PACKAGE, "train", "--config", str(config)],
+            cwd=cwd,
+            env=env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def wait_all(processes: dict[str, subprocess.Popen], logs: dict[str, Path], timeout: float) -> None:
+    """Every process exits 0 within the timeout; a hung or failed one fails the test with its log."""
+    deadline = time.monotonic() + timeout
+    for name, process in processes.items():
+        try:
+            process.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{name} still running after {timeout:.0f} s:\n{logs[name].read_text()[-3000:]}")
+        assert process.returncode == 0, (
+            f"{name} exited {process.returncode}:\n{logs[name].read_text()[-4000:]}"
+        )
+
+
+def kill_all(processes: dict[str, subprocess.Popen]) -> None:
+    for process in processes.values():
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def mlflow_runs(uri: str) -> list:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    return [run for e in client.search_experiments() for run in client.search_runs([e.experiment_id])]
+
+
+def metric_shape(uri: str, run_id: str) -> dict[str, list[int]]:
+    """Each metric the run logged, with the steps it was logged at."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    return {
+        name: sorted(m.step for m in client.get_metric_history(run_id, name))
+        for name in client.get_run(run_id).data.metrics
+    }
+
+
+@pytest.mark.slow
+def test_two_workers_train_the_digits_and_only_the_chief_logs(tmp_path: Path) -> None:
+    # One short epoch of the default config (the digits). System metrics off: they are sampled by the clock, so
+    # whether a short run has them is timing, not the shape of what training logs.
+    config = tmp_path / "train.yaml"
+    config.write_text(
+        yaml.safe_dump({"training": {"epochs": 1}, "tracking": {"log_system_metrics": False}}),
+        encoding="utf-8",
+    )
+    base = {
+        k: v for k, v in os.environ.items() if k != "TF_CONFIG" and not k.startswith(("AWS_BATCH_", "MNP_"))
+    }
+    base["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    rendezvous_port, *worker_ports = free_ports(3)
+    multi_uri = f"sqlite:///{tmp_path / 'multi.db'}"
+    single_uri = f"sqlite:///{tmp_path / 'single.db'}"
+    common = {
+        **base,
+        # Every node gets the job's environment: the same tracking URI for all, as a job definition sets it.
+        "MLFLOW_TRACKING_URI": multi_uri,
+        "MNP_RENDEZVOUS_PORT": str(rendezvous_port),
+        "MNP_RENDEZVOUS_TIMEOUT_SECONDS": "120",
+    }
+    envs = {
+        "main node": {
+            **common,
+            **batch_env(0, 2, 0),
+            "MNP_WORKER_PORT": str(worker_ports[0]),
+            "MNP_RENDEZVOUS_BIND": "127.0.0.1",
+        },
+        "child node": {**common, **batch_env(1, 2, 0), "MNP_WORKER_PORT": str(worker_ports[1])},
+        # The same config on one worker, at the same time (in its own store), for the shape to compare with.
+        "single worker": {**base, "MLFLOW_TRACKING_URI": single_uri},
+    }
+    logs = {name: tmp_path / f"{name.replace(' ', '-')}.log" for name in envs}
+    dirs = {name: tmp_path / name.replace(" ", "-") for name in envs}
+    processes: dict[str, subprocess.Popen] = {}
+    try:
+        for name, env in envs.items():
+            processes[name] = run_train(dirs[name], config, env, logs[name])
+        wait_all(processes, logs, timeout=420)
+    finally:
+        kill_all(processes)
+
+    child_log = logs["child node"].read_text()
+    assert f"worker 1 of 2, not the chief (the chief is 127.0.0.1:{worker_ports[0]})" in child_log
+    main_log = logs["main node"].read_text()
+    assert "worker 0 of 2, the chief" in main_log
+    # The final barrier: no worker left while the chief still ran (train._wait_for_every_worker).
+    assert "heartbeat timeout" not in main_log
+
+    (chief,) = mlflow_runs(multi_uri)  # one run in the job's store: the child logged none
+    (single,) = mlflow_runs(single_uri)
+    assert chief.info.status == "FINISHED"
+    assert metric_shape(multi_uri, chief.info.run_id) == metric_shape(single_uri, single.info.run_id)
+    assert metric_shape(multi_uri, chief.info.run_id)["val_accuracy"] == [0]
+    params = chief.data.params
+    assert (params["runtime.strategy"], params["runtime.workers"]) == ("MultiWorkerMirroredStrategy", "2")
+    assert params["runtime.global_batch_size"] == str(2 * int(params["training.batch_size"]))
+    assert single.data.params["runtime.strategy"] == "default"
+
+    # The child wrote no exports and no MLflow store of its own; the chief's exports are where they belong.
+    child_files = {
+        p.relative_to(dirs["child node"]).as_posix() for p in dirs["child node"].rglob("*") if p.is_file()
+    }
+    assert child_files == {"outputs/checkpoints/backup_kind.json"}, child_files
+    assert (dirs["main node"] / "outputs" / "saved_model" / "saved_model.pb").exists()
+    assert "MLflow run" not in child_log
+
+
+def test_every_distributed_setting_is_named_in_the_docs() -> None:
+    """The variables the job definition may set, each in docs/training.md's multi-worker section."""
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text(encoding="utf-8")
+    section = docs.split("## Multi-worker training (AWS Batch)", 1)[1].split("\n## ", 1)[0]
+    names: list[str] = [
+        distributed.TF_CONFIG,
+        distributed.NODE_INDEX,
+        distributed.NUM_NODES,
+        distributed.MAIN_NODE_INDEX,
+        distributed.MAIN_NODE_ADDRESS,
+        distributed.WORKER_PORT,
+        distributed.RENDEZVOUS_PORT,
+        distributed.RENDEZVOUS_TIMEOUT,
+        distributed.RENDEZVOUS_BIND,
+    ]
+    assert [name for name in names if f"`{name}`" not in section] == []
