@@ -11,7 +11,6 @@ volume (DeletionPolicy: Snapshot is asserted on the template)."""
 from __future__ import annotations
 
 import base64
-import io
 import json
 import shutil
 import subprocess
@@ -19,7 +18,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from contextlib import redirect_stderr, redirect_stdout
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -35,17 +33,15 @@ from doubles.aws_faults import AwsFaults
 from doubles.github_double import DEFAULT_REPOSITORY
 from doubles.gpu_runner_stack import REGION, CfnLoader, managed_policies, role_policies, runner_role_name
 from doubles.iam_requests import ACCOUNT, Request, allowed
+from doubles.mlflow_server_stack import LOCK, SERVER_TEMPLATE, deployed, run_cli, up
 from doubles.price_answers import get_products_answer, price_list_product
-from doubles.stack_deploy import PROJECT_DIR
 from mlflow.exceptions import MlflowException
 from parliament import analyze_policy_string
 
-from gpu_runner import cli, mlflow_server, mlflow_wake
+from gpu_runner import mlflow_server, mlflow_wake
 from gpu_runner.aws import Aws
 from gpu_runner.cost import server as server_cost
 
-SERVER_TEMPLATE = PROJECT_DIR / "infra" / "mlflow-server.yaml"
-LOCK = PROJECT_DIR / "uv.lock"
 STOP = "cron(0 20 ? * MON-FRI *)"
 START = "cron(0 7 ? * MON-FRI *)"
 
@@ -54,37 +50,10 @@ def server_template() -> dict[str, Any]:
     return yaml.load(SERVER_TEMPLATE.read_text(encoding="utf-8"), Loader=CfnLoader)
 
 
-def up(settings_file: Path, *extra: str) -> tuple[int, str, str]:
-    argv = ["--settings", str(settings_file), "mlflow-server", "up", "--repository", DEFAULT_REPOSITORY,
-            "--template", str(SERVER_TEMPLATE), "--lock", str(LOCK), *extra]  # fmt: skip
-    return run_cli(argv)
-
-
-def run_cli(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        code = cli.main(argv)
-    return code, out.getvalue(), err.getvalue()
-
-
 @pytest.fixture(scope="module")
 def server(stack: dict[str, Any], settings_file: Path) -> dict[str, Any]:
     """`make mlflow-server-up` with a working-hours schedule, after the session's `make bootstrap`."""
-    code, printed, err = up(settings_file, "--stop-schedule", STOP, "--start-schedule", START)
-    assert code == 0, err
-    settings = stack["settings"]
-    name = mlflow_server.server_stack_name(settings.project, DEFAULT_REPOSITORY)
-    session = stack["session"]
-    described = session.client("cloudformation").describe_stacks(StackName=name)["Stacks"][0]
-    outputs = {o["OutputKey"]: o["OutputValue"] for o in described["Outputs"]}
-    parameters = {p["ParameterKey"]: p["ParameterValue"] for p in described["Parameters"]}
-    return {
-        "name": name,
-        "outputs": outputs,
-        "parameters": parameters,
-        "printed": printed,
-        "session": session,
-    }
+    return deployed(stack, settings_file, "--stop-schedule", STOP, "--start-schedule", START)
 
 
 def _secret(session: boto3.Session, name: str) -> str:

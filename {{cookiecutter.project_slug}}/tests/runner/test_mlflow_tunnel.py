@@ -9,7 +9,6 @@ and the role for a pull request's or another repository's token."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
@@ -17,7 +16,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import redirect_stderr, redirect_stdout, suppress
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -38,51 +37,28 @@ from doubles.iam_requests import (
     requests_for,
     web_identity_allowed,
 )
+from doubles.mlflow_server_stack import deployed, run_cli
 from doubles.ssm_sessions import document_content
-from doubles.stack_deploy import OIDC_URL, PROJECT_DIR
+from doubles.stack_deploy import OIDC_URL
 from mlflow.tracking import MlflowClient
 from parliament import analyze_policy_string
 
-from gpu_runner import cli, mlflow_server, mlflow_tunnel
+from gpu_runner import mlflow_server, mlflow_tunnel
 from gpu_runner.mlflow_wake import MlflowServerError
 from gpu_runner.settings import load_settings
 
-SERVER_TEMPLATE = PROJECT_DIR / "infra" / "mlflow-server.yaml"
-LOCK = PROJECT_DIR / "uv.lock"
 _O, _N = DEFAULT_REPOSITORY.split("/")
 _WF = f"{_O}/{_N}/.github/workflows"
-
-
-def run_cli(argv: list[str], env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    saved = dict(os.environ)
-    os.environ.update(env or {})
-    try:
-        with redirect_stdout(out), redirect_stderr(err):
-            code = cli.main(argv)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")
 def server(stack: dict[str, Any], settings_file: Path) -> dict[str, Any]:
     """The server stack after the session's bootstrap (idempotent: test_mlflow_server may have deployed it)."""
-    argv = ["--settings", str(settings_file), "mlflow-server", "up", "--repository", DEFAULT_REPOSITORY,
-            "--template", str(SERVER_TEMPLATE), "--lock", str(LOCK)]  # fmt: skip
-    code, printed, err = run_cli(argv)
-    assert code == 0, err
-    settings = stack["settings"]
-    name = mlflow_server.server_stack_name(settings.project, DEFAULT_REPOSITORY)
-    session = stack["session"]
-    described = session.client("cloudformation").describe_stacks(StackName=name)["Stacks"][0]
-    outputs = {o["OutputKey"]: o["OutputValue"] for o in described["Outputs"]}
+    deployed_server = deployed(stack, settings_file)
+    session, outputs = deployed_server["session"], deployed_server["outputs"]
     role = outputs["TunnelRoleArn"].rsplit("/", 1)[-1]
     return {
-        "outputs": outputs,
-        "printed": printed,
-        "session": session,
+        **deployed_server,
         "role": session.client("iam").get_role(RoleName=role)["Role"],
         "policies": managed_policies(session, role),
     }

@@ -1,0 +1,53 @@
+"""`make mlflow-server-up` in the runner tests: the gpu-runner CLI in-process against the moto server, after the
+session's bootstrap stack (doubles.gpu_runner_stack), and what it deployed."""
+
+from __future__ import annotations
+
+import io
+import os
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+from typing import Any
+
+from doubles.github_double import DEFAULT_REPOSITORY
+from doubles.stack_deploy import PROJECT_DIR
+from gpu_runner import cli, mlflow_server
+
+SERVER_TEMPLATE = PROJECT_DIR / "infra" / "mlflow-server.yaml"
+LOCK = PROJECT_DIR / "uv.lock"
+
+
+def run_cli(argv: list[str], env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of `gpu-runner <argv>`, with `env` added to the environment meanwhile."""
+    out, err = io.StringIO(), io.StringIO()
+    saved = dict(os.environ)
+    os.environ.update(env or {})
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            code = cli.main(argv)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return code, out.getvalue(), err.getvalue()
+
+
+def up(settings_file: Path, *extra: str) -> tuple[int, str, str]:
+    argv = ["--settings", str(settings_file), "mlflow-server", "up", "--repository", DEFAULT_REPOSITORY,
+            "--template", str(SERVER_TEMPLATE), "--lock", str(LOCK), *extra]  # fmt: skip
+    return run_cli(argv)
+
+
+def deployed(stack: dict[str, Any], settings_file: Path, *extra: str) -> dict[str, Any]:
+    """`up` (idempotent: a re-run updates the stack), then the stack's name, outputs and parameters."""
+    code, printed, err = up(settings_file, *extra)
+    assert code == 0, err
+    name = mlflow_server.server_stack_name(stack["settings"].project, DEFAULT_REPOSITORY)
+    session = stack["session"]
+    described = session.client("cloudformation").describe_stacks(StackName=name)["Stacks"][0]
+    return {
+        "name": name,
+        "outputs": {o["OutputKey"]: o["OutputValue"] for o in described["Outputs"]},
+        "parameters": {p["ParameterKey"]: p["ParameterValue"] for p in described["Parameters"]},
+        "printed": printed,
+        "session": session,
+    }
