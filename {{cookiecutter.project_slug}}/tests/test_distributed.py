@@ -19,7 +19,12 @@ import pytest
 import yaml
 
 from {{ cookiecutter.package_name }} import distributed, rendezvous
-from {{ cookiecutter.package_name }}.distributed import Cluster, cluster_from_env, parse_tf_config, task_rank
+from {{ cookiecutter.package_name }}.distributed import (
+    Cluster,
+    cluster_from_env,
+    parse_tf_config,
+    task_rank,
+)
 from {{ cookiecutter.package_name }}.errors import DistributedError
 
 PACKAGE = "{{ cookiecutter.package_name }}"
