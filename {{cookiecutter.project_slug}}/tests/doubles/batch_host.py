@@ -25,6 +25,7 @@ AWS_BATCH_JOB_ATTEMPT (the attempt moto is on) and AWS_BATCH_JQ_NAME, read from 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -36,8 +37,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-# A Docker container killed by SIGKILL exits 137 (128 + 9): what moto reads from wait() after kill().
-KILLED = 128 + signal.SIGKILL
 # moto names a container "<job name>-<job id with ':' as '-'>" and a node's "<job name>-<job id>-<node>".
 UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 LOOPBACK = "127.0.0.1"
@@ -111,7 +110,9 @@ class LocalContainer:
             reader.start()
         self.status = "running"
         # Every node on loopback: the main node's address for the others (moto reads the "bridge" network).
-        self.attrs = {"NetworkSettings": {"IPAddress": LOOPBACK, "Networks": {"bridge": {"IPAddress": LOOPBACK}}}}
+        self.attrs = {
+            "NetworkSettings": {"IPAddress": LOOPBACK, "Networks": {"bridge": {"IPAddress": LOOPBACK}}}
+        }
 
     def _read(self, stream: str, pipe: Any) -> None:
         for raw in iter(pipe.readline, b""):
@@ -122,9 +123,12 @@ class LocalContainer:
     def reload(self) -> None:
         self.status = "running" if self.process.poll() is None else "exited"
 
-    def logs(self, stdout: bool = True, stderr: bool = True, timestamps: bool = False, since: int = 0) -> bytes:
+    def logs(
+        self, stdout: bool = True, stderr: bool = True, timestamps: bool = False, since: int = 0
+    ) -> bytes:
         if self.process.poll() is not None:
-            for reader in self._readers:  # every line of an ended process, before moto copies them to CloudWatch
+            # Every line of an ended process, before moto copies them to CloudWatch.
+            for reader in self._readers:
                 reader.join(timeout=5)
         with self._lock:
             picked = [
@@ -135,18 +139,19 @@ class LocalContainer:
                 if at.timestamp() >= since
             ]
         # Docker's --timestamps form: RFC 3339 with nanoseconds, then a space, then the line.
-        out = [f"{at.strftime('%Y-%m-%dT%H:%M:%S.%f')}000Z {line}" if timestamps else line for at, line in picked]
+        out = [
+            f"{at.strftime('%Y-%m-%dT%H:%M:%S.%f')}000Z {line}" if timestamps else line for at, line in picked
+        ]
         return ("\n".join(out) + ("\n" if out else "")).encode()
 
     def wait(self) -> dict[str, int]:
         code = self.process.wait()
-        return {"StatusCode": KILLED if code == -signal.SIGKILL else (128 - code if code < 0 else code)}
+        # A process ended by signal N is a container that exits 128 + N (137 after kill()), as Docker reports it.
+        return {"StatusCode": 128 - code if code < 0 else code}
 
     def kill(self) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):  # it has ended on its own
             os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.process.wait()
         self.status = "exited"
 

@@ -47,7 +47,8 @@ def world(batch_endpoint: str) -> dict[str, str]:
     iam, ec2, batch = client("iam"), client("ec2"), client("batch")
     trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
                                                       "Principal": {"Service": "batch.amazonaws.com"}}]}  # fmt: skip
-    role = iam.create_role(RoleName="batch-service", AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
+    role = iam.create_role(RoleName="batch-service", AssumeRolePolicyDocument=json.dumps(trust))
+    role = role["Role"]["Arn"]
     profile = iam.create_instance_profile(InstanceProfileName="batch-instance")["InstanceProfile"]["Arn"]
     subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
     group = ec2.create_security_group(GroupName="batch", Description="batch jobs")["GroupId"]
@@ -68,7 +69,7 @@ def world(batch_endpoint: str) -> dict[str, str]:
     # The image is never pulled: the double runs the command on this machine.
     batch.register_job_definition(jobDefinitionName="train", type="container", containerProperties={
         "image": "local/none", "command": ["true"], "resourceRequirements": resources})  # fmt: skip
-    node = "import os; e = os.environ; print('node', e['AWS_BATCH_JOB_NODE_INDEX'], 'of', e['AWS_BATCH_JOB_NUM_NODES'], 'main', e['AWS_BATCH_JOB_MAIN_NODE_INDEX'], 'main address', e.get('AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS', '-'))"  # noqa: E501
+    node = "import os; e = os.environ; print('node', e['AWS_BATCH_JOB_NODE_INDEX'], 'of', e['AWS_BATCH_JOB_NUM_NODES'], 'main', e['AWS_BATCH_JOB_MAIN_NODE_INDEX'], 'main address', e.get('AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS', '-'))"
     batch.register_job_definition(jobDefinitionName="train-mnp", type="multinode", nodeProperties={
         "numNodes": 2, "mainNode": 0, "nodeRangeProperties": [{"targetNodes": "0:1", "container": {
             "image": "local/none", "command": [PY, "-c", node], "resourceRequirements": resources}}]})  # fmt: skip
@@ -81,7 +82,9 @@ def batch(world: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[An
     monkeypatch.setenv("AWS_ENDPOINT_URL", world["endpoint"])
     client = boto3.client("batch", region_name=REGION)
     submitted: list[dict[str, Any]] = []
-    client.meta.events.register("provide-client-params.batch.SubmitJob", lambda params, **_: submitted.append(dict(params)))
+    client.meta.events.register(
+        "provide-client-params.batch.SubmitJob", lambda params, **_: submitted.append(dict(params))
+    )
     client.submitted = submitted
     yield client
 
@@ -99,7 +102,9 @@ def run_job(batch: Any, logs: Any, request: JobRequest) -> tuple[batch_wait.Outc
     return outcome, lines
 
 
-def test_a_job_runs_and_its_output_is_streamed(batch: Any, logs: Any, logged: Callable[[], list[str]]) -> None:
+def test_a_job_runs_and_its_output_is_streamed(
+    batch: Any, logs: Any, logged: Callable[[], list[str]]
+) -> None:
     # The values come from the branch: they reach the process as argv and environment, never through a shell.
     hostile = "$(touch pwned); `id` ${HOME}"
     code = "import os, sys; print('epoch 1'); print('greeting', os.environ['GREETING']); print(sys.argv[1]); " \
@@ -146,7 +151,7 @@ def test_a_failed_job_exits_with_its_containers_code() -> None:
 
 def test_cancel_terminates_a_running_job(batch: Any, logs: Any, tmp_path: Path) -> None:
     pid_file = tmp_path / "pid"
-    code = "import os, time; open(os.environ['PID_FILE'], 'w').write(str(os.getpid())); print('started', flush=True); time.sleep(600)"  # noqa: E501
+    code = "import os, time; open(os.environ['PID_FILE'], 'w').write(str(os.getpid())); print('started', flush=True); time.sleep(600)"
     submitted = batch_jobs.submit(batch, JobRequest("train-cancelled", "gpu", "train", command=(PY, "-c", code),
                                                     environment={"PID_FILE": str(pid_file)}))  # fmt: skip
     deadline = time.monotonic() + JOB_TIMEOUT
@@ -169,8 +174,10 @@ def test_cancel_terminates_a_running_job(batch: Any, logs: Any, tmp_path: Path) 
 
 
 def test_an_array_job_runs_one_child_per_index(batch: Any, logs: Any) -> None:
-    code = "import os; print('trial', os.environ['AWS_BATCH_JOB_ARRAY_INDEX'], 'of', os.environ['AWS_BATCH_JOB_ARRAY_SIZE'])"  # noqa: E501
-    outcome, lines = run_job(batch, logs, JobRequest("sweep", "gpu", "train", command=(PY, "-c", code), array_size=3))
+    code = "import os; print('trial', os.environ['AWS_BATCH_JOB_ARRAY_INDEX'], 'of', os.environ['AWS_BATCH_JOB_ARRAY_SIZE'])"
+    outcome, lines = run_job(
+        batch, logs, JobRequest("sweep", "gpu", "train", command=(PY, "-c", code), array_size=3)
+    )
 
     assert (outcome.status, outcome.exit_code) == ("SUCCEEDED", 0)
     assert {"[0] trial 0 of 3", "[1] trial 1 of 3", "[2] trial 2 of 3"} <= set(lines)
@@ -191,21 +198,29 @@ def test_a_multi_node_job_runs_each_node_with_its_index(batch: Any, logs: Any) -
     [
         (JobRequest("t", "no-such-queue", "train"), "queue: 'no-such-queue' does not exist"),
         (JobRequest("t", "gpu", "no-such-definition"), "definition: 'no-such-definition' does not exist"),
-        (JobRequest("t", "gpu", "train", instance_type="p4d.24xlarge"), "instance_type: p4d.24xlarge is not among"),
+        (
+            JobRequest("t", "gpu", "train", instance_type="p4d.24xlarge"),
+            "instance_type: p4d.24xlarge is not among",
+        ),
         (JobRequest("t", "gpu", "train-mnp"), "multi-node parallel jobs are not supported on Spot"),
         (JobRequest("t", "gpu", "train", array_size=1), "array_size: 1 is outside 2..10,000"),
         (JobRequest("t", "gpu", "train", array_size=10_001), "array_size: 10001 is outside 2..10,000"),
         (JobRequest("t$(id)", "gpu", "train"), "name: 't$(id)' is not a Batch job name"),
         (JobRequest("-t", "gpu", "train"), "name: '-t' is not a Batch job name"),
         (JobRequest("t" * 129, "gpu", "train"), "is not a Batch job name"),
-        (JobRequest("t", "gpu", "train", environment={"X=$(id)": "1"}), "environment: 'X=$(id)' is not a variable"),
+        (
+            JobRequest("t", "gpu", "train", environment={"X=$(id)": "1"}),
+            "environment: 'X=$(id)' is not a variable",
+        ),
         (JobRequest("t", "gpu", "train", environment={"AWS_BATCH_JOB_ID": "x"}), "a prefix Batch reserves"),
         (JobRequest("t", "gpu", "train", command=("a\x00b",)), "command: every argument must be a string"),
         (JobRequest("t", "gpu", "train", tags={"aws:x": "y"}), "tags: 'aws:x' starts with aws:"),
     ],
 )
 def test_bad_input_is_refused_before_submitting(batch: Any, request_: JobRequest, named: str) -> None:
-    with pytest.raises(BatchInputError, match=named.replace("$", r"\$").replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(
+        BatchInputError, match=named.replace("$", r"\$").replace("(", r"\(").replace(")", r"\)")
+    ):
         batch_jobs.submit(batch, request_)
     assert batch.submitted == []
 
@@ -249,11 +264,13 @@ class FakeLogs:
     def __init__(self, streams: dict[str, list[str]]) -> None:
         self.streams = streams
 
-    def get_log_events(self, logGroupName: str, logStreamName: str, startFromHead: bool,  # noqa: N803
-                       nextToken: str = "") -> dict[str, Any]:  # noqa: N803  # fmt: skip
+    def get_log_events(self, logGroupName: str, logStreamName: str, startFromHead: bool,
+                       nextToken: str = "") -> dict[str, Any]:  # fmt: skip
         messages = self.streams.get(logStreamName, [])
         start = int(nextToken.split("/")[-1]) if nextToken else 0
-        events = [{"timestamp": i, "message": m, "ingestionTime": i} for i, m in enumerate(messages[start:], start)]
+        events = [
+            {"timestamp": i, "message": m, "ingestionTime": i} for i, m in enumerate(messages[start:], start)
+        ]
         token = f"f/{len(messages)}"
         return conforming(LOGS_MODEL, "GetLogEvents", {"events": events, "nextForwardToken": token,
                                                         "nextBackwardToken": "b/0"})  # fmt: skip
@@ -284,7 +301,9 @@ def test_a_spot_reclaim_is_reported_and_the_wait_follows_the_retry(logged: Calla
         job("RUNNING", [first]), job("RUNNABLE", [lost]), job("RUNNING", [lost, second]),
         job("SUCCEEDED", [lost, attempt("train/default/a2", 90_000, 150_000, "Essential container in task exited")]),
     ])  # fmt: skip
-    logs = FakeLogs({"train/default/a1": ["epoch 1", "epoch 2"], "train/default/a2": ["resumed at epoch 2", "done"]})
+    logs = FakeLogs(
+        {"train/default/a1": ["epoch 1", "epoch 2"], "train/default/a2": ["resumed at epoch 2", "done"]}
+    )
     lines: list[str] = []
 
     outcome = batch_wait.wait(batch, logs, "j-1", poll_seconds=0, emit=lines.append, sleep=lambda _: None)
@@ -302,7 +321,8 @@ def test_a_reclaim_without_a_retry_left_is_an_interruption() -> None:
 
     outcome = batch_wait.wait(batch, FakeLogs({}), "j-1", emit=lambda _: None, sleep=lambda _: None)
 
-    assert (outcome.exit_code, outcome.interrupted, outcome.reason) == (batch_wait.EXIT_INTERRUPTED, True, HOST_LOST)
+    assert outcome.exit_code == batch_wait.EXIT_INTERRUPTED
+    assert (outcome.interrupted, outcome.reason) == (True, HOST_LOST)
 
 
 def test_the_double_answers_are_checked_against_botocores_model() -> None:

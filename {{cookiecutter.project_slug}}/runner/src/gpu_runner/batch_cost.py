@@ -92,7 +92,9 @@ def job_costs(
 ) -> list[tuple[int, Cost]]:
     """(attempt number, cost) for each ended attempt of a described job; a multi-node job's per node."""
     batch, ecs = aws.client("batch", region), aws.client("ecs", region)
-    queues = batch.describe_job_queues(jobQueues=[job["jobQueue"]])["jobQueues"] if job.get("jobQueue") else []
+    queues = (
+        batch.describe_job_queues(jobQueues=[job["jobQueue"]])["jobQueues"] if job.get("jobQueue") else []
+    )
     environments = compute_environments(batch, queues[0]) if queues else []
     nodes = job.get("nodeProperties", {}).get("numNodes", 1)
     out: list[tuple[int, Cost]] = []

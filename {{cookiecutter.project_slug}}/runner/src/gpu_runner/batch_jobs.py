@@ -88,9 +88,13 @@ def request_problems(request: JobRequest) -> list[str]:
         )
     for key, value in request.environment.items():
         if not ENV_NAME.fullmatch(key):
-            out.append(f"environment: {key!r} is not a variable name (letters, digits, '_', not first a digit)")
+            out.append(
+                f"environment: {key!r} is not a variable name (letters, digits, '_', not first a digit)"
+            )
         elif key.upper().startswith(RESERVED_ENV_PREFIX):
-            out.append(f"environment: {key} starts with {RESERVED_ENV_PREFIX}, a prefix Batch reserves; rename it")
+            out.append(
+                f"environment: {key} starts with {RESERVED_ENV_PREFIX}, a prefix Batch reserves; rename it"
+            )
         if not isinstance(value, str) or "\x00" in value:
             out.append(f"environment: the value of {key!r} must be a string without NUL bytes")
     if any(not isinstance(arg, str) or "\x00" in arg for arg in request.command):
@@ -110,7 +114,9 @@ def instance_type_allowed(instance_type: str, allowed: Sequence[str]) -> bool:
 
 def _queue(batch: Any, name: str) -> Mapping[str, Any]:
     queues = batch.describe_job_queues(jobQueues=[name])["jobQueues"]
-    queue = _first(queues, "queue", name, "give the JobQueue output of `gpu-runner batch up` (its name or ARN)")
+    queue = _first(
+        queues, "queue", name, "give the JobQueue output of `gpu-runner batch up` (its name or ARN)"
+    )
     if queue.get("state") != "ENABLED" or queue.get("status") != "VALID":
         raise BatchInputError(
             f"queue: '{name}' is {queue.get('state')}/{queue.get('status')} "
@@ -147,7 +153,9 @@ def _definition(batch: Any, name: str) -> Mapping[str, Any]:
 def check_placement(request: JobRequest, environments: Sequence[Mapping[str, Any]], multi_node: bool) -> None:
     """Refuse what the queue cannot run: a type none of its compute environments launches, multi-node on Spot."""
     if request.instance_type:
-        allowed = sorted({t for ce in environments for t in ce.get("computeResources", {}).get("instanceTypes", [])})
+        allowed = sorted(
+            {t for ce in environments for t in ce.get("computeResources", {}).get("instanceTypes", [])}
+        )
         if not any(instance_type_allowed(request.instance_type, ce.get("computeResources", {})
                                          .get("instanceTypes", [])) for ce in environments):  # fmt: skip
             raise BatchInputError(
@@ -208,10 +216,13 @@ def submit(batch: Any, request: JobRequest) -> Submitted:
     definition = _definition(batch, request.definition)
     multi_node = definition.get("type") == "multinode"
     if multi_node and request.array_size:
-        raise BatchInputError("array_size: a multi-node job cannot also be an array job; submit one or the other")
+        raise BatchInputError(
+            "array_size: a multi-node job cannot also be an array job; submit one or the other"
+        )
     check_placement(request, compute_environments(batch, queue), multi_node)
     reply = batch.submit_job(**submit_arguments(request, definition))
-    kind = "multi-node job" if multi_node else f"array job of {request.array_size}" if request.array_size else "job"
+    kind = f"array job of {request.array_size}" if request.array_size else "job"
+    kind = "multi-node job" if multi_node else kind
     log.info("submitted %s %s (%s) to %s", kind, reply["jobName"], reply["jobId"], request.queue)
     return Submitted(reply["jobId"], reply["jobName"], multi_node)
 

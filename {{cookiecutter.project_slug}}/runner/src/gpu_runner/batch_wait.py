@@ -136,7 +136,9 @@ def _report(follow: _Follow, label: str, job: Mapping[str, Any]) -> None:
     follow.attempts_seen[job_id] = sum(1 for a in attempts if a.get("stoppedAt"))
 
 
-def _stream(follow: _Follow, logs: Any, label: str, job: Mapping[str, Any], emit: Callable[[str], None]) -> None:
+def _stream(
+    follow: _Follow, logs: Any, label: str, job: Mapping[str, Any], emit: Callable[[str], None]
+) -> None:
     group = log_group(job)
     for stream in streams_of(job):
         tail = follow.tails.setdefault((group, stream), _Tail(label))
@@ -165,7 +167,9 @@ def outcome_of(job: Mapping[str, Any], parts: list[tuple[str, dict[str, Any]]]) 
         return Outcome("SUCCEEDED", 0, "", job=job)
     attempts = job.get("attempts", [])
     last = attempts[-1] if attempts else {}
-    reason = job.get("statusReason") or last.get("statusReason") or last.get("container", {}).get("reason", "")
+    reason = (
+        job.get("statusReason") or last.get("statusReason") or last.get("container", {}).get("reason", "")
+    )
     cancelled = reason.startswith(CANCEL_REASON)
     interrupted = bool(HOST_LOST.search(last.get("statusReason", ""))) and not cancelled
     code = job.get("container", {}).get("exitCode") or last.get("container", {}).get("exitCode") or 1
@@ -203,7 +207,9 @@ def wait(
             if outcome.status == "SUCCEEDED":
                 log.info("job %s SUCCEEDED", job_id)
             else:
-                what = "cancelled" if outcome.cancelled else "interrupted" if outcome.interrupted else "FAILED"
+                what = (
+                    "cancelled" if outcome.cancelled else "interrupted" if outcome.interrupted else "FAILED"
+                )
                 log.info("job %s %s (exit code %s): %s", job_id, what, outcome.exit_code, outcome.reason)
             return outcome
         if deadline is not None and clock() > deadline:

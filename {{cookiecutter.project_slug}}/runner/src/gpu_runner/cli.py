@@ -172,9 +172,13 @@ def _key_value(value: str) -> tuple[str, str]:
 
 def _batch_parser(commands: argparse._SubParsersAction) -> None:
     """`gpu-runner batch submit | wait | cancel` (backend: batch; docs/batch-jobs.md)."""
-    batch = commands.add_parser("batch", help="the AWS Batch backend: submit, wait (streams the logs), cancel")
+    batch = commands.add_parser(
+        "batch", help="the AWS Batch backend: submit, wait (streams the logs), cancel"
+    )
     actions = batch.add_subparsers(dest="action", required=True)
-    submit = actions.add_parser("submit", help="check the request, submit the job, write the step output job-id")
+    submit = actions.add_parser(
+        "submit", help="check the request, submit the job, write the step output job-id"
+    )
     submit.add_argument("--queue", required=True, help="the stack's JobQueue (or MultiNodeJobQueue) output")
     submit.add_argument("--job-definition", required=True, help="the stack's JobDefinition output")
     submit.add_argument("--name", required=True, help="the job name (letters, digits, - and _)")
@@ -183,7 +187,9 @@ def _batch_parser(commands: argparse._SubParsersAction) -> None:
     submit.add_argument("--env", type=_key_value, action="append", default=[], help="NAME=VALUE, repeatable")
     submit.add_argument("--tag", type=_key_value, action="append", default=[], help="NAME=VALUE, repeatable")
     submit.add_argument("command", nargs="*", help="after --: the container's argv (no shell)")
-    wait = actions.add_parser("wait", help="print status changes and log lines until the job ends; its exit code")
+    wait = actions.add_parser(
+        "wait", help="print status changes and log lines until the job ends; its exit code"
+    )
     cancel = actions.add_parser("cancel", help="terminate the job (idempotent): the workflow's cancel path")
     for action in (wait, cancel):
         action.add_argument("--job-id", required=True)
@@ -499,7 +505,9 @@ def _batch(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
                                                   volume_gb=settings.root_volume_gb, fallback_type=fallback):  # fmt: skip
             overhead = None
             if args.mlflow_run_id:
-                overhead = accounting.log_to_mlflow(cost, run_id=args.mlflow_run_id, attempt=attempt, env=os.environ)
+                overhead = accounting.log_to_mlflow(
+                    cost, run_id=args.mlflow_run_id, attempt=attempt, env=os.environ
+                )
             print(accounting.summary_line(cost, attempt=attempt, overhead=overhead))
     except (ClientError, BotoCoreError) as error:
         print(f"warning: cost not computed: {error}")

@@ -92,8 +92,10 @@ class Settings:
 def _problems(s: Settings) -> list[str]:
     out: list[str] = []
     if s.backend not in BACKENDS:
-        out.append(f"backend: {s.backend!r} is not one of {', '.join(BACKENDS)} (runner: an EC2 GPU runner per job; "
-                   "batch: a job on the AWS Batch queue, docs/batch-jobs.md)")
+        out.append(
+            f"backend: {s.backend!r} is not one of {', '.join(BACKENDS)} (runner: an EC2 GPU runner per job; "
+            "batch: a job on the AWS Batch queue, docs/batch-jobs.md)"
+        )
     if not s.project:
         out.append("project: must not be empty")
     if not REGION.fullmatch(s.region):
