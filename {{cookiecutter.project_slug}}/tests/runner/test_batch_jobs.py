@@ -20,10 +20,11 @@ from typing import Any
 import boto3
 import botocore.session
 import pytest
+import yaml
 from botocore.exceptions import ParamValidationError
 from botocore.validate import validate_parameters
 
-from gpu_runner import batch_jobs, batch_wait
+from gpu_runner import batch_jobs, batch_wait, cli
 from gpu_runner.aws import Aws
 from gpu_runner.batch_cost import billed_seconds, job_costs
 from gpu_runner.batch_jobs import BatchInputError, JobRequest
@@ -352,6 +353,37 @@ def test_the_cost_of_an_attempt_is_its_duration_times_the_price(batch: Any, logs
 def test_billed_seconds_round_up_and_need_both_times() -> None:
     assert billed_seconds({"startedAt": 1_000, "stoppedAt": 3_601_500}) == 3601
     assert billed_seconds({"startedAt": 1_000}) is None
+
+
+def test_the_cli_submits_waits_and_cancels(
+    batch: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = tmp_path / "gpu-runner.yaml"
+    settings.write_text(yaml.safe_dump({"project": "demo", "region": REGION, "instance_types": ["g5.xlarge"],
+                                        "backend": "batch"}))  # fmt: skip
+    outputs = tmp_path / "github-output"
+    monkeypatch.setenv("GITHUB_REPOSITORY", "octo/demo")
+    monkeypatch.setenv("GITHUB_OUTPUT", str(outputs))
+    common = ["--settings", str(settings), "batch"]
+    code = "import os; print('from the cli', os.environ['A'])"
+
+    assert cli.main([*common, "submit", "--queue", "gpu", "--job-definition", "train", "--name", "cli-job",
+                     "--instance-type", "g5.xlarge", "--env", "A=1=2", "--", PY, "-c", code]) == 0  # fmt: skip
+    key, _, job_id = outputs.read_text().strip().partition("=")
+    [described] = batch_wait.describe(batch, [job_id])
+    assert key == "job-id" and described["tags"] == {"project": "demo"}
+    assert described["container"]["command"] == [PY, "-c", code]
+    assert cli.main([*common, "wait", "--job-id", job_id, "--poll-seconds", "0.2", "--timeout", "120"]) == 0
+    out = capsys.readouterr().out
+    assert "[job] from the cli 1=2" in out
+    assert (
+        "**GPU cost (attempt 1)**" in out and "g5.xlarge spot" in out
+    )  # the queue's compute environment is SPOT
+    assert cli.main([*common, "cancel", "--job-id", job_id]) == 0  # already over: nothing to do, no error
+    assert "already SUCCEEDED" in capsys.readouterr().out
+
+    assert cli.main([*common, "submit", "--queue", "gpu", "--job-definition", "train", "--name", "x;y"]) == 1
+    assert "name: 'x;y' is not a Batch job name" in capsys.readouterr().err
 
 
 def test_backend_is_runner_or_batch() -> None:

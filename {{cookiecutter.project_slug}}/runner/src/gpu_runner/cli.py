@@ -186,7 +186,10 @@ def _batch_parser(commands: argparse._SubParsersAction) -> None:
     submit.add_argument("--instance-type", default="", help="refused unless the queue may launch it")
     submit.add_argument("--env", type=_key_value, action="append", default=[], help="NAME=VALUE, repeatable")
     submit.add_argument("--tag", type=_key_value, action="append", default=[], help="NAME=VALUE, repeatable")
-    submit.add_argument("command", nargs="*", help="after --: the container's argv (no shell)")
+    # dest argv: `command` is the subcommand's own attribute.
+    submit.add_argument(
+        "argv", nargs="*", metavar="COMMAND", help="after --: the container's argv (no shell)"
+    )
     wait = actions.add_parser(
         "wait", help="print status changes and log lines until the job ends; its exit code"
     )
@@ -487,12 +490,12 @@ def _batch(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
     client = aws.client("batch", settings.region)
     if args.action == "submit":
         request = batch_jobs.JobRequest(
-            name=args.name, queue=args.queue, definition=args.job_definition, command=tuple(args.command),
+            name=args.name, queue=args.queue, definition=args.job_definition, command=tuple(args.argv),
             environment=dict(args.env), array_size=args.array_size, instance_type=args.instance_type,
             tags={"project": settings.project, **dict(args.tag)},
         )  # fmt: skip
         submitted = batch_jobs.submit(client, request)
-        contract.write_outputs({"job-id": submitted.job_id})
+        contract.write_outputs({contract.BatchOutput.JOB_ID: submitted.job_id})
         return 0
     if args.action == "cancel":
         batch_jobs.cancel(client, args.job_id)
