@@ -159,7 +159,7 @@ def test_cancel_terminates_a_running_job(batch: Any, logs: Any, tmp_path: Path) 
     while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
         time.sleep(0.2)
     pid = int(pid_file.read_text())
-    assert batch_wait.describe(batch, [submitted.job_id])[0]["status"] == "RUNNING"
+    assert batch_jobs.describe(batch, [submitted.job_id])[0]["status"] == "RUNNING"
 
     assert batch_jobs.cancel(batch, submitted.job_id) == "RUNNING"
     lines: list[str] = []
@@ -172,6 +172,25 @@ def test_cancel_terminates_a_running_job(batch: Any, logs: Any, tmp_path: Path) 
     with pytest.raises(ProcessLookupError):  # the job's process is gone, not left running
         os.kill(pid, 0)
     assert batch_jobs.cancel(batch, submitted.job_id) == "FAILED"  # the cancel path may run twice
+
+
+def test_cancel_terminates_an_array_jobs_running_children(batch: Any, logs: Any, tmp_path: Path) -> None:
+    code = "import os, pathlib, time; pathlib.Path(os.environ['PID_DIR'], os.environ['AWS_BATCH_JOB_ARRAY_INDEX']).write_text(str(os.getpid())); time.sleep(600)"
+    submitted = batch_jobs.submit(batch, JobRequest("sweep-cancelled", "gpu", "train", command=(PY, "-c", code),
+                                                    environment={"PID_DIR": str(tmp_path)}, array_size=2))  # fmt: skip
+    deadline = time.monotonic() + JOB_TIMEOUT
+    while len([p for p in tmp_path.iterdir() if p.read_text()]) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    pids = [int(p.read_text()) for p in tmp_path.iterdir()]
+
+    batch_jobs.cancel(batch, submitted.job_id)
+    outcome = batch_wait.wait(batch, logs, submitted.job_id, poll_seconds=0.2, timeout_seconds=JOB_TIMEOUT,
+                              emit=lambda _: None)  # fmt: skip
+
+    assert (outcome.status, outcome.cancelled, len(pids)) == ("FAILED", True, 2)
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
 
 
 def test_an_array_job_runs_one_child_per_index(batch: Any, logs: Any) -> None:
@@ -370,7 +389,7 @@ def test_the_cli_submits_waits_and_cancels(
     assert cli.main([*common, "submit", "--queue", "gpu", "--job-definition", "train", "--name", "cli-job",
                      "--instance-type", "g5.xlarge", "--env", "A=1=2", "--", PY, "-c", code]) == 0  # fmt: skip
     key, _, job_id = outputs.read_text().strip().partition("=")
-    [described] = batch_wait.describe(batch, [job_id])
+    [described] = batch_jobs.describe(batch, [job_id])
     assert key == "job-id" and described["tags"] == {"project": "demo"}
     assert described["container"]["command"] == [PY, "-c", code]
     assert cli.main([*common, "wait", "--job-id", job_id, "--poll-seconds", "0.2", "--timeout", "120"]) == 0

@@ -37,6 +37,8 @@ RESERVED_ENV_PREFIX = "AWS_BATCH"  # [submit-model]
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
 MAX_TAGS = 50  # AWS's common tag limit; aws: keys are AWS's own
 SPOT_TYPES = ("SPOT", "FARGATE_SPOT")
+ENDED = ("SUCCEEDED", "FAILED")
+DESCRIBE_MAX = 100  # DescribeJobs takes at most 100 job ids
 # Why a job is cancelled when the workflow is: TerminateJob's reason, shown as the job's statusReason.
 CANCEL_REASON = "cancelled with its GitHub Actions run"
 
@@ -227,16 +229,37 @@ def submit(batch: Any, request: JobRequest) -> Submitted:
     return Submitted(reply["jobId"], reply["jobName"], multi_node)
 
 
+def describe(batch: Any, job_ids: list[str]) -> list[dict[str, Any]]:
+    """DescribeJobs for any number of ids (it takes at most 100 a call)."""
+    found: list[dict[str, Any]] = []
+    for start in range(0, len(job_ids), DESCRIBE_MAX):
+        found += batch.describe_jobs(jobs=job_ids[start : start + DESCRIBE_MAX])["jobs"]
+    return found
+
+
+def array_children(batch: Any, job: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """An array parent's children (<parent id>:<index>), described; [] for any other job."""
+    properties = job.get("arrayProperties", {})
+    if not properties.get("size") or "index" in properties:
+        return []
+    return describe(batch, [f"{job['jobId']}:{i}" for i in range(properties["size"])])
+
+
 def cancel(batch: Any, job_id: str, reason: str = CANCEL_REASON) -> str:
-    """TerminateJob: a RUNNABLE job never starts, a RUNNING one is stopped, an array parent takes its children
-    with it. Idempotent: a job already ended is left as it is. Returns the status it was in."""
-    jobs = batch.describe_jobs(jobs=[job_id])["jobs"]
+    """TerminateJob: a job not yet started never starts, a RUNNING one is stopped. An array parent's children
+    that have not ended are terminated one by one too: AWS documents that cancelling a PENDING parent cancels its
+    children (CancelJob), not what TerminateJob on a parent does to RUNNING ones. Idempotent: a job already ended
+    is left as it is. Returns the status the job was in."""
+    jobs = describe(batch, [job_id])
     if not jobs:
         raise RunnerError(f"job_id: no Batch job {job_id} in this region (was it submitted elsewhere?)")
     status = jobs[0]["status"]
-    if status in ("SUCCEEDED", "FAILED"):
+    running = [c["jobId"] for c in array_children(batch, jobs[0]) if c.get("status") not in ENDED]
+    if status in ENDED and not running:
         log.info("job %s already %s: nothing to cancel", job_id, status)
         return status
-    batch.terminate_job(jobId=job_id, reason=reason)
-    log.info("job %s (%s) terminated: %s", job_id, status, reason)
+    for one in [job_id, *running]:
+        batch.terminate_job(jobId=one, reason=reason)
+    children = f" and {len(running)} of its children" if running else ""
+    log.info("job %s (%s)%s terminated: %s", job_id, status, children, reason)
     return status

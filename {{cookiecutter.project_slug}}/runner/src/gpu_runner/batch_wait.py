@@ -21,18 +21,16 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from .batch_jobs import CANCEL_REASON
+from .batch_jobs import CANCEL_REASON, ENDED, array_children, describe
 from .errors import RunnerError
 
 log = logging.getLogger(__name__)
 
-TERMINAL = ("SUCCEEDED", "FAILED")
 # What Batch writes as an attempt's statusReason when the instance under it went away (a Spot reclaim among them).
 HOST_LOST = re.compile(r"Host EC2 \(instance (i-[0-9a-f]+)\) terminated\.")
 EXIT_INTERRUPTED = 75  # EX_TEMPFAIL (sysexits.h): try again later
 # Where the awslogs driver writes unless the job definition's logConfiguration says otherwise.
 DEFAULT_LOG_GROUP = "/aws/batch/job"
-DESCRIBE_MAX = 100  # DescribeJobs takes at most 100 job ids
 
 
 @dataclass(frozen=True)
@@ -60,13 +58,6 @@ class _Follow:
     attempts_seen: dict[str, int] = field(default_factory=dict)
 
 
-def describe(batch: Any, job_ids: list[str]) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = []
-    for start in range(0, len(job_ids), DESCRIBE_MAX):
-        found += batch.describe_jobs(jobs=job_ids[start : start + DESCRIBE_MAX])["jobs"]
-    return found
-
-
 def log_group(job: Mapping[str, Any]) -> str:
     options = job.get("container", {}).get("logConfiguration", {}).get("options", {})
     return options.get("awslogs-group", DEFAULT_LOG_GROUP)
@@ -85,9 +76,8 @@ def streams_of(job: Mapping[str, Any]) -> Iterator[str]:
 def members(batch: Any, job: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """(label, job) of what runs: an array's children, a multi-node job's nodes (<id>#<node>), or the job itself."""
     job_id = job["jobId"]
-    size = job.get("arrayProperties", {}).get("size")
-    if size and "index" not in job.get("arrayProperties", {}):
-        children = describe(batch, [f"{job_id}:{i}" for i in range(size)])
+    children = array_children(batch, job)
+    if children:
         return [(f"[{c.get('arrayProperties', {}).get('index', c['jobId'].rsplit(':', 1)[-1])}] ", c)
                 for c in children]  # fmt: skip
     out: list[tuple[str, dict[str, Any]]] = [("[job] ", dict(job))]
@@ -147,7 +137,7 @@ def _stream(
 
 
 def _done(job: Mapping[str, Any]) -> bool:
-    if job.get("status") in TERMINAL:
+    if job.get("status") in ENDED:
         return True
     summary = job.get("arrayProperties", {}).get("statusSummary", {})
     size = job.get("arrayProperties", {}).get("size", 0)
@@ -161,8 +151,15 @@ def outcome_of(job: Mapping[str, Any], parts: list[tuple[str, dict[str, Any]]]) 
         failed = [label.strip() for label, child in parts if child.get("status") == "FAILED"]
         if not failed and job.get("status") != "FAILED":
             return Outcome("SUCCEEDED", 0, "", job=job)
-        reason = f"{len(failed)} of {size} children failed: {', '.join(failed)}"
-        return Outcome("FAILED", 1, job.get("statusReason") or reason, job=job)
+        reason = job.get("statusReason") or f"{len(failed)} of {size} children failed: {', '.join(failed)}"
+        # Cancelled: the parent was, or every failed child was (cancel terminates the children one by one).
+        children_cancelled = [
+            child.get("statusReason", "").startswith(CANCEL_REASON)
+            for _, child in parts
+            if child.get("status") == "FAILED"
+        ]
+        cancelled = reason.startswith(CANCEL_REASON) or (bool(children_cancelled) and all(children_cancelled))
+        return Outcome("FAILED", 1, reason, cancelled=cancelled, job=job)
     if job.get("status") == "SUCCEEDED":
         return Outcome("SUCCEEDED", 0, "", job=job)
     attempts = job.get("attempts", [])
