@@ -108,14 +108,20 @@ def test_a_job_runs_and_its_output_is_streamed(
 ) -> None:
     # The values come from the branch: they reach the process as argv and environment, never through a shell.
     hostile = "$(touch pwned); `id` ${HOME}"
-    code = "import os, sys; print('epoch 1'); print('greeting', os.environ['GREETING']); print(sys.argv[1]); " \
-           "print('to stderr', file=sys.stderr); print('::add-mask::x')"  # fmt: skip
+    code = (
+        "import os, sys; print('epoch 1'); print('greeting', os.environ['GREETING']); print(sys.argv[1]); "
+        "print('to stderr', file=sys.stderr); print('::add-mask::x'); "
+        "print('attempt', os.environ['AWS_BATCH_JOB_ATTEMPT'], 'queue', os.environ['AWS_BATCH_JQ_NAME']); "
+        "print('aws key here:', 'AWS_SECRET_ACCESS_KEY' in os.environ)"
+    )
     request = JobRequest(name="train-ok", queue="gpu", definition="train", command=(PY, "-c", code, hostile),
                          environment={"GREETING": hostile}, tags={"project": "demo"})  # fmt: skip
     outcome, lines = run_job(batch, logs, request)
 
     assert (outcome.status, outcome.exit_code) == ("SUCCEEDED", 0)
     assert {"[job] epoch 1", f"[job] greeting {hostile}", f"[job] {hostile}", "[job] to stderr"} <= set(lines)
+    # The variables real Batch sets; and the job sees its own environment, not the host's (no AWS key here).
+    assert {"[job] attempt 1 queue gpu", "[job] aws key here: False"} <= set(lines)
     # A job's line that is a workflow command is shown, not obeyed: it never starts a line.
     assert "[job] ::add-mask::x" in lines and not any(line.lstrip().startswith("::") for line in lines)
     assert "SUCCEEDED" in logged()
