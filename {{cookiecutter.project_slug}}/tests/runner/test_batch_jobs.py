@@ -341,6 +341,16 @@ def test_a_spot_reclaim_is_reported_and_the_wait_follows_the_retry(logged: Calla
     assert said.index("RUNNABLE") < said.index("SUCCEEDED")
 
 
+def test_every_line_of_a_multi_line_event_is_labelled() -> None:
+    batch = FakeBatch([job("SUCCEEDED", [attempt("s", 1000, 2000)])])
+    logs = FakeLogs({"s": ["one\n::add-mask::x\r\n  ::stop-commands::t"]})
+    lines: list[str] = []
+
+    batch_wait.wait(batch, logs, "j-1", emit=lines.append, sleep=lambda _: None)
+
+    assert lines == ["[job] one", "[job] ::add-mask::x", "[job]   ::stop-commands::t"]
+
+
 def test_a_reclaim_without_a_retry_left_is_an_interruption() -> None:
     lost = attempt("s", 1000, 61_000, HOST_LOST)
     batch = FakeBatch([job("FAILED", [lost], statusReason=HOST_LOST)])

@@ -102,7 +102,9 @@ def _read_new(logs: Any, group: str, stream: str, tail: _Tail) -> Iterator[str]:
                 return  # not written yet: the container has not logged anything
             raise
         for event in reply.get("events", []):
-            yield event.get("message", "")
+            # One event may hold several lines: each gets the label, or a line after the first could start a
+            # workflow command (splitlines splits on every line break the runner might read as one).
+            yield from event.get("message", "").splitlines() or [""]
         token = reply.get("nextForwardToken")
         if not token or token == tail.token:
             return
