@@ -26,7 +26,7 @@ from botocore.validate import validate_parameters
 
 from gpu_runner import batch_jobs, batch_wait, cli
 from gpu_runner.aws import Aws
-from gpu_runner.batch_cost import billed_seconds, job_costs
+from gpu_runner.batch_cost import billed_seconds, instance_of, job_costs
 from gpu_runner.batch_jobs import BatchInputError, JobRequest
 from gpu_runner.errors import SettingsError
 from gpu_runner.settings import Settings
@@ -383,6 +383,41 @@ def test_the_cost_of_an_attempt_is_its_duration_times_the_price(batch: Any, logs
         assert (cost.instance_type, cost.market, cost.billed_seconds) == ("g5.xlarge", "on-demand", seconds)
         assert cost.instance_usd == pytest.approx(cost.price.usd * seconds / 3600)
         assert cost.price.usd > 0
+
+
+ECS_MODEL = botocore.session.get_session().get_service_model("ecs")
+
+
+class FakeEcs:
+    """DescribeContainerInstances of one container instance of a cluster, the answer checked against the model."""
+
+    def __init__(self, cluster: str, instance_type: str, zone: str) -> None:
+        self.cluster = cluster
+        self.attributes = {"ecs.instance-type": instance_type, "ecs.availability-zone": zone}
+
+    def describe_container_instances(self, cluster: str, containerInstances: list[str]) -> dict[str, Any]:
+        found = [{"containerInstanceArn": arn, "attributes": [{"name": k, "value": v} for k, v in
+                  self.attributes.items()]} for arn in containerInstances if cluster == self.cluster]  # fmt: skip
+        return conforming(
+            ECS_MODEL, "DescribeContainerInstances", {"containerInstances": found, "failures": []}
+        )
+
+
+def test_the_instance_type_is_the_container_instances_then_the_queues_then_the_fallback() -> None:
+    ran = attempt("s", 1000, 2000)  # its containerInstanceArn is an ECS ARN
+    spot = {"computeEnvironmentName": "a", "ecsClusterArn": "arn:aws:ecs:us-east-1:123456789012:cluster/a",
+            "computeResources": {"type": "SPOT", "instanceTypes": ["g5", "g6"]}}  # fmt: skip
+    one_type = {
+        "computeEnvironmentName": "b",
+        "computeResources": {"type": "EC2", "instanceTypes": ["g6.xlarge"]},
+    }
+
+    ecs = FakeEcs(spot["ecsClusterArn"], "g5.2xlarge", "us-east-1b")
+    assert instance_of(ecs, ran, [spot], "g4dn.xlarge") == ("g5.2xlarge", "us-east-1b", "spot")
+    nowhere = FakeEcs("arn:aws:ecs:us-east-1:123456789012:cluster/other", "g5.2xlarge", "us-east-1b")
+    assert instance_of(nowhere, ran, [one_type], "g4dn.xlarge") == ("g6.xlarge", "", "on-demand")
+    assert instance_of(nowhere, ran, [spot], "g4dn.xlarge") == ("g4dn.xlarge", "", "spot")  # families only
+    assert instance_of(nowhere, ran, [spot]) is None  # not priced rather than priced as a guess
 
 
 def test_billed_seconds_round_up_and_need_both_times() -> None:
