@@ -13,7 +13,10 @@ list (never a shell string), in a temporary directory, with the job's environmen
 - logs reach CloudWatch only when a container has ended (Job.run collects them after the wait), so a "live"
   stream is the whole output at once;
 - retryStrategy is stored, never applied ("not yet implemented" in SubmitJob's docstring): there is one attempt;
-- a multi-node job's nodes share the parent's log stream and are not describable as <job id>#<node>.
+- a multi-node job's nodes share the parent's log stream and are not describable as <job id>#<node>; its
+  SubmitJob nodeOverrides are not read (each node runs its job definition's command);
+- DescribeJobs drops the container's exit code (Job.describe replaces describe_short's `container`); ListJobs
+  keeps it.
 
 Environment variables real Batch sets ("AWS Batch job environment variables", docs.aws.amazon.com/batch/latest/
 userguide/job_env_vars.html, read 2026-12-04) that moto does not: moto sets AWS_BATCH_JOB_ID on container jobs

@@ -95,11 +95,17 @@ def logs(batch: Any) -> Any:
     return boto3.client("logs", region_name=REGION)
 
 
-def run_job(batch: Any, logs: Any, request: JobRequest) -> tuple[batch_wait.Outcome, list[str]]:
+def run_job(
+    batch: Any, logs: Any, request: JobRequest, *, check_shape: bool = True
+) -> tuple[batch_wait.Outcome, list[str]]:
     lines: list[str] = []
     submitted = batch_jobs.submit(batch, request)
     outcome = batch_wait.wait(batch, logs, submitted.job_id, poll_seconds=0.2, timeout_seconds=JOB_TIMEOUT,
                               emit=lines.append)  # fmt: skip
+    # What the wait read from the batch host has the shape botocore's model gives DescribeJobs (the fakes below
+    # are held to the same check).
+    if check_shape:
+        conforming(BATCH_MODEL, "DescribeJobs", {"jobs": [dict(outcome.job)]})
     return outcome, lines
 
 
@@ -201,8 +207,12 @@ def test_cancel_terminates_an_array_jobs_running_children(batch: Any, logs: Any,
 
 def test_an_array_job_runs_one_child_per_index(batch: Any, logs: Any) -> None:
     code = "import os; print('trial', os.environ['AWS_BATCH_JOB_ARRAY_INDEX'], 'of', os.environ['AWS_BATCH_JOB_ARRAY_SIZE'])"
+    # moto answers an array parent without startedAt, which botocore's model marks required (moto's, not ours).
     outcome, lines = run_job(
-        batch, logs, JobRequest("sweep", "gpu", "train", command=(PY, "-c", code), array_size=3)
+        batch,
+        logs,
+        JobRequest("sweep", "gpu", "train", command=(PY, "-c", code), array_size=3),
+        check_shape=False,
     )
 
     assert (outcome.status, outcome.exit_code) == ("SUCCEEDED", 0)
