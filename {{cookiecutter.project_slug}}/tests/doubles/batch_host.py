@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -161,9 +162,7 @@ class LocalContainer:
     def remove(self) -> None:
         if self.process.poll() is None:
             self.kill()
-        for file in sorted(self.workdir.rglob("*"), reverse=True):
-            file.rmdir() if file.is_dir() else file.unlink()
-        self.workdir.rmdir()
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 class LocalContainers:

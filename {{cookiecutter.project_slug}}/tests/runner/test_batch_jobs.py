@@ -218,6 +218,11 @@ def test_an_array_job_runs_one_child_per_index(batch: Any, logs: Any) -> None:
     assert (outcome.status, outcome.exit_code) == ("SUCCEEDED", 0)
     assert {"[0] trial 0 of 3", "[1] trial 1 of 3", "[2] trial 2 of 3"} <= set(lines)
     assert batch.submitted[-1]["arrayProperties"] == {"size": 3}
+    # Each trial priced on its own (the slot of the cost line), on the queue's Spot market.
+    costs = job_costs(Aws(), outcome.job, region=REGION, volume_gb=30, fallback_type="g5.xlarge")
+    assert sorted((c.slot, c.attempt, c.cost.market) for c in costs) == [
+        (str(i), 1, "spot") for i in range(3)
+    ]
 
 
 def test_a_multi_node_job_runs_each_node_with_its_index(batch: Any, logs: Any) -> None:
@@ -388,8 +393,8 @@ def test_the_cost_of_an_attempt_is_its_duration_times_the_price(batch: Any, logs
     costs = job_costs(Aws(), outcome.job, region=REGION, volume_gb=30, fallback_type="g5.xlarge", table=table)
 
     seconds = math.ceil((ran["stoppedAt"] - ran["startedAt"]) / 1000)
-    assert [n for n, _ in costs] == [1, 1]  # two nodes, two instances, one attempt
-    for _, cost in costs:
+    assert [(c.slot, c.attempt) for c in costs] == [("", 1), ("", 1)]  # two nodes, two instances, one attempt
+    for cost in (c.cost for c in costs):
         assert (cost.instance_type, cost.market, cost.billed_seconds) == ("g5.xlarge", "on-demand", seconds)
         assert cost.instance_usd == pytest.approx(cost.price.usd * seconds / 3600)
         assert cost.price.usd > 0

@@ -21,13 +21,14 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from .aws import Aws
-from .batch_jobs import SPOT_TYPES, compute_environments
+from .batch_jobs import SPOT_TYPES, array_children, compute_environments
 from .cost import accounting
 from .cost.record import Cost
 
@@ -81,6 +82,13 @@ def instance_of(
     return instance_type, zone, market
 
 
+@dataclass(frozen=True)
+class AttemptCost:
+    slot: str  # an array child's index (a sweep's trial), "" for a single or multi-node job
+    attempt: int  # 1 for the first attempt: the MLflow step of the cost record
+    cost: Cost
+
+
 def job_costs(
     aws: Aws,
     job: Mapping[str, Any],
@@ -89,30 +97,50 @@ def job_costs(
     volume_gb: int,
     fallback_type: str = "",
     table: Mapping[str, Any] | None = None,
-) -> list[tuple[int, Cost]]:
-    """(attempt number, cost) for each ended attempt of a described job; a multi-node job's per node."""
+) -> list[AttemptCost]:
+    """Each ended attempt of a described job priced: an array job's per child, a multi-node job's per node."""
     batch, ecs = aws.client("batch", region), aws.client("ecs", region)
     queues = (
         batch.describe_job_queues(jobQueues=[job["jobQueue"]])["jobQueues"] if job.get("jobQueue") else []
     )
     environments = compute_environments(batch, queues[0]) if queues else []
+    children = array_children(batch, job)
+    runs = [(c["jobId"].rsplit(":", 1)[-1], c) for c in children] if children else [("", job)]
     nodes = job.get("nodeProperties", {}).get("numNodes", 1)
-    out: list[tuple[int, Cost]] = []
-    for number, attempt in enumerate(job.get("attempts", []), start=1):
-        seconds = billed_seconds(attempt)
-        placed = instance_of(ecs, attempt, environments, fallback_type)
-        if seconds is None or placed is None:
-            log.warning("warning: attempt %s of job %s not priced (%s)", number, job.get("jobId"),
-                        "no start or stop time" if seconds is None else "instance type unknown")  # fmt: skip
-            continue
-        instance_type, zone, market = placed
-        instance = {
-            "InstanceType": instance_type,
-            "Placement": {"AvailabilityZone": zone},
-            "LaunchTime": datetime.fromtimestamp(attempt["startedAt"] / 1000, UTC),
-            **({"InstanceLifecycle": "spot"} if market == "spot" else {}),
-        }
-        cost = accounting.estimate(aws, instance, region=region, billed_seconds=seconds, volume_gb=volume_gb,
-                                   table=table)  # fmt: skip
-        out += [(number, cost)] * nodes
+    out: list[AttemptCost] = []
+    for slot, ran in runs:
+        for number, attempt in enumerate(ran.get("attempts", []), start=1):
+            cost = _attempt_cost(aws, ecs, ran, number, attempt, environments, region=region,
+                                 volume_gb=volume_gb, fallback_type=fallback_type, table=table)  # fmt: skip
+            out += [AttemptCost(slot, number, cost)] * nodes if cost else []
     return out
+
+
+def _attempt_cost(
+    aws: Aws,
+    ecs: Any,
+    job: Mapping[str, Any],
+    number: int,
+    attempt: Mapping[str, Any],
+    environments: Sequence[Mapping[str, Any]],
+    *,
+    region: str,
+    volume_gb: int,
+    fallback_type: str,
+    table: Mapping[str, Any] | None,
+) -> Cost | None:
+    seconds = billed_seconds(attempt)
+    placed = instance_of(ecs, attempt, environments, fallback_type)
+    if seconds is None or placed is None:
+        log.warning("warning: attempt %s of job %s not priced (%s)", number, job.get("jobId"),
+                    "no start or stop time" if seconds is None else "instance type unknown")  # fmt: skip
+        return None
+    instance_type, zone, market = placed
+    instance = {
+        "InstanceType": instance_type,
+        "Placement": {"AvailabilityZone": zone},
+        "LaunchTime": datetime.fromtimestamp(attempt["startedAt"] / 1000, UTC),
+        **({"InstanceLifecycle": "spot"} if market == "spot" else {}),
+    }
+    return accounting.estimate(aws, instance, region=region, billed_seconds=seconds, volume_gb=volume_gb,
+                               table=table)  # fmt: skip

@@ -504,14 +504,19 @@ def _batch(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
                               poll_seconds=args.poll_seconds, timeout_seconds=args.timeout)  # fmt: skip
     try:  # the cost never changes the job's result
         fallback = settings.instance_types[0] if len(settings.instance_types) == 1 else ""
-        for attempt, cost in batch_cost.job_costs(aws, outcome.job, region=settings.region,
-                                                  volume_gb=settings.root_volume_gb, fallback_type=fallback):  # fmt: skip
+        costs = batch_cost.job_costs(aws, outcome.job, region=settings.region, volume_gb=settings.root_volume_gb,
+                                     fallback_type=fallback)  # fmt: skip
+        for priced in costs:
             overhead = None
-            if args.mlflow_run_id:
-                overhead = accounting.log_to_mlflow(
-                    cost, run_id=args.mlflow_run_id, attempt=attempt, env=os.environ
+            # A sweep's trials each log to their own run (the trial knows it); a single job's go to --mlflow-run-id.
+            if args.mlflow_run_id and not priced.slot:
+                overhead = accounting.log_to_mlflow(priced.cost, run_id=args.mlflow_run_id, attempt=priced.attempt,
+                                                    env=os.environ)  # fmt: skip
+            print(
+                accounting.summary_line(
+                    priced.cost, attempt=priced.attempt, overhead=overhead, slot=priced.slot
                 )
-            print(accounting.summary_line(cost, attempt=attempt, overhead=overhead))
+            )
     except (ClientError, BotoCoreError) as error:
         print(f"warning: cost not computed: {error}")
     return outcome.exit_code
