@@ -12,7 +12,9 @@ list (never a shell string), in a temporary directory, with the job's environmen
 `batch_endpoint`). What moto does not do, and so nothing here shows:
 - logs reach CloudWatch only when a container has ended (Job.run collects them after the wait), so a "live"
   stream is the whole output at once;
-- retryStrategy is stored, never applied ("not yet implemented" in SubmitJob's docstring): there is one attempt;
+- retryStrategy is stored, never applied ("not yet implemented" in SubmitJob's docstring): there is one attempt.
+  A host loss is simulated (RECLAIM_WHEN: the process killed, the job's and attempt's statusReason set to Batch's
+  "Host EC2 (instance i-...) terminated."), but moto starts no second attempt after it;
 - a multi-node job's nodes share the parent's log stream and are not describable as <job id>#<node>; its
   SubmitJob nodeOverrides are not read (each node runs its job definition's command);
 - DescribeJobs drops the container's exit code (Job.describe replaces describe_short's `container`); ListJobs
@@ -37,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,6 +47,9 @@ from typing import Any
 # moto names a container "<job name>-<job id with ':' as '-'>" and a node's "<job name>-<job id>-<node>".
 UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 LOOPBACK = "127.0.0.1"
+# A job whose environment names a file here loses its host when that file appears (LocalContainer._reclaim).
+RECLAIM_WHEN = "BATCH_HOST_DOUBLE_RECLAIM_WHEN"
+HOST_LOST = "Host EC2 (instance i-0123456789abcdef0) terminated."
 
 
 def _moto_job(job_id: str) -> Any:
@@ -113,10 +119,26 @@ class LocalContainer:
         for reader in self._readers:
             reader.start()
         self.status = "running"
+        reclaim = environment.get(RECLAIM_WHEN)
+        if reclaim:
+            threading.Thread(target=self._reclaim, args=(Path(reclaim), environment), daemon=True).start()
         # Every node on loopback: the main node's address for the others (moto reads the "bridge" network).
         self.attrs = {
             "NetworkSettings": {"IPAddress": LOOPBACK, "Networks": {"bridge": {"IPAddress": LOOPBACK}}}
         }
+
+    def _reclaim(self, trigger: Path, environment: dict[str, str]) -> None:
+        """A Spot reclaim of the host: once the test creates `trigger`, the job gets the reason Batch writes for a
+        host that went away, on the job and its attempt, and its process dies as with its instance."""
+        while self.process.poll() is None and not trigger.exists():
+            time.sleep(0.1)
+        job = _moto_job(environment.get("AWS_BATCH_JOB_ID", ""))
+        if self.process.poll() is not None or job is None:
+            return
+        job.job_stopped_reason = HOST_LOST
+        if job.latest_attempt is not None:
+            job.latest_attempt["statusReason"] = HOST_LOST
+        self.kill()
 
     def _read(self, stream: str, pipe: Any) -> None:
         for raw in iter(pipe.readline, b""):

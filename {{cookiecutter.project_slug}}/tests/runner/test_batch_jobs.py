@@ -23,6 +23,7 @@ import pytest
 import yaml
 from botocore.exceptions import ParamValidationError
 from botocore.validate import validate_parameters
+from doubles.batch_host import RECLAIM_WHEN
 
 from gpu_runner import batch_jobs, batch_wait, cli
 from gpu_runner.aws import Aws
@@ -205,6 +206,33 @@ def test_cancel_terminates_an_array_jobs_running_children(batch: Any, logs: Any,
             os.kill(pid, 0)
 
 
+def test_a_host_lost_on_the_last_attempt_is_an_interruption(
+    batch: Any, logs: Any, tmp_path: Path, logged: Callable[[], list[str]]
+) -> None:
+    """The batch host drops the job's host (its process killed, Batch's statusReason); moto starts no second
+    attempt (retryStrategy ignored), so this is the end of the job: the wait reports an interruption. The retry
+    itself: test_a_spot_reclaim_is_reported_and_the_wait_follows_the_retry."""
+    started, reclaim = tmp_path / "started", tmp_path / "reclaim"
+    code = "import os, pathlib, time; print('epoch 1', flush=True); pathlib.Path(os.environ['STARTED']).touch(); time.sleep(600)"
+    environment = {"STARTED": str(started), RECLAIM_WHEN: str(reclaim)}
+    submitted = batch_jobs.submit(batch, JobRequest("train-reclaimed", "gpu", "train", command=(PY, "-c", code),
+                                                    environment=environment))  # fmt: skip
+    deadline = time.monotonic() + JOB_TIMEOUT
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    reclaim.touch()
+    lines: list[str] = []
+    outcome = batch_wait.wait(batch, logs, submitted.job_id, poll_seconds=0.2, timeout_seconds=JOB_TIMEOUT,
+                              emit=lines.append)  # fmt: skip
+
+    assert (outcome.status, outcome.interrupted, outcome.cancelled) == ("FAILED", True, False)
+    assert outcome.exit_code == batch_wait.EXIT_INTERRUPTED and outcome.reason == HOST_LOST
+    assert "[job] epoch 1" in lines
+    assert any(
+        "attempt 1 interrupted: its host i-0123456789abcdef0 was terminated" in line for line in logged()
+    )
+
+
 def test_an_array_job_runs_one_child_per_index(batch: Any, logs: Any) -> None:
     code = "import os; print('trial', os.environ['AWS_BATCH_JOB_ARRAY_INDEX'], 'of', os.environ['AWS_BATCH_JOB_ARRAY_SIZE'])"
     # moto answers an array parent without startedAt, which botocore's model marks required (moto's, not ours).
@@ -277,7 +305,7 @@ def test_the_allowed_instance_types_are_the_queues() -> None:
 
 BATCH_MODEL = botocore.session.get_session().get_service_model("batch")
 LOGS_MODEL = botocore.session.get_session().get_service_model("logs")
-HOST_LOST = "Host EC2 (instance i-0123456789abcdef0) terminated."
+HOST_LOST = "Host EC2 (instance i-0123456789abcdef0) terminated."  # the batch host's own words too
 
 
 def conforming(model: Any, operation: str, answer: dict[str, Any]) -> dict[str, Any]:

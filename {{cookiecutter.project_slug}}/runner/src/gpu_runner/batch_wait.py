@@ -170,7 +170,7 @@ def outcome_of(job: Mapping[str, Any], parts: list[tuple[str, dict[str, Any]]]) 
         job.get("statusReason") or last.get("statusReason") or last.get("container", {}).get("reason", "")
     )
     cancelled = reason.startswith(CANCEL_REASON)
-    interrupted = bool(HOST_LOST.search(last.get("statusReason", ""))) and not cancelled
+    interrupted = bool(HOST_LOST.search(last.get("statusReason", "") or reason)) and not cancelled
     code = job.get("container", {}).get("exitCode") or last.get("container", {}).get("exitCode") or 1
     return Outcome("FAILED", EXIT_INTERRUPTED if interrupted else code, reason or "no reason given",
                    interrupted=interrupted, cancelled=cancelled, job=job)  # fmt: skip
