@@ -158,8 +158,7 @@ def check_placement(request: JobRequest, environments: Sequence[Mapping[str, Any
         allowed = sorted(
             {t for ce in environments for t in ce.get("computeResources", {}).get("instanceTypes", [])}
         )
-        if not any(instance_type_allowed(request.instance_type, ce.get("computeResources", {})
-                                         .get("instanceTypes", [])) for ce in environments):  # fmt: skip
+        if not instance_type_allowed(request.instance_type, allowed):
             raise BatchInputError(
                 f"instance_type: {request.instance_type} is not among the instance types of queue "
                 f"'{request.queue}' ({', '.join(allowed) or 'none'}); pick one of them or add it to the compute "
