@@ -127,6 +127,22 @@ def moto_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def batch_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A second moto server whose AWS Batch jobs really run, as local processes (doubles/batch_host.py). Its own
+    process: the session's moto_endpoint has no container host, and the jobs' threads live in the server."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("batch-host") / "moto.log"
+    host = Path(__file__).parent / "doubles" / "batch_host.py"
+    process = start_process([sys.executable, str(host), "--port", str(port)], {**os.environ}, log)
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_http(f"{endpoint}/moto-api/", process, log)
+        yield endpoint
+    finally:
+        stop_process(process)
+
+
+@pytest.fixture(scope="session")
 def mlflow_server(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real tracking server: sqlite backend, artifacts proxied to the moto S3 bucket."""
     boto3.client("s3").create_bucket(Bucket=ARTIFACT_BUCKET)

@@ -159,7 +159,46 @@ def _parser() -> argparse.ArgumentParser:
     _add_cost_report(commands)
     _add_mlflow_server(commands)
     _add_pr_comment(commands)
+    _batch_parser(commands)
     return parser
+
+
+def _key_value(value: str) -> tuple[str, str]:
+    name, sep, rest = value.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"'{value}' is not NAME=VALUE")
+    return name, rest
+
+
+def _batch_parser(commands: argparse._SubParsersAction) -> None:
+    """`gpu-runner batch submit | wait | cancel` (backend: batch; docs/batch-jobs.md)."""
+    batch = commands.add_parser(
+        "batch", help="the AWS Batch backend: submit, wait (streams the logs), cancel"
+    )
+    actions = batch.add_subparsers(dest="action", required=True)
+    submit = actions.add_parser(
+        "submit", help="check the request, submit the job, write the step output job-id"
+    )
+    submit.add_argument("--queue", required=True, help="the stack's JobQueue (or MultiNodeJobQueue) output")
+    submit.add_argument("--job-definition", required=True, help="the stack's JobDefinition output")
+    submit.add_argument("--name", required=True, help="the job name (letters, digits, - and _)")
+    submit.add_argument("--array-size", type=int, default=0, help="a sweep: one child per trial (2..10000)")
+    submit.add_argument("--instance-type", default="", help="refused unless the queue may launch it")
+    submit.add_argument("--env", type=_key_value, action="append", default=[], help="NAME=VALUE, repeatable")
+    submit.add_argument("--tag", type=_key_value, action="append", default=[], help="NAME=VALUE, repeatable")
+    # dest argv: `command` is the subcommand's own attribute.
+    submit.add_argument(
+        "argv", nargs="*", metavar="COMMAND", help="after --: the container's argv (no shell)"
+    )
+    wait = actions.add_parser(
+        "wait", help="print status changes and log lines until the job ends; its exit code"
+    )
+    cancel = actions.add_parser("cancel", help="terminate the job (idempotent): the workflow's cancel path")
+    for action in (wait, cancel):
+        action.add_argument("--job-id", required=True)
+    wait.add_argument("--poll-seconds", type=float, default=5.0)
+    wait.add_argument("--timeout", type=float, default=None, help="seconds; the job keeps running after it")
+    wait.add_argument("--mlflow-run-id", default="", help="the training run to log the attempts' cost to")
 
 
 def _add_mlflow_server(commands: argparse._SubParsersAction) -> None:
@@ -357,6 +396,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "next-wave":
         _next_wave(args, ctx)
         return 0
+    if args.command == "batch":
+        return _batch(args, settings, aws)
     if args.command == "capacity":
         from . import capacity
 
@@ -440,6 +481,45 @@ def _mlflow_server(args: argparse.Namespace, settings: Settings, aws: Aws) -> in
         print(f"MLflow on http://127.0.0.1:{args.local_port} (Ctrl-C ends the tunnel)", flush=True)
         os.execvp(command[0], command)
     return 0
+
+
+def _batch(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
+    from . import batch_cost, batch_jobs, batch_wait
+    from .cost import accounting
+
+    client = aws.client("batch", settings.region)
+    if args.action == "submit":
+        request = batch_jobs.JobRequest(
+            name=args.name, queue=args.queue, definition=args.job_definition, command=tuple(args.argv),
+            environment=dict(args.env), array_size=args.array_size, instance_type=args.instance_type,
+            tags={"project": settings.project, **dict(args.tag)},
+        )  # fmt: skip
+        submitted = batch_jobs.submit(client, request)
+        contract.write_outputs({contract.BatchOutput.JOB_ID: submitted.job_id})
+        return 0
+    if args.action == "cancel":
+        batch_jobs.cancel(client, args.job_id)
+        return 0
+    outcome = batch_wait.wait(client, aws.client("logs", settings.region), args.job_id,
+                              poll_seconds=args.poll_seconds, timeout_seconds=args.timeout)  # fmt: skip
+    try:  # the cost never changes the job's result
+        fallback = settings.instance_types[0] if len(settings.instance_types) == 1 else ""
+        costs = batch_cost.job_costs(aws, outcome.job, region=settings.region, volume_gb=settings.root_volume_gb,
+                                     fallback_type=fallback)  # fmt: skip
+        for priced in costs:
+            overhead = None
+            # A sweep's trials each log to their own run (the trial knows it); a single job's go to --mlflow-run-id.
+            if args.mlflow_run_id and not priced.slot:
+                overhead = accounting.log_to_mlflow(priced.cost, run_id=args.mlflow_run_id, attempt=priced.attempt,
+                                                    env=os.environ)  # fmt: skip
+            print(
+                accounting.summary_line(
+                    priced.cost, attempt=priced.attempt, overhead=overhead, slot=priced.slot
+                )
+            )
+    except (ClientError, BotoCoreError) as error:
+        print(f"warning: cost not computed: {error}")
+    return outcome.exit_code
 
 
 def _check_dispatch_inputs(args: argparse.Namespace, settings: Settings, ctx: RunContext) -> None:

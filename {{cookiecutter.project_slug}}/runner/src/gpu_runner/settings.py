@@ -38,6 +38,9 @@ BRANCH_PREFIX = re.compile(r"[A-Za-z0-9._/-]+")
 PINNED_IMAGE = re.compile(r"[a-z0-9][a-z0-9._/:-]*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?@sha256:[0-9a-f]{64}")
 # The only prefix of an S3 runner mirror: infra/gpu-runner.yaml denies the runner role every write under it
 # (DenyRunnerMirrorWrites), so code on one instance cannot swap the tarball the next instance boots.
+# Where the train and sweep jobs run (issue 18): an ephemeral GitHub runner on EC2 (launch/wait/teardown), or a
+# job on an AWS Batch queue that the workflow job submits, streams and waits for (batch_jobs.py, docs/batch-jobs.md).
+BACKENDS = ("runner", "batch")
 RUNNER_MIRROR = re.compile(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/runner-mirror(/[A-Za-z0-9._/-]*)?")
 
 
@@ -77,6 +80,8 @@ class Settings:
     # next one goes on-demand.
     max_attempts: int = 3
     on_demand_after_interruptions: int = 2
+    # runner | batch (BACKENDS): how train.yml and sweep.yml get a GPU.
+    backend: str = "runner"
 
     def __post_init__(self) -> None:
         problems = list(_problems(self))
@@ -86,6 +91,11 @@ class Settings:
 
 def _problems(s: Settings) -> list[str]:
     out: list[str] = []
+    if s.backend not in BACKENDS:
+        out.append(
+            f"backend: {s.backend!r} is not one of {', '.join(BACKENDS)} (runner: an EC2 GPU runner per job; "
+            "batch: a job on the AWS Batch queue, docs/batch-jobs.md)"
+        )
     if not s.project:
         out.append("project: must not be empty")
     if not REGION.fullmatch(s.region):

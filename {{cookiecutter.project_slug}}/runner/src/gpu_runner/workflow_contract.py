@@ -76,6 +76,12 @@ class CapacityOutput(StrEnum):
     IN_USE_VCPUS = "in-use-vcpus"  # the region's pending and running instances those quotas count
 
 
+class BatchOutput(StrEnum):
+    """`gpu-runner batch submit`'s step output: the job the wait follows and the cancel path terminates."""
+
+    JOB_ID = "job-id"
+
+
 # Never echoed to the log: the label is what another workflow would need to queue a job for this runner
 # (issue 13, item 1); the parameter names where its JIT config is.
 UNPRINTED = (LaunchOutput.LABEL, LaunchOutput.PARAMETER)

@@ -1,0 +1,146 @@
+"""The cost of a Batch job's attempts, as the runner backend's cost record (cost/record.Cost, priced by
+cost/accounting.estimate with the same Price List, spot history and bundled table).
+
+Per attempt: billed seconds = stoppedAt - startedAt (DescribeJobs' attempts, Unix milliseconds, rounded up): the
+time the container ran. Batch's instance boot and any idle time before or after are not in it (Batch may reuse an
+instance for the next job), so this is a lower bound of what EC2 bills.
+
+The instance type, in this order:
+1. the attempt's container instance: ECS DescribeContainerInstances in the compute environment's cluster answers
+   the attributes ecs.instance-type and ecs.availability-zone (ECS sets both on every container instance);
+2. else the compute environments of the job's queue, when they list exactly one instance type (not a family);
+3. else `fallback_type` (the instance type the job was submitted for); without one the attempt is not priced.
+The market is the compute environment's: SPOT or FARGATE_SPOT is spot, anything else on-demand.
+A multi-node job's nodes are single-tenant ("Multi-node parallel job nodes are single-tenant. This means that only a
+single job container is run on each Amazon EC2 instance.", AWS Batch User Guide, multi-node-parallel-jobs.html):
+each node is priced as its own instance.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from .aws import Aws
+from .batch_jobs import SPOT_TYPES, array_children, compute_environments
+from .cost import accounting
+from .cost.record import Cost
+
+log = logging.getLogger(__name__)
+
+
+def billed_seconds(attempt: Mapping[str, Any]) -> int | None:
+    started, stopped = attempt.get("startedAt"), attempt.get("stoppedAt")
+    if not started or not stopped or stopped < started:
+        return None
+    return math.ceil((stopped - started) / 1000)
+
+
+def _from_container_instance(
+    ecs: Any, attempt: Mapping[str, Any], environments: Sequence[Mapping[str, Any]]
+) -> tuple[str, str, Mapping[str, Any]] | None:
+    arn = attempt.get("container", {}).get("containerInstanceArn", "")
+    if not arn.startswith("arn:"):
+        return None
+    for ce in environments:
+        cluster = ce.get("ecsClusterArn")
+        if not cluster:
+            continue
+        try:
+            found = ecs.describe_container_instances(cluster=cluster, containerInstances=[arn])
+        except (ClientError, BotoCoreError) as error:
+            log.info("container instance of %s not described in %s: %s", arn, cluster, error)
+            continue
+        for instance in found.get("containerInstances", []):
+            attributes = {a["name"]: a.get("value", "") for a in instance.get("attributes", [])}
+            if attributes.get("ecs.instance-type"):
+                return attributes["ecs.instance-type"], attributes.get("ecs.availability-zone", ""), ce
+    return None
+
+
+def instance_of(
+    ecs: Any, attempt: Mapping[str, Any], environments: Sequence[Mapping[str, Any]], fallback_type: str = ""
+) -> tuple[str, str, str] | None:
+    """(instance type, availability zone, market) of an attempt by the rule in the module docstring."""
+    found = _from_container_instance(ecs, attempt, environments)
+    if found:
+        instance_type, zone, ce = found
+    else:
+        types = {t for ce in environments for t in ce.get("computeResources", {}).get("instanceTypes", [])}
+        concrete = sorted(t for t in types if "." in t)
+        instance_type = concrete[0] if len(types) == 1 and concrete else fallback_type
+        zone, ce = "", environments[0] if environments else {}
+        if not instance_type:
+            return None
+    market = "spot" if ce.get("computeResources", {}).get("type") in SPOT_TYPES else "on-demand"
+    return instance_type, zone, market
+
+
+@dataclass(frozen=True)
+class AttemptCost:
+    slot: str  # an array child's index (a sweep's trial), "" for a single or multi-node job
+    attempt: int  # 1 for the first attempt: the MLflow step of the cost record
+    cost: Cost
+
+
+def job_costs(
+    aws: Aws,
+    job: Mapping[str, Any],
+    *,
+    region: str,
+    volume_gb: int,
+    fallback_type: str = "",
+    table: Mapping[str, Any] | None = None,
+) -> list[AttemptCost]:
+    """Each ended attempt of a described job priced: an array job's per child, a multi-node job's per node."""
+    batch, ecs = aws.client("batch", region), aws.client("ecs", region)
+    queues = (
+        batch.describe_job_queues(jobQueues=[job["jobQueue"]])["jobQueues"] if job.get("jobQueue") else []
+    )
+    environments = compute_environments(batch, queues[0]) if queues else []
+    children = array_children(batch, job)
+    runs = [(c["jobId"].rsplit(":", 1)[-1], c) for c in children] if children else [("", job)]
+    nodes = job.get("nodeProperties", {}).get("numNodes", 1)
+    out: list[AttemptCost] = []
+    for slot, ran in runs:
+        for number, attempt in enumerate(ran.get("attempts", []), start=1):
+            cost = _attempt_cost(aws, ecs, ran, number, attempt, environments, region=region,
+                                 volume_gb=volume_gb, fallback_type=fallback_type, table=table)  # fmt: skip
+            out += [AttemptCost(slot, number, cost)] * nodes if cost else []
+    return out
+
+
+def _attempt_cost(
+    aws: Aws,
+    ecs: Any,
+    job: Mapping[str, Any],
+    number: int,
+    attempt: Mapping[str, Any],
+    environments: Sequence[Mapping[str, Any]],
+    *,
+    region: str,
+    volume_gb: int,
+    fallback_type: str,
+    table: Mapping[str, Any] | None,
+) -> Cost | None:
+    seconds = billed_seconds(attempt)
+    placed = instance_of(ecs, attempt, environments, fallback_type)
+    if seconds is None or placed is None:
+        log.warning("warning: attempt %s of job %s not priced (%s)", number, job.get("jobId"),
+                    "no start or stop time" if seconds is None else "instance type unknown")  # fmt: skip
+        return None
+    instance_type, zone, market = placed
+    instance = {
+        "InstanceType": instance_type,
+        "Placement": {"AvailabilityZone": zone},
+        "LaunchTime": datetime.fromtimestamp(attempt["startedAt"] / 1000, UTC),
+        **({"InstanceLifecycle": "spot"} if market == "spot" else {}),
+    }
+    return accounting.estimate(aws, instance, region=region, billed_seconds=seconds, volume_gb=volume_gb,
+                               table=table)  # fmt: skip

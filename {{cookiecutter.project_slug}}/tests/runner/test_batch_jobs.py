@@ -1,0 +1,507 @@
+"""The AWS Batch backend: submit, wait (status, streamed log lines, outcome), cancel, array and multi-node jobs,
+bad input refused before SubmitJob, the cost of the attempts, and `backend` in the settings.
+
+The jobs really run: moto's Batch backend with the local container host of doubles/batch_host.py (`batch_endpoint`),
+each job's command a local process. What moto cannot show (a second attempt after a Spot reclaim: it ignores
+retryStrategy) is shown against DescribeJobs answers that botocore's own service model accepts (FakeBatch).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import botocore.session
+import pytest
+import yaml
+from botocore.exceptions import ParamValidationError
+from botocore.validate import validate_parameters
+from doubles.batch_host import RECLAIM_WHEN
+
+from gpu_runner import batch_jobs, batch_wait, cli
+from gpu_runner.aws import Aws
+from gpu_runner.batch_cost import billed_seconds, instance_of, job_costs
+from gpu_runner.batch_jobs import BatchInputError, JobRequest
+from gpu_runner.errors import SettingsError
+from gpu_runner.settings import Settings
+
+REGION = "us-east-1"
+PY = sys.executable
+# Long enough for moto's thread to walk SUBMITTED..RUNNING (0.5 s steps) and a process to start on 2 busy cores.
+JOB_TIMEOUT = 120.0
+
+
+@pytest.fixture(scope="module")
+def world(batch_endpoint: str) -> dict[str, str]:
+    """Two queues on managed compute environments, created as `gpu-runner batch up`'s stack would: `gpu` on
+    Spot (g5.xlarge, g4dn.xlarge), `gpu-mnp` on-demand (the g5 family); a container and a 2-node definition."""
+
+    def client(service: str) -> Any:
+        return boto3.client(service, region_name=REGION, endpoint_url=batch_endpoint)
+
+    iam, ec2, batch = client("iam"), client("ec2"), client("batch")
+    trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
+                                                      "Principal": {"Service": "batch.amazonaws.com"}}]}  # fmt: skip
+    role = iam.create_role(RoleName="batch-service", AssumeRolePolicyDocument=json.dumps(trust))
+    role = role["Role"]["Arn"]
+    profile = iam.create_instance_profile(InstanceProfileName="batch-instance")["InstanceProfile"]["Arn"]
+    subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
+    group = ec2.create_security_group(GroupName="batch", Description="batch jobs")["GroupId"]
+
+    def environment(name: str, market: str, types: list[str]) -> str:
+        resources = {"type": market, "minvCpus": 0, "maxvCpus": 64, "instanceTypes": types, "subnets": [subnet],
+                     "securityGroupIds": [group], "instanceRole": profile}  # fmt: skip
+        return batch.create_compute_environment(
+            computeEnvironmentName=name, type="MANAGED", state="ENABLED", computeResources=resources,
+            serviceRole=role,
+        )["computeEnvironmentArn"]  # fmt: skip
+
+    for queue, ce in (("gpu", environment("gpu-spot", "SPOT", ["g5.xlarge", "g4dn.xlarge"])),
+                      ("gpu-mnp", environment("gpu-ondemand", "EC2", ["g5"]))):  # fmt: skip
+        batch.create_job_queue(jobQueueName=queue, state="ENABLED", priority=1,
+                               computeEnvironmentOrder=[{"order": 1, "computeEnvironment": ce}])  # fmt: skip
+    resources = [{"type": "VCPU", "value": "1"}, {"type": "MEMORY", "value": "512"}]
+    # The image is never pulled: the double runs the command on this machine.
+    batch.register_job_definition(jobDefinitionName="train", type="container", containerProperties={
+        "image": "local/none", "command": ["true"], "resourceRequirements": resources})  # fmt: skip
+    node = "import os; e = os.environ; print('node', e['AWS_BATCH_JOB_NODE_INDEX'], 'of', e['AWS_BATCH_JOB_NUM_NODES'], 'main', e['AWS_BATCH_JOB_MAIN_NODE_INDEX'], 'main address', e.get('AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS', '-'))"
+    batch.register_job_definition(jobDefinitionName="train-mnp", type="multinode", nodeProperties={
+        "numNodes": 2, "mainNode": 0, "nodeRangeProperties": [{"targetNodes": "0:1", "container": {
+            "image": "local/none", "command": [PY, "-c", node], "resourceRequirements": resources}}]})  # fmt: skip
+    return {"endpoint": batch_endpoint}
+
+
+@pytest.fixture
+def batch(world: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A Batch client of the product's kind on the batch host; `batch.submitted` lists every SubmitJob sent."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", world["endpoint"])
+    client = boto3.client("batch", region_name=REGION)
+    submitted: list[dict[str, Any]] = []
+    client.meta.events.register(
+        "provide-client-params.batch.SubmitJob", lambda params, **_: submitted.append(dict(params))
+    )
+    client.submitted = submitted
+    yield client
+
+
+@pytest.fixture
+def logs(batch: Any) -> Any:
+    return boto3.client("logs", region_name=REGION)
+
+
+def run_job(
+    batch: Any, logs: Any, request: JobRequest, *, check_shape: bool = True
+) -> tuple[batch_wait.Outcome, list[str]]:
+    lines: list[str] = []
+    submitted = batch_jobs.submit(batch, request)
+    outcome = batch_wait.wait(batch, logs, submitted.job_id, poll_seconds=0.2, timeout_seconds=JOB_TIMEOUT,
+                              emit=lines.append)  # fmt: skip
+    # What the wait read from the batch host has the shape botocore's model gives DescribeJobs (the fakes below
+    # are held to the same check).
+    if check_shape:
+        conforming(BATCH_MODEL, "DescribeJobs", {"jobs": [dict(outcome.job)]})
+    return outcome, lines
+
+
+def test_a_job_runs_and_its_output_is_streamed(
+    batch: Any, logs: Any, logged: Callable[[], list[str]]
+) -> None:
+    # The values come from the branch: they reach the process as argv and environment, never through a shell.
+    hostile = "$(touch pwned); `id` ${HOME}"
+    code = (
+        "import os, sys; print('epoch 1'); print('greeting', os.environ['GREETING']); print(sys.argv[1]); "
+        "print('to stderr', file=sys.stderr); print('::add-mask::x'); "
+        "print('attempt', os.environ['AWS_BATCH_JOB_ATTEMPT'], 'queue', os.environ['AWS_BATCH_JQ_NAME']); "
+        "print('aws key here:', 'AWS_SECRET_ACCESS_KEY' in os.environ)"
+    )
+    request = JobRequest(name="train-ok", queue="gpu", definition="train", command=(PY, "-c", code, hostile),
+                         environment={"GREETING": hostile}, tags={"project": "demo"})  # fmt: skip
+    outcome, lines = run_job(batch, logs, request)
+
+    assert (outcome.status, outcome.exit_code) == ("SUCCEEDED", 0)
+    assert {"[job] epoch 1", f"[job] greeting {hostile}", f"[job] {hostile}", "[job] to stderr"} <= set(lines)
+    # The variables real Batch sets; and the job sees its own environment, not the host's (no AWS key here).
+    assert {"[job] attempt 1 queue gpu", "[job] aws key here: False"} <= set(lines)
+    # A job's line that is a workflow command is shown, not obeyed: it never starts a line.
+    assert "[job] ::add-mask::x" in lines and not any(line.lstrip().startswith("::") for line in lines)
+    assert "SUCCEEDED" in logged()
+    sent = batch.submitted[-1]
+    assert sent["containerOverrides"]["command"] == [PY, "-c", code, hostile]
+    assert sent["containerOverrides"]["environment"] == [{"name": "GREETING", "value": hostile}]
+    assert sent["tags"] == {"project": "demo"} and sent["propagateTags"] is True
+
+
+def test_a_failing_job_fails(batch: Any, logs: Any, logged: Callable[[], list[str]]) -> None:
+    """moto's DescribeJobs drops the container's exit code (Job.describe replaces describe_short's `container`
+    with the job definition's details); ListJobs keeps it, so the process's own code is checked there. The exit
+    code as the wait's result: test_a_failed_job_exits_with_its_containers_code."""
+    code = "import sys; print('loss is nan'); sys.exit(3)"
+    outcome, lines = run_job(batch, logs, JobRequest("train-fails", "gpu", "train", command=(PY, "-c", code)))
+
+    assert (outcome.status, outcome.cancelled) == ("FAILED", False) and outcome.exit_code != 0
+    assert "[job] loss is nan" in lines
+    assert any(f"job {outcome.job['jobId']} FAILED (exit code 1)" in line for line in logged())
+    [listed] = [j for j in batch.list_jobs(jobQueue="gpu", jobStatus="FAILED")["jobSummaryList"]
+                if j["jobId"] == outcome.job["jobId"]]  # fmt: skip
+    assert listed["container"]["exitCode"] == 3
+
+
+def test_a_failed_job_exits_with_its_containers_code() -> None:
+    stopped = attempt("s", 1000, 5000, "Essential container in task exited") | {}
+    stopped["container"]["exitCode"] = 3
+    batch = FakeBatch([job("FAILED", [stopped], statusReason="Essential container in task exited")])
+
+    outcome = batch_wait.wait(batch, FakeLogs({}), "j-1", emit=lambda _: None, sleep=lambda _: None)
+
+    assert (outcome.exit_code, outcome.reason) == (3, "Essential container in task exited")
+
+
+def test_cancel_terminates_a_running_job(batch: Any, logs: Any, tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    code = "import os, time; open(os.environ['PID_FILE'], 'w').write(str(os.getpid())); print('started', flush=True); time.sleep(600)"
+    submitted = batch_jobs.submit(batch, JobRequest("train-cancelled", "gpu", "train", command=(PY, "-c", code),
+                                                    environment={"PID_FILE": str(pid_file)}))  # fmt: skip
+    deadline = time.monotonic() + JOB_TIMEOUT
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    pid = int(pid_file.read_text())
+    assert batch_jobs.describe(batch, [submitted.job_id])[0]["status"] == "RUNNING"
+
+    assert batch_jobs.cancel(batch, submitted.job_id) == "RUNNING"
+    lines: list[str] = []
+    outcome = batch_wait.wait(batch, logs, submitted.job_id, poll_seconds=0.2, timeout_seconds=JOB_TIMEOUT,
+                              emit=lines.append)  # fmt: skip
+
+    assert (outcome.status, outcome.cancelled) == ("FAILED", True)
+    assert outcome.reason == batch_jobs.CANCEL_REASON and outcome.exit_code != 0
+    assert "[job] started" in lines
+    with pytest.raises(ProcessLookupError):  # the job's process is gone, not left running
+        os.kill(pid, 0)
+    assert batch_jobs.cancel(batch, submitted.job_id) == "FAILED"  # the cancel path may run twice
+
+
+def test_cancel_terminates_an_array_jobs_running_children(batch: Any, logs: Any, tmp_path: Path) -> None:
+    code = "import os, pathlib, time; pathlib.Path(os.environ['PID_DIR'], os.environ['AWS_BATCH_JOB_ARRAY_INDEX']).write_text(str(os.getpid())); time.sleep(600)"
+    submitted = batch_jobs.submit(batch, JobRequest("sweep-cancelled", "gpu", "train", command=(PY, "-c", code),
+                                                    environment={"PID_DIR": str(tmp_path)}, array_size=2))  # fmt: skip
+    deadline = time.monotonic() + JOB_TIMEOUT
+    while len([p for p in tmp_path.iterdir() if p.read_text()]) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    pids = [int(p.read_text()) for p in tmp_path.iterdir()]
+
+    batch_jobs.cancel(batch, submitted.job_id)
+    outcome = batch_wait.wait(batch, logs, submitted.job_id, poll_seconds=0.2, timeout_seconds=JOB_TIMEOUT,
+                              emit=lambda _: None)  # fmt: skip
+
+    assert (outcome.status, outcome.cancelled, len(pids)) == ("FAILED", True, 2)
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_a_host_lost_on_the_last_attempt_is_an_interruption(
+    batch: Any, logs: Any, tmp_path: Path, logged: Callable[[], list[str]]
+) -> None:
+    """The batch host drops the job's host (its process killed, Batch's statusReason); moto starts no second
+    attempt (retryStrategy ignored), so this is the end of the job: the wait reports an interruption. The retry
+    itself: test_a_spot_reclaim_is_reported_and_the_wait_follows_the_retry."""
+    started, reclaim = tmp_path / "started", tmp_path / "reclaim"
+    code = "import os, pathlib, time; print('epoch 1', flush=True); pathlib.Path(os.environ['STARTED']).touch(); time.sleep(600)"
+    environment = {"STARTED": str(started), RECLAIM_WHEN: str(reclaim)}
+    submitted = batch_jobs.submit(batch, JobRequest("train-reclaimed", "gpu", "train", command=(PY, "-c", code),
+                                                    environment=environment))  # fmt: skip
+    deadline = time.monotonic() + JOB_TIMEOUT
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    reclaim.touch()
+    lines: list[str] = []
+    outcome = batch_wait.wait(batch, logs, submitted.job_id, poll_seconds=0.2, timeout_seconds=JOB_TIMEOUT,
+                              emit=lines.append)  # fmt: skip
+
+    assert (outcome.status, outcome.interrupted, outcome.cancelled) == ("FAILED", True, False)
+    assert outcome.exit_code == batch_wait.EXIT_INTERRUPTED and outcome.reason == HOST_LOST
+    assert "[job] epoch 1" in lines
+    assert any(
+        "attempt 1 interrupted: its host i-0123456789abcdef0 was terminated" in line for line in logged()
+    )
+
+
+def test_an_array_job_runs_one_child_per_index(batch: Any, logs: Any) -> None:
+    code = "import os; print('trial', os.environ['AWS_BATCH_JOB_ARRAY_INDEX'], 'of', os.environ['AWS_BATCH_JOB_ARRAY_SIZE'])"
+    # moto answers an array parent without startedAt, which botocore's model marks required (moto's, not ours).
+    outcome, lines = run_job(
+        batch,
+        logs,
+        JobRequest("sweep", "gpu", "train", command=(PY, "-c", code), array_size=3),
+        check_shape=False,
+    )
+
+    assert (outcome.status, outcome.exit_code) == ("SUCCEEDED", 0)
+    assert {"[0] trial 0 of 3", "[1] trial 1 of 3", "[2] trial 2 of 3"} <= set(lines)
+    assert batch.submitted[-1]["arrayProperties"] == {"size": 3}
+    # Each trial priced on its own (the slot of the cost line), on the queue's Spot market.
+    costs = job_costs(Aws(), outcome.job, region=REGION, volume_gb=30, fallback_type="g5.xlarge")
+    assert sorted((c.slot, c.attempt, c.cost.market) for c in costs) == [
+        (str(i), 1, "spot") for i in range(3)
+    ]
+
+
+def test_a_multi_node_job_runs_each_node_with_its_index(batch: Any, logs: Any) -> None:
+    outcome, lines = run_job(batch, logs, JobRequest("train-2-nodes", "gpu-mnp", "train-mnp"))
+
+    assert (outcome.status, outcome.exit_code) == ("SUCCEEDED", 0)
+    # moto writes both nodes to the parent's one stream (real Batch: one per node, <id>#<node>, also followed).
+    assert "[job] node 0 of 2 main 0 main address -" in lines
+    assert "[job] node 1 of 2 main 0 main address 127.0.0.1" in lines
+
+
+@pytest.mark.parametrize(
+    ("request_", "named"),
+    [
+        (JobRequest("t", "no-such-queue", "train"), "queue: 'no-such-queue' does not exist"),
+        (JobRequest("t", "gpu", "no-such-definition"), "definition: 'no-such-definition' does not exist"),
+        (
+            JobRequest("t", "gpu", "train", instance_type="p4d.24xlarge"),
+            "instance_type: p4d.24xlarge is not among",
+        ),
+        (JobRequest("t", "gpu", "train-mnp"), "multi-node parallel jobs are not supported on Spot"),
+        (JobRequest("t", "gpu", "train", array_size=1), "array_size: 1 is outside 2..10,000"),
+        (JobRequest("t", "gpu", "train", array_size=10_001), "array_size: 10001 is outside 2..10,000"),
+        (JobRequest("t$(id)", "gpu", "train"), "name: 't$(id)' is not a Batch job name"),
+        (JobRequest("-t", "gpu", "train"), "name: '-t' is not a Batch job name"),
+        (JobRequest("t" * 129, "gpu", "train"), "is not a Batch job name"),
+        (
+            JobRequest("t", "gpu", "train", environment={"X=$(id)": "1"}),
+            "environment: 'X=$(id)' is not a variable",
+        ),
+        (JobRequest("t", "gpu", "train", environment={"AWS_BATCH_JOB_ID": "x"}), "a prefix Batch reserves"),
+        (JobRequest("t", "gpu", "train", command=("a\x00b",)), "command: every argument must be a string"),
+        (JobRequest("t", "gpu", "train", tags={"aws:x": "y"}), "tags: 'aws:x' starts with aws:"),
+    ],
+)
+def test_bad_input_is_refused_before_submitting(batch: Any, request_: JobRequest, named: str) -> None:
+    with pytest.raises(
+        BatchInputError, match=named.replace("$", r"\$").replace("(", r"\(").replace(")", r"\)")
+    ):
+        batch_jobs.submit(batch, request_)
+    assert batch.submitted == []
+
+
+def test_the_allowed_instance_types_are_the_queues() -> None:
+    assert batch_jobs.instance_type_allowed("g5.2xlarge", ["g5"])  # a family allows its sizes
+    assert batch_jobs.instance_type_allowed("g5.xlarge", ["g5.xlarge", "g4dn.xlarge"])
+    assert not batch_jobs.instance_type_allowed("g5.2xlarge", ["g5.xlarge"])
+    assert not batch_jobs.instance_type_allowed("g6.xlarge", ["g5", "optimal"])
+
+
+# ---- What moto cannot run: a second attempt (it ignores retryStrategy). Answers checked against botocore's model.
+
+BATCH_MODEL = botocore.session.get_session().get_service_model("batch")
+LOGS_MODEL = botocore.session.get_session().get_service_model("logs")
+HOST_LOST = "Host EC2 (instance i-0123456789abcdef0) terminated."  # the batch host's own words too
+
+
+def conforming(model: Any, operation: str, answer: dict[str, Any]) -> dict[str, Any]:
+    """The answer, once botocore's service model accepts it as `operation`'s output (else ParamValidationError)."""
+    validate_parameters(answer, model.operation_model(operation).output_shape)
+    return answer
+
+
+class FakeBatch:
+    """DescribeJobs answers in order (the last repeats), each validated; TerminateJob recorded."""
+
+    def __init__(self, answers: list[dict[str, Any]]) -> None:
+        self.answers = [conforming(BATCH_MODEL, "DescribeJobs", {"jobs": [a]}) for a in answers]
+        self.calls = 0
+
+    def describe_jobs(self, jobs: list[str]) -> dict[str, Any]:
+        answer = self.answers[min(self.calls, len(self.answers) - 1)]
+        self.calls += 1
+        return answer
+
+
+class FakeLogs:
+    """GetLogEvents over fixed streams, with CloudWatch's token rule: the same token back at the end."""
+
+    def __init__(self, streams: dict[str, list[str]]) -> None:
+        self.streams = streams
+
+    def get_log_events(self, logGroupName: str, logStreamName: str, startFromHead: bool,
+                       nextToken: str = "") -> dict[str, Any]:  # fmt: skip
+        messages = self.streams.get(logStreamName, [])
+        start = int(nextToken.split("/")[-1]) if nextToken else 0
+        events = [
+            {"timestamp": i, "message": m, "ingestionTime": i} for i, m in enumerate(messages[start:], start)
+        ]
+        token = f"f/{len(messages)}"
+        return conforming(LOGS_MODEL, "GetLogEvents", {"events": events, "nextForwardToken": token,
+                                                        "nextBackwardToken": "b/0"})  # fmt: skip
+
+
+def attempt(stream: str, started: int, stopped: int | None = None, reason: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {"container": {"logStreamName": stream, "containerInstanceArn": "arn:aws:ecs:us-east-1:"
+                                         "123456789012:container-instance/c/1"}, "startedAt": started}  # fmt: skip
+    if stopped:
+        out |= {"stoppedAt": stopped, "statusReason": reason}
+    return out
+
+
+def job(status: str, attempts: list[dict[str, Any]], **more: Any) -> dict[str, Any]:
+    current = attempts[-1].get("container", {}).get("logStreamName") if attempts else None
+    return {"jobId": "j-1", "jobName": "train", "jobQueue": "gpu", "jobDefinition": "train:1", "status": status,
+            "startedAt": 1, "attempts": attempts, "container": {"logStreamName": current} if current else {},
+            **more}  # fmt: skip
+
+
+def test_a_spot_reclaim_is_reported_and_the_wait_follows_the_retry(logged: Callable[[], list[str]]) -> None:
+    """Batch's retryStrategy (attempts 2, evaluateOnExit onStatusReason "Host EC2*" RETRY) starts attempt 2 on a
+    new host after attempt 1's was reclaimed; moto cannot (it stores retryStrategy and runs one attempt), so the
+    answers below are DescribeJobs answers as Batch gives them, each accepted by botocore's service model."""
+    first, lost = attempt("train/default/a1", 1000), attempt("train/default/a1", 1000, 61_000, HOST_LOST)
+    second = attempt("train/default/a2", 90_000)
+    batch = FakeBatch([
+        job("RUNNING", [first]), job("RUNNABLE", [lost]), job("RUNNING", [lost, second]),
+        job("SUCCEEDED", [lost, attempt("train/default/a2", 90_000, 150_000, "Essential container in task exited")]),
+    ])  # fmt: skip
+    logs = FakeLogs(
+        {"train/default/a1": ["epoch 1", "epoch 2"], "train/default/a2": ["resumed at epoch 2", "done"]}
+    )
+    lines: list[str] = []
+
+    outcome = batch_wait.wait(batch, logs, "j-1", poll_seconds=0, emit=lines.append, sleep=lambda _: None)
+
+    assert (outcome.status, outcome.exit_code, outcome.interrupted) == ("SUCCEEDED", 0, False)
+    assert lines == ["[job] epoch 1", "[job] epoch 2", "[job] resumed at epoch 2", "[job] done"]
+    said = logged()
+    assert any("attempt 1 interrupted: its host i-0123456789abcdef0 was terminated" in line for line in said)
+    assert said.index("RUNNABLE") < said.index("SUCCEEDED")
+
+
+def test_every_line_of_a_multi_line_event_is_labelled() -> None:
+    batch = FakeBatch([job("SUCCEEDED", [attempt("s", 1000, 2000)])])
+    logs = FakeLogs({"s": ["one\n::add-mask::x\r\n  ::stop-commands::t"]})
+    lines: list[str] = []
+
+    batch_wait.wait(batch, logs, "j-1", emit=lines.append, sleep=lambda _: None)
+
+    assert lines == ["[job] one", "[job] ::add-mask::x", "[job]   ::stop-commands::t"]
+
+
+def test_a_reclaim_without_a_retry_left_is_an_interruption() -> None:
+    lost = attempt("s", 1000, 61_000, HOST_LOST)
+    batch = FakeBatch([job("FAILED", [lost], statusReason=HOST_LOST)])
+
+    outcome = batch_wait.wait(batch, FakeLogs({}), "j-1", emit=lambda _: None, sleep=lambda _: None)
+
+    assert outcome.exit_code == batch_wait.EXIT_INTERRUPTED
+    assert (outcome.interrupted, outcome.reason) == (True, HOST_LOST)
+
+
+def test_the_double_answers_are_checked_against_botocores_model() -> None:
+    with pytest.raises(ParamValidationError):  # the check bites: attempts is a list, startedAt a number
+        conforming(BATCH_MODEL, "DescribeJobs", {"jobs": [job("RUNNING", [{"startedAt": "yesterday"}])]})
+    with pytest.raises(ParamValidationError):
+        conforming(BATCH_MODEL, "DescribeJobs", {"jobs": [{"jobId": "j-1"}]})  # jobName, status... required
+
+
+def test_the_cost_of_an_attempt_is_its_duration_times_the_price(batch: Any, logs: Any) -> None:
+    outcome, _ = run_job(batch, logs, JobRequest("train-priced", "gpu-mnp", "train-mnp"))
+    [ran] = outcome.job["attempts"]
+    # Priced from the bundled-table form only: no AWS price source answers for the moto account.
+    table = {"as_of": "2026-12", "regions": {REGION: {"on_demand_usd_per_hour": {"g5.xlarge": 1.006},
+                                                      "gp3_usd_per_gb_month": 0.08}}}  # fmt: skip
+
+    costs = job_costs(Aws(), outcome.job, region=REGION, volume_gb=30, fallback_type="g5.xlarge", table=table)
+
+    seconds = math.ceil((ran["stoppedAt"] - ran["startedAt"]) / 1000)
+    assert [(c.slot, c.attempt) for c in costs] == [("", 1), ("", 1)]  # two nodes, two instances, one attempt
+    for cost in (c.cost for c in costs):
+        assert (cost.instance_type, cost.market, cost.billed_seconds) == ("g5.xlarge", "on-demand", seconds)
+        assert cost.instance_usd == pytest.approx(cost.price.usd * seconds / 3600)
+        assert cost.price.usd > 0
+
+
+ECS_MODEL = botocore.session.get_session().get_service_model("ecs")
+
+
+class FakeEcs:
+    """DescribeContainerInstances of one container instance of a cluster, the answer checked against the model."""
+
+    def __init__(self, cluster: str, instance_type: str, zone: str) -> None:
+        self.cluster = cluster
+        self.attributes = {"ecs.instance-type": instance_type, "ecs.availability-zone": zone}
+
+    def describe_container_instances(self, cluster: str, containerInstances: list[str]) -> dict[str, Any]:
+        found = [{"containerInstanceArn": arn, "attributes": [{"name": k, "value": v} for k, v in
+                  self.attributes.items()]} for arn in containerInstances if cluster == self.cluster]  # fmt: skip
+        return conforming(
+            ECS_MODEL, "DescribeContainerInstances", {"containerInstances": found, "failures": []}
+        )
+
+
+def test_the_instance_type_is_the_container_instances_then_the_queues_then_the_fallback() -> None:
+    ran = attempt("s", 1000, 2000)  # its containerInstanceArn is an ECS ARN
+    spot = {"computeEnvironmentName": "a", "ecsClusterArn": "arn:aws:ecs:us-east-1:123456789012:cluster/a",
+            "computeResources": {"type": "SPOT", "instanceTypes": ["g5", "g6"]}}  # fmt: skip
+    one_type = {
+        "computeEnvironmentName": "b",
+        "computeResources": {"type": "EC2", "instanceTypes": ["g6.xlarge"]},
+    }
+
+    ecs = FakeEcs(spot["ecsClusterArn"], "g5.2xlarge", "us-east-1b")
+    assert instance_of(ecs, ran, [spot], "g4dn.xlarge") == ("g5.2xlarge", "us-east-1b", "spot")
+    nowhere = FakeEcs("arn:aws:ecs:us-east-1:123456789012:cluster/other", "g5.2xlarge", "us-east-1b")
+    assert instance_of(nowhere, ran, [one_type], "g4dn.xlarge") == ("g6.xlarge", "", "on-demand")
+    assert instance_of(nowhere, ran, [spot], "g4dn.xlarge") == ("g4dn.xlarge", "", "spot")  # families only
+    assert instance_of(nowhere, ran, [spot]) is None  # not priced rather than priced as a guess
+
+
+def test_billed_seconds_round_up_and_need_both_times() -> None:
+    assert billed_seconds({"startedAt": 1_000, "stoppedAt": 3_601_500}) == 3601
+    assert billed_seconds({"startedAt": 1_000}) is None
+
+
+def test_the_cli_submits_waits_and_cancels(
+    batch: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = tmp_path / "gpu-runner.yaml"
+    settings.write_text(yaml.safe_dump({"project": "demo", "region": REGION, "instance_types": ["g5.xlarge"],
+                                        "backend": "batch"}))  # fmt: skip
+    outputs = tmp_path / "github-output"
+    monkeypatch.setenv("GITHUB_REPOSITORY", "octo/demo")
+    monkeypatch.setenv("GITHUB_OUTPUT", str(outputs))
+    common = ["--settings", str(settings), "batch"]
+    code = "import os; print('from the cli', os.environ['A'])"
+
+    assert cli.main([*common, "submit", "--queue", "gpu", "--job-definition", "train", "--name", "cli-job",
+                     "--instance-type", "g5.xlarge", "--env", "A=1=2", "--", PY, "-c", code]) == 0  # fmt: skip
+    key, _, job_id = outputs.read_text().strip().partition("=")
+    [described] = batch_jobs.describe(batch, [job_id])
+    assert key == "job-id" and described["tags"] == {"project": "demo"}
+    assert described["container"]["command"] == [PY, "-c", code]
+    assert cli.main([*common, "wait", "--job-id", job_id, "--poll-seconds", "0.2", "--timeout", "120"]) == 0
+    out = capsys.readouterr().out
+    assert "[job] from the cli 1=2" in out
+    assert (
+        "**GPU cost (attempt 1)**" in out and "g5.xlarge spot" in out
+    )  # the queue's compute environment is SPOT
+    assert cli.main([*common, "cancel", "--job-id", job_id]) == 0  # already over: nothing to do, no error
+    assert "already SUCCEEDED" in capsys.readouterr().out
+
+    assert cli.main([*common, "submit", "--queue", "gpu", "--job-definition", "train", "--name", "x;y"]) == 1
+    assert "name: 'x;y' is not a Batch job name" in capsys.readouterr().err
+
+
+def test_backend_is_runner_or_batch() -> None:
+    base = {"project": "demo", "region": REGION, "instance_types": ("g5.xlarge",)}
+    assert Settings(**base).backend == "runner"
+    assert Settings(**base, backend="batch").backend == "batch"
+    with pytest.raises(SettingsError, match="backend: 'kubernetes' is not one of runner, batch"):
+        Settings(**base, backend="kubernetes")
