@@ -115,6 +115,18 @@ def attempts_above_runner(case: Case) -> int:
     )  # fmt: skip
 
 
+def array_child_trial(case: Case, index: str | None) -> int:
+    """`sweep trial --trials 3,5` as a Batch array child runs it, its index given or (a single job) not."""
+    if index is None:
+        case.monkeypatch.delenv("AWS_BATCH_JOB_ARRAY_INDEX", raising=False)
+    else:
+        case.monkeypatch.setenv("AWS_BATCH_JOB_ARRAY_INDEX", index)
+    return cli(
+        "sweep", "trial", "--trials", "3,5", "--sweep", write_config(case, SWEEP, "sweep.yaml"),
+        "--config", write_config(case, SWEEP_BASE, "train.yaml"), "--storage-root", STUDY_ROOT,
+    )  # fmt: skip
+
+
 def first_wave_then(case: Case, sweep_text: str) -> int:
     assert sweep_plan(case, SWEEP) == 0, "the first wave should have been planned"
     case.study_before = study_state(case)
@@ -306,6 +318,8 @@ TRIGGERS: dict[str, Callable[[Case], int]] = {
     "sweep-budget-spent": budget_spent,
     "sweep-space-changed": lambda case: first_wave_then(case, SWEEP.replace("high: 0.5", "high: 0.4")),
     "sweep-attempts-above-runner": attempts_above_runner,
+    "sweep-trials-no-array-index": lambda case: array_child_trial(case, None),
+    "sweep-trials-index-out-of-range": lambda case: array_child_trial(case, "2"),
     "predict-missing-model": lambda case: cli(
         "predict", "--model=outputs/none.tflite", "--output=predictions"
     ),

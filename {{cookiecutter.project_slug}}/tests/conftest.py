@@ -143,6 +143,15 @@ def batch_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def batch_world(batch_endpoint: str) -> str:
+    """The batch host's endpoint, with the queues and job definitions of doubles/batch_world.py created once."""
+    from doubles.batch_world import create
+
+    create(batch_endpoint)
+    return batch_endpoint
+
+
+@pytest.fixture(scope="session")
 def mlflow_server(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real tracking server: sqlite backend, artifacts proxied to the moto S3 bucket."""
     boto3.client("s3").create_bucket(Bucket=ARTIFACT_BUCKET)

@@ -137,7 +137,12 @@ def _sweep_parser(commands: argparse._SubParsersAction) -> None:
     )
     plan.add_argument("--wave", type=_positive, default=None, help="the wave expected (a dispatch's input)")
     trial = action("trial", "train one trial as a child run (sweep.yml's train job, on the GPU runner)")
-    trial.add_argument("--trial", type=_non_negative, required=True, help="the trial number from the matrix")
+    which = trial.add_mutually_exclusive_group(required=True)
+    which.add_argument("--trial", type=_non_negative, help="the trial number from the matrix")
+    which.add_argument(
+        "--trials",
+        help="the wave's trial numbers (3,5,8) on the batch backend: AWS_BATCH_JOB_ARRAY_INDEX picks this child's",
+    )
     trial.add_argument("--checkpoint-root", default="", help="s3://<bucket>/checkpoints ('' = local disk)")
     collect = action("collect", "tell the parent run the wave's results; say if another wave starts")
     collect.add_argument("--wave", type=_positive, required=True, help="the wave that just ended")
@@ -155,6 +160,15 @@ def _positive(text: str) -> int:
 
 def _non_negative(text: str) -> int:
     return _number(text, 0)
+
+
+def _trial_number(args: argparse.Namespace) -> int:
+    """--trial, or this Batch array child's trial of --trials (sweep_array.py)."""
+    if args.trials is None:
+        return args.trial
+    from .sweep_array import parse_trials, trial_of_child
+
+    return trial_of_child(parse_trials(args.trials), os.environ)
 
 
 def _sweep(args: argparse.Namespace) -> int:
@@ -179,7 +193,7 @@ def _sweep(args: argparse.Namespace) -> int:
         sweep.plan(cfg, base, args.storage_root, args.runners, args.wave)
         return 0
     if args.action == "trial":
-        return sweep.trial(cfg, base, args.storage_root, args.trial, args.checkpoint_root)
+        return sweep.trial(cfg, base, args.storage_root, _trial_number(args), args.checkpoint_root)
     sweep.collect(cfg, base, args.storage_root, args.wave)
     return 0
 

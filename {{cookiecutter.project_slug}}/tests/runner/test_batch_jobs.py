@@ -8,10 +8,8 @@ retryStrategy) is shown against DescribeJobs answers that botocore's own service
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +22,7 @@ import yaml
 from botocore.exceptions import ParamValidationError
 from botocore.validate import validate_parameters
 from doubles.batch_host import RECLAIM_WHEN
+from doubles.batch_world import PY, REGION
 
 from gpu_runner import batch_jobs, batch_wait, cli
 from gpu_runner.aws import Aws
@@ -32,56 +31,14 @@ from gpu_runner.batch_jobs import BatchInputError, JobRequest
 from gpu_runner.errors import SettingsError
 from gpu_runner.settings import Settings
 
-REGION = "us-east-1"
-PY = sys.executable
 # Long enough for moto's thread to walk SUBMITTED..RUNNING (0.5 s steps) and a process to start on 2 busy cores.
 JOB_TIMEOUT = 120.0
 
 
-@pytest.fixture(scope="module")
-def world(batch_endpoint: str) -> dict[str, str]:
-    """Two queues on managed compute environments, created as `gpu-runner batch up`'s stack would: `gpu` on
-    Spot (g5.xlarge, g4dn.xlarge), `gpu-mnp` on-demand (the g5 family); a container and a 2-node definition."""
-
-    def client(service: str) -> Any:
-        return boto3.client(service, region_name=REGION, endpoint_url=batch_endpoint)
-
-    iam, ec2, batch = client("iam"), client("ec2"), client("batch")
-    trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
-                                                      "Principal": {"Service": "batch.amazonaws.com"}}]}  # fmt: skip
-    role = iam.create_role(RoleName="batch-service", AssumeRolePolicyDocument=json.dumps(trust))
-    role = role["Role"]["Arn"]
-    profile = iam.create_instance_profile(InstanceProfileName="batch-instance")["InstanceProfile"]["Arn"]
-    subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
-    group = ec2.create_security_group(GroupName="batch", Description="batch jobs")["GroupId"]
-
-    def environment(name: str, market: str, types: list[str]) -> str:
-        resources = {"type": market, "minvCpus": 0, "maxvCpus": 64, "instanceTypes": types, "subnets": [subnet],
-                     "securityGroupIds": [group], "instanceRole": profile}  # fmt: skip
-        return batch.create_compute_environment(
-            computeEnvironmentName=name, type="MANAGED", state="ENABLED", computeResources=resources,
-            serviceRole=role,
-        )["computeEnvironmentArn"]  # fmt: skip
-
-    for queue, ce in (("gpu", environment("gpu-spot", "SPOT", ["g5.xlarge", "g4dn.xlarge"])),
-                      ("gpu-mnp", environment("gpu-ondemand", "EC2", ["g5"]))):  # fmt: skip
-        batch.create_job_queue(jobQueueName=queue, state="ENABLED", priority=1,
-                               computeEnvironmentOrder=[{"order": 1, "computeEnvironment": ce}])  # fmt: skip
-    resources = [{"type": "VCPU", "value": "1"}, {"type": "MEMORY", "value": "512"}]
-    # The image is never pulled: the double runs the command on this machine.
-    batch.register_job_definition(jobDefinitionName="train", type="container", containerProperties={
-        "image": "local/none", "command": ["true"], "resourceRequirements": resources})  # fmt: skip
-    node = "import os; e = os.environ; print('node', e['AWS_BATCH_JOB_NODE_INDEX'], 'of', e['AWS_BATCH_JOB_NUM_NODES'], 'main', e['AWS_BATCH_JOB_MAIN_NODE_INDEX'], 'main address', e.get('AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS', '-'))"
-    batch.register_job_definition(jobDefinitionName="train-mnp", type="multinode", nodeProperties={
-        "numNodes": 2, "mainNode": 0, "nodeRangeProperties": [{"targetNodes": "0:1", "container": {
-            "image": "local/none", "command": [PY, "-c", node], "resourceRequirements": resources}}]})  # fmt: skip
-    return {"endpoint": batch_endpoint}
-
-
 @pytest.fixture
-def batch(world: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+def batch(batch_world: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """A Batch client of the product's kind on the batch host; `batch.submitted` lists every SubmitJob sent."""
-    monkeypatch.setenv("AWS_ENDPOINT_URL", world["endpoint"])
+    monkeypatch.setenv("AWS_ENDPOINT_URL", batch_world)
     client = boto3.client("batch", region_name=REGION)
     submitted: list[dict[str, Any]] = []
     client.meta.events.register(
