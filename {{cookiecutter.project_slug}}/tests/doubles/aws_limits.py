@@ -31,6 +31,11 @@ Sources (read 2026-12-01):
   text "Tag keys starting with 'aws:' are reserved for internal use" (InvalidParameterValue) as the AWS CLI printed
   it in a public transcript (CreateImage). Where AWS's exact wording of a refusal is not published (marked
   "wording ours"), the code is AWS's and the message names the field and the limit.
+- [batch-quotas] AWS Batch User Guide, "Resource: AWS Batch service quotas" (service_limits.html, read
+  2026-12-04): "Maximum job payload size (for SubmitJob API operations) 30 KiB", a quota that "can't be changed".
+  The request body is what is measured here; the refusal's code is Batch's ClientException (botocore data
+  batch/2016-08-10/service-2.json: "These errors are usually caused by a client action", HTTP 400), its wording
+  ours.
 """
 
 from __future__ import annotations
@@ -54,6 +59,8 @@ EC2_USER_DATA_MAX_BYTES = 16384
 EC2_CLIENT_TOKEN_MAX = 64
 EC2_TAG_KEY_MAX = 127
 EC2_TAG_VALUE_MAX = 256
+# AWS Batch [batch-quotas]
+BATCH_SUBMIT_JOB_MAX_BYTES = 30 * 1024
 # Both [ssm-model] [ec2-model]
 MAX_TAGS_PER_RESOURCE = 50
 RESERVED_TAG_PREFIX = "aws:"
@@ -224,9 +231,22 @@ def _create_tags(body: str) -> Refusal | None:
     return _ec2_tags(_query(body))
 
 
+# ---------------------------------------------------------------------------------------------------- Batch
+def _submit_job(body: str) -> Refusal | None:
+    size = len(body.encode())
+    if size <= BATCH_SUBMIT_JOB_MAX_BYTES:
+        return None
+    return Refusal(  # wording ours [batch-quotas]
+        "batch",
+        "ClientException",
+        f"The job payload is {size} bytes; SubmitJob accepts at most {BATCH_SUBMIT_JOB_MAX_BYTES} bytes (30 KiB).",
+    )
+
+
 _RULES = {
     "PutParameter": _put_parameter,
     "AddTagsToResource": _add_tags_to_resource,
     "RunInstances": _run_instances,
     "CreateTags": _create_tags,
+    "SubmitJob": _submit_job,
 }

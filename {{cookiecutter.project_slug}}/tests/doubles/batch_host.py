@@ -210,11 +210,27 @@ class LocalDockerClient:
 
 
 def install() -> None:
-    """Every moto model that asks for Docker (DockerModel.docker_client) gets the local host instead."""
+    """Every moto model that asks for Docker (DockerModel.docker_client) gets the local host instead, and SubmitJob
+    is held to the limits AWS documents and moto ignores (doubles/aws_limits.py: the 30 KiB job payload)."""
+    from moto.batch.exceptions import ClientException
+    from moto.batch.responses import BatchResponse
     from moto.utilities import docker_utilities
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: `doubles` is beside it
+    from doubles import aws_limits
 
     client = LocalDockerClient()
     docker_utilities.DockerModel.docker_client = property(lambda _self: client)  # type: ignore[assignment]
+    submit = BatchResponse.submitjob
+
+    def submit_within_limits(self: BatchResponse) -> str:
+        body = self.body.decode("utf-8", "replace") if isinstance(self.body, bytes) else str(self.body or "")
+        refusal = aws_limits.check("SubmitJob", body)
+        if refusal is not None:
+            raise ClientException(refusal.message)
+        return submit(self)
+
+    BatchResponse.submitjob = submit_within_limits  # type: ignore[method-assign]
 
 
 def main(argv: list[str]) -> None:

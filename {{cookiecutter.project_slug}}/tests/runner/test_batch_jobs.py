@@ -19,7 +19,7 @@ import boto3
 import botocore.session
 import pytest
 import yaml
-from botocore.exceptions import ParamValidationError
+from botocore.exceptions import ClientError, ParamValidationError
 from botocore.validate import validate_parameters
 from doubles.batch_host import RECLAIM_WHEN
 from doubles.batch_world import PY, REGION
@@ -241,6 +241,10 @@ def test_a_multi_node_job_runs_each_node_with_its_index(batch: Any, logs: Any) -
         (JobRequest("t", "gpu", "train", environment={"AWS_BATCH_JOB_ID": "x"}), "a prefix Batch reserves"),
         (JobRequest("t", "gpu", "train", command=("a\x00b",)), "command: every argument must be a string"),
         (JobRequest("t", "gpu", "train", tags={"aws:x": "y"}), "tags: 'aws:x' starts with aws:"),
+        (
+            JobRequest("t", "gpu", "train", environment={"CONFIG": "x" * 31_000}),
+            "over AWS Batch's 30,720-byte job payload limit",
+        ),
     ],
 )
 def test_bad_input_is_refused_before_submitting(batch: Any, request_: JobRequest, named: str) -> None:
@@ -249,6 +253,19 @@ def test_bad_input_is_refused_before_submitting(batch: Any, request_: JobRequest
     ):
         batch_jobs.submit(batch, request_)
     assert batch.submitted == []
+
+
+def test_the_batch_host_refuses_a_payload_over_30_kib_as_aws_does(batch: Any) -> None:
+    """The double holds SubmitJob to AWS's 30 KiB job payload (doubles/aws_limits.py), so a submit path that skipped
+    the check above would fail here, not on a user's first large sweep."""
+    fits = {"jobName": "payload-fits", "jobQueue": "gpu", "jobDefinition": "train",
+            "containerOverrides": {"environment": [{"name": "CONFIG", "value": "x" * 29_000}]}}  # fmt: skip
+    batch.submit_job(**fits)
+    too_big = {**fits, "containerOverrides": {"environment": [{"name": "CONFIG", "value": "x" * 31_000}]}}
+    with pytest.raises(ClientError) as refused:
+        batch.submit_job(**too_big)
+    assert refused.value.response["Error"]["Code"] == "ClientException"
+    assert "at most 30720 bytes" in refused.value.response["Error"]["Message"]
 
 
 def test_the_allowed_instance_types_are_the_queues() -> None:

@@ -13,6 +13,8 @@ Sources (read 2026-12-04):
 - [array] "The array size can be between 2 and 10,000. If you specify array properties for a job, it becomes an
   array job." (docs.aws.amazon.com/eventbridge/latest/pipes-reference/API_BatchArrayProperties.html; the same
   words on the Batch target of EventBridge and AWS::Events::Rule BatchArrayProperties).
+- [quotas] AWS Batch User Guide, "Resource: AWS Batch service quotas" (batch/latest/userguide/service_limits.html):
+  "Maximum job payload size (for SubmitJob API operations) 30 KiB", not adjustable.
 - [mnp-ce] AWS Batch User Guide, "Compute environment considerations for MNP" (batch/latest/userguide/
   mnp-ce.html): "Multi-node parallel jobs aren't supported on compute environments that use Spot Instances." and
   "Multi-node parallel jobs aren't supported on UNMANAGED compute environments."
@@ -20,6 +22,7 @@ Sources (read 2026-12-04):
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Mapping, Sequence
@@ -32,6 +35,7 @@ log = logging.getLogger(__name__)
 
 JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")  # [submit-model]
 ARRAY_MIN, ARRAY_MAX = 2, 10_000  # [array]
+SUBMIT_PAYLOAD_MAX_BYTES = 30 * 1024  # [quotas]
 RESERVED_ENV_PREFIX = "AWS_BATCH"  # [submit-model]
 # A POSIX shell can export only such names; anything else (a '=', a space, a '$(...)') is refused, never quoted.
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
@@ -221,7 +225,15 @@ def submit(batch: Any, request: JobRequest) -> Submitted:
             "array_size: a multi-node job cannot also be an array job; submit one or the other"
         )
     check_placement(request, compute_environments(batch, queue), multi_node)
-    reply = batch.submit_job(**submit_arguments(request, definition))
+    arguments = submit_arguments(request, definition)
+    # The body botocore sends is this JSON (rest-json, default separators): measure it as AWS will.
+    size = len(json.dumps(arguments).encode())
+    if size > SUBMIT_PAYLOAD_MAX_BYTES:
+        raise BatchInputError(
+            f"command/environment: the SubmitJob request is {size:,} bytes, over AWS Batch's {SUBMIT_PAYLOAD_MAX_BYTES:,}"
+            "-byte job payload limit; put large values in S3 (s3://<bucket>/...) and pass their URI"
+        )
+    reply = batch.submit_job(**arguments)
     kind = f"array job of {request.array_size}" if request.array_size else "job"
     kind = "multi-node job" if multi_node else kind
     log.info("submitted %s %s (%s) to %s", kind, reply["jobName"], reply["jobId"], request.queue)
