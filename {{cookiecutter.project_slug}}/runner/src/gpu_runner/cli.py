@@ -1,5 +1,6 @@
 """`gpu-runner workflow-settings | launch | wait | teardown | resume | reap | capacity | pr-comment | mlflow-server
-wake | connect` (what the workflows run), `bootstrap`, `doctor`, `mlflow-server up | down | tunnel`, `cost-report`."""
+wake | connect` (what the workflows run), `bootstrap`, `doctor`, `mlflow-server up | down | tunnel`, `batch up | down`,
+`cost-report`."""
 
 from __future__ import annotations
 
@@ -158,8 +159,33 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--default-branch", default="main", help="the branch the reaper role must trust")
     _add_cost_report(commands)
     _add_mlflow_server(commands)
+    _add_batch(commands)
     _add_pr_comment(commands)
     return parser
+
+
+def _batch_parser(commands: argparse._SubParsersAction) -> argparse._SubParsersAction:
+    """The `batch` command group; its actions are added to what this returns."""
+    batch = commands.add_parser(
+        "batch", help="the optional AWS Batch stack (infra/batch.yaml, configs/gpu-runner.yaml backend: batch)"
+    )
+    return batch.add_subparsers(dest="action", required=True)
+
+
+def _add_batch(commands: argparse._SubParsersAction) -> None:
+    actions = _batch_parser(commands)
+    up = actions.add_parser("up", help="deploy it after bootstrap (compute environments at zero until a job comes)")
+    down = actions.add_parser("down", help="delete the stack (the bucket and the job logs stay)")
+    for action in (up, down):
+        action.add_argument("--repository", required=True, help="owner/name, as given to bootstrap")
+    up.add_argument("--max-vcpus", type=int, default=16, help="per compute environment (g4dn.xlarge: 4 each)")
+    up.add_argument(
+        "--service-role-arn", default="", help="default: AWS Batch's service-linked role (recommended)"
+    )
+    up.add_argument(
+        "--submit-workflow", default="batch.yml", help="the default-branch workflow file the submit role trusts"
+    )
+    up.add_argument("--template", type=Path, default=Path("infra/batch.yaml"))
 
 
 def _add_mlflow_server(commands: argparse._SubParsersAction) -> None:
@@ -351,6 +377,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     if args.command == "mlflow-server":
         return _mlflow_server(args, settings, aws)
+    if args.command == "batch":
+        return _batch(args, settings, aws)
     if args.command == "resume":
         _resume(args, settings, ctx, aws)
         return 0
@@ -439,6 +467,21 @@ def _mlflow_server(args: argparse.Namespace, settings: Settings, aws: Aws) -> in
                          ssm_prefix=settings.ssm_prefix)  # fmt: skip
         print(f"MLflow on http://127.0.0.1:{args.local_port} (Ctrl-C ends the tunnel)", flush=True)
         os.execvp(command[0], command)
+    return 0
+
+
+def _batch(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
+    from . import batch_stack
+
+    cfn = aws.client("cloudformation", settings.region)
+    if args.action == "up":
+        inputs = batch_stack.BatchInputs(
+            args.repository, max_vcpus=args.max_vcpus, service_role_arn=args.service_role_arn,
+            submit_workflow=args.submit_workflow,
+        )  # fmt: skip
+        batch_stack.up(settings, cfn, aws.client("ec2", settings.region), inputs, template=args.template)
+    else:
+        batch_stack.down(settings, cfn, batch_stack.BatchInputs(args.repository).repository)
     return 0
 
 
@@ -681,6 +724,7 @@ def main(argv: list[str] | None = None) -> int:
         if (
             args.command not in ("bootstrap", "doctor", "capacity")
             and not (args.command == "mlflow-server" and args.action != "wake")
+            and not (args.command == "batch" and args.action in ("up", "down"))
             and not os.environ.get("GITHUB_REPOSITORY")
         ):
             raise RunnerError(
