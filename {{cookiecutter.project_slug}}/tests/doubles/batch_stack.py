@@ -17,11 +17,11 @@ from typing import Any
 import boto3
 import pytest
 import yaml
+
 from doubles.github_double import DEFAULT_REPOSITORY
 from doubles.gpu_runner_stack import REGION, CfnLoader
 from doubles.mlflow_server_stack import run_cli
 from doubles.stack_deploy import PROJECT_DIR
-
 from gpu_runner import batch_stack, cli
 from gpu_runner.aws import Aws
 

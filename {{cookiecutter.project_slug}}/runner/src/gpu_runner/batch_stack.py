@@ -20,7 +20,7 @@ from botocore.exceptions import ClientError
 
 from . import stack
 from .errors import RunnerError
-from .settings import PINNED_IMAGE, Settings
+from .settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,13 @@ DEFAULT_MAX_VCPUS = 16
 # What the submit role's trust names: the default branch's copy of this workflow (infra/batch.yaml SubmitRole).
 DEFAULT_SUBMIT_WORKFLOW = "batch.yml"
 # The gpu-runner stack parameters the submit role's trust and the node security group reuse.
-RUNNER_STACK_PARAMETERS = ("GitHubOwner", "GitHubRepository", "GitHubOwnerId", "GitHubRepositoryId", "DefaultBranch")
+RUNNER_STACK_PARAMETERS = (
+    "GitHubOwner",
+    "GitHubRepository",
+    "GitHubOwnerId",
+    "GitHubRepositoryId",
+    "DefaultBranch",
+)
 
 
 class BatchStackError(RunnerError):
@@ -62,8 +68,12 @@ class BatchInputs:
         if not stack.REPOSITORY.fullmatch(self.repository):
             problems.append(f"--repository: '{self.repository}' is not owner/name (e.g. your-org/ml-project)")
         if self.max_vcpus < 1:
-            problems.append(f"--max-vcpus: {self.max_vcpus} must be at least 1 (one job needs 4 on g4dn.xlarge)")
-        if self.service_role_arn and not re.fullmatch(r"arn:aws[a-z-]*:iam::\d{12}:role/\S+", self.service_role_arn):
+            problems.append(
+                f"--max-vcpus: {self.max_vcpus} must be at least 1 (one job needs 4 on g4dn.xlarge)"
+            )
+        if self.service_role_arn and not re.fullmatch(
+            r"arn:aws[a-z-]*:iam::\d{12}:role/\S+", self.service_role_arn
+        ):
             problems.append(f"--service-role-arn: '{self.service_role_arn}' is not an IAM role ARN")
         if not re.fullmatch(r"[A-Za-z0-9_.-]+\.ya?ml", self.submit_workflow):
             problems.append(
@@ -83,15 +93,12 @@ def batch_stack_name(project: str, repository: str) -> str:
 def settings_problems(settings: Settings) -> list[str]:
     """What configs/gpu-runner.yaml must fix before a Batch stack can run its image (none: an empty list)."""
     problems = []
+    # An unpinned image never gets here: Settings refuses one as it is built (settings.PINNED_IMAGE, the pattern
+    # infra/batch.yaml's Image parameter repeats). Empty is valid for runners (host mode), not for Batch.
     if not settings.image:
         problems.append(
             "image: empty; Batch runs every job in a container: set it to the training image pinned by digest "
             "(<name>:<tag>@sha256:<64 hex>, e.g. from `docker buildx imagetools inspect <name>:<tag>`)"
-        )
-    elif not PINNED_IMAGE.fullmatch(settings.image):
-        problems.append(
-            f"image: '{settings.image}' is not pinned by digest; the job role would run whatever is pushed to the "
-            "tag next: use <name>:<tag>@sha256:<64 hex>"
         )
     for instance_type in settings.instance_types:  # settings.py refused wildcards already
         if instance_type.split(".")[0] in AL2023_NVIDIA_UNSUPPORTED:
@@ -175,7 +182,9 @@ def up(
     cannot make a job definition (no image, an unpinned one)."""
     problems = settings_problems(settings)
     if problems:
-        raise BatchStackError("configs/gpu-runner.yaml cannot back a Batch stack:\n  " + "\n  ".join(problems))
+        raise BatchStackError(
+            "configs/gpu-runner.yaml cannot back a Batch stack:\n  " + "\n  ".join(problems)
+        )
     try:
         body = template.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -187,7 +196,9 @@ def up(
     outputs = stack.deploy(cfn, name, body, parameters, delay_seconds=delay_seconds)
     missing = OUTPUTS - set(outputs)
     if missing:
-        raise BatchStackError(f"stack {name} lacks output(s) {', '.join(sorted(missing))}: is {template} ours?")
+        raise BatchStackError(
+            f"stack {name} lacks output(s) {', '.join(sorted(missing))}: is {template} ours?"
+        )
     log.info(next_steps(inputs.repository, outputs))
     return outputs
 

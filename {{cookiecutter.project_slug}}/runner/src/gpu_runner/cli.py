@@ -167,14 +167,17 @@ def _parser() -> argparse.ArgumentParser:
 def _batch_parser(commands: argparse._SubParsersAction) -> argparse._SubParsersAction:
     """The `batch` command group; its actions are added to what this returns."""
     batch = commands.add_parser(
-        "batch", help="the optional AWS Batch stack (infra/batch.yaml, configs/gpu-runner.yaml backend: batch)"
+        "batch",
+        help="the optional AWS Batch stack (infra/batch.yaml, configs/gpu-runner.yaml backend: batch)",
     )
     return batch.add_subparsers(dest="action", required=True)
 
 
 def _add_batch(commands: argparse._SubParsersAction) -> None:
     actions = _batch_parser(commands)
-    up = actions.add_parser("up", help="deploy it after bootstrap (compute environments at zero until a job comes)")
+    up = actions.add_parser(
+        "up", help="deploy it after bootstrap (compute environments at zero until a job comes)"
+    )
     down = actions.add_parser("down", help="delete the stack (the bucket and the job logs stay)")
     for action in (up, down):
         action.add_argument("--repository", required=True, help="owner/name, as given to bootstrap")
@@ -183,7 +186,9 @@ def _add_batch(commands: argparse._SubParsersAction) -> None:
         "--service-role-arn", default="", help="default: AWS Batch's service-linked role (recommended)"
     )
     up.add_argument(
-        "--submit-workflow", default="batch.yml", help="the default-branch workflow file the submit role trusts"
+        "--submit-workflow",
+        default="batch.yml",
+        help="the default-branch workflow file the submit role trusts",
     )
     up.add_argument("--template", type=Path, default=Path("infra/batch.yaml"))
 
