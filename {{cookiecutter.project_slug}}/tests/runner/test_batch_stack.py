@@ -14,6 +14,7 @@ asserted. Nor does it attach a role's ManagedPolicyArns (the instance role's, on
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -550,12 +551,16 @@ def test_bad_flags_are_refused(
     assert code != 0 and message in err, err
 
 
-def test_outputs_and_down_of_a_stack_that_is_not_there(settings_file: Path, moto_endpoint: str) -> None:
+def test_outputs_and_down_of_a_stack_that_is_not_there(
+    settings_file: Path, moto_endpoint: str, caplog: pytest.LogCaptureFixture
+) -> None:
     settings = load_settings(settings_file)
     cfn = double.moto_session().client("cloudformation")
     with pytest.raises(batch_stack.BatchStackError, match=r"no Batch stack .* run `make batch-up` first"):
         batch_stack.batch_outputs(cfn, settings, "someone/else")
-    batch_stack.down(settings, cfn, "someone/else")  # nothing to delete: no error, no call but the look-up
+    caplog.set_level(logging.INFO, logger=batch_stack.__name__)
+    batch_stack.down(settings, cfn, "someone/else")
+    assert "nothing to delete" in caplog.text
 
 
 def test_batch_outputs_reads_the_deployed_stack(batch: dict[str, Any], stack: dict[str, Any]) -> None:
@@ -590,3 +595,16 @@ def test_the_batch_command_group_has_up_and_down() -> None:
         16,
         Path("infra/batch.yaml"),
     )
+
+
+def test_a_rerun_keeps_the_queues_and_definitions(batch: dict[str, Any], batch_settings_file: Path) -> None:
+    """`make batch-up` again with the same settings (after a template update, say): the stack is updated, not
+    replaced; the queues and job definition revisions the workflows hold stay valid."""
+    code, _, err = double.up(batch_settings_file, "--service-role-arn", batch["parameters"]["ServiceRoleArn"])
+    assert code == 0, err
+    cfn = batch["session"].client("cloudformation")
+    (again,) = cfn.describe_stacks(StackName=batch["name"])["Stacks"]
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in again["Outputs"]}
+    for key in batch_stack.OUTPUTS:
+        assert outputs[key] == batch["outputs"][key], key
+    assert _queue(batch, "JobQueue")["status"] == "VALID"
