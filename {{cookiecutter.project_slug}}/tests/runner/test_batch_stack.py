@@ -13,18 +13,28 @@ asserted. Nor does it attach a role's ManagedPolicyArns (the instance role's, on
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import uuid
 from pathlib import Path
 from typing import Any
 
 import botocore.session
 import pytest
+from botocore.exceptions import ClientError
 from doubles import batch_stack as double
 from doubles.github_double import DEFAULT_REPOSITORY
-from doubles.gpu_runner_stack import REGION, managed_policies, role_of, role_policies, runner_role_name
+from doubles.gpu_runner_stack import (
+    REGION,
+    managed_policies,
+    role_of,
+    role_policies,
+    runner_role_name,
+    write_settings,
+)
 from doubles.iam_requests import ACCOUNT, Request, allowed, granted_actions, web_identity_allowed
-from doubles.stack_deploy import OIDC_URL
+from doubles.stack_deploy import OIDC_URL, bootstrap
 from parliament import analyze_policy_string
 
 from gpu_runner import batch_stack, cli, mlflow_server
@@ -608,3 +618,35 @@ def test_a_rerun_keeps_the_queues_and_definitions(batch: dict[str, Any], batch_s
     for key in batch_stack.OUTPUTS:
         assert outputs[key] == batch["outputs"][key], key
     assert _queue(batch, "JobQueue")["status"] == "VALID"
+
+
+@pytest.mark.slow  # a bootstrap stack of its own (~5 s), then a Batch stack
+def test_without_spot_the_gpu_queue_is_on_demand_only(
+    tmp_path: Path, oidc_provider: str, ami_for_infra: str
+) -> None:
+    """`use_spot: false`: no spot environment, the GPU queue on-demand only. Its own project and bootstrap stack,
+    so the module's stack stays as the other tests read it. (Not `batch down` against moto: moto deletes a
+    stack's resources in creation order, a role before the policy attached to it, and IAM refuses: DeleteConflict,
+    as doubles.gpu_runner_stack says of the bootstrap stack.)"""
+    runner_settings = write_settings(tmp_path / "gpu-runner.yaml")
+    project = load_settings(runner_settings).project
+    deployed = bootstrap(runner_settings, project=project, region=REGION, repository=DEFAULT_REPOSITORY,
+                         bucket=f"batch-test-{uuid.uuid4().hex[:12]}", oidc_provider=oidc_provider)  # fmt: skip
+    session = double.moto_session()
+    cfn = session.client("cloudformation")
+    try:
+        path = double.batch_settings(runner_settings, tmp_path, use_spot=False)
+        code, _, err = double.up(path, "--service-role-arn", double.service_role(session))
+        assert code == 0, err
+        outputs = batch_stack.batch_outputs(cfn, load_settings(path), DEFAULT_REPOSITORY)
+        parameters = cfn.describe_stacks(StackName=batch_stack.batch_stack_name(project, DEFAULT_REPOSITORY))
+        assert {"ParameterKey": "UseSpot", "ParameterValue": "false"} in parameters["Stacks"][0]["Parameters"]
+        assert "SpotComputeEnvironment" not in outputs
+        for output in ("JobQueue", "MultiNodeJobQueue"):
+            (queue,) = session.client("batch").describe_job_queues(jobQueues=[outputs[output]])["jobQueues"]
+            (only,) = queue["computeEnvironmentOrder"]
+            assert only["computeEnvironment"] == outputs["OnDemandComputeEnvironment"], output
+    finally:
+        for name in (batch_stack.batch_stack_name(project, DEFAULT_REPOSITORY), deployed.stack_name):
+            with contextlib.suppress(ClientError):  # best effort, as the session's stack (see above)
+                cfn.delete_stack(StackName=name)
