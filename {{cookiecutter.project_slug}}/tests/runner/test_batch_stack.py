@@ -24,6 +24,7 @@ import botocore.session
 import pytest
 from botocore.exceptions import ClientError
 from doubles import batch_stack as double
+from doubles import gpu_runner_stack
 from doubles.github_double import DEFAULT_REPOSITORY
 from doubles.gpu_runner_stack import (
     REGION,
@@ -34,7 +35,8 @@ from doubles.gpu_runner_stack import (
     write_settings,
 )
 from doubles.iam_requests import ACCOUNT, Request, allowed, granted_actions, web_identity_allowed
-from doubles.stack_deploy import OIDC_URL, bootstrap
+from doubles.makefile import make_command
+from doubles.stack_deploy import OIDC_URL, PROJECT_DIR, bootstrap
 from parliament import analyze_policy_string
 
 from gpu_runner import batch_stack, cli, mlflow_server
@@ -592,6 +594,24 @@ def test_stack_names_leave_room_for_queue_and_definition_names() -> None:
     }
     # Different repositories of one project get different stacks (and queues).
     assert name != batch_stack.batch_stack_name("p" * 300, "other/repo")
+
+
+@pytest.mark.parametrize(("target", "action"), [("batch-up", "up"), ("batch-down", "down")])
+def test_the_make_targets_are_commands_the_cli_accepts(target: str, action: str) -> None:
+    """`make batch-up` / `make batch-down` as a person runs them (BATCH_ARGS empty), parsed by the CLI's parser:
+    this repository, the settings file and, for up, a template that exists."""
+    words = [w for w in make_command(PROJECT_DIR / "Makefile", target) if w != "$(BATCH_ARGS)"]
+    args = cli._parser().parse_args(words[words.index("gpu-runner") + 1 :])
+    assert (args.command, args.action) == ("batch", action)
+    assert str(args.settings) == "configs/gpu-runner.yaml" and stack_repository() == args.repository
+    if action == "up":
+        assert (PROJECT_DIR / args.template).is_file()
+
+
+def stack_repository() -> str:
+    """The repository the bake's infra/gpu-runner.yaml trusts by default (the Makefile's REPOSITORY)."""
+    parameters = gpu_runner_stack.template()["Parameters"]
+    return f"{parameters['GitHubOwner']['Default']}/{parameters['GitHubRepository']['Default']}"
 
 
 def test_the_batch_command_group_has_up_and_down() -> None:
