@@ -40,6 +40,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,23 @@ def batch_variables(name: str, environment: dict[str, str]) -> dict[str, str]:
     return added
 
 
+def _on_a_container_instance(job: Any) -> None:
+    """Give the running attempt the container instance a real one names (DescribeJobs' AttemptContainerDetail
+    containerInstanceArn, arn:aws:ecs:<region>:<account>:container-instance/<cluster>/<id>) where moto writes
+    "TBD" (Job._start_attempt), in the cluster of the queue's first compute environment. moto's ECS knows no such
+    instance: DescribeContainerInstances is asked as on AWS and answers a failure, and the cost falls back to the
+    queue's types as documented (batch_cost.instance_of)."""
+    if job is None or not job.attempts:
+        return
+    environments = [ce for ce in job.job_queue.environments if ce.ecs_arn]
+    details = job.attempts[-1].get("container", {})
+    if environments and details.get("containerInstanceArn") in (None, "TBD"):
+        cluster = environments[0].ecs_arn
+        details["containerInstanceArn"] = (
+            f"{cluster.replace(':cluster/', ':container-instance/')}/{uuid.uuid4().hex}"
+        )
+
+
 class LocalContainer:
     """One job container as a process group; its output lines kept with the time each was read."""
 
@@ -105,6 +123,8 @@ class LocalContainer:
             **environment,
             **batch_variables(name, environment),
         }
+        # The job (an array child's own id; a node's parent id): moto's Job owns the attempt.
+        self.job_id = env.get("AWS_BATCH_JOB_ID", "").split("#", 1)[0]
         self._lines: dict[str, list[tuple[datetime, str]]] = {"stdout": [], "stderr": []}
         self._lock = threading.Lock()
         # argv, no shell: the command is the job's, from the branch's code, and must never be re-parsed.
@@ -200,6 +220,7 @@ class LocalContainers:
         # moto hands a string command on as one argv element (Job._add_parameters_to_command): run it as such.
         argv = [command] if isinstance(command, str) else list(command)
         container = LocalContainer(argv, {k: str(v) for k, v in environment.items()}, name)
+        _on_a_container_instance(_moto_job(container.job_id))
         self.started.append(container)
         return container
 

@@ -246,6 +246,60 @@ def _start_session(call: Call) -> list[Request]:
     ]
 
 
+def _batch_arn(region: str, kind: str, name: str) -> str:
+    """A Batch resource ARN from a name or an ARN (SubmitJob takes either for the queue and the definition)."""
+    return name if name.startswith("arn:") else f"arn:aws:batch:{region}:{ACCOUNT}:{kind}/{name}"
+
+
+def _batch(call: Call, job_tags: Callable[[str, str], dict[str, str]]) -> list[Request]:
+    """AWS Batch's authorizations (Service Authorization Reference, "Actions, resources, and condition keys for AWS
+    Batch", as bundled in parliament 1.6.4's iam_definition.json): SubmitJob on the job queue, the job definition
+    and the new job (aws:RequestTag/aws:TagKeys), plus batch:TagResource on the job when it is tagged at creation;
+    TerminateJob and CancelJob on the job (aws:ResourceTag); the Describe* and List* reads on "*" (no resource
+    types)."""
+    p, region = call.params, call.region
+    if call.operation == "SubmitJob":
+        tags = dict(p.get("tags", {}))
+        job = f"arn:aws:batch:{region}:{ACCOUNT}:job/*"
+        requests = [
+            Request("batch:SubmitJob", _batch_arn(region, "job-queue", p["jobQueue"])),
+            Request("batch:SubmitJob", _batch_arn(region, "job-definition", p["jobDefinition"])),
+            Request("batch:SubmitJob", job, _request_tags(tags)),
+        ]
+        if tags:
+            requests.append(Request("batch:TagResource", job, _request_tags(tags)))
+        return requests
+    if call.operation in {"TerminateJob", "CancelJob"}:
+        context = {f"aws:ResourceTag/{k}": v for k, v in job_tags(region, p["jobId"]).items()}
+        return [
+            Request(f"batch:{call.operation}", f"arn:aws:batch:{region}:{ACCOUNT}:job/{p['jobId']}", context)
+        ]
+    if call.operation.startswith(("Describe", "List")):
+        return [Request(f"batch:{call.operation}", "*")]
+    raise KeyError(f"no IAM mapping for batch:{call.operation}: add it to iam_requests._batch")
+
+
+def _get_log_events(call: Call) -> list[Request]:
+    """logs:GetLogEvents on the log stream (Service Authorization Reference for CloudWatch Logs: resource type
+    log-stream, arn:...:log-group:<group>:log-stream:<stream>)."""
+    group, stream = call.params["logGroupName"], call.params["logStreamName"]
+    arn = f"arn:aws:logs:{call.region}:{ACCOUNT}:log-group:{group}:log-stream:{stream}"
+    return [Request("logs:GetLogEvents", arn)]
+
+
+def _describe_container_instances(call: Call) -> list[Request]:
+    """ecs:DescribeContainerInstances on each container instance (Service Authorization Reference for Amazon ECS:
+    resource type container-instance, condition key ecs:cluster, the cluster's ARN)."""
+    cluster = call.params.get("cluster", "default")
+    cluster_arn = (
+        cluster if cluster.startswith("arn:") else f"arn:aws:ecs:{call.region}:{ACCOUNT}:cluster/{cluster}"
+    )
+    return [
+        Request("ecs:DescribeContainerInstances", arn, {"ecs:cluster": cluster_arn})
+        for arn in call.params["containerInstances"]
+    ]
+
+
 def launch_path_requests(region: str, repository: str) -> dict[str, Request]:
     """The launch path only the launch roles may take: the GitHub credential, a runner's just-in-time config and a
     new instance (the rows every other role's refusal table holds)."""
@@ -312,6 +366,7 @@ def requests_for(
     instance_profile: Callable[[str, str], str] = lambda region, instance_id: "",
     image_owner: ImageOwner = _unknown,
     subnet_vpc: SubnetVpc = _unknown,
+    job_tags: Callable[[str, str], dict[str, str]] = lambda region, job_id: {},
 ) -> list[Request]:
     """The IAM authorizations one API call needs. Unknown operations raise: extend the mapping, never skip.
 
@@ -348,6 +403,12 @@ def requests_for(
         requests = [Request(f"servicequotas:{call.operation}", "*")]
     elif call.service == "s3":
         requests = _s3(call)
+    elif call.service == "batch":
+        requests = _batch(call, job_tags)
+    elif key == "logs:GetLogEvents":
+        requests = _get_log_events(call)
+    elif key == "ecs:DescribeContainerInstances":
+        requests = _describe_container_instances(call)
     else:
         raise KeyError(f"no IAM mapping for {key}: add it to iam_requests.requests_for")
     # aws:RequestedRegion, the region the request was sent to, is in the context of every request (IAM User Guide,

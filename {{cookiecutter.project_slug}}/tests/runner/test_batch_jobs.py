@@ -28,6 +28,7 @@ from gpu_runner import batch_jobs, batch_wait, cli
 from gpu_runner.aws import Aws
 from gpu_runner.batch_cost import billed_seconds, instance_of, job_costs
 from gpu_runner.batch_jobs import BatchInputError, JobRequest
+from gpu_runner.batch_stack import JOB_TAG_KEY, batch_stack_name
 from gpu_runner.errors import SettingsError
 from gpu_runner.settings import Settings
 
@@ -454,11 +455,14 @@ def test_the_cli_submits_waits_and_cancels(
     common = ["--settings", str(settings), "batch"]
     code = "import os; print('from the cli', os.environ['A'])"
 
+    # A --tag cannot replace the stack's tag: the submit role may end only the jobs tagged as its stack's.
     assert cli.main([*common, "submit", "--queue", "gpu", "--job-definition", "train", "--name", "cli-job",
-                     "--instance-type", "g5.xlarge", "--env", "A=1=2", "--", PY, "-c", code]) == 0  # fmt: skip
+                     "--instance-type", "g5.xlarge", "--env", "A=1=2", "--tag", f"{JOB_TAG_KEY}=other-stack",
+                     "--", PY, "-c", code]) == 0  # fmt: skip
     key, _, job_id = outputs.read_text().strip().partition("=")
     [described] = batch_jobs.describe(batch, [job_id])
-    assert key == "job-id" and described["tags"] == {"project": "demo"}
+    stack_tag = {JOB_TAG_KEY: batch_stack_name("demo", "octo/demo")}
+    assert key == "job-id" and described["tags"] == {"project": "demo", **stack_tag}
     assert described["container"]["command"] == [PY, "-c", code]
     assert cli.main([*common, "wait", "--job-id", job_id, "--poll-seconds", "0.2", "--timeout", "120"]) == 0
     out = capsys.readouterr().out

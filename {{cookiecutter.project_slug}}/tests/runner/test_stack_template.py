@@ -26,7 +26,9 @@ from parliament import analyze_policy_string
 
 @pytest.mark.slow  # cfn-lint loads its whole spec; `make lint` runs it too
 @pytest.mark.parametrize(
-    "template_path", [TEMPLATE, TEMPLATE.with_name("mlflow-server.yaml")], ids=lambda p: p.name
+    "template_path",
+    [TEMPLATE, TEMPLATE.with_name("mlflow-server.yaml"), TEMPLATE.with_name("batch.yaml")],
+    ids=lambda p: p.name,
 )
 def test_template_is_cfn_lint_clean(template_path: Path) -> None:
     result = cfn_lint(template_path)

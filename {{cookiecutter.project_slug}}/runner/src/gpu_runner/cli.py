@@ -1,5 +1,6 @@
 """`gpu-runner workflow-settings | launch | wait | teardown | resume | reap | capacity | pr-comment | mlflow-server
-wake | connect` (what the workflows run), `bootstrap`, `doctor`, `mlflow-server up | down | tunnel`, `cost-report`."""
+wake | connect` (what the workflows run), `bootstrap`, `doctor`, `mlflow-server up | down | tunnel`, `batch up | down`,
+`cost-report`."""
 
 from __future__ import annotations
 
@@ -158,8 +159,8 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--default-branch", default="main", help="the branch the reaper role must trust")
     _add_cost_report(commands)
     _add_mlflow_server(commands)
+    _add_batch(commands)
     _add_pr_comment(commands)
-    _batch_parser(commands)
     return parser
 
 
@@ -170,12 +171,38 @@ def _key_value(value: str) -> tuple[str, str]:
     return name, rest
 
 
-def _batch_parser(commands: argparse._SubParsersAction) -> None:
-    """`gpu-runner batch submit | wait | cancel` (backend: batch; docs/batch-jobs.md)."""
+def _batch_parser(commands: argparse._SubParsersAction) -> argparse._SubParsersAction:
+    """The `batch` command group; its actions are added to what this returns."""
     batch = commands.add_parser(
-        "batch", help="the AWS Batch backend: submit, wait (streams the logs), cancel"
+        "batch",
+        help="the optional AWS Batch stack (infra/batch.yaml, configs/gpu-runner.yaml backend: batch)",
     )
-    actions = batch.add_subparsers(dest="action", required=True)
+    return batch.add_subparsers(dest="action", required=True)
+
+
+def _add_batch(commands: argparse._SubParsersAction) -> None:
+    actions = _batch_parser(commands)
+    up = actions.add_parser(
+        "up", help="deploy it after bootstrap (compute environments at zero until a job comes)"
+    )
+    down = actions.add_parser("down", help="delete the stack (the bucket and the job logs stay)")
+    for action in (up, down):
+        action.add_argument("--repository", required=True, help="owner/name, as given to bootstrap")
+    up.add_argument("--max-vcpus", type=int, default=16, help="per compute environment (g4dn.xlarge: 4 each)")
+    up.add_argument(
+        "--service-role-arn", default="", help="default: AWS Batch's service-linked role (recommended)"
+    )
+    up.add_argument(
+        "--submit-workflow",
+        default="batch.yml",
+        help="the default-branch workflow file the submit role trusts",
+    )
+    up.add_argument("--template", type=Path, default=Path("infra/batch.yaml"))
+    _add_batch_jobs(actions)
+
+
+def _add_batch_jobs(actions: argparse._SubParsersAction) -> None:
+    """`batch submit | wait | cancel`: what a workflow job does with the stack (docs/batch-jobs.md)."""
     submit = actions.add_parser(
         "submit", help="check the request, submit the job, write the step output job-id"
     )
@@ -186,6 +213,9 @@ def _batch_parser(commands: argparse._SubParsersAction) -> None:
     submit.add_argument("--instance-type", default="", help="refused unless the queue may launch it")
     submit.add_argument("--env", type=_key_value, action="append", default=[], help="NAME=VALUE, repeatable")
     submit.add_argument("--tag", type=_key_value, action="append", default=[], help="NAME=VALUE, repeatable")
+    submit.add_argument(
+        "--repository", default="", help="owner/name of the Batch stack (default: $GITHUB_REPOSITORY)"
+    )
     # dest argv: `command` is the subcommand's own attribute.
     submit.add_argument(
         "argv", nargs="*", metavar="COMMAND", help="after --: the container's argv (no shell)"
@@ -390,14 +420,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     if args.command == "mlflow-server":
         return _mlflow_server(args, settings, aws)
+    if args.command == "batch":
+        return _batch(args, settings, aws)
     if args.command == "resume":
         _resume(args, settings, ctx, aws)
         return 0
     if args.command == "next-wave":
         _next_wave(args, ctx)
         return 0
-    if args.command == "batch":
-        return _batch(args, settings, aws)
     if args.command == "capacity":
         from . import capacity
 
@@ -484,15 +514,24 @@ def _mlflow_server(args: argparse.Namespace, settings: Settings, aws: Aws) -> in
 
 
 def _batch(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
+    if args.action in ("up", "down"):
+        return _batch_stack(args, settings, aws)
     from . import batch_cost, batch_jobs, batch_wait
     from .cost import accounting
 
     client = aws.client("batch", settings.region)
     if args.action == "submit":
+        from .batch_stack import JOB_TAG_KEY, batch_stack_name
+
+        # run() has already required GITHUB_REPOSITORY (RunContext.from_env).
+        repository = args.repository or os.environ["GITHUB_REPOSITORY"]
+        # The submit role may submit and end only jobs tagged as its stack's (infra/batch.yaml, SubmitPolicy): the
+        # tag is set here, never left to the caller, and a caller's --tag cannot replace it.
+        tags = {"project": settings.project, **dict(args.tag),
+                JOB_TAG_KEY: batch_stack_name(settings.project, repository)}  # fmt: skip
         request = batch_jobs.JobRequest(
             name=args.name, queue=args.queue, definition=args.job_definition, command=tuple(args.argv),
-            environment=dict(args.env), array_size=args.array_size, instance_type=args.instance_type,
-            tags={"project": settings.project, **dict(args.tag)},
+            environment=dict(args.env), array_size=args.array_size, instance_type=args.instance_type, tags=tags,
         )  # fmt: skip
         submitted = batch_jobs.submit(client, request)
         contract.write_outputs({contract.BatchOutput.JOB_ID: submitted.job_id})
@@ -520,6 +559,21 @@ def _batch(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
     except (ClientError, BotoCoreError) as error:
         print(f"warning: cost not computed: {error}")
     return outcome.exit_code
+
+
+def _batch_stack(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
+    from . import batch_stack
+
+    cfn = aws.client("cloudformation", settings.region)
+    if args.action == "up":
+        inputs = batch_stack.BatchInputs(
+            args.repository, max_vcpus=args.max_vcpus, service_role_arn=args.service_role_arn,
+            submit_workflow=args.submit_workflow,
+        )  # fmt: skip
+        batch_stack.up(settings, cfn, aws.client("ec2", settings.region), inputs, template=args.template)
+    else:
+        batch_stack.down(settings, cfn, batch_stack.BatchInputs(args.repository).repository)
+    return 0
 
 
 def _check_dispatch_inputs(args: argparse.Namespace, settings: Settings, ctx: RunContext) -> None:
@@ -761,6 +815,7 @@ def main(argv: list[str] | None = None) -> int:
         if (
             args.command not in ("bootstrap", "doctor", "capacity")
             and not (args.command == "mlflow-server" and args.action != "wake")
+            and not (args.command == "batch" and args.action in ("up", "down"))
             and not os.environ.get("GITHUB_REPOSITORY")
         ):
             raise RunnerError(

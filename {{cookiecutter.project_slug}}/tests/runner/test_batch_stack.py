@@ -1,0 +1,772 @@
+"""AWS Batch (infra/batch.yaml): `gpu-runner batch up` against the moto server after `bootstrap`, what it built,
+and who may submit, end and read what (the IAM evaluator, call by call).
+
+moto's CloudFormation creates the node security group and its rule, the roles, policies, instance profile, launch
+template, both compute environments, both queues and both job definitions. It does not apply, so these are asserted
+on the template instead (and cfn-lint checks their schema): the launch template's metadata options, volumes and
+user data (a compute environment launches nothing at MinvCpus 0), the job definitions' Timeout and
+PlatformCapabilities (moto reads `timeout` in lower case only), a multi-node definition's NodeProperties (moto
+registers every definition from CloudFormation as `container`: doubles.batch_stack hands it the node range's
+container), resource tags on queues, and the retry strategy's enforcement (moto runs no job here). moto also
+requires a ServiceRole where AWS takes its service-linked role: the tests pass one, the template's default is
+asserted. Nor does it attach a role's ManagedPolicyArns (the instance role's, on the template). The allowed values come from botocore's batch model, not from moto."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import boto3
+import botocore.session
+import pytest
+from botocore.exceptions import ClientError
+from doubles import batch_stack as double
+from doubles import gpu_runner_stack
+from doubles.github_double import DEFAULT_REPOSITORY
+from doubles.gpu_runner_stack import (
+    REGION,
+    managed_policies,
+    role_of,
+    role_policies,
+    runner_role_name,
+    write_settings,
+)
+from doubles.iam_requests import (
+    ACCOUNT,
+    Request,
+    allowed,
+    granted_actions,
+    record_calls,
+    requests_for,
+    web_identity_allowed,
+)
+from doubles.makefile import make_command
+from doubles.stack_deploy import OIDC_URL, PROJECT_DIR, bootstrap
+from parliament import analyze_policy_string
+
+from gpu_runner import batch_stack, cli, mlflow_server
+from gpu_runner.aws import Aws
+from gpu_runner.settings import PINNED_IMAGE, load_settings
+
+BATCH_MODEL = botocore.session.get_session().get_service_model("batch")
+
+
+@pytest.fixture(scope="module")
+def batch_settings_file(settings_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return double.batch_settings(settings_file, tmp_path_factory.mktemp("batch"))
+
+
+@pytest.fixture(scope="module")
+def batch(stack: dict[str, Any], batch_settings_file: Path) -> dict[str, Any]:
+    """`make batch-up` after the session's `make bootstrap` (with a service role of the account's: moto needs one)."""
+    return double.deployed(
+        stack, batch_settings_file, "--service-role-arn", double.service_role(stack["session"])
+    )
+
+
+def _batch_client(batch: dict[str, Any]) -> Any:
+    return batch["session"].client("batch")
+
+
+def _environment(batch: dict[str, Any], arn: str) -> dict[str, Any]:
+    (environment,) = _batch_client(batch).describe_compute_environments(computeEnvironments=[arn])[
+        "computeEnvironments"
+    ]
+    return dict(environment)
+
+
+def _queue(batch: dict[str, Any], output: str) -> dict[str, Any]:
+    (queue,) = _batch_client(batch).describe_job_queues(jobQueues=[batch["outputs"][output]])["jobQueues"]
+    return dict(queue)
+
+
+def _definition(batch: dict[str, Any], output: str) -> dict[str, Any]:
+    (definition,) = _batch_client(batch).describe_job_definitions(jobDefinitions=[batch["outputs"][output]])[
+        "jobDefinitions"
+    ]
+    return dict(definition)
+
+
+# --- what it built -----------------------------------------------------------------------------------------------
+
+
+def test_up_wires_batch_to_the_runner_stack_and_the_settings(
+    batch: dict[str, Any], stack: dict[str, Any]
+) -> None:
+    parameters, runner, settings = batch["parameters"], stack["outputs"], stack["settings"]
+    assert parameters["RunnerSecurityGroupId"] == runner["RunnerSecurityGroupId"]
+    assert parameters["BucketName"] == runner["BucketName"] == stack["bucket"]
+    assert parameters["OidcProviderArn"] == runner["OidcProviderArn"] == stack["oidc"]
+    assert parameters["SsmPrefix"] == settings.ssm_prefix
+    assert parameters["InstanceTypes"] == ",".join(settings.instance_types) == "g4dn.xlarge,g5.xlarge"
+    assert parameters["MultiNodeInstanceType"] == "g4dn.xlarge"
+    assert parameters["Image"] == double.IMAGE
+    assert parameters["MaxRuntimeSeconds"] == str(settings.max_runtime_minutes * 60)
+    assert (parameters["UseSpot"], parameters["DefaultBranch"]) == ("true", "main")
+    # No subnet_ids in the settings: the default subnets of the runners' VPC, one per zone.
+    ec2 = batch["session"].client("ec2")
+    subnets = ec2.describe_subnets(SubnetIds=parameters["SubnetIds"].split(","))["Subnets"]
+    assert len(subnets) >= 2 and {s["VpcId"] for s in subnets} == {parameters["VpcId"]}
+    assert all(s["DefaultForAz"] for s in subnets)
+    assert set(batch["outputs"]) >= batch_stack.OUTPUTS
+    assert batch["outputs"]["LogGroup"] == "/aws/batch/job"
+    assert (
+        f"AWS_BATCH_ROLE_ARN --repo {DEFAULT_REPOSITORY} --body {batch['outputs']['SubmitRoleArn']}"
+        in batch["printed"]
+    )
+
+
+def test_compute_environments_are_gpu_spot_and_on_demand_at_zero(
+    batch: dict[str, Any], stack: dict[str, Any]
+) -> None:
+    outputs = batch["outputs"]
+    spot = _environment(batch, outputs["SpotComputeEnvironment"])
+    on_demand = _environment(batch, outputs["OnDemandComputeEnvironment"])
+    for environment, market, strategy in (
+        (spot, "SPOT", "SPOT_PRICE_CAPACITY_OPTIMIZED"),
+        (on_demand, "EC2", "BEST_FIT_PROGRESSIVE"),
+    ):
+        resources = environment["computeResources"]
+        assert (environment["type"], environment["state"]) == ("MANAGED", "ENABLED")
+        assert (resources["type"], resources["allocationStrategy"]) == (market, strategy)
+        assert resources["minvCpus"] == 0  # nothing runs (or bills) while no job is queued
+        assert resources["maxvCpus"] == 16
+        assert resources["instanceTypes"] == list(stack["settings"].instance_types)
+        assert resources["subnets"] == batch["parameters"]["SubnetIds"].split(",")
+        assert resources["securityGroupIds"][0] == stack["outputs"]["RunnerSecurityGroupId"]
+        assert resources["ec2Configuration"] == [{"imageType": "ECS_AL2023_NVIDIA"}]
+        assert "spotIamFleetRole" not in resources  # SPOT_PRICE_CAPACITY_OPTIMIZED needs none
+        # No gpu-runner: tag, so neither the reaper nor a terminate grant of the gpu-runner stack matches them.
+        assert not any(key.startswith("gpu-runner:") for key in resources["tags"])
+        assert resources["tags"]["gpu-batch:project"] == stack["settings"].project
+    # The instances hold the ECS instance role and nothing else.
+    profile = spot["computeResources"]["instanceRole"]
+    assert on_demand["computeResources"]["instanceRole"] == profile
+    iam = batch["session"].client("iam")
+    profile_name = profile.rsplit("/", 1)[-1]
+    (role,) = iam.get_instance_profile(InstanceProfileName=profile_name)["InstanceProfile"]["Roles"]
+    assert role["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {"Service": "ec2.amazonaws.com"}
+    assert role["Arn"] not in (batch["outputs"]["JobRoleArn"], batch["outputs"]["SubmitRoleArn"])
+    # moto does not attach a role's ManagedPolicyArns: the managed policy AWS documents for it, on the template.
+    assert double.template()["Resources"]["InstanceRole"]["Properties"]["ManagedPolicyArns"] == [
+        {"Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/service-role/AmazonEC2ContainerServiceforEC2Role"}
+    ]
+    # Both environments launch through the stack's launch template (IMDSv2, encrypted volume: see the template test).
+    ec2 = batch["session"].client("ec2")
+    template_id = spot["computeResources"]["launchTemplate"]["launchTemplateId"]
+    assert ec2.describe_launch_templates(LaunchTemplateIds=[template_id])["LaunchTemplates"]
+    assert on_demand["computeResources"]["launchTemplate"]["launchTemplateId"] == template_id
+
+
+def test_nodes_accept_only_each_other(batch: dict[str, Any], stack: dict[str, Any]) -> None:
+    """The second group of both environments (multi-node jobs' interfaces carry it): inbound from itself only."""
+    ec2 = batch["session"].client("ec2")
+    environment = _environment(batch, batch["outputs"]["OnDemandComputeEnvironment"])
+    runner_group, node_group = environment["computeResources"]["securityGroupIds"]
+    assert runner_group == stack["outputs"]["RunnerSecurityGroupId"]
+    (group,) = ec2.describe_security_groups(GroupIds=[node_group])["SecurityGroups"]
+    (rule,) = group["IpPermissions"]
+    assert [p["GroupId"] for p in rule["UserIdGroupPairs"]] == [node_group]
+    assert rule["IpRanges"] == [] and rule["Ipv6Ranges"] == []
+    assert group["VpcId"] == batch["parameters"]["VpcId"]
+
+
+def test_gpu_queue_tries_spot_first_and_the_multinode_queue_never_spot(batch: dict[str, Any]) -> None:
+    outputs = batch["outputs"]
+
+    def order(queue: dict[str, Any]) -> list[str]:
+        ordered = sorted(queue["computeEnvironmentOrder"], key=lambda item: int(item["order"]))
+        return [item["computeEnvironment"] for item in ordered]
+
+    gpu, multinode = _queue(batch, "JobQueue"), _queue(batch, "MultiNodeJobQueue")
+    assert gpu["jobQueueName"] == f"{batch['name']}-gpu" and gpu["state"] == "ENABLED"
+    assert order(gpu) == [outputs["SpotComputeEnvironment"], outputs["OnDemandComputeEnvironment"]]
+    assert multinode["jobQueueName"] == f"{batch['name']}-multinode"
+    # AWS runs no multi-node parallel job on spot: the multinode queue has only the on-demand environment.
+    assert order(multinode) == [outputs["OnDemandComputeEnvironment"]]
+    markets = {_environment(batch, arn)["computeResources"]["type"] for arn in order(multinode)}
+    assert markets == {"EC2"}
+
+
+def test_job_definitions_run_the_pinned_image_on_one_gpu_with_retries_on_spot_reclaims(
+    batch: dict[str, Any],
+) -> None:
+    outputs = batch["outputs"]
+    for output, name in (
+        ("JobDefinition", f"{batch['name']}-train"),
+        ("MultiNodeJobDefinition", f"{batch['name']}-train-multinode"),
+    ):
+        definition = _definition(batch, output)
+        assert (definition["jobDefinitionName"], definition["status"]) == (name, "ACTIVE")
+        # The multi-node definition's is its node range's container (see doubles.batch_stack).
+        container = definition["containerProperties"]
+        assert container["image"] == double.IMAGE
+        assert container["jobRoleArn"] == outputs["JobRoleArn"]
+        # str(): moto resolves a Number parameter's Ref to a number, CloudFormation to a string.
+        requirements = {r["type"]: str(r["value"]) for r in container["resourceRequirements"]}
+        assert requirements == {"GPU": "1", "VCPU": "4", "MEMORY": "14336"}
+        assert container["logConfiguration"] == {"logDriver": "awslogs"}  # the default /aws/batch/job group
+        assert container.get("privileged") is False
+        # Actions "aren't case sensitive" (botocore's batch model, EvaluateOnExit action); moto lowercases them.
+        retry = definition["retryStrategy"]
+        rules = [{**rule, "action": rule["action"].upper()} for rule in retry["evaluateOnExit"]]
+        assert retry["attempts"] == 3
+        assert rules == [
+            {"onStatusReason": "Host EC2*", "action": "RETRY"},
+            {"onReason": "*", "action": "EXIT"},
+        ]
+    multinode = _definition(batch, "MultiNodeJobDefinition")["containerProperties"]
+    assert multinode["instanceType"] == batch["parameters"]["MultiNodeInstanceType"]
+
+
+def test_template_settings_moto_does_not_apply() -> None:
+    resources = double.template()["Resources"]
+    data = resources["LaunchTemplate"]["Properties"]["LaunchTemplateData"]
+    assert data["MetadataOptions"] == {
+        "HttpTokens": "required",
+        "HttpPutResponseHopLimit": 1,
+        "HttpEndpoint": "enabled",
+    }
+    (volume,) = data["BlockDeviceMappings"]
+    assert volume["Ebs"]["Encrypted"] is True and volume["Ebs"]["VolumeSize"] == {"Ref": "RootVolumeGb"}
+    # MIME multi-part (what Batch merges), blocking awsvpc tasks from the instance's metadata credentials.
+    user_data = data["UserData"]["Fn::Base64"]
+    assert user_data.startswith("MIME-Version: 1.0\nContent-Type: multipart/mixed;")
+    assert "echo ECS_AWSVPC_BLOCK_IMDS=true >> /etc/ecs/ecs.config" in user_data
+    for name in ("JobDefinition", "MultiNodeJobDefinition"):
+        properties = resources[name]["Properties"]
+        assert properties["Timeout"] == {"AttemptDurationSeconds": {"Ref": "MaxRuntimeSeconds"}}
+        assert properties["PlatformCapabilities"] == ["EC2"] and properties["PropagateTags"] is True
+    node = resources["MultiNodeJobDefinition"]["Properties"]
+    assert node["Type"] == "multinode"
+    assert (node["NodeProperties"]["NumNodes"], node["NodeProperties"]["MainNode"]) == (2, 0)
+    (node_range,) = node["NodeProperties"]["NodeRangeProperties"]
+    assert node_range["TargetNodes"] == "0:"
+    # The same container as the single-node definition, plus the one instance type all nodes share.
+    single = resources["JobDefinition"]["Properties"]["ContainerProperties"]
+    assert {k: v for k, v in node_range["Container"].items() if k != "InstanceType"} == single
+    # AWS's default: no ServiceRole (Batch's service-linked role) unless one is given.
+    for name in ("SpotComputeEnvironment", "OnDemandComputeEnvironment"):
+        service_role = resources[name]["Properties"]["ServiceRole"]
+        assert service_role == {
+            "Fn::If": ["HasServiceRole", {"Ref": "ServiceRoleArn"}, {"Ref": "AWS::NoValue"}]
+        }
+    assert double.template()["Parameters"]["ServiceRoleArn"]["Default"] == ""
+    # use_spot: false leaves the spot environment out and the GPU queue with the on-demand one only.
+    assert resources["SpotComputeEnvironment"]["Condition"] == "UseSpot"
+    order = resources["GpuJobQueue"]["Properties"]["ComputeEnvironmentOrder"]
+    condition, with_spot, without_spot = order["Fn::If"]
+    assert condition == "UseSpot" and len(with_spot) == 2
+    assert without_spot == [{"Order": 1, "ComputeEnvironment": {"Ref": "OnDemandComputeEnvironment"}}]
+
+
+def _enum(shape: str) -> list[str]:
+    return list(BATCH_MODEL.shape_for(shape).enum)
+
+
+def test_the_template_uses_only_values_botocores_batch_model_allows() -> None:
+    """cfn-lint checks types; the allowed words of the API are botocore's (the model AWS's SDKs are built from)."""
+    resources = double.template()["Resources"]
+    for name in ("SpotComputeEnvironment", "OnDemandComputeEnvironment"):
+        compute = resources[name]["Properties"]["ComputeResources"]
+        assert compute["AllocationStrategy"] in _enum("CRAllocationStrategy")
+        assert compute["Type"] in _enum("CRType")
+        (configuration,) = compute["Ec2Configuration"]
+        # imageType has no enum in the model, only its documentation, which lists the values.
+        documentation = BATCH_MODEL.shape_for("Ec2Configuration").members["imageType"].documentation
+        assert f"<dt>{configuration['ImageType']}</dt>" in documentation
+    for name in ("JobDefinition", "MultiNodeJobDefinition"):
+        properties = resources[name]["Properties"]
+        assert properties["Type"] in _enum("JobDefinitionType")
+        actions = {rule["Action"] for rule in properties["RetryStrategy"]["EvaluateOnExit"]}
+        assert actions <= set(_enum("RetryAction"))
+        container = (
+            properties.get("ContainerProperties")
+            or properties["NodeProperties"]["NodeRangeProperties"][0]["Container"]
+        )
+        assert {r["Type"] for r in container["ResourceRequirements"]} <= set(_enum("ResourceType"))
+    # And the check is not vacuous: AWS's other spot strategy name is in the enum, a made-up one is not.
+    assert "SPOT_CAPACITY_OPTIMIZED" in _enum("CRAllocationStrategy")
+    assert "SPOT_CHEAPEST" not in _enum("CRAllocationStrategy")
+
+
+# --- IAM: parliament, then the evaluator call by call -------------------------------------------------------------
+
+
+def _role_name(arn: str) -> str:
+    return arn.rsplit("/", 1)[-1]
+
+
+def _submit_policies(batch: dict[str, Any]) -> list[dict[str, Any]]:
+    return managed_policies(batch["session"], _role_name(batch["outputs"]["SubmitRoleArn"]))
+
+
+def _job_policies(batch: dict[str, Any]) -> list[dict[str, Any]]:
+    return managed_policies(batch["session"], _role_name(batch["outputs"]["JobRoleArn"]))
+
+
+def _split_submit_job(issue: str, detail: Any) -> bool:
+    """parliament wants each SubmitJob statement to name all three resource types the action touches; the submit
+    policy splits them because the tag condition belongs to the new job only, as AWS's own example splits the
+    queue from the definition (AWS Batch User Guide, "Restrict job submission by resource tags on job definition
+    and job queue"). Only that exact finding is accepted (test_stack_template accepts RunInstances' alike)."""
+    return (
+        issue == "RESOURCE_MISMATCH"
+        and isinstance(detail, list)
+        and bool(detail)
+        and all(d.get("action") == "batch:SubmitJob" for d in detail)
+    )
+
+
+def test_policies_are_parliament_clean(batch: dict[str, Any]) -> None:
+    for policies in (_submit_policies(batch), _job_policies(batch)):
+        (document,) = policies
+        findings = analyze_policy_string(json.dumps(document)).findings
+        assert [f"{f.issue}: {f.detail}" for f in findings if not _split_submit_job(f.issue, f.detail)] == []
+    # The filter is narrow: a statement granting SubmitJob on nothing Batch knows is still a finding.
+    wrong = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "batch:SubmitJob",
+             "Resource": "arn:aws:s3:::bucket/*"}]}  # fmt: skip
+    assert analyze_policy_string(json.dumps(wrong)).findings
+
+
+def _arn(kind: str, name: str) -> str:
+    return f"arn:aws:batch:{REGION}:{ACCOUNT}:{kind}/{name}"
+
+
+def _submit(queue: str, definition: str, tags: dict[str, str] | None = None) -> list[Request]:
+    """The authorizations of one SubmitJob (Service Authorization Reference, AWS Batch: the queue, the definition
+    and the new job, whose request tags are condition keys, plus batch:TagResource when it carries tags)."""
+    context: dict[str, str | list[str]] = {f"aws:RequestTag/{k}": v for k, v in (tags or {}).items()}
+    if tags:
+        context["aws:TagKeys"] = sorted(tags)
+    job = _arn("job", "*")
+    requests = [
+        Request("batch:SubmitJob", queue, context, "SubmitJob"),
+        Request("batch:SubmitJob", definition, context, "SubmitJob"),
+        Request("batch:SubmitJob", job, context, "SubmitJob"),
+    ]
+    if tags:
+        requests.append(Request("batch:TagResource", job, context, "SubmitJob"))
+    return requests
+
+
+def _job(action: str, tags: dict[str, str]) -> Request:
+    return Request(action, _arn("job", "0d9e6a2c-1"), {f"aws:ResourceTag/{k}": v for k, v in tags.items()})
+
+
+def _parameter(name: str) -> str:
+    return f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter{name}"
+
+
+def test_the_submit_role_submits_watches_and_ends_only_its_own_jobs(
+    batch: dict[str, Any], stack: dict[str, Any]
+) -> None:
+    policies, outputs, name = _submit_policies(batch), batch["outputs"], batch["name"]
+    ours = {"gpu-batch:stack": name}
+    for queue, definition in (
+        (outputs["JobQueue"], outputs["JobDefinition"]),
+        (outputs["MultiNodeJobQueue"], outputs["MultiNodeJobDefinition"]),
+        (outputs["JobQueue"], _arn("job-definition", f"{name}-train")),  # the bare name: the latest revision
+    ):
+        for request in _submit(queue, definition, ours):
+            assert allowed(policies, request), request
+    refused = {
+        "another queue": _submit(_arn("job-queue", "someone-elses-gpu"), outputs["JobDefinition"], ours),
+        "another definition (another image, another role)": _submit(
+            outputs["JobQueue"], _arn("job-definition", "someone-elses:1"), ours
+        ),
+        "a definition whose name starts like ours": _submit(
+            outputs["JobQueue"], _arn("job-definition", f"{name}-training:1"), ours
+        ),
+        "an untagged job (it could not be ended)": _submit(outputs["JobQueue"], outputs["JobDefinition"]),
+        "another stack's tag": _submit(
+            outputs["JobQueue"], outputs["JobDefinition"], {"gpu-batch:stack": "x"}
+        ),
+    }
+    for what, requests in refused.items():
+        assert not all(allowed(policies, r) for r in requests), what
+    assert allowed(policies, Request("batch:DescribeJobs", "*"))
+    assert not allowed(policies, _job("batch:CancelJob", ours)), "TerminateJob cancels too: no CancelJob"
+    for action in ("batch:TerminateJob",):
+        assert allowed(policies, _job(action, ours)), action
+        assert not allowed(policies, _job(action, {"gpu-batch:stack": "another-queue-stack"})), action
+        assert not allowed(policies, _job(action, {})), action
+    # Never a job definition of its own (any image with the job role), a role to pass, or another service.
+    assert granted_actions(policies) == {"batch:SubmitJob", "batch:TagResource", "batch:DescribeJobs",
+                                         "batch:DescribeJobQueues", "batch:DescribeComputeEnvironments",
+                                         "batch:DescribeJobDefinitions", "ecs:DescribeContainerInstances",
+                                         "ec2:DescribeSpotPriceHistory", "pricing:GetProducts", "batch:TerminateJob",
+                                         "logs:GetLogEvents"}  # fmt: skip
+    assert not allowed(
+        policies, Request("batch:RegisterJobDefinition", _arn("job-definition", f"{name}-train"))
+    )
+    assert not allowed(policies, Request("iam:PassRole", outputs["JobRoleArn"]))
+    # Its jobs' logs, not the rest of the account-wide group.
+    group = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/batch/job:log-stream:"
+    assert allowed(policies, Request("logs:GetLogEvents", f"{group}{name}-train/default/4f1c"))
+    assert allowed(policies, Request("logs:GetLogEvents", f"{group}{name}-train-multinode/default/4f1c"))
+    assert not allowed(policies, Request("logs:GetLogEvents", f"{group}other-project-train/default/4f1c"))
+    # Nor a secret: the GitHub credential, the MLflow passwords, a runner's config.
+    prefix = stack["settings"].ssm_prefix
+    secrets = [f"{prefix}-github-credential", f"{prefix}/7-1/jitconfig",
+               *mlflow_server.parameter_names(prefix).values()]  # fmt: skip
+    for secret in secrets:
+        assert not allowed(policies, Request("ssm:GetParameter", _parameter(secret))), secret
+
+
+_O, _N = DEFAULT_REPOSITORY.split("/")
+_WF = f"{_O}/{_N}/.github/workflows"
+SUBMIT_SUBJECTS = [
+    ("the default branch's batch.yml on the default branch", f"repo:{_O}/{_N}:ref:refs/heads/main:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", True),
+    ("the same, immutable ids", f"repo:{_O}@1001/{_N}@2002:ref:refs/heads/main:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", True),
+    ("a branch writer: the branch's own batch.yml", f"repo:{_O}/{_N}:ref:refs/heads/train/x:job_workflow_ref:{_WF}/batch.yml@refs/heads/train/x", False),
+    ("a branch writer: the default branch's file dispatched on a branch", f"repo:{_O}/{_N}:ref:refs/heads/feature:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", False),
+    ("a branch writer: main calling a branch's copy", f"repo:{_O}/{_N}:ref:refs/heads/main:job_workflow_ref:{_WF}/batch.yml@refs/heads/feature", False),
+    ("a branch named like the ref", f"repo:{_O}/{_N}:ref:refs/heads/main:job_workflow_ref:{_WF}/batch.yml@refs/heads/x.yml@refs/heads/main", False),
+    ("a fork's pull request", f"repo:{_O}/{_N}:pull_request:job_workflow_ref:{_WF}/batch.yml@refs/pull/7/merge", False),
+    ("a pull request calling the default branch's file", f"repo:{_O}/{_N}:pull_request:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", False),
+    ("another workflow of the default branch", f"repo:{_O}/{_N}:ref:refs/heads/main:job_workflow_ref:{_WF}/train.yml@refs/heads/main", False),
+    ("an environment job", f"repo:{_O}/{_N}:environment:prod:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", False),
+    ("a tag", f"repo:{_O}/{_N}:ref:refs/tags/v1:job_workflow_ref:{_WF}/batch.yml@refs/tags/v1", False),
+    ("another repository", f"repo:evil/{_N}:ref:refs/heads/main:job_workflow_ref:evil/{_N}/.github/workflows/batch.yml@refs/heads/main", False),
+    ("a recycled owner name (other ids)", f"repo:{_O}@9999/{_N}@2002:ref:refs/heads/main:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", False),
+    ("GitHub's default subject on the default branch", f"repo:{_O}/{_N}:ref:refs/heads/main", False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("who", "sub", "expected"), SUBMIT_SUBJECTS, ids=[row[0] for row in SUBMIT_SUBJECTS])
+def test_only_the_default_branch_batch_workflow_assumes_the_submit_role(
+    batch: dict[str, Any], who: str, sub: str, expected: bool
+) -> None:
+    trust = role_of(batch["session"], batch["outputs"]["SubmitRoleArn"])["AssumeRolePolicyDocument"]
+    provider = batch["parameters"]["OidcProviderArn"]
+    claims = {f"{OIDC_URL}:aud": "sts.amazonaws.com", f"{OIDC_URL}:sub": sub}
+    assert web_identity_allowed(trust, provider, claims) is expected, who
+    assert not web_identity_allowed(trust, provider, {**claims, f"{OIDC_URL}:aud": "https://github.com/evil"})
+    assert not web_identity_allowed(trust, provider + "-other", claims)
+
+
+def test_no_other_principal_of_the_account_assumes_the_batch_roles(batch: dict[str, Any]) -> None:
+    """Another principal in the account (a user, another role): the trusts name GitHub's OIDC provider and ECS
+    tasks of this account only, never an account or role principal, so no identity policy elsewhere opens them."""
+    session, outputs = batch["session"], batch["outputs"]
+    (submit,) = role_of(session, outputs["SubmitRoleArn"])["AssumeRolePolicyDocument"]["Statement"]
+    assert list(submit["Principal"]) == ["Federated"] and submit["Action"] == "sts:AssumeRoleWithWebIdentity"
+    (job,) = role_of(session, outputs["JobRoleArn"])["AssumeRolePolicyDocument"]["Statement"]
+    assert job["Principal"] == {"Service": "ecs-tasks.amazonaws.com"} and job["Action"] == "sts:AssumeRole"
+    assert job["Condition"]["StringEquals"] == {"aws:SourceAccount": ACCOUNT}
+    assert job["Condition"]["ArnLike"] == {"aws:SourceArn": f"arn:aws:ecs:{REGION}:{ACCOUNT}:*"}
+
+
+def test_what_training_code_in_a_job_can_do(batch: dict[str, Any], stack: dict[str, Any]) -> None:
+    """The job role: the bucket as the runner role has it, its own parameters; no secret, no Batch, no role."""
+    policies, bucket = _job_policies(batch), stack["bucket"]
+    prefix = stack["settings"].ssm_prefix
+    same_account = {"aws:ResourceAccount": ACCOUNT}
+    for action, key in (("s3:GetObject", "data/train.npz"), ("s3:PutObject", "checkpoints/r/1.ckpt")):
+        assert allowed(policies, Request(action, f"arn:aws:s3:::{bucket}/{key}", same_account)), action
+    for action, key, context in (
+        ("s3:GetObject", "x", {"aws:ResourceAccount": "1" * 12}),  # a stranger's bucket of the same name
+        ("s3:PutObject", "runner-mirror/runner.tgz", same_account),
+        ("s3:DeleteObject", "sweeps/s/journal/1.jsonl", same_account),
+    ):
+        assert not allowed(policies, Request(action, f"arn:aws:s3:::{bucket}/{key}", context)), (action, key)
+    assert allowed(policies, Request("ssm:GetParameter", _parameter(f"{prefix}-batch/config")))
+    secrets = [f"{prefix}-github-credential", f"{prefix}/7-1/jitconfig", f"{prefix}-batchx/y",
+               *mlflow_server.parameter_names(prefix).values()]  # fmt: skip
+    for secret in secrets:
+        assert not allowed(policies, Request("ssm:GetParameter", _parameter(secret))), secret
+    outputs = batch["outputs"]
+    for request in (
+        *_submit(outputs["JobQueue"], outputs["JobDefinition"], {"gpu-batch:stack": batch["name"]}),
+        Request("batch:RegisterJobDefinition", _arn("job-definition", "anything")),
+        Request("iam:PassRole", outputs["JobRoleArn"]),
+        Request("sts:AssumeRole", outputs["SubmitRoleArn"]),
+    ):
+        assert not allowed(policies, request), request
+    # The same data scope as the runner role: what one may do to the bucket, so may the other.
+    runner = managed_policies(stack["session"], runner_role_name(stack))
+    for action, key in (("s3:GetObject", "exports/m.keras"), ("s3:PutObject", "runner-mirror/x"),
+                        ("s3:DeleteObject", "sweeps/s/waves/1.json"), ("s3:PutObject", "predictions/p.csv")):  # fmt: skip
+        request = Request(action, f"arn:aws:s3:::{bucket}/{key}", same_account)
+        assert allowed(policies, request) == allowed(runner, request), (action, key)
+
+
+def test_branch_writers_get_no_batch_access(batch: dict[str, Any], stack: dict[str, Any]) -> None:
+    """The gpu-runner stack's roles (a branch writer holds the train or sweep role in its jobs; training code on a
+    runner the runner role) may neither submit nor end Batch jobs, nor terminate the Batch instances."""
+    roles = {
+        "train": role_policies(stack, "TrainRoleArn"),
+        "sweep": role_policies(stack, "SweepRoleArn"),
+        "predict": role_policies(stack, "PredictRoleArn"),
+        "reaper": role_policies(stack, "ReaperRoleArn"),
+        "runner": managed_policies(stack["session"], runner_role_name(stack)),
+    }
+    outputs = batch["outputs"]
+    environment = _environment(batch, outputs["OnDemandComputeEnvironment"])
+    tags = environment["computeResources"]["tags"]
+    instance = Request("ec2:TerminateInstances", f"arn:aws:ec2:{REGION}:{ACCOUNT}:instance/i-0123456789abcdef0",
+                       {f"ec2:ResourceTag/{k}": v for k, v in tags.items()})  # fmt: skip
+    for role, policies in roles.items():
+        requests = [*_submit(outputs["JobQueue"], outputs["JobDefinition"], {"gpu-batch:stack": batch["name"]}),
+                    _job("batch:TerminateJob", {"gpu-batch:stack": batch["name"]}), instance]  # fmt: skip
+        for request in requests:
+            assert not allowed(policies, request), (role, request)
+
+
+# --- bad input -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"image": ""}, "image: empty; Batch runs every job in a container"),
+        ({"image": "ghcr.io/org/train:1.0"}, "image: 'ghcr.io/org/train:1.0' is not pinned by digest"),
+        (
+            {"instance_types": ["g3.4xlarge"]},
+            "instance_types: 'g3.4xlarge' is a family Batch's Amazon Linux 2023",
+        ),
+    ],
+    ids=["no image", "unpinned image", "a family the GPU image does not support"],
+)
+def test_settings_batch_cannot_run_are_refused_before_any_aws_call(
+    settings_file: Path,
+    tmp_path: Path,
+    recorded: tuple[list[Any], Any],
+    changes: dict[str, Any],
+    message: str,
+) -> None:
+    path = double.batch_settings(settings_file, tmp_path, **changes)
+    calls, _ = recorded
+    code, _, err = double.run_cli(["--settings", str(path), "batch", "up", "--repository", DEFAULT_REPOSITORY,
+                                   "--template", str(double.BATCH_TEMPLATE)])  # fmt: skip
+    assert code != 0 and message in err, err
+    assert calls == []
+
+
+def test_the_template_pins_the_image_with_the_settings_pattern() -> None:
+    """settings.py refuses an unpinned image as it loads (the CLI test above); the template's parameter refuses one
+    with the same pattern, so a stack deployed by hand cannot take a tag either."""
+    assert double.template()["Parameters"]["Image"]["AllowedPattern"] == PINNED_IMAGE.pattern
+
+
+def test_up_without_the_runner_stack_says_to_bootstrap(
+    settings_file: Path, tmp_path: Path, moto_endpoint: str
+) -> None:
+    path = double.batch_settings(settings_file, tmp_path, project="never-bootstrapped")
+    code, _, err = double.up(path)
+    assert code != 0 and "no gpu-runner stack" in err and "run `make bootstrap` first" in err, err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--max-vcpus", "0"), "--max-vcpus: 0 must be at least 1"),
+        (("--service-role-arn", "batch-role"), "--service-role-arn: 'batch-role' is not an IAM role ARN"),
+        (("--submit-workflow", "../evil"), "--submit-workflow: '../evil' is not a workflow file name"),
+    ],
+)
+def test_bad_flags_are_refused(
+    settings_file: Path, tmp_path: Path, extra: tuple[str, ...], message: str
+) -> None:
+    code, _, err = double.up(double.batch_settings(settings_file, tmp_path), *extra)
+    assert code != 0 and message in err, err
+
+
+def test_outputs_and_down_of_a_stack_that_is_not_there(
+    settings_file: Path, moto_endpoint: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = load_settings(settings_file)
+    cfn = double.moto_session().client("cloudformation")
+    with pytest.raises(batch_stack.BatchStackError, match=r"no Batch stack .* run `make batch-up` first"):
+        batch_stack.batch_outputs(cfn, settings, "someone/else")
+    caplog.set_level(logging.INFO, logger=batch_stack.__name__)
+    batch_stack.down(settings, cfn, "someone/else")
+    assert "nothing to delete" in caplog.text
+
+
+def test_batch_outputs_reads_the_deployed_stack(batch: dict[str, Any], stack: dict[str, Any]) -> None:
+    cfn = batch["session"].client("cloudformation")
+    outputs = batch_stack.batch_outputs(cfn, stack["settings"], DEFAULT_REPOSITORY)
+    assert {key: outputs[key] for key in batch_stack.OUTPUTS} == {
+        key: batch["outputs"][key] for key in batch_stack.OUTPUTS
+    }
+
+
+def test_stack_names_leave_room_for_queue_and_definition_names() -> None:
+    name = batch_stack.batch_stack_name("p" * 300, DEFAULT_REPOSITORY)
+    assert len(name) == batch_stack.STACK_NAME_MAX and name.startswith("batch-ppp")
+    # Batch's 128-character name limit holds for the longest name the template derives from it.
+    assert len(name + batch_stack.LONGEST_SUFFIX) == 128
+    assert batch_stack.LONGEST_SUFFIX == "-train-multinode"
+    assert double.template()["Resources"]["MultiNodeJobDefinition"]["Properties"]["JobDefinitionName"] == {
+        "Fn::Sub": "${AWS::StackName}" + batch_stack.LONGEST_SUFFIX
+    }
+    # Different repositories of one project get different stacks (and queues).
+    assert name != batch_stack.batch_stack_name("p" * 300, "other/repo")
+
+
+@pytest.mark.parametrize(("target", "action"), [("batch-up", "up"), ("batch-down", "down")])
+def test_the_make_targets_are_commands_the_cli_accepts(target: str, action: str) -> None:
+    """`make batch-up` / `make batch-down` as a person runs them (BATCH_ARGS empty), parsed by the CLI's parser:
+    this repository, the settings file and, for up, a template that exists."""
+    words = [w for w in make_command(PROJECT_DIR / "Makefile", target) if w != "$(BATCH_ARGS)"]
+    args = cli._parser().parse_args(words[words.index("gpu-runner") + 1 :])
+    assert (args.command, args.action) == ("batch", action)
+    assert str(args.settings) == "configs/gpu-runner.yaml" and stack_repository() == args.repository
+    if action == "up":
+        assert (PROJECT_DIR / args.template).is_file()
+
+
+def stack_repository() -> str:
+    """The repository the bake's infra/gpu-runner.yaml trusts by default (the Makefile's REPOSITORY)."""
+    parameters = gpu_runner_stack.template()["Parameters"]
+    return f"{parameters['GitHubOwner']['Default']}/{parameters['GitHubRepository']['Default']}"
+
+
+def test_the_batch_command_group_has_up_and_down() -> None:
+    parser = cli._parser()
+    with pytest.raises(SystemExit):
+        parser.parse_args(["batch", "launch", "--repository", DEFAULT_REPOSITORY])
+    args = parser.parse_args(["batch", "up", "--repository", DEFAULT_REPOSITORY])
+    assert (args.command, args.action, args.max_vcpus, args.template) == (
+        "batch",
+        "up",
+        16,
+        Path("infra/batch.yaml"),
+    )
+
+
+def test_a_rerun_keeps_the_queues_and_definitions(batch: dict[str, Any], batch_settings_file: Path) -> None:
+    """`make batch-up` again with the same settings (after a template update, say): the stack is updated, not
+    replaced; the queues and job definition revisions the workflows hold stay valid."""
+    code, _, err = double.up(batch_settings_file, "--service-role-arn", batch["parameters"]["ServiceRoleArn"])
+    assert code == 0, err
+    cfn = batch["session"].client("cloudformation")
+    (again,) = cfn.describe_stacks(StackName=batch["name"])["Stacks"]
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in again["Outputs"]}
+    for key in batch_stack.OUTPUTS:
+        assert outputs[key] == batch["outputs"][key], key
+    assert _queue(batch, "JobQueue")["status"] == "VALID"
+
+
+@pytest.mark.slow  # a bootstrap stack of its own (~5 s), then a Batch stack
+def test_without_spot_the_gpu_queue_is_on_demand_only(
+    tmp_path: Path, oidc_provider: str, ami_for_infra: str
+) -> None:
+    """`use_spot: false`: no spot environment, the GPU queue on-demand only. Its own project and bootstrap stack,
+    so the module's stack stays as the other tests read it. (Not `batch down` against moto: moto deletes a
+    stack's resources in creation order, a role before the policy attached to it, and IAM refuses: DeleteConflict,
+    as doubles.gpu_runner_stack says of the bootstrap stack.)"""
+    runner_settings = write_settings(tmp_path / "gpu-runner.yaml")
+    project = load_settings(runner_settings).project
+    deployed = bootstrap(runner_settings, project=project, region=REGION, repository=DEFAULT_REPOSITORY,
+                         bucket=f"batch-test-{uuid.uuid4().hex[:12]}", oidc_provider=oidc_provider)  # fmt: skip
+    session = double.moto_session()
+    cfn = session.client("cloudformation")
+    try:
+        path = double.batch_settings(runner_settings, tmp_path, use_spot=False)
+        code, _, err = double.up(path, "--service-role-arn", double.service_role(session))
+        assert code == 0, err
+        outputs = batch_stack.batch_outputs(cfn, load_settings(path), DEFAULT_REPOSITORY)
+        parameters = cfn.describe_stacks(StackName=batch_stack.batch_stack_name(project, DEFAULT_REPOSITORY))
+        assert {"ParameterKey": "UseSpot", "ParameterValue": "false"} in parameters["Stacks"][0]["Parameters"]
+        assert "SpotComputeEnvironment" not in outputs
+        for output in ("JobQueue", "MultiNodeJobQueue"):
+            (queue,) = session.client("batch").describe_job_queues(jobQueues=[outputs[output]])["jobQueues"]
+            (only,) = queue["computeEnvironmentOrder"]
+            assert only["computeEnvironment"] == outputs["OnDemandComputeEnvironment"], output
+    finally:
+        for name in (batch_stack.batch_stack_name(project, DEFAULT_REPOSITORY), deployed.stack_name):
+            with contextlib.suppress(ClientError):  # best effort, as the session's stack (see above)
+                cfn.delete_stack(StackName=name)
+
+
+# ---- Call by call: what `gpu-runner batch submit | wait | cancel` really asks, held to the deployed SubmitRole.
+def _mirror_on_the_batch_host(endpoint: str, outputs: dict[str, str]) -> None:
+    """The stack's GPU queue and job definition under the same ARNs on the batch host (moto's Batch backend whose
+    jobs run as local processes: doubles/batch_host.py), on a Spot compute environment as the stack's first one."""
+
+    def client(service: str) -> Any:
+        return boto3.client(service, region_name=REGION, endpoint_url=endpoint)
+
+    iam, ec2, batch = client("iam"), client("ec2"), client("batch")
+    trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
+                                                      "Principal": {"Service": "batch.amazonaws.com"}}]}  # fmt: skip
+    role = iam.create_role(RoleName="mirror-batch-service", AssumeRolePolicyDocument=json.dumps(trust))
+    profile = iam.create_instance_profile(InstanceProfileName="mirror-batch-instance")
+    profile = profile["InstanceProfile"]["Arn"]
+    subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
+    group = ec2.create_security_group(GroupName="mirror-batch", Description="batch jobs")["GroupId"]
+    resources = {"type": "SPOT", "minvCpus": 0, "maxvCpus": 16, "instanceTypes": ["g4dn.xlarge"],
+                 "subnets": [subnet], "securityGroupIds": [group], "instanceRole": profile}  # fmt: skip
+    environment = batch.create_compute_environment(
+        computeEnvironmentName="mirror-spot", type="MANAGED", state="ENABLED", computeResources=resources,
+        serviceRole=role["Role"]["Arn"],
+    )["computeEnvironmentArn"]  # fmt: skip
+    batch.create_job_queue(
+        jobQueueName=outputs["JobQueue"].rsplit("/", 1)[-1], state="ENABLED", priority=1,
+        computeEnvironmentOrder=[{"order": 1, "computeEnvironment": environment}],
+    )  # fmt: skip
+    name = outputs["JobDefinition"].rsplit("/", 1)[-1].split(":")[0]
+    registered = batch.register_job_definition(
+        jobDefinitionName=name, type="container",
+        containerProperties={"image": "local/none", "command": ["true"],
+                             "resourceRequirements": [{"type": "VCPU", "value": "1"}, {"type": "MEMORY", "value": "512"}]},
+    )  # fmt: skip
+    assert registered["jobDefinitionArn"] == outputs["JobDefinition"], "the mirror must have the stack's ARN"
+
+
+def test_every_call_of_submit_wait_and_cancel_is_the_submit_roles_and_nothing_more(
+    batch: dict[str, Any], batch_settings_file: Path, batch_endpoint: str, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """The CLI runs for real against the batch host (a job that prints and ends, priced by `wait`; a second one
+    cancelled while it runs), its calls recorded; each authorization they need is allowed by the deployed
+    SubmitRole's policies, and the policies grant no action the commands do not use."""
+    outputs = batch["outputs"]
+    # Read from the session's moto before AWS_ENDPOINT_URL points at the batch host.
+    policies = _submit_policies(batch)
+    _mirror_on_the_batch_host(batch_endpoint, outputs)
+    session = boto3.Session(region_name=REGION)
+    calls = record_calls(session)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", batch_endpoint)
+    monkeypatch.setenv("GITHUB_OUTPUT", str(tmp_path / "output"))
+    monkeypatch.setenv("GITHUB_REPOSITORY", DEFAULT_REPOSITORY)
+    monkeypatch.setattr(cli, "Aws", lambda: Aws(session))
+    base = ["--settings", str(batch_settings_file), "batch"]
+
+    def submit(name: str, code: str) -> str:
+        (tmp_path / "output").write_text("")
+        argv = [*base, "submit", "--queue", outputs["JobQueue"], "--job-definition", outputs["JobDefinition"],
+                "--name", name, "--repository", DEFAULT_REPOSITORY, "--", sys.executable, "-c", code]  # fmt: skip
+        assert cli.main(argv) == 0
+        return (tmp_path / "output").read_text().strip().split("job-id=", 1)[1]
+
+    done = submit("train-1", "print('epoch 1')")
+    assert cli.main([*base, "wait", "--job-id", done, "--poll-seconds", "0.2", "--timeout", "120"]) == 0
+    running = submit("train-2", "import time; time.sleep(600)")
+    host = boto3.client("batch", region_name=REGION, endpoint_url=batch_endpoint)
+    deadline = time.monotonic() + 120
+    while host.describe_jobs(jobs=[running])["jobs"][0]["status"] != "RUNNING":
+        assert time.monotonic() < deadline, "the second job never ran"
+        time.sleep(0.2)
+    assert cli.main([*base, "cancel", "--job-id", running]) == 0
+
+    def job_tags(region: str, job_id: str) -> dict[str, str]:
+        return dict(host.describe_jobs(jobs=[job_id])["jobs"][0].get("tags", {}))
+
+    requests = [r for call in calls for r in requests_for(
+        call, instance_tags=lambda *_: {}, profile_role=lambda _: "", spot_role_exists=lambda: True,
+        job_tags=job_tags)]  # fmt: skip
+    assert {r.action for r in requests} >= {"batch:SubmitJob", "batch:DescribeJobs", "batch:TerminateJob",
+                                             "logs:GetLogEvents"}, {c.operation for c in calls}  # fmt: skip
+    denied = [r for r in requests if not allowed(policies, r)]
+    assert denied == [], denied
+    assert granted_actions(policies) == {r.action for r in requests}
