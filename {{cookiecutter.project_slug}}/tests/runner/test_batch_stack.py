@@ -291,6 +291,24 @@ def test_the_template_uses_only_values_botocores_batch_model_allows() -> None:
             or properties["NodeProperties"]["NodeRangeProperties"][0]["Container"]
         )
         assert {r["Type"] for r in container["ResourceRequirements"]} <= set(_enum("ResourceType"))
+    # Every queue cancels a job stuck at its head for want of capacity or of a fitting compute environment.
+    capacity_wait = double.template()["Parameters"]["CapacityWaitSeconds"]
+    # "The minimum value is 600 (10 minutes) and the maximum value is 86,400 (24 hours)" (the model's docs).
+    documented = BATCH_MODEL.shape_for("JobStateTimeLimitAction").members["maxTimeSeconds"].documentation
+    assert "minimum value is 600" in documented and "maximum value is 86,400" in documented
+    assert (capacity_wait["MinValue"], capacity_wait["MaxValue"]) == (600, 86400)
+    for name in ("GpuJobQueue", "MultiNodeJobQueue"):
+        limits = resources[name]["Properties"]["JobStateTimeLimitActions"]
+        assert {limit["Reason"] for limit in limits} == {
+            "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY",
+            "MISCONFIGURATION:COMPUTE_ENVIRONMENT_MAX_RESOURCE",
+            "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT",
+        }, name
+        for limit in limits:
+            assert limit["Action"] == "CANCEL" and limit["Action"] in _enum("JobStateTimeLimitActionsAction")
+            assert limit["State"] in _enum("JobStateTimeLimitActionsState")
+            seconds = limit["MaxTimeSeconds"]
+            assert seconds == {"Ref": "CapacityWaitSeconds"} or 600 <= seconds <= 86400, (name, limit)
     # And the check is not vacuous: AWS's other spot strategy name is in the enum, a made-up one is not.
     assert "SPOT_CAPACITY_OPTIMIZED" in _enum("CRAllocationStrategy")
     assert "SPOT_CHEAPEST" not in _enum("CRAllocationStrategy")
