@@ -21,7 +21,7 @@ import yaml
 from doubles.github_double import DEFAULT_REPOSITORY
 from doubles.gpu_runner_stack import REGION, CfnLoader
 from doubles.mlflow_server_stack import run_cli
-from doubles.stack_deploy import PROJECT_DIR
+from doubles.stack_deploy import PROJECT_DIR, described
 from gpu_runner import batch_stack, cli
 from gpu_runner.aws import Aws
 
@@ -91,12 +91,4 @@ def deployed(stack: dict[str, Any], settings_file: Path, *extra: str) -> dict[st
     code, printed, err = up(settings_file, *extra)
     assert code == 0, err
     name = batch_stack.batch_stack_name(stack["settings"].project, DEFAULT_REPOSITORY)
-    session = stack["session"]
-    described = session.client("cloudformation").describe_stacks(StackName=name)["Stacks"][0]
-    return {
-        "name": name,
-        "outputs": {o["OutputKey"]: o["OutputValue"] for o in described["Outputs"]},
-        "parameters": {p["ParameterKey"]: p["ParameterValue"] for p in described["Parameters"]},
-        "printed": printed,
-        "session": session,
-    }
+    return described(stack["session"], name, printed)

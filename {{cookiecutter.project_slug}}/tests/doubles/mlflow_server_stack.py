@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from doubles.github_double import DEFAULT_REPOSITORY
-from doubles.stack_deploy import PROJECT_DIR
+from doubles.stack_deploy import PROJECT_DIR, described
 from gpu_runner import cli, mlflow_server
 
 SERVER_TEMPLATE = PROJECT_DIR / "infra" / "mlflow-server.yaml"
@@ -42,12 +42,4 @@ def deployed(stack: dict[str, Any], settings_file: Path, *extra: str) -> dict[st
     code, printed, err = up(settings_file, *extra)
     assert code == 0, err
     name = mlflow_server.server_stack_name(stack["settings"].project, DEFAULT_REPOSITORY)
-    session = stack["session"]
-    described = session.client("cloudformation").describe_stacks(StackName=name)["Stacks"][0]
-    return {
-        "name": name,
-        "outputs": {o["OutputKey"]: o["OutputValue"] for o in described["Outputs"]},
-        "parameters": {p["ParameterKey"]: p["ParameterValue"] for p in described["Parameters"]},
-        "printed": printed,
-        "session": session,
-    }
+    return described(stack["session"], name, printed)

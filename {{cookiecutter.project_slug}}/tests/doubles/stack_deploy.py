@@ -59,3 +59,16 @@ def bootstrap(
     described = cfn.describe_stacks(StackName=stack_name)["Stacks"][0]
     outputs = {o["OutputKey"]: o["OutputValue"] for o in described["Outputs"]}
     return Deployed(argv, out.getvalue(), stack_name, outputs)
+
+
+def described(session: boto3.Session, name: str, printed: str) -> dict:
+    """A stack deployed beside the gpu-runner one (mlflow-server, batch), as the runner tests read it: its name,
+    outputs and parameters, what `up` printed, and the session that reads the moto server."""
+    stack = session.client("cloudformation").describe_stacks(StackName=name)["Stacks"][0]
+    return {
+        "name": name,
+        "outputs": {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]},
+        "parameters": {p["ParameterKey"]: p["ParameterValue"] for p in stack["Parameters"]},
+        "printed": printed,
+        "session": session,
+    }

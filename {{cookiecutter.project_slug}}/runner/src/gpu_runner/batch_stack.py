@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from . import stack
 from .errors import RunnerError
 from .settings import Settings
@@ -113,21 +111,6 @@ def settings_problems(settings: Settings) -> list[str]:
     return problems
 
 
-def _runner_stack(cfn: Any, name: str) -> tuple[dict[str, str], dict[str, str]]:
-    try:
-        described = cfn.describe_stacks(StackName=name)["Stacks"][0]
-    except ClientError as error:
-        if "does not exist" in error.response.get("Error", {}).get("Message", ""):
-            raise BatchStackError(
-                f"no gpu-runner stack {name} in this region: run `make bootstrap` first (Batch reuses its bucket, "
-                "VPC, runner security group and OIDC provider)"
-            ) from None
-        raise
-    outputs = {o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs", [])}
-    parameters = {p["ParameterKey"]: p.get("ParameterValue", "") for p in described.get("Parameters", [])}
-    return outputs, parameters
-
-
 def subnet_ids(settings: Settings, ec2: Any, vpc_id: str) -> list[str]:
     """configs/gpu-runner.yaml `subnet_ids`, else the default subnets (one per zone) of the runners' VPC."""
     if settings.subnet_ids:
@@ -193,7 +176,12 @@ def up(
         body = template.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise BatchStackError(f"--template: {template} not found (run from the project root)") from None
-    runner, runner_parameters = _runner_stack(cfn, stack.stack_name(settings.project, inputs.repository))
+    runner, runner_parameters = stack.runner_stack(
+        cfn,
+        stack.stack_name(settings.project, inputs.repository),
+        "Batch reuses its bucket, VPC, runner security group and OIDC provider",
+        BatchStackError,
+    )
     subnets = subnet_ids(settings, ec2, runner_parameters.get("VpcId", ""))
     parameters = stack_parameters(settings, inputs, runner, runner_parameters, subnets)
     name = batch_stack_name(settings.project, inputs.repository)

@@ -123,21 +123,6 @@ def ensure_password(ssm: Any, name: str, description: str) -> bool:
     return True
 
 
-def _runner_stack(cfn: Any, name: str) -> tuple[dict[str, str], dict[str, str]]:
-    try:
-        described = cfn.describe_stacks(StackName=name)["Stacks"][0]
-    except ClientError as error:
-        if "does not exist" in error.response.get("Error", {}).get("Message", ""):
-            raise MlflowServerError(
-                f"no gpu-runner stack {name} in this region: run `make bootstrap` first (the server reuses its "
-                "bucket, VPC and runner security group)"
-            ) from None
-        raise
-    outputs = {o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs", [])}
-    parameters = {p["ParameterKey"]: p.get("ParameterValue", "") for p in described.get("Parameters", [])}
-    return outputs, parameters
-
-
 # What the tunnel role's trust needs from the gpu-runner stack's parameters (the repository bootstrap was given).
 RUNNER_STACK_PARAMETERS = ("GitHubOwner", "GitHubRepository", "GitHubOwnerId", "GitHubRepositoryId")
 
@@ -184,7 +169,12 @@ def up(
     except FileNotFoundError:
         raise MlflowServerError(f"--template: {template} not found (run from the project root)") from None
     version = locked_mlflow_version(lock)
-    runner, runner_parameters = _runner_stack(cfn, stack.stack_name(settings.project, inputs.repository))
+    runner, runner_parameters = stack.runner_stack(
+        cfn,
+        stack.stack_name(settings.project, inputs.repository),
+        "the server reuses its bucket, VPC and runner security group",
+        MlflowServerError,
+    )
     names = parameter_names(settings.ssm_prefix)
     for name, what in (
         (names["admin"], "MLflow admin password (team server)"),

@@ -311,6 +311,24 @@ def deploy(
     return stack_outputs(cfn, name)
 
 
+def runner_stack(
+    cfn: Any, name: str, reuses: str, error: type[RunnerError] = BootstrapError
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The gpu-runner stack's outputs and parameters, for a stack deployed beside it (`reuses`: what it takes from
+    it); `error` names the stack that needs it, when bootstrap has not run in this region."""
+    try:
+        described = cfn.describe_stacks(StackName=name)["Stacks"][0]
+    except ClientError as refused:
+        if "does not exist" in refused.response.get("Error", {}).get("Message", ""):
+            raise error(
+                f"no gpu-runner stack {name} in this region: run `make bootstrap` first ({reuses})"
+            ) from None
+        raise
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs", [])}
+    parameters = {p["ParameterKey"]: p.get("ParameterValue", "") for p in described.get("Parameters", [])}
+    return outputs, parameters
+
+
 def stack_outputs(cfn: Any, name: str) -> dict[str, str]:
     stack = cfn.describe_stacks(StackName=name)["Stacks"][0]
     return {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
