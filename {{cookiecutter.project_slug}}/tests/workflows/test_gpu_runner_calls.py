@@ -22,6 +22,7 @@ from workflow_files import (
 )
 
 from gpu_runner.workflow_contract import (
+    BatchOutput,
     CapacityOutput,
     LaunchOutput,
     SettingsOutput,
@@ -126,9 +127,10 @@ def test_every_value_reaches_a_cli_as_opt_equals_value(project: Path, tmp_path: 
 def test_launch_outputs_match_the_runner_sources(project: Path) -> None:
     written = written_step_outputs(project / "runner" / "src" / "gpu_runner")
     assert written, "no write_outputs({...}) call found in the gpu_runner sources: update this test"
-    # capacity's are for sweep.yml's plan job, connect's for the MLflow tunnel action.
+    # capacity's are for sweep.yml's plan job, connect's for the MLflow tunnel action, batch submit's for the
+    # Batch backend's wait and cancel.
     assert written == set(LAUNCH_OUTPUTS + WAIT_OUTPUTS + SETTINGS_OUTPUTS) | {
-        str(k) for k in (*CapacityOutput, *TunnelOutput)
+        str(k) for k in (*CapacityOutput, *TunnelOutput, *BatchOutput)
     }
 
 
@@ -184,7 +186,7 @@ def written_step_outputs(package: Path) -> set[str]:
     workflow_contract's LaunchOutput / WaitOutput / SettingsOutput members they name)."""
     members = {
         f"{enum.__name__}.{member.name}": str(member)
-        for enum in (LaunchOutput, WaitOutput, SettingsOutput, CapacityOutput, TunnelOutput)
+        for enum in (LaunchOutput, WaitOutput, SettingsOutput, CapacityOutput, TunnelOutput, BatchOutput)
         for member in enum
     }
     keys: set[str] = set()
