@@ -50,7 +50,7 @@ from doubles.makefile import make_command
 from doubles.stack_deploy import OIDC_URL, PROJECT_DIR, bootstrap
 from parliament import analyze_policy_string
 
-from gpu_runner import batch_stack, cli, mlflow_server
+from gpu_runner import batch_stack, cli, mlflow_server, naming
 from gpu_runner.aws import Aws
 from gpu_runner.settings import PINNED_IMAGE, load_settings
 
@@ -676,7 +676,7 @@ def test_a_rerun_keeps_the_queues_and_definitions(batch: dict[str, Any], batch_s
 
 @pytest.mark.slow  # a bootstrap stack of its own (~5 s), then a Batch stack
 def test_without_spot_the_gpu_queue_is_on_demand_only(
-    tmp_path: Path, oidc_provider: str, ami_for_infra: str
+    tmp_path: Path, oidc_provider: str, ami_for_infra: str, stack: dict[str, Any]
 ) -> None:
     """`use_spot: false`: no spot environment, the GPU queue on-demand only. Its own project and bootstrap stack,
     so the module's stack stays as the other tests read it. (Not `batch down` against moto: moto deletes a
@@ -684,7 +684,7 @@ def test_without_spot_the_gpu_queue_is_on_demand_only(
     as doubles.gpu_runner_stack says of the bootstrap stack.)"""
     runner_settings = write_settings(tmp_path / "gpu-runner.yaml")
     project = load_settings(runner_settings).project
-    deployed = bootstrap(runner_settings, project=project, region=REGION, repository=DEFAULT_REPOSITORY,
+    bootstrap(runner_settings, project=project, region=REGION, repository=DEFAULT_REPOSITORY,
                          bucket=f"batch-test-{uuid.uuid4().hex[:12]}", oidc_provider=oidc_provider)  # fmt: skip
     session = double.moto_session()
     cfn = session.client("cloudformation")
@@ -701,9 +701,20 @@ def test_without_spot_the_gpu_queue_is_on_demand_only(
             (only,) = queue["computeEnvironmentOrder"]
             assert only["computeEnvironment"] == outputs["OnDemandComputeEnvironment"], output
     finally:
-        for name in (batch_stack.batch_stack_name(project, DEFAULT_REPOSITORY), deployed.stack_name):
-            with contextlib.suppress(ClientError):  # best effort, as the session's stack (see above)
-                cfn.delete_stack(StackName=name)
+        # The batch stack only; its bootstrap stack stays, as test_doctor's and test_reaper_lambda's do.
+        with contextlib.suppress(ClientError):  # best effort, as the session's stack (see above)
+            cfn.delete_stack(StackName=batch_stack.batch_stack_name(project, DEFAULT_REPOSITORY))
+        # That bootstrap shares the session stack's ssm_prefix, and moto lets it take the jit-config key alias
+        # (alias/gpu-runner/<repository>/jit-config) away from the session stack's key, where AWS would refuse the
+        # second alias. Point it back: test_key_policies reads it later in the same worker (CI's custom bake
+        # failed so).
+        kms = stack["session"].client("kms")
+        alias = naming.jit_config_key_alias(stack["settings"].ssm_prefix)
+        key = stack["outputs"]["JitConfigKeyArn"].rsplit("/", 1)[-1]
+        try:
+            kms.update_alias(AliasName=alias, TargetKeyId=key)
+        except ClientError:
+            kms.create_alias(AliasName=alias, TargetKeyId=key)
 
 
 # ---- Call by call: what `gpu-runner batch submit | wait | cancel` really asks, held to the deployed SubmitRole.
