@@ -15,7 +15,7 @@ import pytest
 import yaml
 from botocore.exceptions import ClientError
 
-from doubles import stack_deploy
+from doubles import live_instances, stack_deploy
 from doubles.github_double import DEFAULT_REPOSITORY, DEFAULT_TOKEN, GitHubDouble
 from doubles.iam_requests import (
     SPOT_ROLE_ARN,
@@ -171,16 +171,11 @@ def recorded(
 ) -> Iterator[tuple[list[Call], boto3.Session]]:
     """Every AWS call the gpu-runner CLI makes, through a session the CLI gets instead of its default one."""
     session = boto3.Session(region_name=REGION)
+    before = live_instances.live_ids(session.client("ec2"))
     calls = record_calls(session)
     monkeypatch.setattr(cli, "Aws", lambda: Aws(session))
     yield calls, session
-    ec2 = session.client("ec2")
-    reply = ec2.describe_instances(
-        Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]
-    )
-    ids = [i["InstanceId"] for r in reply["Reservations"] for i in r["Instances"]]
-    if ids:
-        ec2.terminate_instances(InstanceIds=ids)
+    live_instances.terminate_started_since(session.client("ec2"), before)
     # And the JIT configs of launches no teardown followed (test_runner_policy's two concurrent runs): the stacks
     # of all these modules share the prefix, so another module's reaper would count them (it asserts how many it
     # deletes). Since test_stack.py was split, modules run in any order on a worker.

@@ -13,7 +13,8 @@ from pathlib import Path
 import boto3
 import pytest
 import yaml
-from doubles.aws_constants import AMI_PARAMETER, REGION
+from doubles import live_instances
+from doubles.aws_constants import AMI_PARAMETER, OTHER_REGION, REGION
 from doubles.aws_faults import AwsFaults
 from doubles.github_double import DEFAULT_REPOSITORY, DEFAULT_TOKEN, GitHubDouble
 
@@ -61,17 +62,15 @@ def faults(session: boto3.Session) -> AwsFaults:
 
 @pytest.fixture
 def aws(session: boto3.Session, faults: AwsFaults) -> Iterator[Aws]:
+    # moto keeps state for the whole session: leave no running instance or parameter to the next test, and
+    # terminate only the instances this test started (live_instances says why).
+    before = {
+        region: live_instances.live_ids(session.client("ec2", region)) for region in (REGION, OTHER_REGION)
+    }
     aws = Aws(session)
     yield aws
-    # moto keeps state for the whole session: leave no running instance or parameter to the next test.
     for region in {region for _, region in aws._clients}:
-        client = aws.client("ec2", region)
-        reply = client.describe_instances(
-            Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]
-        )
-        ids = [i["InstanceId"] for r in reply["Reservations"] for i in r["Instances"]]
-        if ids:
-            client.terminate_instances(InstanceIds=ids)
+        live_instances.terminate_started_since(aws.client("ec2", region), before.get(region, set()))
         ssm = aws.client("ssm", region)
         # Every page: once a test has read one of AWS's public parameters (/aws/service/...), moto lists them
         # too, and the first page alone would hide a leftover of ours.

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from doubles.aws_constants import REGION
 from doubles.github_double import DEFAULT_REPOSITORY, START_JOB_TOKEN, WORKFLOW_TOKEN, GitHubDouble
+from doubles.live_instances import live
 
 from gpu_runner.aws import Aws
 from gpu_runner.cli import main
@@ -38,10 +39,7 @@ def dispatch_env(cli_env: Path, history: dict[str, str], monkeypatch: pytest.Mon
 
 
 def live_instances(aws: Aws) -> list[str]:
-    reply = aws.client("ec2", REGION).describe_instances(
-        Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]
-    )
-    return [i["InstanceId"] for r in reply["Reservations"] for i in r["Instances"]]
+    return [i["InstanceId"] for i in live(aws.client("ec2", REGION), managed_only=True)]
 
 
 def compare_calls(double: GitHubDouble) -> list[tuple[str, int, str]]:

@@ -7,6 +7,7 @@ import re
 import pytest
 from doubles.aws_constants import REGION
 from doubles.aws_faults import AwsFaults
+from doubles.live_instances import live
 
 from gpu_runner import ec2
 from gpu_runner.aws import Aws
@@ -28,10 +29,7 @@ def spec(ami_id: str, **overrides: object) -> ec2.LaunchSpec:
 
 
 def running(aws: Aws, region: str = REGION) -> list[dict]:
-    reply = aws.client("ec2", region).describe_instances(
-        Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]
-    )
-    return [i for r in reply["Reservations"] for i in r["Instances"]]
+    return live(aws.client("ec2", region), managed_only=True)
 
 
 def run_instances_calls(faults: AwsFaults) -> list[tuple[str, str]]:

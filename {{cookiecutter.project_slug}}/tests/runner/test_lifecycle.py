@@ -14,6 +14,7 @@ from doubles.amazon_images import first_amazon_image
 from doubles.aws_constants import AMI_PARAMETER, OTHER_REGION, REGION
 from doubles.aws_faults import AwsFaults
 from doubles.github_double import GitHubDouble, decode_jit_config
+from doubles.live_instances import live
 from doubles.security_groups import runner_security_group
 
 from gpu_runner import lifecycle, naming
@@ -31,10 +32,7 @@ from gpu_runner.workflow_contract import LaunchOutput, WaitOutput
 
 
 def live_instances(aws: Aws, region: str = REGION) -> list[dict]:
-    reply = aws.client("ec2", region).describe_instances(
-        Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]
-    )
-    return [i for r in reply["Reservations"] for i in r["Instances"]]
+    return live(aws.client("ec2", region), managed_only=True)
 
 
 def parameter_names(aws: Aws, region: str = REGION) -> list[str]:

@@ -29,7 +29,7 @@ import boto3
 import pytest
 import yaml
 from botocore.exceptions import ClientError
-from doubles import stack_deploy
+from doubles import live_instances, stack_deploy
 from doubles.amazon_images import first_amazon_image
 from doubles.github_double import DEFAULT_REPOSITORY
 from doubles.iam_requests import ACCOUNT, Request, allowed, granted_actions, record_calls, requests_for
@@ -396,15 +396,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory, oidc_provider: str) -> Itera
 
 @pytest.fixture
 def ec2(stack: dict[str, Any]) -> Iterator[Any]:
-    """This region's EC2 client; every instance left running is terminated afterwards."""
+    """This region's EC2 client; every instance the test started and left running is terminated afterwards (only
+    those: live_instances says why)."""
     client = stack["session"].client("ec2")
+    before = live_instances.live_ids(client)
     yield client
-    reply = client.describe_instances(
-        Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]
-    )
-    ids = [i["InstanceId"] for r in reply["Reservations"] for i in r["Instances"]]
-    if ids:
-        client.terminate_instances(InstanceIds=ids)
+    live_instances.terminate_started_since(client, before)
 
 
 def launch(ec2: Any, tags: dict[str, str], profile_arn: str | None) -> str:

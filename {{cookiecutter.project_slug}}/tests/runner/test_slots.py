@@ -13,6 +13,7 @@ import pytest
 from doubles.aws_constants import AMI_PARAMETER, REGION
 from doubles.aws_faults import AwsFaults
 from doubles.github_double import RUNNER_NAME_MAX, GitHubDouble
+from doubles.live_instances import live
 from doubles.price_answers import get_products_answer, price_list_product
 
 from gpu_runner import cli, lifecycle, naming, reaper
@@ -28,10 +29,7 @@ BAD_SLOTS = ["x", "-1", "+1", "007", "1234567", "٣", "1 ", "1e3", "--x", "1/2"]
 
 
 def live_instances(aws: Aws) -> list[dict]:
-    reply = aws.client("ec2", REGION).describe_instances(
-        Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]
-    )
-    return [i for r in reply["Reservations"] for i in r["Instances"]]
+    return live(aws.client("ec2", REGION), managed_only=True)
 
 
 def parameter_names(aws: Aws) -> set[str]:

@@ -14,6 +14,7 @@ from botocore.exceptions import ClientError
 from doubles.aws_constants import REGION
 from doubles.aws_faults import AwsFaults
 from doubles.github_double import GitHubDouble
+from doubles.live_instances import live
 
 from gpu_runner import lifecycle, naming, ssm
 from gpu_runner.aws import Aws
@@ -148,12 +149,7 @@ def test_a_tag_over_the_limit_set_through_the_real_launch_fails_the_launch(
         ParameterFilters=[{"Key": "Name", "Values": [NAME]}]
     )["Parameters"]
     assert github_double.runners == {}  # the registration was removed again
-    assert (
-        aws.client("ec2", REGION).describe_instances(
-            Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]
-        )["Reservations"]
-        == []
-    )
+    assert live(aws.client("ec2", REGION), managed_only=True) == []
 
 
 def test_no_role_may_share_the_advanced_parameter_with_another_account() -> None:

@@ -1,0 +1,35 @@
+"""The instances running on the session's moto server, and a teardown that terminates only a test's own.
+
+One moto server serves a whole pytest-xdist worker, and the worker interleaves modules: test_mlflow_server's
+module-scoped server instance runs while other modules' tests start and stop theirs. So a test counts only
+gpu-runner's instances (tagged MANAGED_BY_KEY, which the server never is) and terminates only what it started:
+moto drops a terminated instance's profile, and a region-wide sweep failed the server's later tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpu_runner.naming import MANAGED_BY_KEY
+
+LIVE_STATES = ["pending", "running"]
+
+
+def live(client: Any, *, managed_only: bool = False) -> list[dict[str, Any]]:
+    """The pending and running instances `client`'s region holds; with managed_only, gpu-runner's alone."""
+    filters = [{"Name": "instance-state-name", "Values": LIVE_STATES}]
+    if managed_only:
+        filters.append({"Name": "tag-key", "Values": [MANAGED_BY_KEY]})
+    pages = client.get_paginator("describe_instances").paginate(Filters=filters)
+    return [i for page in pages for r in page["Reservations"] for i in r["Instances"]]
+
+
+def live_ids(client: Any) -> set[str]:
+    return {i["InstanceId"] for i in live(client)}
+
+
+def terminate_started_since(client: Any, before: set[str]) -> list[str]:
+    """Terminates the instances running now that were not in `before`; returns their ids."""
+    ids = sorted(live_ids(client) - before)
+    if ids:
+        client.terminate_instances(InstanceIds=ids)
+    return ids
