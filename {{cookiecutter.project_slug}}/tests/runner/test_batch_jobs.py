@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,12 +24,22 @@ from botocore.exceptions import ClientError, ParamValidationError
 from botocore.validate import validate_parameters
 from doubles.batch_host import RECLAIM_WHEN
 from doubles.batch_world import PY, REGION
+from mlflow.tracking import MlflowClient
 
 from gpu_runner import batch_jobs, batch_wait, cli
 from gpu_runner.aws import Aws
 from gpu_runner.batch_cost import billed_seconds, instance_of, job_costs
 from gpu_runner.batch_jobs import BatchInputError, JobRequest
 from gpu_runner.batch_stack import JOB_TAG_KEY, batch_stack_name
+from gpu_runner.cost.record import (
+    BILLED_SECONDS,
+    COST_USD,
+    OVERHEAD_SECONDS,
+    TAG_INSTANCE_TYPE,
+    TAG_MARKET,
+    TRAINING_SECONDS,
+)
+from gpu_runner.cost.report import read_gpu_runs
 from gpu_runner.errors import SettingsError
 from gpu_runner.settings import Settings
 
@@ -483,3 +494,50 @@ def test_backend_is_runner_or_batch() -> None:
     assert Settings(**base, backend="batch").backend == "batch"
     with pytest.raises(SettingsError, match="backend: 'kubernetes' is not one of runner, batch"):
         Settings(**base, backend="kubernetes")
+
+
+def test_a_batch_jobs_cost_reaches_the_cost_report_as_a_runner_runs_does(
+    mlflow_server: str, batch: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """The job trains into an MLflow run (MLflow resumes MLFLOW_RUN_ID, as the runner's stop job's run id is the
+    training's), `batch wait --mlflow-run-id` logs the attempt's cost there with the runner backend's record
+    (cost/accounting.log_to_mlflow), and `gpu-runner cost report`'s reader finds it beside the runner's runs."""
+    client = MlflowClient(mlflow_server)
+    experiment = f"batch-cost-{uuid.uuid4().hex[:8]}"
+    run_id = client.create_run(client.create_experiment(experiment)).info.run_id
+    settings = tmp_path / "gpu-runner.yaml"
+    settings.write_text(yaml.safe_dump({"project": "demo", "region": REGION, "instance_types": ["g5.xlarge"],
+                                        "backend": "batch"}))  # fmt: skip
+    monkeypatch.setenv("GITHUB_REPOSITORY", "octo/demo")
+    monkeypatch.setenv("GITHUB_OUTPUT", str(tmp_path / "github-output"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
+    train = (
+        "import mlflow, time; time.sleep(1.5)\n"
+        f"with mlflow.start_run():\n    mlflow.log_metric({TRAINING_SECONDS!r}, 1.25, step=1)\n"
+    )
+    common = ["--settings", str(settings), "batch"]
+    assert cli.main([*common, "submit", "--queue", "gpu", "--job-definition", "train", "--name", "cost-job",
+                     "--env", f"MLFLOW_TRACKING_URI={mlflow_server}", "--env", f"MLFLOW_RUN_ID={run_id}",
+                     "--", PY, "-c", train]) == 0  # fmt: skip
+    job_id = (tmp_path / "github-output").read_text().strip().partition("=")[2]
+    wait = [*common, "wait", "--job-id", job_id, "--mlflow-run-id", run_id, "--poll-seconds", "0.2",
+            "--timeout", str(int(JOB_TIMEOUT))]  # fmt: skip
+    assert cli.main(wait) == 0
+    assert "**GPU cost (attempt 1)**" in capsys.readouterr().out
+    [ran] = batch_jobs.describe(batch, [job_id])[0]["attempts"]
+
+    runs, excluded = read_gpu_runs([experiment], 1, uri=mlflow_server)
+
+    [found] = runs
+    assert excluded == 0 and found.run_id == run_id and found.attempts == 1
+    assert (found.instance_type, found.market) == ("g5.xlarge", "spot")  # the queue's environment is SPOT
+    assert found.billed_seconds == billed_seconds(ran) >= 2 and found.training_seconds == 1.25
+    assert found.cost_usd > 0 and found.overhead_seconds == found.billed_seconds - 1.25
+    # The same metrics and tags as a runner run's record (the report reads nothing else).
+    logged = client.get_run(run_id).data
+    assert {BILLED_SECONDS, COST_USD, OVERHEAD_SECONDS, TRAINING_SECONDS} <= set(logged.metrics)
+    assert (logged.tags[TAG_INSTANCE_TYPE], logged.tags[TAG_MARKET]) == ("g5.xlarge", "spot")
+    # A re-run of the wait (a re-run of the workflow job) does not count the attempt twice.
+    assert cli.main(wait) == 0
+    assert read_gpu_runs([experiment], 1, uri=mlflow_server)[0][0].billed_seconds == found.billed_seconds
