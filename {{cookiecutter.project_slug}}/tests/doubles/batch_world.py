@@ -21,35 +21,46 @@ NODE_REPORT = (
 )
 
 
-def create(endpoint: str) -> None:
-    def client(service: str) -> Any:
-        return boto3.client(service, region_name=REGION, endpoint_url=endpoint)
+# What every test definition asks for; the image is never pulled (the double runs the command on this machine).
+RESOURCES = [{"type": "VCPU", "value": "1"}, {"type": "MEMORY", "value": "512"}]
+IMAGE = "local/none"
 
-    iam, ec2, batch = client("iam"), client("ec2"), client("batch")
+
+def _client(service: str, endpoint: str, region: str) -> Any:
+    return boto3.client(service, region_name=region, endpoint_url=endpoint)
+
+
+def compute_environment(endpoint: str, name: str, market: str, types: list[str], region: str = REGION) -> str:
+    """A managed compute environment on the batch host with a service role, an instance profile and a security
+    group named after it (IAM names are account-wide: one set per environment); returns its ARN."""
+    iam, ec2 = _client("iam", endpoint, region), _client("ec2", endpoint, region)
     trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
                                                       "Principal": {"Service": "batch.amazonaws.com"}}]}  # fmt: skip
-    role = iam.create_role(RoleName="batch-service", AssumeRolePolicyDocument=json.dumps(trust))
+    role = iam.create_role(RoleName=f"{name}-service", AssumeRolePolicyDocument=json.dumps(trust))
     role = role["Role"]["Arn"]
-    profile = iam.create_instance_profile(InstanceProfileName="batch-instance")["InstanceProfile"]["Arn"]
+    profile = iam.create_instance_profile(InstanceProfileName=f"{name}-instance")["InstanceProfile"]["Arn"]
     subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
-    group = ec2.create_security_group(GroupName="batch", Description="batch jobs")["GroupId"]
+    group = ec2.create_security_group(GroupName=name, Description="batch jobs")["GroupId"]
+    resources = {"type": market, "minvCpus": 0, "maxvCpus": 64, "instanceTypes": types, "subnets": [subnet],
+                 "securityGroupIds": [group], "instanceRole": profile}  # fmt: skip
+    return _client("batch", endpoint, region).create_compute_environment(
+        computeEnvironmentName=name, type="MANAGED", state="ENABLED", computeResources=resources, serviceRole=role,
+    )["computeEnvironmentArn"]  # fmt: skip
 
-    def environment(name: str, market: str, types: list[str]) -> str:
-        resources = {"type": market, "minvCpus": 0, "maxvCpus": 64, "instanceTypes": types, "subnets": [subnet],
-                     "securityGroupIds": [group], "instanceRole": profile}  # fmt: skip
-        return batch.create_compute_environment(
-            computeEnvironmentName=name, type="MANAGED", state="ENABLED", computeResources=resources,
-            serviceRole=role,
-        )["computeEnvironmentArn"]  # fmt: skip
 
-    for queue, ce in (("gpu", environment("gpu-spot", "SPOT", ["g5.xlarge", "g4dn.xlarge"])),
-                      ("gpu-mnp", environment("gpu-ondemand", "EC2", ["g5"]))):  # fmt: skip
-        batch.create_job_queue(jobQueueName=queue, state="ENABLED", priority=1,
-                               computeEnvironmentOrder=[{"order": 1, "computeEnvironment": ce}])  # fmt: skip
-    resources = [{"type": "VCPU", "value": "1"}, {"type": "MEMORY", "value": "512"}]
-    # The image is never pulled: the double runs the command on this machine.
+def queue(endpoint: str, name: str, environment: str, region: str = REGION) -> None:
+    _client("batch", endpoint, region).create_job_queue(
+        jobQueueName=name, state="ENABLED", priority=1,
+        computeEnvironmentOrder=[{"order": 1, "computeEnvironment": environment}],
+    )  # fmt: skip
+
+
+def create(endpoint: str) -> None:
+    queue(endpoint, "gpu", compute_environment(endpoint, "gpu-spot", "SPOT", ["g5.xlarge", "g4dn.xlarge"]))
+    queue(endpoint, "gpu-mnp", compute_environment(endpoint, "gpu-ondemand", "EC2", ["g5"]))
+    batch = _client("batch", endpoint, REGION)
     batch.register_job_definition(jobDefinitionName="train", type="container", containerProperties={
-        "image": "local/none", "command": ["true"], "resourceRequirements": resources})  # fmt: skip
+        "image": IMAGE, "command": ["true"], "resourceRequirements": RESOURCES})  # fmt: skip
     batch.register_job_definition(jobDefinitionName="train-mnp", type="multinode", nodeProperties={
         "numNodes": 2, "mainNode": 0, "nodeRangeProperties": [{"targetNodes": "0:1", "container": {
-            "image": "local/none", "command": [PY, "-c", NODE_REPORT], "resourceRequirements": resources}}]})  # fmt: skip
+            "image": IMAGE, "command": [PY, "-c", NODE_REPORT], "resourceRequirements": RESOURCES}}]})  # fmt: skip

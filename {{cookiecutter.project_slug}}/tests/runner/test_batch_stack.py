@@ -27,7 +27,7 @@ import botocore.session
 import pytest
 from botocore.exceptions import ClientError
 from doubles import batch_stack as double
-from doubles import gpu_runner_stack
+from doubles import batch_world, gpu_runner_stack
 from doubles.github_double import DEFAULT_REPOSITORY
 from doubles.gpu_runner_stack import (
     REGION,
@@ -721,33 +721,13 @@ def test_without_spot_the_gpu_queue_is_on_demand_only(
 def _mirror_on_the_batch_host(endpoint: str, outputs: dict[str, str]) -> None:
     """The stack's GPU queue and job definition under the same ARNs on the batch host (moto's Batch backend whose
     jobs run as local processes: doubles/batch_host.py), on a Spot compute environment as the stack's first one."""
-
-    def client(service: str) -> Any:
-        return boto3.client(service, region_name=REGION, endpoint_url=endpoint)
-
-    iam, ec2, batch = client("iam"), client("ec2"), client("batch")
-    trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
-                                                      "Principal": {"Service": "batch.amazonaws.com"}}]}  # fmt: skip
-    role = iam.create_role(RoleName="mirror-batch-service", AssumeRolePolicyDocument=json.dumps(trust))
-    profile = iam.create_instance_profile(InstanceProfileName="mirror-batch-instance")
-    profile = profile["InstanceProfile"]["Arn"]
-    subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
-    group = ec2.create_security_group(GroupName="mirror-batch", Description="batch jobs")["GroupId"]
-    resources = {"type": "SPOT", "minvCpus": 0, "maxvCpus": 16, "instanceTypes": ["g4dn.xlarge"],
-                 "subnets": [subnet], "securityGroupIds": [group], "instanceRole": profile}  # fmt: skip
-    environment = batch.create_compute_environment(
-        computeEnvironmentName="mirror-spot", type="MANAGED", state="ENABLED", computeResources=resources,
-        serviceRole=role["Role"]["Arn"],
-    )["computeEnvironmentArn"]  # fmt: skip
-    batch.create_job_queue(
-        jobQueueName=outputs["JobQueue"].rsplit("/", 1)[-1], state="ENABLED", priority=1,
-        computeEnvironmentOrder=[{"order": 1, "computeEnvironment": environment}],
-    )  # fmt: skip
+    environment = batch_world.compute_environment(endpoint, "mirror-spot", "SPOT", ["g4dn.xlarge"], REGION)
+    batch_world.queue(endpoint, outputs["JobQueue"].rsplit("/", 1)[-1], environment, REGION)
     name = outputs["JobDefinition"].rsplit("/", 1)[-1].split(":")[0]
-    registered = batch.register_job_definition(
+    registered = boto3.client("batch", region_name=REGION, endpoint_url=endpoint).register_job_definition(
         jobDefinitionName=name, type="container",
-        containerProperties={"image": "local/none", "command": ["true"],
-                             "resourceRequirements": [{"type": "VCPU", "value": "1"}, {"type": "MEMORY", "value": "512"}]},
+        containerProperties={"image": batch_world.IMAGE, "command": ["true"],
+                             "resourceRequirements": batch_world.RESOURCES},
     )  # fmt: skip
     assert registered["jobDefinitionArn"] == outputs["JobDefinition"], "the mirror must have the stack's ARN"
 

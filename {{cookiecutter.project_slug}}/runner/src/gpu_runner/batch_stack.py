@@ -87,9 +87,7 @@ class BatchInputs:
 
 def batch_stack_name(project: str, repository: str) -> str:
     """`batch-<project>-<repository key>`, beside the gpu-runner stack of the same repository."""
-    suffix = f"-{stack.repository_key(repository)}"
-    base = "batch-" + re.sub(r"[^A-Za-z0-9-]", "-", project)
-    return base[: STACK_NAME_MAX - len(suffix)] + suffix
+    return stack.named_stack("batch", project, repository, STACK_NAME_MAX)
 
 
 def settings_problems(settings: Settings) -> list[str]:

@@ -32,8 +32,6 @@ DEFAULT_LOCK = Path("uv.lock")
 PORT = 5000
 ADMIN_SUFFIX = "-mlflow-admin-password"
 CI_SUFFIX = "-mlflow-ci-password"
-# CloudFormation stack names: letters, digits and hyphens, at most 128 (CreateStack, StackName).
-STACK_NAME_MAX = 128
 # EventBridge Scheduler cron expressions have six fields inside cron(...) (EventBridge Scheduler User Guide,
 # "Schedule types": cron(minutes hours day-of-month month day-of-week year)).
 CRON = re.compile(r"cron\((\S+ ){5}\S+\)")
@@ -77,9 +75,7 @@ class ServerInputs:
 
 def server_stack_name(project: str, repository: str) -> str:
     """`mlflow-server-<project>-<repository key>`, beside the gpu-runner stack of the same repository."""
-    suffix = f"-{stack.repository_key(repository)}"
-    base = "mlflow-server-" + re.sub(r"[^A-Za-z0-9-]", "-", project)
-    return base[: STACK_NAME_MAX - len(suffix)] + suffix
+    return stack.named_stack("mlflow-server", project, repository)
 
 
 def tunnel_document_name(project: str) -> str:

@@ -128,11 +128,17 @@ def repository_key(repository: str) -> str:
     return hashlib.sha256(repository.lower().encode("utf-8")).hexdigest()[:REPOSITORY_KEY_HEX]
 
 
-def stack_name(project: str, repository: str) -> str:
-    """`gpu-runner-<project>-<repository key>`, within CloudFormation's name rules."""
+def named_stack(kind: str, project: str, repository: str, max_length: int = STACK_NAME_MAX) -> str:
+    """`<kind>-<project>-<repository key>` within CloudFormation's name rules, cut to `max_length`: the name of
+    each of a repository's stacks (gpu-runner, mlflow-server, batch)."""
     suffix = f"-{repository_key(repository)}"
-    base = "gpu-runner-" + re.sub(r"[^A-Za-z0-9-]", "-", project)
-    return base[: STACK_NAME_MAX - len(suffix)] + suffix
+    base = f"{kind}-" + re.sub(r"[^A-Za-z0-9-]", "-", project)
+    return base[: max_length - len(suffix)] + suffix
+
+
+def stack_name(project: str, repository: str) -> str:
+    """`gpu-runner-<project>-<repository key>`."""
+    return named_stack("gpu-runner", project, repository)
 
 
 def prefix_problem(ssm_prefix: str, repository: str) -> str | None:
