@@ -405,6 +405,59 @@ def test_two_workers_train_the_digits_and_only_the_chief_logs(tmp_path: Path) ->
     assert "MLflow run" not in child_log
 
 
+@pytest.mark.slow
+def test_a_two_node_batch_job_trains_the_digits_through_the_batch_host(
+    tmp_path: Path, batch_world: str
+) -> None:
+    """The same training as a multi-node parallel job of AWS Batch, submitted and waited for with gpu-runner's
+    own client: moto's Batch backend starts one process per node (doubles/batch_host.py) with the variables
+    Batch gives a node, and each node builds its TF_CONFIG from them through the rendezvous. Both nodes share
+    this machine's loopback, so each node range gets its own worker port (on AWS every node has its own host)."""
+    import boto3
+
+    from gpu_runner import batch_jobs, batch_wait
+
+    config = tmp_path / "train.yaml"
+    config.write_text(
+        yaml.safe_dump({"training": {"epochs": 1}, "tracking": {"log_system_metrics": False}}),
+        encoding="utf-8",
+    )
+    store = f"sqlite:///{tmp_path / 'job.db'}"
+    rendezvous_port, *worker_ports = free_ports(3)
+    common = {"MLFLOW_TRACKING_URI": store, "MNP_RENDEZVOUS_PORT": str(rendezvous_port),
+              "MNP_RENDEZVOUS_TIMEOUT_SECONDS": "120", "TF_CPP_MIN_LOG_LEVEL": "2"}  # fmt: skip
+    per_node = [{"MNP_WORKER_PORT": str(worker_ports[0]), "MNP_RENDEZVOUS_BIND": "127.0.0.1"},
+                {"MNP_WORKER_PORT": str(worker_ports[1])}]  # fmt: skip
+    batch = boto3.client("batch", region_name="us-east-1", endpoint_url=batch_world)
+    logs = boto3.client("logs", region_name="us-east-1", endpoint_url=batch_world)
+    name = f"train-digits-mnp-{os.getpid()}-{time.monotonic_ns()}"
+    ranges = [
+        {"targetNodes": str(node), "container": {
+            "image": "local/none", "command": [sys.executable, "-m", PACKAGE, "train", "--config", str(config)],
+            "environment": [{"name": k, "value": v} for k, v in {**common, **extra}.items()],
+            "resourceRequirements": [{"type": "VCPU", "value": "1"}, {"type": "MEMORY", "value": "2048"}]}}
+        for node, extra in enumerate(per_node)
+    ]  # fmt: skip
+    batch.register_job_definition(jobDefinitionName=name, type="multinode", nodeProperties={
+        "numNodes": 2, "mainNode": 0, "nodeRangeProperties": ranges})  # fmt: skip
+    lines: list[str] = []
+
+    # gpu-mnp is the batch world's on-demand queue: the client refuses a multi-node job on a Spot one.
+    submitted = batch_jobs.submit(batch, batch_jobs.JobRequest(name=name, queue="gpu-mnp", definition=name))
+    outcome = batch_wait.wait(batch, logs, submitted.job_id, poll_seconds=0.5, timeout_seconds=420,
+                              emit=lines.append)  # fmt: skip
+
+    printed = "\n".join(lines)
+    assert (outcome.status, outcome.exit_code) == ("SUCCEEDED", 0), printed[-4000:]
+    assert "worker 0 of 2, the chief" in printed
+    assert f"worker 1 of 2, not the chief (the chief is 127.0.0.1:{worker_ports[0]})" in printed
+    (chief,) = mlflow_runs(store)  # the job's one run: the child logged none
+    assert chief.info.status == "FINISHED"
+    assert metric_shape(store, chief.info.run_id)["val_accuracy"] == [0]
+    params = chief.data.params
+    assert (params["runtime.strategy"], params["runtime.workers"]) == ("MultiWorkerMirroredStrategy", "2")
+
+
 def test_every_distributed_setting_is_named_in_the_docs() -> None:
     """The variables the job definition may set, each in docs/training.md's multi-worker section."""
     docs = (Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text(encoding="utf-8")
