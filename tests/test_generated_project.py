@@ -52,7 +52,7 @@ BAKE_INDEPENDENT = (
     "test_cost_accounting.py", "test_mlflow_rest.py", "test_cost_report.py", "test_reaper.py",
     "test_timeline.py", "test_github.py", "test_offerings.py", "test_gpu_runner_cli.py",
     "test_error_codes.py", "test_jit_config_double.py", "test_network_scope.py", "test_runner_download.py",
-    "test_supply_chain_settings.py", "test_oidc_subject.py", "test_batch_jobs.py",
+    "test_supply_chain_settings.py", "test_oidc_subject.py", "test_batch_jobs.py", "test_batch_source.py",
 )  # fmt: skip
 # The custom bake also skips the TensorFlow training modules (1 min 51 s of wall time on 2 workers, measured
 # alone): between bakes their code differs only in the package name, which import_every_module checks on

@@ -486,6 +486,14 @@ def test_the_cli_submits_waits_and_cancels(
 
     assert cli.main([*common, "submit", "--queue", "gpu", "--job-definition", "train", "--name", "x;y"]) == 1
     assert "name: 'x;y' is not a Batch job name" in capsys.readouterr().err
+    # Without --queue, the stack's own queue (none on this host: refused before SubmitJob, by its name).
+    stack = batch_stack_name("demo", "octo/demo")
+    assert cli.main([*common, "submit", "--name", "default-queue", "--", PY, "-c", "pass"]) == 1
+    assert f"'{stack}-gpu' does not exist" in capsys.readouterr().err
+    assert (
+        cli.main([*common, "submit", "--multinode", "--name", "default-queue", "--", PY, "-c", "pass"]) == 1
+    )
+    assert f"'{stack}-multinode' does not exist" in capsys.readouterr().err
 
 
 def test_backend_is_runner_or_batch() -> None:

@@ -28,6 +28,7 @@ import pytest
 from botocore.exceptions import ClientError
 from doubles import batch_stack as double
 from doubles import batch_world, gpu_runner_stack
+from doubles.git_repository import committed_repository
 from doubles.github_double import DEFAULT_REPOSITORY
 from doubles.gpu_runner_stack import (
     REGION,
@@ -420,7 +421,7 @@ def test_the_submit_role_submits_watches_and_ends_only_its_own_jobs(
                                          "batch:DescribeJobQueues", "batch:DescribeComputeEnvironments",
                                          "batch:DescribeJobDefinitions", "ecs:DescribeContainerInstances",
                                          "ec2:DescribeSpotPriceHistory", "pricing:GetProducts", "batch:TerminateJob",
-                                         "logs:GetLogEvents"}  # fmt: skip
+                                         "logs:GetLogEvents", "s3:PutObject"}  # fmt: skip
     assert not allowed(
         policies, Request("batch:RegisterJobDefinition", _arn("job-definition", f"{name}-train"))
     )
@@ -487,12 +488,20 @@ def test_what_training_code_in_a_job_can_do(batch: dict[str, Any], stack: dict[s
     policies, bucket = _job_policies(batch), stack["bucket"]
     prefix = stack["settings"].ssm_prefix
     same_account = {"aws:ResourceAccount": ACCOUNT}
-    for action, key in (("s3:GetObject", "data/train.npz"), ("s3:PutObject", "checkpoints/r/1.ckpt")):
+    source = (
+        f"batch-src/{'a' * 40}/{'b' * 64}.tar.gz"  # the job's code (batch_source.py): fetched, never written
+    )
+    for action, key in (("s3:GetObject", "data/train.npz"), ("s3:PutObject", "checkpoints/r/1.ckpt"),
+                        ("s3:GetObject", source)):  # fmt: skip
         assert allowed(policies, Request(action, f"arn:aws:s3:::{bucket}/{key}", same_account)), action
     for action, key, context in (
         ("s3:GetObject", "x", {"aws:ResourceAccount": "1" * 12}),  # a stranger's bucket of the same name
         ("s3:PutObject", "runner-mirror/runner.tgz", same_account),
         ("s3:DeleteObject", "sweeps/s/journal/1.jsonl", same_account),
+        # Replacing or deleting the archive another job is about to fetch, conditionally or not.
+        ("s3:PutObject", source, same_account),
+        ("s3:PutObject", source, {**same_account, "s3:if-none-match": "*"}),
+        ("s3:DeleteObject", source, same_account),
     ):
         assert not allowed(policies, Request(action, f"arn:aws:s3:::{bucket}/{key}", context)), (action, key)
     assert allowed(policies, Request("ssm:GetParameter", _parameter(f"{prefix}-batch/config")))
@@ -514,6 +523,23 @@ def test_what_training_code_in_a_job_can_do(batch: dict[str, Any], stack: dict[s
                         ("s3:DeleteObject", "sweeps/s/waves/1.json"), ("s3:PutObject", "predictions/p.csv")):  # fmt: skip
         request = Request(action, f"arn:aws:s3:::{bucket}/{key}", same_account)
         assert allowed(policies, request) == allowed(runner, request), (action, key)
+
+
+def test_the_submit_role_ships_only_new_archives_under_batch_src(batch: dict[str, Any]) -> None:
+    """`batch ship` puts the commit's archive with If-None-Match: *; the submit role can do nothing else to the
+    bucket: not replace or delete an archive (the fetch's hash check would catch it, the policy refuses first), not
+    read one, not write the project's data."""
+    policies, bucket = _submit_policies(batch), batch["parameters"]["BucketName"]
+    source = f"arn:aws:s3:::{bucket}/batch-src/{'a' * 40}/{'b' * 64}.tar.gz"
+    assert allowed(policies, Request("s3:PutObject", source, {"s3:if-none-match": "*"}))
+    for request in (
+        Request("s3:PutObject", source),  # no precondition: it would replace what is there
+        Request("s3:PutObject", source, {"s3:if-none-match": '"etag"'}),
+        Request("s3:PutObject", f"arn:aws:s3:::{bucket}/data/train.npz", {"s3:if-none-match": "*"}),
+        Request("s3:GetObject", source),
+        Request("s3:DeleteObject", source),
+    ):
+        assert not allowed(policies, request), request
 
 
 def test_branch_writers_get_no_batch_access(batch: dict[str, Any], stack: dict[str, Any]) -> None:
@@ -615,6 +641,17 @@ def test_batch_outputs_reads_the_deployed_stack(batch: dict[str, Any], stack: di
     assert {key: outputs[key] for key in batch_stack.OUTPUTS} == {
         key: batch["outputs"][key] for key in batch_stack.OUTPUTS
     }
+
+
+def test_submits_default_queue_and_definition_are_the_deployed_ones(batch: dict[str, Any]) -> None:
+    """`batch submit` without --queue / --job-definition names what the stack built (by name: the outputs are
+    ARNs, the definition's with its revision)."""
+    outputs = batch["outputs"]
+    for multinode, (queue_key, definition_key) in ((False, ("JobQueue", "JobDefinition")),
+                                                   (True, ("MultiNodeJobQueue", "MultiNodeJobDefinition"))):  # fmt: skip
+        queue, definition = batch_stack.job_targets(batch["name"], multinode=multinode)
+        assert outputs[queue_key].endswith(f":job-queue/{queue}"), (queue, outputs[queue_key])
+        assert outputs[definition_key].rsplit(":", 1)[0].endswith(f":job-definition/{definition}")
 
 
 def test_stack_names_leave_room_for_queue_and_definition_names() -> None:
@@ -758,6 +795,22 @@ def test_every_call_of_submit_wait_and_cancel_is_the_submit_roles_and_nothing_mo
         assert cli.main(argv) == 0
         return (tmp_path / "output").read_text().strip().split("job-id=", 1)[1]
 
+    # The job's code first: shipped, then shipped again by a re-run (the same archive is already there).
+    boto3.client("s3", region_name=REGION, endpoint_url=batch_endpoint).create_bucket(
+        Bucket=batch["parameters"]["BucketName"], CreateBucketConfiguration={"LocationConstraint": REGION}
+    )
+    repository, commit = committed_repository(tmp_path / "repo")
+    ship = [
+        *base,
+        "ship",
+        "--bucket",
+        batch["parameters"]["BucketName"],
+        "--commit",
+        commit,
+        "--repo-dir",
+        str(repository),
+    ]
+    assert cli.main(ship) == 0 and cli.main(ship) == 0
     done = submit("train-1", "print('epoch 1')")
     assert cli.main([*base, "wait", "--job-id", done, "--poll-seconds", "0.2", "--timeout", "120"]) == 0
     running = submit("train-2", "import time; time.sleep(600)")
@@ -775,7 +828,7 @@ def test_every_call_of_submit_wait_and_cancel_is_the_submit_roles_and_nothing_mo
         call, instance_tags=lambda *_: {}, profile_role=lambda _: "", spot_role_exists=lambda: True,
         job_tags=job_tags)]  # fmt: skip
     assert {r.action for r in requests} >= {"batch:SubmitJob", "batch:DescribeJobs", "batch:TerminateJob",
-                                             "logs:GetLogEvents"}, {c.operation for c in calls}  # fmt: skip
+                                             "logs:GetLogEvents", "s3:PutObject"}, {c.operation for c in calls}  # fmt: skip
     denied = [r for r in requests if not allowed(policies, r)]
     assert denied == [], denied
     assert granted_actions(policies) == {r.action for r in requests}

@@ -90,6 +90,14 @@ def batch_stack_name(project: str, repository: str) -> str:
     return stack.named_stack("batch", project, repository, STACK_NAME_MAX)
 
 
+def job_targets(stack_name: str, *, multinode: bool = False) -> tuple[str, str]:
+    """The queue and job definition the template names for a stack (see LONGEST_SUFFIX): what `batch submit`
+    uses unless it is told others. SubmitJob takes either by name (the definition's latest active revision)."""
+    if multinode:
+        return f"{stack_name}-multinode", f"{stack_name}-train-multinode"
+    return f"{stack_name}-gpu", f"{stack_name}-train"
+
+
 def settings_problems(settings: Settings) -> list[str]:
     """What configs/gpu-runner.yaml must fix before a Batch stack can run its image (none: an empty list)."""
     problems = []

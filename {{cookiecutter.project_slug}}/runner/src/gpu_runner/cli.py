@@ -206,8 +206,13 @@ def _add_batch_jobs(actions: argparse._SubParsersAction) -> None:
     submit = actions.add_parser(
         "submit", help="check the request, submit the job, write the step output job-id"
     )
-    submit.add_argument("--queue", required=True, help="the stack's JobQueue (or MultiNodeJobQueue) output")
-    submit.add_argument("--job-definition", required=True, help="the stack's JobDefinition output")
+    submit.add_argument("--queue", default="", help="default: the stack's <stack>-gpu (-multinode) queue")
+    submit.add_argument(
+        "--job-definition", default="", help="default: the stack's <stack>-train (-train-multinode)"
+    )
+    submit.add_argument(
+        "--multinode", action="store_true", help="the defaults are the multi-node queue and definition"
+    )
     submit.add_argument("--name", required=True, help="the job name (letters, digits, - and _)")
     submit.add_argument("--array-size", type=int, default=0, help="a sweep: one child per trial (2..10000)")
     submit.add_argument("--instance-type", default="", help="refused unless the queue may launch it")
@@ -220,6 +225,13 @@ def _add_batch_jobs(actions: argparse._SubParsersAction) -> None:
     submit.add_argument(
         "argv", nargs="*", metavar="COMMAND", help="after --: the container's argv (no shell)"
     )
+    ship = actions.add_parser(
+        "ship",
+        help="pack the commit (git archive) to s3://BUCKET/batch-src/; outputs source-uri, source-sha256",
+    )
+    ship.add_argument("--bucket", required=True, help="the gpu-runner stack's bucket")
+    ship.add_argument("--commit", required=True, help="the full SHA to pack (github.sha or the dispatch's)")
+    ship.add_argument("--repo-dir", type=Path, default=Path("."), help="a checkout holding the commit")
     wait = actions.add_parser(
         "wait", help="print status changes and log lines until the job ends; its exit code"
     )
@@ -521,16 +533,18 @@ def _batch(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
 
     client = aws.client("batch", settings.region)
     if args.action == "submit":
-        from .batch_stack import JOB_TAG_KEY, batch_stack_name
+        from .batch_stack import JOB_TAG_KEY, batch_stack_name, job_targets
 
         # run() has already required GITHUB_REPOSITORY (RunContext.from_env).
         repository = args.repository or os.environ["GITHUB_REPOSITORY"]
+        stack_name = batch_stack_name(settings.project, repository)
+        queue, definition = job_targets(stack_name, multinode=args.multinode)
         # The submit role may submit and end only jobs tagged as its stack's (infra/batch.yaml, SubmitPolicy): the
         # tag is set here, never left to the caller, and a caller's --tag cannot replace it.
-        tags = {"project": settings.project, **dict(args.tag),
-                JOB_TAG_KEY: batch_stack_name(settings.project, repository)}  # fmt: skip
+        tags = {"project": settings.project, **dict(args.tag), JOB_TAG_KEY: stack_name}
         request = batch_jobs.JobRequest(
-            name=args.name, queue=args.queue, definition=args.job_definition, command=tuple(args.argv),
+            name=args.name, queue=args.queue or queue, definition=args.job_definition or definition,
+            command=tuple(args.argv),
             environment=dict(args.env), array_size=args.array_size, instance_type=args.instance_type, tags=tags,
         )  # fmt: skip
         submitted = batch_jobs.submit(client, request)
@@ -538,6 +552,16 @@ def _batch(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
         return 0
     if args.action == "cancel":
         batch_jobs.cancel(client, args.job_id)
+        return 0
+    if args.action == "ship":
+        from . import batch_source
+
+        shipped = batch_source.ship(
+            aws.client("s3", settings.region), args.bucket, args.repo_dir, args.commit
+        )
+        print(f"{'shipped' if shipped.uploaded else 'already shipped'}: {shipped.size} bytes")
+        contract.write_outputs({contract.BatchOutput.SOURCE_URI: shipped.uri,
+                                contract.BatchOutput.SOURCE_SHA256: shipped.sha256})  # fmt: skip
         return 0
     outcome = batch_wait.wait(client, aws.client("logs", settings.region), args.job_id,
                               poll_seconds=args.poll_seconds, timeout_seconds=args.timeout)  # fmt: skip

@@ -77,9 +77,12 @@ class CapacityOutput(StrEnum):
 
 
 class BatchOutput(StrEnum):
-    """`gpu-runner batch submit`'s step output: the job the wait follows and the cancel path terminates."""
+    """`gpu-runner batch submit`'s step output (the job the wait follows and the cancel path terminates) and
+    `batch ship`'s (the job's code, which its container fetches and checks: batch_source.py)."""
 
     JOB_ID = "job-id"
+    SOURCE_URI = "source-uri"
+    SOURCE_SHA256 = "source-sha256"
 
 
 # Never echoed to the log: the label is what another workflow would need to queue a job for this runner
