@@ -11,6 +11,7 @@ from stories import Stack, make_stack
 # end with one worker alone on a sweep story while the other idles.
 LONGEST_FIRST = (
     "test_sweep_workflow",
+    "test_batch_sweep_story",
     "test_predict_story",
     "test_fault_scenarios",
     "test_mlflow_server_story",

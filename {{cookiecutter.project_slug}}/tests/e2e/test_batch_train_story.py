@@ -23,8 +23,11 @@ from doubles.batch_world import REGION
 from doubles.git_repository import git
 from mlflow.tracking import MlflowClient
 
-PACKAGE = "{{ cookiecutter.package_name }}"
-PROJECT = Path(__file__).resolve().parents[1]
+# In the e2e tier: about 1.5 min of TensorFlow on the batch host, beside the act stories (not in make test).
+pytestmark = pytest.mark.e2e
+
+PROJECT = Path(__file__).resolve().parents[2]
+PACKAGE = next(p.name for p in (PROJECT / "src").iterdir() if (p / "__init__.py").exists())
 # What the commit holds: the package, the lock and the project file (no tests or docs: smaller, same story).
 SHIPPED = ("src", "pyproject.toml", "uv.lock")
 STORY_CONFIG = {
@@ -64,7 +67,6 @@ def outputs(path: Path) -> dict[str, str]:
     return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
 
 
-@pytest.mark.slow
 def test_a_branch_trains_on_batch_from_its_shipped_commit(
     tmp_path: Path, batch_world: str, mlflow_server: str
 ) -> None:
