@@ -127,8 +127,9 @@ def test_a_sweep_wave_runs_as_one_array_job(
           "--array-size", str(len(trials)), *[f"--env={k}={v}" for k, v in job_env.items()], "--", *command],
          env, repo)  # fmt: skip
     job_id = outputs(github_output)["job-id"]
-    waited = step([*runner, "batch", "wait", "--job-id", job_id, "--poll-seconds", "0.5", "--timeout", "600"],
-                  env, repo)  # fmt: skip
+    # The wait logs each child's cost to its trial's child run (the plan's matrix says which child is which).
+    waited = step([*runner, "batch", "wait", "--job-id", job_id, "--poll-seconds", "0.5", "--timeout", "600",
+                   "--mlflow-run-id", planned["parent-run-id"], "--sweep-matrix", planned["matrix"]], env, repo)  # fmt: skip
     # Each child's lines behind its index; each trained its own trial.
     for index in range(3):
         assert any(line.startswith(f"[{index}] ") for line in waited.stdout.splitlines()), waited.stdout[
@@ -155,6 +156,12 @@ def test_a_sweep_wave_runs_as_one_array_job(
                               f"tags.mlflow.parentRunId = '{parent.info.run_id}'")  # fmt: skip
     assert sorted(k.data.tags.get("sweep.trial") for k in kids) == ["0", "1", "2"]
     assert all(k.info.status == "FINISHED" for k in kids), [k.info.status for k in kids]
+    # The cost roll-up, as the runner backend's sweep story asserts it: each child run priced (the wait), the
+    # parent's sweep_cost_usd their sum (the collect).
+    costs = [sum(m.value for m in client.get_metric_history(k.info.run_id, "cost_usd")) for k in kids]
+    assert all(c > 0 for c in costs), costs
+    rolled = client.get_metric_history(parent.info.run_id, "sweep_cost_usd")
+    assert max(rolled, key=lambda m: m.step).value == pytest.approx(sum(costs)), (rolled, costs)
     best = max(done, key=lambda t: t.value)
     assert parent.data.tags["sweep.best_trial"] == str(best.number), parent.data.tags
     assert parent.data.tags["sweep.best_run_id"] == best.user_attrs["sweep.mlflow_run_id"]

@@ -28,7 +28,14 @@ from mlflow.tracking import MlflowClient
 
 from gpu_runner import batch_jobs, batch_wait, cli
 from gpu_runner.aws import Aws
-from gpu_runner.batch_cost import billed_seconds, instance_of, job_costs
+from gpu_runner.batch_cost import (
+    SweepLeg,
+    SweepMatrixError,
+    billed_seconds,
+    instance_of,
+    job_costs,
+    sweep_legs,
+)
 from gpu_runner.batch_jobs import BatchInputError, JobRequest
 from gpu_runner.batch_stack import JOB_TAG_KEY, batch_stack_name
 from gpu_runner.cost.record import (
@@ -407,11 +414,37 @@ def test_the_cost_of_an_attempt_is_its_duration_times_the_price(batch: Any, logs
     costs = job_costs(Aws(), outcome.job, region=REGION, volume_gb=30, fallback_type="g5.xlarge", table=table)
 
     seconds = math.ceil((ran["stoppedAt"] - ran["startedAt"]) / 1000)
-    assert [(c.slot, c.attempt) for c in costs] == [("", 1), ("", 1)]  # two nodes, two instances, one attempt
-    for cost in (c.cost for c in costs):
-        assert (cost.instance_type, cost.market, cost.billed_seconds) == ("g5.xlarge", "on-demand", seconds)
-        assert cost.instance_usd == pytest.approx(cost.price.usd * seconds / 3600)
-        assert cost.price.usd > 0
+    # Two nodes, two instances, one attempt: one record of both (MLflow keeps one per attempt and step).
+    [priced] = costs
+    assert (priced.slot, priced.attempt, priced.nodes) == ("", 1, 2)
+    cost = priced.cost
+    assert (cost.instance_type, cost.market, cost.billed_seconds) == ("g5.xlarge", "on-demand", 2 * seconds)
+    assert cost.instance_usd == pytest.approx(cost.price.usd * 2 * seconds / 3600)
+    assert cost.price.usd > 0
+
+
+@pytest.mark.parametrize(
+    ("matrix", "children", "message"),
+    [
+        ('{"include": [{"trial": 3, "attempt": 1}]}', 2, "1 legs for an array job of 2 children"),
+        ('{"include": [{"trial": -1, "attempt": 1}]}', 1, "is not a trial >= 0"),
+        ('{"include": [{"trial": "3", "attempt": 1}]}', 1, "is not a trial >= 0"),
+        ('{"include": [{"trial": 3, "attempt": 0}]}', 1, "attempt >= 1"),
+        ('{"include": [{"trial": 3}]}', 1, "not sweep plan's matrix"),
+        ("[3, 5]", 2, "not sweep plan's matrix"),
+        ("3,5", 2, "not sweep plan's matrix"),
+    ],
+)
+def test_a_sweep_matrix_that_does_not_describe_the_array_job_is_refused(
+    matrix: str, children: int, message: str
+) -> None:
+    """The plan job runs the branch's code: its matrix output is checked before it says where a cost goes."""
+    with pytest.raises(SweepMatrixError, match=message):
+        sweep_legs(matrix, children)
+    assert sweep_legs('{"include":[{"trial":3,"attempt":2},{"trial":5,"attempt":1}]}', 2) == [
+        SweepLeg(3, 2),
+        SweepLeg(5, 1),
+    ]
 
 
 ECS_MODEL = botocore.session.get_session().get_service_model("ecs")

@@ -18,6 +18,8 @@ each node is priced as its own instance.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -31,6 +33,7 @@ from .aws import Aws
 from .batch_jobs import SPOT_TYPES, array_children, compute_environments
 from .cost import accounting
 from .cost.record import Cost
+from .mlflow_rest import MlflowRest
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +89,8 @@ def instance_of(
 class AttemptCost:
     slot: str  # an array child's index (a sweep's trial), "" for a single or multi-node job
     attempt: int  # 1 for the first attempt: the MLflow step of the cost record
-    cost: Cost
+    cost: Cost  # a multi-node job's: every node's instance-seconds (billed_seconds = nodes x the attempt's)
+    nodes: int = 1
 
 
 def job_costs(
@@ -112,8 +116,48 @@ def job_costs(
         for number, attempt in enumerate(ran.get("attempts", []), start=1):
             cost = _attempt_cost(aws, ecs, ran, number, attempt, environments, region=region,
                                  volume_gb=volume_gb, fallback_type=fallback_type, table=table)  # fmt: skip
-            out += [AttemptCost(slot, number, cost)] * nodes if cost else []
+            if cost:
+                # One record for all the nodes (each its own instance for the attempt's time): MLflow keeps one
+                # cost record per attempt, and log_to_mlflow skips a second at the same step as already logged.
+                total = dataclasses.replace(cost, billed_seconds=cost.billed_seconds * nodes)
+                out.append(AttemptCost(slot, number, total, nodes))
     return out
+
+
+@dataclass(frozen=True)
+class SweepLeg:
+    trial: int
+    attempt: int  # the trial's attempt in this wave (the plan's): the MLflow step of its first Batch attempt
+
+
+class SweepMatrixError(ValueError):
+    """The plan's matrix does not describe this array job."""
+
+
+def sweep_legs(matrix: str, children: int) -> list[SweepLeg]:
+    """`sweep plan`'s matrix step output (`{"include": [{"trial": N, "attempt": K}, ...]}`, in the order the wave
+    was submitted: child i trains leg i, sweep_array.py) as one leg per array child. The plan job runs the
+    branch's code, so the value is checked, never trusted: exactly one leg per child, whole numbers."""
+    try:
+        legs = json.loads(matrix)["include"]
+        parsed = [SweepLeg(leg["trial"], leg["attempt"]) for leg in legs]
+    except (ValueError, KeyError, TypeError) as error:
+        raise SweepMatrixError(f"--sweep-matrix: not sweep plan's matrix ({error})") from None
+    for leg in parsed:
+        if not all(type(v) is int for v in (leg.trial, leg.attempt)) or leg.trial < 0 or leg.attempt < 1:
+            raise SweepMatrixError(f"--sweep-matrix: {leg} is not a trial >= 0 with an attempt >= 1")
+    if len(parsed) != children:
+        raise SweepMatrixError(f"--sweep-matrix: {len(parsed)} legs for an array job of {children} children")
+    return parsed
+
+
+def trial_run(client: MlflowRest, parent_run_id: str, trial: int) -> str | None:
+    """The child run of `trial` under the sweep's parent run (the tags sweep trial sets), None if it has none."""
+    experiment = client.get_run(parent_run_id)["info"]["experiment_id"]
+    found = client.search_runs(
+        [experiment], f"tags.`mlflow.parentRunId` = '{parent_run_id}' and tags.`sweep.trial` = '{trial}'"
+    )
+    return found[0]["info"]["run_id"] if found else None
 
 
 def _attempt_cost(

@@ -240,7 +240,14 @@ def _add_batch_jobs(actions: argparse._SubParsersAction) -> None:
         action.add_argument("--job-id", required=True)
     wait.add_argument("--poll-seconds", type=float, default=5.0)
     wait.add_argument("--timeout", type=float, default=None, help="seconds; the job keeps running after it")
-    wait.add_argument("--mlflow-run-id", default="", help="the training run to log the attempts' cost to")
+    wait.add_argument(
+        "--mlflow-run-id", default="", help="the training run (a sweep: the parent run) to log the cost to"
+    )
+    wait.add_argument(
+        "--sweep-matrix",
+        default="",
+        help="sweep plan's matrix output: child i's cost goes to leg i's trial run",
+    )
 
 
 def _add_mlflow_server(commands: argparse._SubParsersAction) -> None:
@@ -528,8 +535,7 @@ def _mlflow_server(args: argparse.Namespace, settings: Settings, aws: Aws) -> in
 def _batch(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
     if args.action in ("up", "down"):
         return _batch_stack(args, settings, aws)
-    from . import batch_cost, batch_jobs, batch_wait
-    from .cost import accounting
+    from . import batch_jobs, batch_wait
 
     client = aws.client("batch", settings.region)
     if args.action == "submit":
@@ -566,23 +572,49 @@ def _batch(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
     outcome = batch_wait.wait(client, aws.client("logs", settings.region), args.job_id,
                               poll_seconds=args.poll_seconds, timeout_seconds=args.timeout)  # fmt: skip
     try:  # the cost never changes the job's result
-        fallback = settings.instance_types[0] if len(settings.instance_types) == 1 else ""
-        costs = batch_cost.job_costs(aws, outcome.job, region=settings.region, volume_gb=settings.root_volume_gb,
-                                     fallback_type=fallback)  # fmt: skip
-        for priced in costs:
-            overhead = None
-            # A sweep's trials each log to their own run (the trial knows it); a single job's go to --mlflow-run-id.
-            if args.mlflow_run_id and not priced.slot:
-                overhead = accounting.log_to_mlflow(priced.cost, run_id=args.mlflow_run_id, attempt=priced.attempt,
-                                                    env=os.environ)  # fmt: skip
-            print(
-                accounting.summary_line(
-                    priced.cost, attempt=priced.attempt, overhead=overhead, slot=priced.slot
-                )
-            )
+        _log_batch_costs(args, settings, aws, outcome.job)
     except (ClientError, BotoCoreError) as error:
         print(f"warning: cost not computed: {error}")
     return outcome.exit_code
+
+
+def _log_batch_costs(args: argparse.Namespace, settings: Settings, aws: Aws, job: dict) -> None:
+    """Print each attempt's cost; log a single job's to --mlflow-run-id, and with --sweep-matrix an array job's
+    children's to their trials' child runs under that (parent) run, at the trial's attempt of the wave."""
+    from . import batch_cost
+    from .cost import accounting
+    from .mlflow_rest import MlflowError, MlflowRest
+
+    fallback = settings.instance_types[0] if len(settings.instance_types) == 1 else ""
+    costs = batch_cost.job_costs(aws, job, region=settings.region, volume_gb=settings.root_volume_gb,
+                                 fallback_type=fallback)  # fmt: skip
+    run_id, legs = "", None
+    try:
+        run_id = contract.mlflow_run_id(args.mlflow_run_id) if args.mlflow_run_id else ""
+        if args.sweep_matrix:
+            legs = batch_cost.sweep_legs(
+                args.sweep_matrix, int(job.get("arrayProperties", {}).get("size", 0))
+            )
+    except (RunnerError, batch_cost.SweepMatrixError) as error:
+        print(f"warning: cost not logged to MLflow: {error}")
+        run_id = ""
+    client = MlflowRest.from_env(os.environ) if run_id and legs else None
+    for priced in costs:
+        target, step = (run_id, priced.attempt) if not priced.slot else ("", priced.attempt)
+        if priced.slot and legs and client:
+            leg = legs[int(priced.slot)]
+            # A Batch retry of the child (a reclaimed host) is the trial's next attempt, as a runner's would be.
+            step = leg.attempt + priced.attempt - 1
+            try:
+                target = batch_cost.trial_run(client, run_id, leg.trial) or ""
+            except MlflowError as error:
+                print(f"warning: cost of trial {leg.trial} not logged to MLflow: {error}")
+        overhead = (
+            accounting.log_to_mlflow(priced.cost, run_id=target, attempt=step, env=os.environ)
+            if target
+            else None
+        )
+        print(accounting.summary_line(priced.cost, attempt=step, overhead=overhead, slot=priced.slot))
 
 
 def _batch_stack(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
