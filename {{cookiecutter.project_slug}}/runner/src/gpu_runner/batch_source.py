@@ -36,10 +36,10 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from .errors import RunnerError
+from .workflow_contract import COMMIT
 
 PREFIX = "batch-src"
 SHA256 = re.compile(r"[0-9a-f]{64}")
-COMMIT = re.compile(r"[0-9a-f]{40}")
 # A project's sources (the lock file is the largest part) are a few MB; a bigger archive is a mistake (data or
 # a model committed), and the container holds it in memory while it checks it.
 MAX_ARCHIVE_BYTES = 256 * 1024 * 1024
@@ -137,7 +137,9 @@ def fetch(s3: Any, uri: str, sha256: str, dest: Path) -> list[str]:
     if found != sha256:
         raise BatchSourceError(
             f"source-uri: {uri} hashes to {found}, not {sha256}: it was changed after it was shipped; nothing was "
-            "unpacked. Re-run the workflow to ship the commit again"
+            "unpacked. Someone who may write the bucket replaced it (its CloudTrail data events say who); a re-run "
+            "ships the same bytes to the same key and cannot replace it: delete it with admin credentials (aws s3 "
+            f"rm {uri}), then re-run the workflow"
         )
     dest.mkdir(parents=True, exist_ok=True)
     try:
