@@ -582,3 +582,55 @@ def test_a_batch_jobs_cost_reaches_the_cost_report_as_a_runner_runs_does(
     # A re-run of the wait (a re-run of the workflow job) does not count the attempt twice.
     assert cli.main(wait) == 0
     assert read_gpu_runs([experiment], 1, uri=mlflow_server)[0][0].billed_seconds == found.billed_seconds
+
+
+def test_a_one_trial_wave_is_a_single_job_whose_cost_goes_to_its_trials_run(
+    mlflow_server: str, batch: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """An array job has two children at least, so a wave of one trial is submitted as a single job: with the
+    plan's one-leg matrix its cost goes to that trial's child run at the trial's attempt, never to the parent
+    (whose sweep_cost_usd sweep collect sums from the children), nor to another trial's run."""
+    client = MlflowClient(mlflow_server)
+    experiment = client.create_experiment(f"batch-wave-{uuid.uuid4().hex[:8]}")
+    parent = client.create_run(experiment).info.run_id
+    child = client.create_run(experiment, tags={"mlflow.parentRunId": parent, "sweep.trial": "7"}).info.run_id
+    other = client.create_run(
+        experiment, tags={"mlflow.parentRunId": parent, "sweep.trial": "17"}
+    ).info.run_id
+    settings = tmp_path / "gpu-runner.yaml"
+    settings.write_text(yaml.safe_dump({"project": "demo", "region": REGION, "instance_types": ["g5.xlarge"],
+                                        "backend": "batch"}))  # fmt: skip
+    monkeypatch.setenv("GITHUB_REPOSITORY", "octo/demo")
+    monkeypatch.setenv("GITHUB_OUTPUT", str(tmp_path / "github-output"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
+    common = ["--settings", str(settings), "batch"]
+    assert cli.main([*common, "submit", "--queue", "gpu", "--job-definition", "train", "--name", "wave-of-one",
+                     "--", PY, "-c", "import time; time.sleep(1.2)"]) == 0  # fmt: skip
+    job_id = (tmp_path / "github-output").read_text().strip().partition("=")[2]
+    wait = [*common, "wait", "--job-id", job_id, "--mlflow-run-id", parent, "--poll-seconds", "0.2"]
+
+    assert cli.main([*wait, "--sweep-matrix", '{"include": [{"trial": 7, "attempt": 2}]}']) == 0
+
+    assert "**GPU cost (attempt 2)**" in capsys.readouterr().out
+    assert [m.step for m in client.get_metric_history(child, BILLED_SECONDS)] == [2]
+    assert client.get_metric_history(parent, BILLED_SECONDS) == []
+    assert client.get_metric_history(other, BILLED_SECONDS) == []
+    # A matrix that does not describe the job (two legs for one job) logs nothing and says why; the job's result
+    # stands.
+    assert (
+        cli.main(
+            [
+                *wait,
+                "--sweep-matrix",
+                '{"include": [{"trial": 7, "attempt": 3}, {"trial": 17, "attempt": 1}]}',
+            ]
+        )
+        == 0
+    )
+    assert (
+        "cost not logged to MLflow: --sweep-matrix: 2 legs for an array job of 1 children"
+        in capsys.readouterr().out
+    )
+    assert [m.step for m in client.get_metric_history(child, BILLED_SECONDS)] == [2]
+    assert client.get_metric_history(other, BILLED_SECONDS) == []

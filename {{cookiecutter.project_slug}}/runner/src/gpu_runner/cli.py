@@ -592,17 +592,19 @@ def _log_batch_costs(args: argparse.Namespace, settings: Settings, aws: Aws, job
     try:
         run_id = contract.mlflow_run_id(args.mlflow_run_id) if args.mlflow_run_id else ""
         if args.sweep_matrix:
-            legs = batch_cost.sweep_legs(
-                args.sweep_matrix, int(job.get("arrayProperties", {}).get("size", 0))
-            )
+            # A wave of one trial is a single job (an array job has 2 children at least: batch_jobs.py cites AWS,
+            # "The array size can be between 2 and 10,000"): one leg, its cost under slot "".
+            children = int(job.get("arrayProperties", {}).get("size", 0)) or 1
+            legs = batch_cost.sweep_legs(args.sweep_matrix, children)
     except (RunnerError, batch_cost.SweepMatrixError) as error:
         print(f"warning: cost not logged to MLflow: {error}")
         run_id = ""
     client = MlflowRest.from_env(os.environ) if run_id and legs else None
     for priced in costs:
-        target, step = (run_id, priced.attempt) if not priced.slot else ("", priced.attempt)
-        if priced.slot and legs and client:
-            leg = legs[int(priced.slot)]
+        # A sweep's parent run never takes a cost itself: its children's are what sweep collect sums.
+        target, step = ("" if legs else run_id), priced.attempt
+        if legs and client:
+            leg = legs[int(priced.slot or 0)]
             # A Batch retry of the child (a reclaimed host) is the trial's next attempt, as a runner's would be.
             step = leg.attempt + priced.attempt - 1
             try:
