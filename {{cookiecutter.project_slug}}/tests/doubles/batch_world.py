@@ -21,6 +21,13 @@ NODE_REPORT = (
 )
 
 
+def job_credentials(endpoint: str) -> dict[str, str]:
+    """A job's AWS environment on the batch host: its endpoint, region and moto's test keys, standing in for the
+    job role's credentials (a real container gets them from ECS, not from its environment)."""
+    return {"AWS_ENDPOINT_URL": endpoint, "AWS_DEFAULT_REGION": REGION, "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing"}  # fmt: skip
+
+
 # What every test definition asks for; the image is never pulled (the double runs the command on this machine).
 RESOURCES = [{"type": "VCPU", "value": "1"}, {"type": "MEMORY", "value": "512"}]
 IMAGE = "local/none"

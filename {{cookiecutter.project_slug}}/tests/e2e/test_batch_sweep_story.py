@@ -12,18 +12,16 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import uuid
 from pathlib import Path
-from typing import Any
 
 import boto3
 import pytest
 import yaml
-from doubles.batch_world import REGION
-from doubles.git_repository import git
+from batch_story import commit_of_the_project, outputs
+from doubles.batch_world import REGION, job_credentials
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
@@ -31,39 +29,11 @@ pytestmark = pytest.mark.e2e
 
 PROJECT = Path(__file__).resolve().parents[2]
 PACKAGE = next(p.name for p in (PROJECT / "src").iterdir() if (p / "__init__.py").exists())
-SHIPPED = ("src", "pyproject.toml", "uv.lock")
 # Three trials in one wave, one epoch each; no pruner (it could stop a one-epoch trial before its objective).
 SWEEP = {"trials": 3, "parallel": 3, "pruner": {"name": "none"},
          "budget": {"epochs_per_trial": 1, "minutes_per_trial": 10, "usd": 20, "max_attempts_per_trial": 2}}  # fmt: skip
 TRAIN = {"training": {"epochs": 1}, "export": {"tflite": False, "tflite_int8": False},
          "tracking": {"log_model": False, "log_system_metrics": False}}  # fmt: skip
-
-
-def _merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in changes.items():
-        out[key] = _merged(base.get(key, {}), value) if isinstance(value, dict) else value
-    return out
-
-
-def commit_a_sweep_branch(root: Path, experiment: str, study: str) -> str:
-    """The project's package and lock, its configs with this story's search; returns the commit."""
-    root.mkdir(parents=True)
-    for name in SHIPPED:
-        source = PROJECT / name
-        if source.is_dir():
-            shutil.copytree(source, root / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-        else:
-            shutil.copy2(source, root / name)
-    (root / "configs").mkdir()
-    for name, changes in (("train.yaml", _merged(TRAIN, {"tracking": {"experiment_name": experiment}})),
-                          ("sweep.yaml", {**SWEEP, "study_name": study})):  # fmt: skip
-        base = yaml.safe_load((PROJECT / "configs" / name).read_text(encoding="utf-8"))
-        (root / "configs" / name).write_text(yaml.safe_dump(_merged(base, changes)), encoding="utf-8")
-    git(root, "init", "-q", "-b", "sweep/batch-story")
-    git(root, "add", ".")
-    git(root, "commit", "-q", "-m", "a sweep to run on Batch")
-    return git(root, "rev-parse", "HEAD")
 
 
 def step(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
@@ -72,22 +42,20 @@ def step(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.Complete
     return result
 
 
-def outputs(path: Path) -> dict[str, str]:
-    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
-
-
 def test_a_sweep_wave_runs_as_one_array_job(
     tmp_path: Path, batch_world: str, mlflow_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     experiment, study = f"batch-sweep-{uuid.uuid4().hex[:8]}", f"batch-sweep-{uuid.uuid4().hex[:8]}"
     repo = tmp_path / "repo"
-    commit = commit_a_sweep_branch(repo, experiment, study)
+    train = {**TRAIN, "tracking": {**TRAIN["tracking"], "experiment_name": experiment}}
+    commit = commit_of_the_project(
+        repo, "sweep/batch-story", {"train.yaml": train, "sweep.yaml": {**SWEEP, "study_name": study}}
+    )
     bucket = f"batch-sweep-{uuid.uuid4().hex[:8]}"
     s3 = boto3.client("s3", region_name=REGION, endpoint_url=batch_world)
     s3.create_bucket(Bucket=bucket)
     github_output = tmp_path / "github-output"
-    aws = {"AWS_ENDPOINT_URL": batch_world, "AWS_DEFAULT_REGION": REGION, "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing"}  # fmt: skip
+    aws = job_credentials(batch_world)
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "AWS_BATCH_"))}, **aws,
         "MLFLOW_TRACKING_URI": mlflow_server, "GITHUB_REPOSITORY": "octo/demo", "GITHUB_OUTPUT": str(github_output),

@@ -10,7 +10,6 @@ the run, which the cost report then reads as it reads a runner's run.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import uuid
@@ -19,8 +18,8 @@ from pathlib import Path
 import boto3
 import pytest
 import yaml
-from doubles.batch_world import REGION
-from doubles.git_repository import git
+from batch_story import commit_of_the_project, outputs
+from doubles.batch_world import REGION, job_credentials
 from mlflow.tracking import MlflowClient
 
 # In the e2e tier: about 1.5 min of TensorFlow on the batch host, beside the act stories (not in make test).
@@ -28,31 +27,11 @@ pytestmark = pytest.mark.e2e
 
 PROJECT = Path(__file__).resolve().parents[2]
 PACKAGE = next(p.name for p in (PROJECT / "src").iterdir() if (p / "__init__.py").exists())
-# What the commit holds: the package, the lock and the project file (no tests or docs: smaller, same story).
-SHIPPED = ("src", "pyproject.toml", "uv.lock")
 STORY_CONFIG = {
     "training": {"epochs": 2},
     "export": {"tflite": False, "tflite_int8": False},
     "tracking": {"log_system_metrics": False, "run_name": "shipped-config"},
 }
-
-
-def commit_of_the_project(root: Path, experiment: str) -> str:
-    """A repository holding the project's package and a config only this commit has; returns the commit."""
-    root.mkdir(parents=True)
-    for name in SHIPPED:
-        source = PROJECT / name
-        if source.is_dir():
-            shutil.copytree(source, root / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-        else:
-            shutil.copy2(source, root / name)
-    config = {**STORY_CONFIG, "tracking": {**STORY_CONFIG["tracking"], "experiment_name": experiment}}
-    (root / "configs").mkdir()
-    (root / "configs" / "train.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
-    git(root, "init", "-q", "-b", "train/batch-story")
-    git(root, "add", ".")
-    git(root, "commit", "-q", "-m", "a branch to train on Batch")
-    return git(root, "rev-parse", "HEAD")
 
 
 def gpu_runner(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
@@ -63,15 +42,14 @@ def gpu_runner(*args: str, env: dict[str, str], cwd: Path) -> subprocess.Complet
     )  # fmt: skip
 
 
-def outputs(path: Path) -> dict[str, str]:
-    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
-
-
 def test_a_branch_trains_on_batch_from_its_shipped_commit(
     tmp_path: Path, batch_world: str, mlflow_server: str
 ) -> None:
     experiment = f"batch-story-{uuid.uuid4().hex[:8]}"
-    commit = commit_of_the_project(tmp_path / "repo", experiment)
+    tracking = {**STORY_CONFIG["tracking"], "experiment_name": experiment}
+    commit = commit_of_the_project(
+        tmp_path / "repo", "train/batch-story", {"train.yaml": {**STORY_CONFIG, "tracking": tracking}}
+    )
     bucket = f"batch-story-{uuid.uuid4().hex[:8]}"
     s3 = boto3.client("s3", region_name=REGION, endpoint_url=batch_world)
     s3.create_bucket(Bucket=bucket)
@@ -85,8 +63,7 @@ def test_a_branch_trains_on_batch_from_its_shipped_commit(
     github_output = step / "github-output"
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "AWS_BATCH_"))},
-        "AWS_ENDPOINT_URL": batch_world, "AWS_DEFAULT_REGION": REGION, "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing", "GITHUB_REPOSITORY": "octo/demo", "GITHUB_OUTPUT": str(github_output),
+        **job_credentials(batch_world), "GITHUB_REPOSITORY": "octo/demo", "GITHUB_OUTPUT": str(github_output),
         "MLFLOW_TRACKING_URI": mlflow_server,
     }  # fmt: skip
     # The submitting job opens the run (it holds the MLflow credentials), so the wait knows where the cost goes.
@@ -101,8 +78,7 @@ def test_a_branch_trains_on_batch_from_its_shipped_commit(
     # first on the path (the image's environment holds the dependencies).
     job_env = {
         "MLFLOW_TRACKING_URI": mlflow_server, "MLFLOW_RUN_ID": run_id, "PYTHONPATH": "src",
-        "AWS_ENDPOINT_URL": batch_world, "AWS_DEFAULT_REGION": REGION, "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing", "TF_CPP_MIN_LOG_LEVEL": "2",
+        **job_credentials(batch_world), "TF_CPP_MIN_LOG_LEVEL": "2",
     }  # fmt: skip
     command = [
         sys.executable, "-m", "gpu_runner.batch_source", "run", "--source-uri", source["source-uri"],

@@ -487,26 +487,39 @@ def test_billed_seconds_round_up_and_need_both_times() -> None:
     assert billed_seconds({"startedAt": 1_000}) is None
 
 
-def test_the_cli_submits_waits_and_cancels(
-    batch: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+@pytest.fixture
+def batch_cli(batch: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """`gpu-runner --settings <a batch project's settings> batch` as a workflow step runs it: GITHUB_REPOSITORY
+    set, step outputs to tmp_path/github-output (job_id_output reads the job id back)."""
     settings = tmp_path / "gpu-runner.yaml"
     settings.write_text(yaml.safe_dump({"project": "demo", "region": REGION, "instance_types": ["g5.xlarge"],
                                         "backend": "batch"}))  # fmt: skip
-    outputs = tmp_path / "github-output"
     monkeypatch.setenv("GITHUB_REPOSITORY", "octo/demo")
-    monkeypatch.setenv("GITHUB_OUTPUT", str(outputs))
-    common = ["--settings", str(settings), "batch"]
+    monkeypatch.setenv("GITHUB_OUTPUT", str(tmp_path / "github-output"))
+    return ["--settings", str(settings), "batch"]
+
+
+def job_id_output(tmp_path: Path) -> str:
+    """The job-id step output the last `batch submit` wrote."""
+    key, _, job_id = (tmp_path / "github-output").read_text().strip().rpartition("\n")[2].partition("=")
+    assert key == "job-id", key
+    return job_id
+
+
+def test_the_cli_submits_waits_and_cancels(
+    batch: Any, batch_cli: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    common = batch_cli
     code = "import os; print('from the cli', os.environ['A'])"
 
     # A --tag cannot replace the stack's tag: the submit role may end only the jobs tagged as its stack's.
     assert cli.main([*common, "submit", "--queue", "gpu", "--job-definition", "train", "--name", "cli-job",
                      "--instance-type", "g5.xlarge", "--env", "A=1=2", "--tag", f"{JOB_TAG_KEY}=other-stack",
                      "--", PY, "-c", code]) == 0  # fmt: skip
-    key, _, job_id = outputs.read_text().strip().partition("=")
+    job_id = job_id_output(tmp_path)
     [described] = batch_jobs.describe(batch, [job_id])
     stack_tag = {JOB_TAG_KEY: batch_stack_name("demo", "octo/demo")}
-    assert key == "job-id" and described["tags"] == {"project": "demo", **stack_tag}
+    assert described["tags"] == {"project": "demo", **stack_tag}
     assert described["container"]["command"] == [PY, "-c", code]
     assert cli.main([*common, "wait", "--job-id", job_id, "--poll-seconds", "0.2", "--timeout", "120"]) == 0
     out = capsys.readouterr().out
@@ -538,7 +551,7 @@ def test_backend_is_runner_or_batch() -> None:
 
 
 def test_a_batch_jobs_cost_reaches_the_cost_report_as_a_runner_runs_does(
-    mlflow_server: str, batch: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    mlflow_server: str, batch: Any, batch_cli: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
     """The job trains into an MLflow run (MLflow resumes MLFLOW_RUN_ID, as the runner's stop job's run id is the
@@ -547,21 +560,16 @@ def test_a_batch_jobs_cost_reaches_the_cost_report_as_a_runner_runs_does(
     client = MlflowClient(mlflow_server)
     experiment = f"batch-cost-{uuid.uuid4().hex[:8]}"
     run_id = client.create_run(client.create_experiment(experiment)).info.run_id
-    settings = tmp_path / "gpu-runner.yaml"
-    settings.write_text(yaml.safe_dump({"project": "demo", "region": REGION, "instance_types": ["g5.xlarge"],
-                                        "backend": "batch"}))  # fmt: skip
-    monkeypatch.setenv("GITHUB_REPOSITORY", "octo/demo")
-    monkeypatch.setenv("GITHUB_OUTPUT", str(tmp_path / "github-output"))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
     train = (
         "import mlflow, time; time.sleep(1.5)\n"
         f"with mlflow.start_run():\n    mlflow.log_metric({TRAINING_SECONDS!r}, 1.25, step=1)\n"
     )
-    common = ["--settings", str(settings), "batch"]
+    common = batch_cli
     assert cli.main([*common, "submit", "--queue", "gpu", "--job-definition", "train", "--name", "cost-job",
                      "--env", f"MLFLOW_TRACKING_URI={mlflow_server}", "--env", f"MLFLOW_RUN_ID={run_id}",
                      "--", PY, "-c", train]) == 0  # fmt: skip
-    job_id = (tmp_path / "github-output").read_text().strip().partition("=")[2]
+    job_id = job_id_output(tmp_path)
     wait = [*common, "wait", "--job-id", job_id, "--mlflow-run-id", run_id, "--poll-seconds", "0.2",
             "--timeout", str(int(JOB_TIMEOUT))]  # fmt: skip
     assert cli.main(wait) == 0
@@ -585,7 +593,7 @@ def test_a_batch_jobs_cost_reaches_the_cost_report_as_a_runner_runs_does(
 
 
 def test_a_one_trial_wave_is_a_single_job_whose_cost_goes_to_its_trials_run(
-    mlflow_server: str, batch: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    mlflow_server: str, batch: Any, batch_cli: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
     """An array job has two children at least, so a wave of one trial is submitted as a single job: with the
@@ -598,16 +606,11 @@ def test_a_one_trial_wave_is_a_single_job_whose_cost_goes_to_its_trials_run(
     other = client.create_run(
         experiment, tags={"mlflow.parentRunId": parent, "sweep.trial": "17"}
     ).info.run_id
-    settings = tmp_path / "gpu-runner.yaml"
-    settings.write_text(yaml.safe_dump({"project": "demo", "region": REGION, "instance_types": ["g5.xlarge"],
-                                        "backend": "batch"}))  # fmt: skip
-    monkeypatch.setenv("GITHUB_REPOSITORY", "octo/demo")
-    monkeypatch.setenv("GITHUB_OUTPUT", str(tmp_path / "github-output"))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
-    common = ["--settings", str(settings), "batch"]
+    common = batch_cli
     assert cli.main([*common, "submit", "--queue", "gpu", "--job-definition", "train", "--name", "wave-of-one",
                      "--", PY, "-c", "import time; time.sleep(1.2)"]) == 0  # fmt: skip
-    job_id = (tmp_path / "github-output").read_text().strip().partition("=")[2]
+    job_id = job_id_output(tmp_path)
     wait = [*common, "wait", "--job-id", job_id, "--mlflow-run-id", parent, "--poll-seconds", "0.2"]
 
     assert cli.main([*wait, "--sweep-matrix", '{"include": [{"trial": 7, "attempt": 2}]}']) == 0

@@ -15,6 +15,7 @@ from typing import Any
 import boto3
 import pytest
 from doubles.aws_constants import REGION
+from doubles.batch_world import job_credentials
 from doubles.git_repository import FILES, committed_repository, git
 
 from gpu_runner import batch_source
@@ -168,9 +169,7 @@ def on_batch_host(batch_world: str, monkeypatch: pytest.MonkeyPatch) -> dict[str
     clients = {name: boto3.client(name, region_name=REGION) for name in ("s3", "batch", "logs")}
     bucket = f"batch-src-{uuid.uuid4().hex[:12]}"
     clients["s3"].create_bucket(Bucket=bucket)
-    job_env = {"AWS_ENDPOINT_URL": batch_world, "AWS_DEFAULT_REGION": REGION, "AWS_ACCESS_KEY_ID": "testing",
-               "AWS_SECRET_ACCESS_KEY": "testing"}  # fmt: skip
-    return {**clients, "bucket": bucket, "env": job_env}
+    return {**clients, "bucket": bucket, "env": job_credentials(batch_world)}
 
 
 def _run_shipped(host: dict[str, Any], shipped: batch_source.Shipped) -> tuple[Any, list[str]]:
