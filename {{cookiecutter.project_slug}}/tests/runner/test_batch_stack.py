@@ -442,25 +442,26 @@ def test_the_submit_role_submits_watches_and_ends_only_its_own_jobs(
 _O, _N = DEFAULT_REPOSITORY.split("/")
 _WF = f"{_O}/{_N}/.github/workflows"
 SUBMIT_SUBJECTS = [
-    ("the default branch's batch.yml on the default branch", f"repo:{_O}/{_N}:ref:refs/heads/main:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", True),
-    ("the same, immutable ids", f"repo:{_O}@1001/{_N}@2002:ref:refs/heads/main:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", True),
+    ("the default branch's batch.yml in a train branch's run", f"repo:{_O}/{_N}:ref:refs/heads/train/x:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", True),
+    ("the same, immutable ids", f"repo:{_O}@1001/{_N}@2002:ref:refs/heads/train/x:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", True),
     ("a branch writer: the branch's own batch.yml", f"repo:{_O}/{_N}:ref:refs/heads/train/x:job_workflow_ref:{_WF}/batch.yml@refs/heads/train/x", False),
-    ("a branch writer: the default branch's file dispatched on a branch", f"repo:{_O}/{_N}:ref:refs/heads/feature:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", False),
-    ("a branch writer: main calling a branch's copy", f"repo:{_O}/{_N}:ref:refs/heads/main:job_workflow_ref:{_WF}/batch.yml@refs/heads/feature", False),
-    ("a branch named like the ref", f"repo:{_O}/{_N}:ref:refs/heads/main:job_workflow_ref:{_WF}/batch.yml@refs/heads/x.yml@refs/heads/main", False),
+    ("a branch writer: the default branch's file in another branch's run", f"repo:{_O}/{_N}:ref:refs/heads/feature:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", False),
+    ("the default branch's own run (not a train branch)", f"repo:{_O}/{_N}:ref:refs/heads/main:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", False),
+    ("a branch writer: a train branch calling another branch's copy", f"repo:{_O}/{_N}:ref:refs/heads/train/x:job_workflow_ref:{_WF}/batch.yml@refs/heads/feature", False),
+    ("a branch named like the ref", f"repo:{_O}/{_N}:ref:refs/heads/train/x:job_workflow_ref:{_WF}/batch.yml@refs/heads/x.yml@refs/heads/main", False),
     ("a fork's pull request", f"repo:{_O}/{_N}:pull_request:job_workflow_ref:{_WF}/batch.yml@refs/pull/7/merge", False),
     ("a pull request calling the default branch's file", f"repo:{_O}/{_N}:pull_request:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", False),
-    ("another workflow of the default branch", f"repo:{_O}/{_N}:ref:refs/heads/main:job_workflow_ref:{_WF}/train.yml@refs/heads/main", False),
+    ("another workflow of the default branch", f"repo:{_O}/{_N}:ref:refs/heads/train/x:job_workflow_ref:{_WF}/train.yml@refs/heads/main", False),
     ("an environment job", f"repo:{_O}/{_N}:environment:prod:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", False),
-    ("a tag", f"repo:{_O}/{_N}:ref:refs/tags/v1:job_workflow_ref:{_WF}/batch.yml@refs/tags/v1", False),
-    ("another repository", f"repo:evil/{_N}:ref:refs/heads/main:job_workflow_ref:evil/{_N}/.github/workflows/batch.yml@refs/heads/main", False),
-    ("a recycled owner name (other ids)", f"repo:{_O}@9999/{_N}@2002:ref:refs/heads/main:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", False),
-    ("GitHub's default subject on the default branch", f"repo:{_O}/{_N}:ref:refs/heads/main", False),
+    ("a tag", f"repo:{_O}/{_N}:ref:refs/tags/train/v1:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", False),
+    ("another repository", f"repo:evil/{_N}:ref:refs/heads/train/x:job_workflow_ref:evil/{_N}/.github/workflows/batch.yml@refs/heads/main", False),
+    ("a recycled owner name (other ids)", f"repo:{_O}@9999/{_N}@2002:ref:refs/heads/train/x:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", False),
+    ("GitHub's default subject on a train branch", f"repo:{_O}/{_N}:ref:refs/heads/train/x", False),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(("who", "sub", "expected"), SUBMIT_SUBJECTS, ids=[row[0] for row in SUBMIT_SUBJECTS])
-def test_only_the_default_branch_batch_workflow_assumes_the_submit_role(
+def test_only_the_default_branch_batch_workflow_in_a_train_branch_run_assumes_the_submit_role(
     batch: dict[str, Any], who: str, sub: str, expected: bool
 ) -> None:
     trust = role_of(batch["session"], batch["outputs"]["SubmitRoleArn"])["AssumeRolePolicyDocument"]

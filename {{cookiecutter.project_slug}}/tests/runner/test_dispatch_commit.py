@@ -126,3 +126,28 @@ def test_without_a_token_that_reads_contents_launch_stops_and_says_why(
 
     assert expected in capsys.readouterr().err
     assert live_instances(aws) == [] and github_double.issued_jit_configs == {}
+
+
+@pytest.mark.parametrize(("name", "expected"), [("evil", "is not in the history of branch 'train/x'"),
+                                                ("unknown", "is not a commit of octo-org/octo-repo")])  # fmt: skip
+def test_the_batch_backend_ships_no_commit_off_the_branch(
+    dispatch_env: Path, history: dict[str, str], github_double: GitHubDouble, aws: Aws, tmp_path: Path, capsys,
+    name: str, expected: str,
+) -> None:  # fmt: skip
+    """`backend: batch` has no launch: `batch ship` (batch.yml's first step with AWS credentials) asks the same
+    question before it packs, so the job never receives another branch's code."""
+    commit = history.get(name, "0123456789abcdef0123456789abcdef01234567")
+    s3 = aws.client("s3", REGION)
+    bucket = f"ship-{name}-{tmp_path.name[-8:].lower().replace('_', '-')}"
+    s3.create_bucket(Bucket=bucket)
+
+    code = main(["--settings", str(dispatch_env), "batch", "ship", f"--bucket={bucket}", f"--commit={commit}",
+                 f"--repo-dir={tmp_path}"])  # fmt: skip
+
+    assert code == 1
+    assert f"dispatch input `commit`: {commit} {expected}" in capsys.readouterr().err
+    assert s3.list_objects_v2(Bucket=bucket)["KeyCount"] == 0  # nothing shipped
+    assert compare_calls(github_double) == [
+        (f"/repos/{DEFAULT_REPOSITORY}/compare/{commit}...{history['x2']}", 200 if name == "evil" else 404,
+         START_JOB_TOKEN)
+    ]  # fmt: skip

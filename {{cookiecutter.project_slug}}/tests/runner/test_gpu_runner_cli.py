@@ -101,16 +101,18 @@ def test_workflow_settings_writes_the_settings_files_region_and_prefix_as_step_o
     (and sweep.yml's plan and collect jobs the bucket of the studies):
     the values are the settings file's (not bootstrap's or the code's defaults), one `key=value` line each."""
     settings = cli_env.read_text().replace(f"region: {REGION}\n", "region: eu-north-1\n")
-    cli_env.write_text(settings + "train_branch_prefix: gpu/\nsweep_branch_prefix: hpo/\nmax_attempts: 5\n")
+    cli_env.write_text(
+        settings + "train_branch_prefix: gpu/\nsweep_branch_prefix: hpo/\nmax_attempts: 5\nbackend: batch\n"
+    )
     assert main(["--settings", str(cli_env), "workflow-settings"]) == 0
     outputs = cli_env.parent / "out"  # cli_env's GITHUB_OUTPUT
     assert read_outputs(outputs) == {
         "region": "eu-north-1", "train-branch-prefix": "gpu/", "sweep-branch-prefix": "hpo/",
-        "bucket": "demo-bucket", "max-attempts": "5",
+        "bucket": "demo-bucket", "max-attempts": "5", "backend": "batch",
     }  # fmt: skip
     assert capsys.readouterr().out.splitlines() == [
         "region=eu-north-1", "train-branch-prefix=gpu/", "sweep-branch-prefix=hpo/", "bucket=demo-bucket",
-        "max-attempts=5",
+        "max-attempts=5", "backend=batch",
     ]  # fmt: skip
 
 

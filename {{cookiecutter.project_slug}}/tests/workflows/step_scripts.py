@@ -43,6 +43,8 @@ BENIGN_OUTPUTS = {
     "bucket": "your-org-ml-project-ml",
     "train-branch-prefix": "train/",
     "sweep-branch-prefix": "sweep/",
+    # configs/gpu-runner.yaml's backend: batch, so batch.yml's checks pass and its later steps run too.
+    "backend": "batch",
     # The caller check's verdict (gpu-runner-start/stop.yml): a later step runs only after it passed.
     "caller": "train",
     "runner-id": "4242",
@@ -71,6 +73,11 @@ BENIGN_OUTPUTS = {
     "max-attempts": "3",
     # sweep.yml's plan job: the MLflow parent run (its comment job reports it).
     "parent-run-id": "fedcba9876543210fedcba9876543210",
+    # batch.yml: `batch ship`'s archive and `batch submit`'s job.
+    "source-uri": "s3://your-org-ml-project-ml/batch-src/0123456789abcdef0123456789abcdef01234567/"
+    "b5bb9d8014a0f9b1d61e21e796d78dccdf1352f23cd32812f4850b878ae4944c.tar.gz",
+    "source-sha256": "b5bb9d8014a0f9b1d61e21e796d78dccdf1352f23cd32812f4850b878ae4944c",
+    "job-id": "4c5a0c8e-8a4e-4b7b-9c1e-0d2f3a4b5c6d",
 }
 BENIGN_INPUTS = {
     "config": "configs/train.yaml", "instance-type": "g5.xlarge", "spot": "true", "attempt": "2",
@@ -193,7 +200,7 @@ def step_env(doc: dict[str, Any], job: dict[str, Any], step: dict[str, Any], sce
 
 
 # gpu-runner's subcommands whose first word after them is an action (`gpu-runner mlflow-server wake`).
-NESTED_SUBCOMMANDS = {"mlflow-server"}
+NESTED_SUBCOMMANDS = {"mlflow-server", "batch"}
 
 
 class GpuRunnerCall(NamedTuple):
@@ -219,7 +226,7 @@ def gpu_runner_calls(calls: list[list[str]]) -> list[GpuRunnerCall]:
         if subcommand in NESTED_SUBCOMMANDS and tail:  # `mlflow-server wake`: the action is part of the name
             subcommand, tail = f"{subcommand} {tail[0]}", tail[1:]
         j = 0
-        while j < len(tail):
+        while j < len(tail) and tail[j] != "--":  # after `--`: a command's argv (`batch submit`), no options
             assert tail[j].startswith("--"), f"unexpected argument {tail[j]!r} in {argv}"
             options.append(tail[j].split("=", 1)[0])
             j += 1 if "=" in tail[j] else 2

@@ -54,6 +54,12 @@ CLI_CONTRACT = {
     "next-wave": {"--ref", "--wave", "--sweep", "--config"},
     # The start job, before a launch: start the team MLflow server if its schedule stopped it.
     "mlflow-server wake": set(),
+    # batch.yml (backend: batch): ship the commit, open the MLflow run, submit, wait, and end the job on failure.
+    "batch ship": {"--bucket", "--commit", "--repo-dir"},
+    "batch open-run": {"--config", "--source-dir"},
+    "batch submit": {"--name", "--env"},
+    "batch wait": {"--job-id", "--mlflow-run-id"},
+    "batch cancel": {"--job-id"},
     # train.yml's and sweep.yml's comment jobs (the results on the branch's open pull request).
     "pr-comment": {"--kind", "--mlflow-run-id", "--branch", "--commit", "--config"},
 }  # fmt: skip
@@ -69,7 +75,8 @@ def test_gpu_runner_calls_follow_the_contract(project: Path, tmp_path: Path) -> 
         assert call.argv[:2] == ["--settings", "configs/gpu-runner.yaml"], call
         assert call.subcommand in CLI_CONTRACT, call
         assert set(call.options) <= CLI_CONTRACT[call.subcommand], call
-        repeatable = [o for o in call.options if o != "--phase"]  # one --phase per timeline moment
+        # one --phase per timeline moment, one --env per variable of a Batch job
+        repeatable = [o for o in call.options if o not in ("--phase", "--env")]
         assert len(repeatable) == len(set(repeatable)), call
     assert {c.subcommand: set(c.options) for c in full} == CLI_CONTRACT
     # The stop job's teardown, and the start job's own when start fails (no timeline, no MLflow run yet).
@@ -97,7 +104,8 @@ def test_gpu_runner_calls_follow_the_contract(project: Path, tmp_path: Path) -> 
     start = (project / ".github" / "workflows" / "gpu-runner-start.yml").read_text(encoding="utf-8")
     text = (project / ".github" / "workflows" / "train.yml").read_text(encoding="utf-8")
     assert set(re.findall(r"steps\.launch\.outputs\.([\w-]+)", start)) == set(LAUNCH_OUTPUTS)
-    assert set(re.findall(r"needs\.start\.outputs\.([\w-]+)", text)) <= set(LAUNCH_OUTPUTS + WAIT_OUTPUTS)
+    train_reads = set(re.findall(r"needs\.start\.outputs\.([\w-]+)", text))
+    assert train_reads <= {*LAUNCH_OUTPUTS, *WAIT_OUTPUTS, "backend"}
 
 
 @pytest.mark.slow
@@ -113,13 +121,17 @@ def test_every_value_reaches_a_cli_as_opt_equals_value(project: Path, tmp_path: 
                 if argv[:3] == ["run", "--no-sync", "gpu-runner"]:
                     # after `--settings configs/gpu-runner.yaml <subcommand> [<action>]` (literals)
                     tail = argv[7:] if argv[5] in NESTED_SUBCOMMANDS else argv[6:]
+                    # `batch submit ... -- <the job's argv>`: the argv's literal words (the separators, the two
+                    # programs it runs) aside, its options are checked the same way below.
+                    job_words = {"--", "python", "-m", "gpu_runner.batch_source", "run", package, "train"}
+                    tail = [a for a in tail if a not in job_words] if "--" in tail else tail
                 elif argv[:5] == ["run", "--no-sync", "python", "-m", package]:
                     # after the subcommand (`sweep` has its own: plan, trial, collect, check)
                     tail = argv[7:] if argv[5] == "sweep" else argv[6:]
                 else:
                     continue
                 checked += 1
-                loose = [a for a in tail if not re.fullmatch(r"--[a-z-]+=.*", a, re.DOTALL)]
+                loose = [a for a in tail if not re.fullmatch(r"--[a-z][a-z0-9-]*=.*", a, re.DOTALL)]
                 assert not loose, f"{step} ({scenario}): {argv}"
     assert checked >= 3 * 7, checked  # launch, wait, preflight, train, teardown, resume, reap; each scenario
 

@@ -280,7 +280,8 @@ def test_the_slot_and_resume_inputs_reach_gpu_runner_through_env_only(project: P
 def test_train_job_graph(project: Path) -> None:
     jobs = gpu_workflows(project)["train"]["jobs"]
     # + the pull-request comment (test_pr_comment_jobs.py)
-    assert list(jobs) == ["start", "train", "stop", "comment"]
+    # + the batch backend's job (issue 18: test_batch_workflow.py)
+    assert list(jobs) == ["start", "train", "stop", "batch", "comment"]
     caller_start, train, caller_stop = jobs["start"], jobs["train"], jobs["stop"]
     start_doc, start = called_job(project, caller_start, "start")
     stop_doc, stop = called_job(project, caller_stop, "stop")
@@ -288,7 +289,7 @@ def test_train_job_graph(project: Path) -> None:
     # Every output of the start job is an output of the reusable workflow, hence of train.yml's start job.
     assert start_doc["on"]["workflow_call"]["outputs"] == {
         name: {"value": as_expression(f"jobs.start.outputs.{name}")}
-        for name in (*LAUNCH_OUTPUTS, *WAIT_OUTPUTS)
+        for name in (*LAUNCH_OUTPUTS, *WAIT_OUTPUTS, "backend")
     }
     assert caller_start["with"] == {
         "instance-type": "${{ inputs.instance-type || '' }}", "spot": "${{ inputs.spot || 'default' }}",
@@ -302,6 +303,7 @@ def test_train_job_graph(project: Path) -> None:
     assert start["outputs"] == {
         **{name: as_expression(f"steps.launch.outputs.{name}") for name in LAUNCH_OUTPUTS},
         **{name: as_expression(f"steps.wait.outputs.{name}") for name in WAIT_OUTPUTS},
+        "backend": as_expression("steps.backend.outputs.backend"),
     }
     launch = next(s for s in start["steps"] if s.get("id") == "launch")
     assert re.search(r"gpu-runner --settings \S+ launch ", launch["run"])
@@ -508,7 +510,13 @@ def test_aws_jobs_use_oidc_and_no_cache(project: Path) -> None:
             (aws,) = aws_steps
             # The reaper has its own role (infra/: default branch only, no launch rights), and so have sweep.yml's
             # plan and collect jobs (infra/ SweepRole: the studies under sweeps/ and the quota look-ups only).
-            role = {"reap": "AWS_REAPER_ROLE_ARN", "sweep": "AWS_SWEEP_ROLE_ARN"}.get(name, "AWS_ROLE_ARN")
+            # batch.yml: the Batch stack's submit role (infra/batch.yaml SubmitRole).
+            roles = {
+                "reap": "AWS_REAPER_ROLE_ARN",
+                "sweep": "AWS_SWEEP_ROLE_ARN",
+                "batch": "AWS_BATCH_ROLE_ARN",
+            }
+            role = roles.get(name, "AWS_ROLE_ARN")
             if name in ("gpu-runner-start", "gpu-runner-stop"):  # predict.yml's runs: the predict launch role
                 assert aws["with"]["role-to-assume"] == as_expression(PREDICT_LAUNCH_ROLE_CHOICE)
             else:
@@ -535,6 +543,7 @@ def test_aws_jobs_use_oidc_and_no_cache(project: Path) -> None:
         "reap.reap",
         "sweep.plan",
         "sweep.collect",
+        "batch.batch",
     ]
 
 

@@ -80,7 +80,7 @@ def test_every_hosted_mlflow_step_goes_through_the_tunnel(project: Path) -> None
     # The jobs the gap was about (docs/mlflow-server.md), each with its tunnel.
     expected = {
         ("gpu-runner-stop", "stop"), ("train", "comment"), ("sweep", "plan"), ("sweep", "collect"),
-        ("sweep", "comment"), ("promote", "promote"), ("predict", "resolve"), ("predict", "predict"),
+        ("sweep", "comment"), ("promote", "promote"), ("predict", "resolve"), ("predict", "predict"), ("batch", "batch"),
     }  # fmt: skip
     with_tunnel = {
         (name, job_id)

@@ -78,8 +78,9 @@ def test_hostile_branch_names_and_inputs_stay_data(project: Path, tmp_path: Path
     # store not kept" warning (item 10), + the stop workflow's caller guard (issue 15), + sweep.yml's 7 (check,
     # settings, capacity, plan; settings, collect, next wave) and sweep-trial.yml's 3 (timeline, preflight, train),
     # + the start workflow's MLflow server wake, the pull-request comment of train.yml and of sweep.yml (issue 17)
-    # + the comment jobs' settings (the tunnel's region).
-    assert ran == 30
+    # + the comment jobs' settings (the tunnel's region), + batch.yml's 7 (settings, caller check, ship, open-run,
+    # submit, wait, terminate) and the start workflow's backend choice (issue 18).
+    assert ran == 38
 
 
 def test_injection_harness_catches_an_expression_in_run(project: Path, tmp_path: Path) -> None:

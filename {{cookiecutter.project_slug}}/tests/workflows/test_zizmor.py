@@ -16,7 +16,8 @@ from workflow_rules import DEFAULT_BRANCH_WORKFLOW_RE
 # self-repository: zizmor prefers `uses: $/.github/actions/setup`, which act (the workflow tests) and GitHub
 # Enterprise Server do not understand; `./` is equivalent after actions/checkout.
 # unpinned-uses: train.yml's (and sweep-trial.yml's) start and stop call the default branch's reusable workflows at
-# `@<default_branch>` on purpose (the launch role trusts only that ref; issue 13 item 2).
+# `@<default_branch>` on purpose (the launch role trusts only that ref; issue 13 item 2), and train.yml's batch job
+# batch.yml there (the submit role trusts only that ref).
 EXPECTED_ZIZMOR_IGNORES = {
     ".github/workflows/ci.yml": ["self-repository"] * 3,
     # + the MLflow tunnel action in every job on a hosted runner that reaches MLflow (test_mlflow_tunnel_steps.py).
@@ -24,14 +25,18 @@ EXPECTED_ZIZMOR_IGNORES = {
     ".github/workflows/gpu-runner-start.yml": ["self-repository"],
     ".github/workflows/gpu-runner-stop.yml": ["self-repository"] * 2,
     ".github/workflows/reap.yml": ["self-repository"],
-    # + the comment job's set-up of the default branch's gpu-runner (issue 17), in train.yml and sweep.yml.
+    # + the comment job's set-up of the default branch's gpu-runner (issue 17), in train.yml and sweep.yml;
+    # + the batch job's call of the default branch's batch.yml (issue 18).
     ".github/workflows/train.yml": [
         "unpinned-uses",
         "self-repository",
         "unpinned-uses",
+        "unpinned-uses",
         "self-repository",
         "self-repository",
     ],
+    # batch.yml: the set-up of the default branch's gpu-runner and the MLflow tunnel.
+    ".github/workflows/batch.yml": ["self-repository"] * 2,
     # sweep.yml's plan and collect set up the project; its trial job calls sweep-trial.yml, which calls start
     # and stop at the default branch as train.yml does.
     ".github/workflows/sweep.yml": ["self-repository"] * 7,

@@ -153,7 +153,7 @@ def make_targets(makefile: Path) -> set[str]:
     return set(re.findall(r"^([A-Za-z0-9_.-]+)\s*:(?!=)", makefile.read_text(encoding="utf-8"), re.MULTILINE))
 
 
-GPU_WORKFLOWS = ("train", "gpu-runner-start", "gpu-runner-stop", "reap", "sweep", "sweep-trial")
+GPU_WORKFLOWS = ("train", "gpu-runner-start", "gpu-runner-stop", "reap", "sweep", "sweep-trial", "batch")
 
 
 def gpu_workflows(project: Path) -> dict[str, dict[str, Any]]:

@@ -32,7 +32,7 @@ CACHE_ACTIONS = {"astral-sh/setup-uv": ("enable-cache", True), "actions/setup-py
 # This repository's reusable workflow at the default branch (train.yml's start and stop jobs); the branch is
 # the `default_branch` answer, any valid branch name (no space, no '#': hooks/pre_gen_project.py).
 DEFAULT_BRANCH_WORKFLOW_RE = re.compile(
-    r"[\w.-]+/[\w.-]+/\.github/workflows/(?P<file>gpu-runner-(?:start|stop)\.yml)@(?P<branch>[^\s#]+)"
+    r"[\w.-]+/[\w.-]+/\.github/workflows/(?P<file>gpu-runner-(?:start|stop)\.yml|batch\.yml)@(?P<branch>[^\s#]+)"
 )
 
 

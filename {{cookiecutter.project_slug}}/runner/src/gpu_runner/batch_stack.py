@@ -51,6 +51,7 @@ RUNNER_STACK_PARAMETERS = (
     "GitHubOwnerId",
     "GitHubRepositoryId",
     "DefaultBranch",
+    "TrainBranchPrefix",
 )
 
 

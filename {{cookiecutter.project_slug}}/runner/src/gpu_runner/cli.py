@@ -230,8 +230,19 @@ def _add_batch_jobs(actions: argparse._SubParsersAction) -> None:
         help="pack the commit (git archive) to s3://BUCKET/batch-src/; outputs source-uri, source-sha256",
     )
     ship.add_argument("--bucket", required=True, help="the gpu-runner stack's bucket")
-    ship.add_argument("--commit", required=True, help="the full SHA to pack (github.sha or the dispatch's)")
+    ship.add_argument(
+        "--commit",
+        default="",
+        help="the full SHA to pack (default $GITHUB_SHA); a dispatch's other commit must be on the branch",
+    )
     ship.add_argument("--repo-dir", type=Path, default=Path("."), help="a checkout holding the commit")
+    open_run = actions.add_parser(
+        "open-run", help="open the MLflow run the job trains into; outputs mlflow-run-id (batch_run.py)"
+    )
+    open_run.add_argument(
+        "--config", required=True, help="the commit's config, configs/<name>.yaml (tracking.experiment_name)"
+    )
+    open_run.add_argument("--source-dir", type=Path, default=Path("."), help="the checkout of the commit")
     wait = actions.add_parser(
         "wait", help="print status changes and log lines until the job ends; its exit code"
     )
@@ -559,11 +570,21 @@ def _batch(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
     if args.action == "cancel":
         batch_jobs.cancel(client, args.job_id)
         return 0
+    if args.action == "open-run":
+        from . import batch_run
+
+        config = batch_run.config_in(args.source_dir, args.config)
+        run_id = batch_run.open_run(config, os.environ, {"gpu.backend": "batch"})
+        contract.write_outputs({contract.BatchOutput.MLFLOW_RUN_ID: run_id})
+        return 0
     if args.action == "ship":
         from . import batch_source
 
         shipped = batch_source.ship(
-            aws.client("s3", settings.region), args.bucket, args.repo_dir, args.commit
+            aws.client("s3", settings.region),
+            args.bucket,
+            args.repo_dir,
+            _commit_to_ship(args.commit, settings),
         )
         print(f"{'shipped' if shipped.uploaded else 'already shipped'}: {shipped.size} bytes")
         contract.write_outputs({contract.BatchOutput.SOURCE_URI: shipped.uri,
@@ -576,6 +597,20 @@ def _batch(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
     except (ClientError, BotoCoreError) as error:
         print(f"warning: cost not computed: {error}")
     return outcome.exit_code
+
+
+def _commit_to_ship(commit: str, settings: Settings) -> str:
+    """The workflow run's own commit, or a dispatch input's: that one only when it is in the dispatched branch's
+    history (launch's check: a hand-made dispatch must not send another branch's code to the GPU with this
+    branch's roles). Outside a workflow (no GITHUB_SHA) the given commit, as by hand."""
+    ctx = RunContext.from_env()
+    if not commit:
+        if not ctx.commit:
+            raise RunnerError("--commit: none given and GITHUB_SHA is not set (GitHub Actions sets it)")
+        return ctx.commit
+    if ctx.commit and commit != ctx.commit:
+        _check_dispatch_inputs(argparse.Namespace(attempt="1", commit=commit), settings, ctx)
+    return commit
 
 
 def _log_batch_costs(args: argparse.Namespace, settings: Settings, aws: Aws, job: dict) -> None:
@@ -719,6 +754,7 @@ def _workflow_settings(settings: Settings) -> None:
             contract.SettingsOutput.SWEEP_BRANCH_PREFIX: settings.sweep_branch_prefix,
             contract.SettingsOutput.BUCKET: settings.bucket,
             contract.SettingsOutput.MAX_ATTEMPTS: str(settings.max_attempts),
+            contract.SettingsOutput.BACKEND: settings.backend,
         }
     )
 

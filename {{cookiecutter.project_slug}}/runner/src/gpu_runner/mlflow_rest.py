@@ -1,5 +1,6 @@
 """The MLflow tracking REST calls gpu-runner makes: teardown's (runs/get, metrics/get-history, runs/log-batch),
-doctor's (experiments/search), the cost report's (experiments/get-by-name, runs/search, metrics/get-history) and
+doctor's (experiments/search), `batch open-run`'s (experiments/get-by-name, experiments/create, runs/create),
+the cost report's (experiments/get-by-name, runs/search, metrics/get-history) and
 the pull-request comment's (runs/get, metrics/get-history, registered-models/alias).
 
 Plain `requests`, not the mlflow package: gpu-runner stays light enough to install in seconds on the CPU runner.
@@ -147,6 +148,29 @@ class MlflowRest:
                 return None
             raise
         return str(reply.get("experiment", {}).get("experiment_id", "")) or None
+
+    def open_run(self, experiment_name: str, tags: Mapping[str, str]) -> str:
+        """A new run in the experiment named `experiment_name` (created when there is none); returns its id.
+
+        MLflow answers experiments/create for a name that exists with RESOURCE_ALREADY_EXISTS (HTTP 400): another
+        job created it since the lookup, so it is looked up again."""
+        experiment = self.experiment_id(experiment_name)
+        if experiment is None:
+            try:
+                reply = self._call("POST", "experiments/create", json={"name": experiment_name})
+                experiment = str(reply.get("experiment_id", ""))
+            except MlflowError as error:
+                if error.status != 400:
+                    raise
+                experiment = self.experiment_id(experiment_name)
+        if not experiment:
+            raise MlflowError(f"experiment {experiment_name!r} could be neither found nor created")
+        body = {
+            "experiment_id": experiment,
+            "start_time": int(time.time() * 1000),
+            "tags": [{"key": key, "value": value} for key, value in tags.items()],
+        }
+        return str(self._call("POST", "runs/create", json=body)["run"]["info"]["run_id"])
 
     def search_runs(self, experiment_ids: list[str], filter_string: str) -> list[dict[str, Any]]:
         """Every active run of the experiments that matches the filter, all pages."""

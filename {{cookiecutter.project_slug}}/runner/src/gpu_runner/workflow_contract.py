@@ -58,6 +58,8 @@ class SettingsOutput(StrEnum):
     BUCKET = "bucket"
     # sweep.yml's plan job: a trial's k-th wave launches with attempt k, which launch caps at max_attempts.
     MAX_ATTEMPTS = "max-attempts"
+    # runner or batch: which of train.yml's and sweep.yml's GPU jobs run (configs/gpu-runner.yaml backend).
+    BACKEND = "backend"
 
 
 class TunnelOutput(StrEnum):
@@ -83,6 +85,9 @@ class BatchOutput(StrEnum):
     JOB_ID = "job-id"
     SOURCE_URI = "source-uri"
     SOURCE_SHA256 = "source-sha256"
+    # `batch open-run`'s: the run the job trains into and `batch wait` logs the cost to (the name the training CLI
+    # gives the same output on a runner).
+    MLFLOW_RUN_ID = "mlflow-run-id"
 
 
 # Never echoed to the log: the label is what another workflow would need to queue a job for this runner
