@@ -54,6 +54,13 @@ COMMAND_OUTPUTS: dict[str, set[str]] = {
     "gpu-runner launch": set(runner_contract.LaunchOutput),
     "gpu-runner wait": set(runner_contract.WaitOutput),
     "gpu-runner capacity": set(runner_contract.CapacityOutput),
+    # batch.yml's (issue 18): the shipped archive, the MLflow run the job trains into, the job.
+    "gpu-runner batch ship": {
+        runner_contract.BatchOutput.SOURCE_URI,
+        runner_contract.BatchOutput.SOURCE_SHA256,
+    },
+    "gpu-runner batch open-run": {runner_contract.BatchOutput.MLFLOW_RUN_ID},
+    "gpu-runner batch submit": {runner_contract.BatchOutput.JOB_ID},
     "python train": {training_contract.MLFLOW_RUN_ID_OUTPUT},
     "python gpu-preflight": {training_contract.GPU_PREFLIGHT_OUTPUT},
     # sweep.yml's commands (`sweep <action>`); a trial trains, so it writes what train writes.
@@ -74,7 +81,7 @@ COMMAND_OUTPUTS: dict[str, set[str]] = {
         training_contract.MLFLOW_RUN_ID_OUTPUT,
     },
 }
-GPU_RUNNER_COMMAND = re.compile(r"\bgpu-runner\s+--settings\s+\S+\s+([\w-]+)")
+GPU_RUNNER_COMMAND = re.compile(r"\bgpu-runner\s+--settings\s+\S+\s+((?:batch )?[\w-]+)")
 PYTHON_COMMAND = re.compile(r"\bpython\s+-m\s+[\w.]+\s+((?:sweep\s+)?[\w-]+)")
 # `echo "key=..." >> "${GITHUB_OUTPUT}"` in a step's own script; `${name}` stands for each arm of its `case`.
 SHELL_OUTPUT = re.compile(r'echo\s+"([\w${}-]+)=[^"]*"\s*>>\s*"\$\{GITHUB_OUTPUT\}"')

@@ -51,6 +51,11 @@ LOOPBACK = "127.0.0.1"
 # A job whose environment names a file here loses its host when that file appears (LocalContainer._reclaim).
 RECLAIM_WHEN = "BATCH_HOST_DOUBLE_RECLAIM_WHEN"
 HOST_LOST = "Host EC2 (instance i-0123456789abcdef0) terminated."
+# The job role's credentials: ECS hands a container its task role through AWS_CONTAINER_CREDENTIALS_RELATIVE_URI
+# ("IAM roles for tasks", Amazon ECS Developer Guide), never through its environment. Here a job that names no AWS
+# credentials of its own gets moto's test keys and this server's address instead (main() sets them), so a job
+# submitted by a workflow (which cannot know the test endpoint) reaches the same S3 as its submitter.
+JOB_ROLE_STANDIN: dict[str, str] = {}
 
 
 def _moto_job(job_id: str) -> Any:
@@ -109,6 +114,18 @@ def _on_a_container_instance(job: Any) -> None:
         details["containerInstanceArn"] = (
             f"{cluster.replace(':cluster/', ':container-instance/')}/{uuid.uuid4().hex}"
         )
+        _describable(cluster)
+
+
+def _describable(cluster_arn: str) -> None:
+    """moto's ECS (5.x, describe_container_instances) reads `container_instances[<cluster name>]`, which exists only
+    once an instance was registered there: for the cluster of a compute environment that never had one it raises
+    KeyError (HTTP 500). AWS answers such a look-up with a failure entry (reason MISSING); an empty record of the
+    cluster makes moto do that too."""
+    from moto.ecs.models import ecs_backends
+
+    _, _, _, region, account, resource = cluster_arn.split(":", 5)
+    ecs_backends[account][region].container_instances.setdefault(resource.split("/", 1)[1], {})
 
 
 class LocalContainer:
@@ -120,6 +137,7 @@ class LocalContainer:
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": str(self.workdir),
+            **({} if "AWS_ACCESS_KEY_ID" in environment else JOB_ROLE_STANDIN),
             **environment,
             **batch_variables(name, environment),
         }
@@ -261,6 +279,11 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args(argv)
     install()
+    JOB_ROLE_STANDIN.update(
+        AWS_ENDPOINT_URL=f"http://{LOOPBACK}:{args.port}",
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+    )
     from moto.server import main as moto_main
 
     moto_main(["-H", LOOPBACK, "-p", str(args.port)])

@@ -258,6 +258,7 @@ def action_doubles() -> list[str]:
         "sweep.yml",
         "sweep-trial.yml",
         "predict.yml",
+        "batch.yml",
     )
     sources = [PROJECT / ".github" / "workflows" / n for n in names]
     sources = [src for src in sources if src.exists()]

@@ -87,7 +87,7 @@ def run_job(
 
 
 def test_a_job_runs_and_its_output_is_streamed(
-    batch: Any, logs: Any, logged: Callable[[], list[str]]
+    batch: Any, logs: Any, logged: Callable[[], list[str]], batch_world: str
 ) -> None:
     # The values come from the branch: they reach the process as argv and environment, never through a shell.
     hostile = "$(touch pwned); `id` ${HOME}"
@@ -95,7 +95,7 @@ def test_a_job_runs_and_its_output_is_streamed(
         "import os, sys; print('epoch 1'); print('greeting', os.environ['GREETING']); print(sys.argv[1]); "
         "print('to stderr', file=sys.stderr); print('::add-mask::x'); "
         "print('attempt', os.environ['AWS_BATCH_JOB_ATTEMPT'], 'queue', os.environ['AWS_BATCH_JQ_NAME']); "
-        "print('aws key here:', 'AWS_SECRET_ACCESS_KEY' in os.environ)"
+        "print('aws key:', os.environ.get('AWS_ACCESS_KEY_ID'), os.environ.get('AWS_ENDPOINT_URL'))"
     )
     request = JobRequest(name="train-ok", queue="gpu", definition="train", command=(PY, "-c", code, hostile),
                          environment={"GREETING": hostile}, tags={"project": "demo"})  # fmt: skip
@@ -103,8 +103,9 @@ def test_a_job_runs_and_its_output_is_streamed(
 
     assert (outcome.status, outcome.exit_code) == ("SUCCEEDED", 0)
     assert {"[job] epoch 1", f"[job] greeting {hostile}", f"[job] {hostile}", "[job] to stderr"} <= set(lines)
-    # The variables real Batch sets; and the job sees its own environment, not the host's (no AWS key here).
-    assert {"[job] attempt 1 queue gpu", "[job] aws key here: False"} <= set(lines)
+    # The variables real Batch sets; and the job sees its own environment, not the host's: its AWS credentials
+    # are the job role's (here the batch host's stand-in: moto's keys and the host's own address).
+    assert {"[job] attempt 1 queue gpu", f"[job] aws key: testing {batch_world}"} <= set(lines)
     # A job's line that is a workflow command is shown, not obeyed: it never starts a line.
     assert "[job] ::add-mask::x" in lines and not any(line.lstrip().startswith("::") for line in lines)
     assert "SUCCEEDED" in logged()

@@ -755,6 +755,87 @@ def test_without_spot_the_gpu_queue_is_on_demand_only(
             kms.create_alias(AliasName=alias, TargetKeyId=key)
 
 
+@pytest.mark.slow  # a bootstrap stack of its own (~5 s), then a Batch stack
+def test_jobs_get_the_mlflow_password_from_ssm_never_in_their_request(
+    tmp_path: Path, oidc_provider: str, ami_for_infra: str, stack: dict[str, Any]
+) -> None:
+    """With the team MLflow server deployed, `make batch-up` gives both job definitions its CI user and the SSM
+    name of its password (`secrets`), which the ECS agent reads with an execution role that may read that one
+    parameter. Nobody who may describe jobs or job definitions sees the password; the job role still cannot read
+    it (test_what_training_code_in_a_job_can_do). Its own project, as test_without_spot_the_gpu_queue_is_on_demand_only."""
+    runner_settings = write_settings(tmp_path / "gpu-runner.yaml")
+    settings = load_settings(runner_settings)
+    bootstrap(runner_settings, project=settings.project, region=REGION, repository=DEFAULT_REPOSITORY,
+              bucket=f"batch-test-{uuid.uuid4().hex[:12]}", oidc_provider=oidc_provider)  # fmt: skip
+    session = double.moto_session()
+    cfn = session.client("cloudformation")
+    names = mlflow_server.parameter_names(settings.ssm_prefix)
+    password = f"pw-{uuid.uuid4().hex}"
+    session.client("ssm").put_parameter(Name=names["ci"], Value=password, Type="SecureString", Overwrite=True)
+    # The MLflow server stack's two outputs batch up reads (infra/mlflow-server.yaml CiUsername, CiPasswordParameter).
+    server = mlflow_server.server_stack_name(settings.project, DEFAULT_REPOSITORY)
+    server_template = {
+        "Resources": {"Handle": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
+        "Outputs": {"CiUsername": {"Value": "ci-bot"}, "CiPasswordParameter": {"Value": names["ci"]}},
+    }
+    cfn.create_stack(StackName=server, TemplateBody=json.dumps(server_template))
+    name = batch_stack.batch_stack_name(settings.project, DEFAULT_REPOSITORY)
+    try:
+        path = double.batch_settings(runner_settings, tmp_path)
+        code, _, err = double.up(path, "--service-role-arn", double.service_role(session))
+        assert code == 0, err
+        outputs = batch_stack.batch_outputs(cfn, load_settings(path), DEFAULT_REPOSITORY)
+        client = session.client("batch")
+        parameter_arn = f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter{names['ci']}"
+        described = client.describe_job_definitions(
+            jobDefinitions=[outputs["JobDefinition"], outputs["MultiNodeJobDefinition"]]
+        )["jobDefinitions"]
+        containers = [d.get("containerProperties") or d["nodeProperties"]["nodeRangeProperties"][0]["container"]
+                      for d in described]  # fmt: skip
+        assert len(containers) == 2
+        execution_roles = set()
+        for container in containers:
+            assert container["secrets"] == [{"name": "MLFLOW_TRACKING_PASSWORD", "valueFrom": parameter_arn}]
+            assert {"name": "MLFLOW_TRACKING_USERNAME", "value": "ci-bot"} in container["environment"]
+            execution_roles.add(container["executionRoleArn"])
+        assert password not in json.dumps(described, default=str)
+        (execution_role,) = execution_roles
+        policies = managed_policies(session, execution_role.rsplit("/", 1)[-1])
+        for document in policies:
+            assert not analyze_policy_string(json.dumps(document)).findings, document
+        assert allowed(policies, Request("ssm:GetParameters", parameter_arn))
+        others = [names["admin"], f"{settings.ssm_prefix}-github-credential", f"{settings.ssm_prefix}-batch/x",
+                  f"{names['ci']}-old"]  # fmt: skip
+        for other in others:
+            assert not allowed(policies, Request("ssm:GetParameters", _parameter(other))), other
+        for request in (
+            Request("ssm:GetParameter", parameter_arn),
+            Request("s3:GetObject", "arn:aws:s3:::b/k"),
+        ):
+            assert not allowed(policies, request), request
+        trust = role_of(session, execution_role)["AssumeRolePolicyDocument"]
+        assert trust["Statement"][0]["Principal"] == {"Service": "ecs-tasks.amazonaws.com"}
+    finally:
+        with contextlib.suppress(ClientError):  # as test_without_spot_the_gpu_queue_is_on_demand_only
+            cfn.delete_stack(StackName=name)
+            cfn.delete_stack(StackName=server)
+        kms = stack["session"].client("kms")
+        alias = naming.jit_config_key_alias(stack["settings"].ssm_prefix)
+        key = stack["outputs"]["JitConfigKeyArn"].rsplit("/", 1)[-1]
+        try:
+            kms.update_alias(AliasName=alias, TargetKeyId=key)
+        except ClientError:
+            kms.create_alias(AliasName=alias, TargetKeyId=key)
+
+
+def test_without_an_mlflow_server_jobs_get_no_secret(batch: dict[str, Any]) -> None:
+    """The session's Batch stack has no MLflow server beside it: no execution role, no secret, no user."""
+    assert batch["parameters"]["MlflowPasswordParameter"] == ""
+    container = _definition(batch, "JobDefinition")["containerProperties"]
+    assert not container.get("secrets") and not container.get("executionRoleArn")
+    assert "MLFLOW_TRACKING_USERNAME" not in {e["name"] for e in container.get("environment", [])}
+
+
 # ---- Call by call: what `gpu-runner batch submit | wait | cancel` really asks, held to the deployed SubmitRole.
 def _mirror_on_the_batch_host(endpoint: str, outputs: dict[str, str]) -> None:
     """The stack's GPU queue and job definition under the same ARNs on the batch host (moto's Batch backend whose

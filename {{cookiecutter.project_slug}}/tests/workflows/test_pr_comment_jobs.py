@@ -122,8 +122,11 @@ def test_the_comment_follows_the_run_it_reports(project: Path) -> None:
     jobs = gpu_workflows(project)["train"]["jobs"]
     # After stop (which logs the cost), also when training failed; not after a cancel, nor without a run. With
     # backend: batch, after the batch job (which logs the cost itself), with its run.
-    assert jobs["comment"]["needs"] == ["train", "stop", "batch"]
-    run_id = "needs.train.outputs.mlflow-run-id || needs.batch.outputs.mlflow-run-id"
+    assert jobs["comment"]["needs"] == ["start", "train", "stop", "batch"]
+    run_id = (
+        "needs.start.outputs.backend == 'batch' && needs.batch.outputs.mlflow-run-id "
+        "|| needs.train.outputs.mlflow-run-id"
+    )
     assert jobs["comment"]["if"] == as_expression(f"!cancelled() && ({run_id}) != ''")
     assert jobs["comment"]["steps"][-1]["env"]["MLFLOW_RUN_ID"] == as_expression(run_id)
     sweep = gpu_workflows(project)["sweep"]["jobs"]

@@ -134,12 +134,27 @@ def subnet_ids(settings: Settings, ec2: Any, vpc_id: str) -> list[str]:
     return sorted(s["SubnetId"] for s in subnets)
 
 
+def mlflow_parameters(cfn: Any, settings: Settings, repository: str) -> dict[str, str]:
+    """The team MLflow server's CI user and the SSM name of its password (that stack's CiUsername and
+    CiPasswordParameter outputs) when the server is deployed, so jobs log in as the runners do; empty without it
+    (`make batch-up` again after `make mlflow-server-up` adds them)."""
+    from .mlflow_server import server_stack_name
+
+    name = server_stack_name(settings.project, repository)
+    outputs = stack.stack_outputs(cfn, name) if stack.stack_status(cfn, name) is not None else {}
+    return {
+        "MlflowUsername": outputs.get("CiUsername", ""),
+        "MlflowPasswordParameter": outputs.get("CiPasswordParameter", ""),
+    }
+
+
 def stack_parameters(
     settings: Settings,
     inputs: BatchInputs,
     runner: Mapping[str, str],
     runner_parameters: Mapping[str, str],
     subnets: list[str],
+    mlflow: Mapping[str, str],
 ) -> list[dict[str, str]]:
     values = {
         "Project": settings.project,
@@ -158,6 +173,7 @@ def stack_parameters(
         "ServiceRoleArn": inputs.service_role_arn,
         "OidcProviderArn": runner["OidcProviderArn"],
         "SubmitWorkflow": inputs.submit_workflow,
+        **mlflow,
         **{key: runner_parameters.get(key, "") for key in RUNNER_STACK_PARAMETERS},
     }
     return [{"ParameterKey": k, "ParameterValue": v} for k, v in values.items()]
@@ -190,7 +206,8 @@ def up(
         BatchStackError,
     )
     subnets = subnet_ids(settings, ec2, runner_parameters.get("VpcId", ""))
-    parameters = stack_parameters(settings, inputs, runner, runner_parameters, subnets)
+    mlflow = mlflow_parameters(cfn, settings, inputs.repository)
+    parameters = stack_parameters(settings, inputs, runner, runner_parameters, subnets, mlflow)
     name = batch_stack_name(settings.project, inputs.repository)
     outputs = stack.deploy(cfn, name, body, parameters, delay_seconds=delay_seconds)
     missing = OUTPUTS - set(outputs)
