@@ -194,8 +194,8 @@ def test_non_default_answers_reach_the_gpu_workflows(baked_custom: Path) -> None
         for job in doc["jobs"].values()
         for step in steps_by_uses(job, AWS_CREDENTIALS)
     ]
-    # start, stop, reap, and sweep.yml's plan and collect: each the region of the settings, read by its job.
-    assert regions == ["${{ steps.settings.outputs.region }}"] * 5
+    # start, stop, reap, sweep.yml's plan and collect, batch.yml: each the settings' region, read by its job.
+    assert regions == ["${{ steps.settings.outputs.region }}"] * 6
     settings = yaml.safe_load((baked_custom / "configs" / "gpu-runner.yaml").read_text(encoding="utf-8"))
     assert (settings["region"], settings["train_branch_prefix"]) == ("us-east-2", "gpu/")
     # The reusable workflows are called in the custom answers' repository, and guard its train branches.
@@ -220,7 +220,13 @@ def test_the_default_branch_answer_names_what_start_and_stop_run(baked_custom: P
     for workflow in ("train", "sweep"):
         (checkout,) = steps_by_uses(docs[workflow]["jobs"]["comment"], "actions/checkout")
         assert checkout["with"]["ref"] == "develop", workflow
-    for name in ("train", "sweep", "gpu-runner-start", "gpu-runner-stop"):
+    # The batch backend's batch.yml too: train.yml and sweep.yml call it at that branch, and it checks it out.
+    for workflow in ("train", "sweep"):
+        called = DEFAULT_BRANCH_WORKFLOW_RE.fullmatch(docs[workflow]["jobs"]["batch"]["uses"])
+        assert called and (called["file"], called["branch"]) == ("batch.yml", "develop"), workflow
+    (checkout, _commit) = steps_by_uses(docs["batch"]["jobs"]["batch"], "actions/checkout")
+    assert checkout["with"]["ref"] == "develop"
+    for name in ("train", "sweep", "gpu-runner-start", "gpu-runner-stop", "batch"):
         text = (baked_custom / ".github" / "workflows" / f"{name}.yml").read_text(encoding="utf-8")
         for leftover in ("@main", "ref: main", 'ref: "main"', "refs/heads/main"):
             assert leftover not in text, f"{name}.yml still says {leftover}"

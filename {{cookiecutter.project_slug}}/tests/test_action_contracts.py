@@ -61,6 +61,10 @@ COMMAND_OUTPUTS: dict[str, set[str]] = {
     },
     "gpu-runner batch open-run": {runner_contract.BatchOutput.MLFLOW_RUN_ID},
     "gpu-runner batch submit": {runner_contract.BatchOutput.JOB_ID},
+    "gpu-runner batch sweep-wave": {
+        runner_contract.BatchOutput.TRIALS,
+        runner_contract.BatchOutput.ARRAY_SIZE,
+    },
     "python train": {training_contract.MLFLOW_RUN_ID_OUTPUT},
     "python gpu-preflight": {training_contract.GPU_PREFLIGHT_OUTPUT},
     # sweep.yml's commands (`sweep <action>`); a trial trains, so it writes what train writes.

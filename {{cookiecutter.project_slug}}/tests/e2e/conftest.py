@@ -11,6 +11,7 @@ from stories import Stack, make_stack
 # end with one worker alone on a sweep story while the other idles.
 LONGEST_FIRST = (
     "test_sweep_workflow",
+    "test_batch_sweep_workflow",
     "test_batch_sweep_story",
     "test_predict_story",
     "test_fault_scenarios",
@@ -25,6 +26,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
 
     items.sort(key=rank)  # stable: the order within a file, and of every other test, is kept
+
+
+@pytest.fixture(scope="session")
+def batch_host_stack(batch_endpoint: str, mlflow_server: str) -> Stack:
+    """The batch backend's workflow stories' AWS: the batch host with the project's queue and job definition."""
+    from batch_story import batch_host_stack as make_batch_host_stack
+
+    return make_batch_host_stack(batch_endpoint, mlflow_server)
 
 
 @pytest.fixture(scope="session")

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from doubles.github_double import ACTIONS_BOT
 from doubles.peer_env import peer_variable
@@ -85,6 +86,9 @@ class SweepScenario:
     collect_when_act_ends: bool = False
     # An open pull request of the sweep branch before the push: each wave's comment job reports on it.
     pull_request: bool = False
+    # configs/gpu-runner.yaml changes (backend: batch) and repository variables besides the harness's.
+    gpu_runner: dict[str, Any] = field(default_factory=dict)
+    variables: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -145,7 +149,9 @@ class SweepStory:
         sweep_study = importlib.import_module(f"{PACKAGE}.sweep_study")
         base = config.load_config(self.repo / "configs" / "train.yaml")
         cfg = sweep_config.load_sweep_config(self.repo / "configs" / "sweep.yaml", base)
-        return sweep_study.open_study(cfg, f"s3://{self.stack.settings['bucket']}/sweeps")
+        # The story's own AWS (the batch host for the batch backend's), not only the session's moto.
+        with mock.patch.dict(os.environ, {"AWS_ENDPOINT_URL": self.stack.moto_endpoint}):
+            return sweep_study.open_study(cfg, f"s3://{self.stack.settings['bucket']}/sweeps")
 
     def results(self, job: str) -> list[list[str]]:
         """act's results of `job` (a job key: start, train, stop, plan, collect) in each wave, in order."""
@@ -196,7 +202,7 @@ def quota_rules(region: str, on_demand: float, spot: float) -> list[Rule]:
 def run_sweep(stack: Stack, scenario: SweepScenario, scratch: Path, run_id: str) -> SweepStory:
     story = SweepStory(scenario, stack, scratch, run_id, study_name=f"e2e-sweep-{run_id}")
     sweep = {"study_name": story.study_name, **SWEEP, **scenario.sweep}
-    gpu_runner = {"security_group_ids": [stack.security_group]}
+    gpu_runner = {"security_group_ids": [stack.security_group], **scenario.gpu_runner}
     repo, _, story.head_sha = prepare_repository(
         scratch, gpu_runner, scenario.train, compile_bytecode=False, branch=SWEEP_BRANCH, sweep=sweep
     )
@@ -246,7 +252,7 @@ def run_sweep(stack: Stack, scenario: SweepScenario, scratch: Path, run_id: str)
                     github=github, simulator=simulator, repo=repo, workflow=workflow, head_sha=story.head_sha,
                     repository=stack.repository, image_bin=stack.image_bin, run_id=wave_run,
                     aws_endpoint=proxy.url, event_name=event, inputs=inputs, imds_url=imds.url,
-                    branch=SWEEP_BRANCH, on_record=on_record, slots=slots,
+                    branch=SWEEP_BRANCH, on_record=on_record, slots=slots, variables=scenario.variables,
                 )  # fmt: skip
                 # Each act run's log is kept: the harness names it by event only.
                 run.log.rename(kept := scratch / f"act-wave{number}.jsonl")

@@ -35,6 +35,7 @@ from gpu_runner.batch_cost import (
     instance_of,
     job_costs,
     sweep_legs,
+    wave_request,
 )
 from gpu_runner.batch_jobs import BatchInputError, JobRequest
 from gpu_runner.batch_stack import JOB_TAG_KEY, batch_stack_name
@@ -446,6 +447,40 @@ def test_a_sweep_matrix_that_does_not_describe_the_array_job_is_refused(
         SweepLeg(3, 2),
         SweepLeg(5, 1),
     ]
+
+
+def test_a_planned_wave_is_one_submission(batch_cli: list[str], tmp_path: Path) -> None:
+    """batch.yml's `batch sweep-wave`: the trials in the plan's order (child i trains the i-th) and the array
+    size, a single job (size 0) for one trial; a matrix that cannot be one submission is refused by name."""
+    assert wave_request(
+        '{"include":[{"trial":3,"attempt":1},{"trial":5,"attempt":2},{"trial":4,"attempt":1}]}'
+    ) == (
+        "3,5,4",
+        3,
+    )
+    assert wave_request('{"include":[{"trial":7,"attempt":2}]}') == ("7", 0)
+    for matrix, message in (
+        ('{"include": []}', "no trial planned"),
+        ('{"include":[{"trial":3,"attempt":1},{"trial":3,"attempt":2}]}', "a trial twice in one wave"),
+        ("not json", "not sweep plan's matrix"),
+        ('{"include":[{"trial":"3; touch pwned","attempt":1}]}', "is not a trial >= 0"),
+    ):
+        with pytest.raises(SweepMatrixError, match=message):
+            wave_request(matrix)
+    # The CLI writes both outputs, and refuses a bad matrix with exit 1 and nothing written.
+    assert (
+        cli.main(
+            [
+                *batch_cli,
+                "sweep-wave",
+                '--sweep-matrix={"include":[{"trial":0,"attempt":1},{"trial":1,"attempt":1}]}',
+            ]
+        )
+        == 0
+    )
+    assert (tmp_path / "github-output").read_text().splitlines() == ["trials=0,1", "array-size=2"]
+    assert cli.main([*batch_cli, "sweep-wave", '--sweep-matrix={"include": []}']) == 1
+    assert (tmp_path / "github-output").read_text().splitlines() == ["trials=0,1", "array-size=2"]
 
 
 ECS_MODEL = botocore.session.get_session().get_service_model("ecs")

@@ -444,6 +444,9 @@ _WF = f"{_O}/{_N}/.github/workflows"
 SUBMIT_SUBJECTS = [
     ("the default branch's batch.yml in a train branch's run", f"repo:{_O}/{_N}:ref:refs/heads/train/x:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", True),
     ("the same, immutable ids", f"repo:{_O}@1001/{_N}@2002:ref:refs/heads/train/x:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", True),
+    ("the default branch's batch.yml in a sweep branch's run", f"repo:{_O}/{_N}:ref:refs/heads/sweep/y:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", True),
+    ("the same, immutable ids (sweep)", f"repo:{_O}@1001/{_N}@2002:ref:refs/heads/sweep/y:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", True),
+    ("a branch writer: a sweep branch's own batch.yml", f"repo:{_O}/{_N}:ref:refs/heads/sweep/y:job_workflow_ref:{_WF}/batch.yml@refs/heads/sweep/y", False),
     ("a branch writer: the branch's own batch.yml", f"repo:{_O}/{_N}:ref:refs/heads/train/x:job_workflow_ref:{_WF}/batch.yml@refs/heads/train/x", False),
     ("a branch writer: the default branch's file in another branch's run", f"repo:{_O}/{_N}:ref:refs/heads/feature:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", False),
     ("the default branch's own run (not a train branch)", f"repo:{_O}/{_N}:ref:refs/heads/main:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", False),
@@ -461,7 +464,7 @@ SUBMIT_SUBJECTS = [
 
 
 @pytest.mark.parametrize(("who", "sub", "expected"), SUBMIT_SUBJECTS, ids=[row[0] for row in SUBMIT_SUBJECTS])
-def test_only_the_default_branch_batch_workflow_in_a_train_branch_run_assumes_the_submit_role(
+def test_only_the_default_branch_batch_workflow_in_a_train_or_sweep_branch_run_assumes_the_submit_role(
     batch: dict[str, Any], who: str, sub: str, expected: bool
 ) -> None:
     trust = role_of(batch["session"], batch["outputs"]["SubmitRoleArn"])["AssumeRolePolicyDocument"]

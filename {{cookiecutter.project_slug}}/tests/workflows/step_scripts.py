@@ -78,6 +78,10 @@ BENIGN_OUTPUTS = {
     "b5bb9d8014a0f9b1d61e21e796d78dccdf1352f23cd32812f4850b878ae4944c.tar.gz",
     "source-sha256": "b5bb9d8014a0f9b1d61e21e796d78dccdf1352f23cd32812f4850b878ae4944c",
     "job-id": "4c5a0c8e-8a4e-4b7b-9c1e-0d2f3a4b5c6d",
+    # batch.yml's sweep inputs (sweep plan's matrix) and `batch sweep-wave`'s outputs for it.
+    "matrix": '{"include": [{"trial": 3, "attempt": 1}, {"trial": 5, "attempt": 2}]}',
+    "trials": "3,5",
+    "array-size": "2",
 }
 BENIGN_INPUTS = {
     "config": "configs/train.yaml", "instance-type": "g5.xlarge", "spot": "true", "attempt": "2",
@@ -86,6 +90,9 @@ BENIGN_INPUTS = {
     "slot": "3", "resume": "none",
     # sweep.yml's dispatch inputs (the wave set by the collect job) and sweep-trial.yml's.
     "sweep": "configs/sweep.yaml", "wave": "2", "trial": "3",
+    # batch.yml's kind (train.yml passes none: train; sweep.yml's batch job: sweep). The harness's caller is
+    # train.yml; the caller check's verdict (steps.caller.outputs.kind) takes the sweep arm in this scenario.
+    "kind": "train",
 }  # fmt: skip
 
 
@@ -105,6 +112,10 @@ def context_value(name: str, scenario: str) -> str:
         return "train/demo"
     if not UNTRUSTED_RE.match(name):
         return f"<{name}>"
+    if (
+        name == "steps.caller.outputs.kind"
+    ):  # batch.yml's caller check: a sweep's wave in a dispatch, else a training
+        return "sweep" if scenario == "benign" else "train"
     if name.startswith(("steps.settings.outputs.", "steps.caller.outputs.")):
         # The default branch's configs/gpu-runner.yaml, validated by gpu-runner (a failed read ends the job), and
         # the caller check's verdict (its later steps run only once it passed): neither empty nor outsider-controlled.
@@ -252,6 +263,8 @@ def run_gpu_workflow_steps(
 def recorded_gpu_runner_calls(project: Path, scenario: str, tmp_path: Path) -> list[GpuRunnerCall]:
     calls = []
     for step, code, recorded in run_gpu_workflow_steps(project, scenario, tmp_path):
-        assert code == 0, f"{step} ({scenario})"
+        # Under attack a guard may refuse before it calls anything (batch.yml's kind check; which step may, and
+        # that it must, is test_workflow_injection's).
+        assert code == 0 or (scenario == "attack" and not recorded), f"{step} ({scenario})"
         calls += gpu_runner_calls(recorded)
     return calls

@@ -57,8 +57,10 @@ CLI_CONTRACT = {
     # batch.yml (backend: batch): ship the commit, open the MLflow run, submit, wait, and end the job on failure.
     "batch ship": {"--bucket", "--commit", "--repo-dir"},
     "batch open-run": {"--config", "--source-dir"},
-    "batch submit": {"--name", "--env"},
-    "batch wait": {"--job-id", "--mlflow-run-id"},
+    # (a sweep's wave: an array job, each child's cost to its trial's run)
+    "batch sweep-wave": {"--sweep-matrix"},
+    "batch submit": {"--name", "--env", "--array-size"},
+    "batch wait": {"--job-id", "--mlflow-run-id", "--sweep-matrix"},
     "batch cancel": {"--job-id"},
     # train.yml's and sweep.yml's comment jobs (the results on the branch's open pull request).
     "pr-comment": {"--kind", "--mlflow-run-id", "--branch", "--commit", "--config"},
@@ -96,6 +98,9 @@ def test_gpu_runner_calls_follow_the_contract(project: Path, tmp_path: Path) -> 
         "launch": {"--commit", "--attempt"},
         "wait": {"--region", "--instance-id", "--runner-id"},
         "teardown": {"--attempt"},
+        # a push of a training (the caller check's kind): a single job, its cost to the run batch.yml opened
+        "batch submit": {"--name", "--env"},
+        "batch wait": {"--job-id", "--mlflow-run-id"},
     }
     push_teardowns = [c for c in bare if c.subcommand == "teardown"]
     assert len(push_teardowns) == 2, push_teardowns
@@ -123,7 +128,17 @@ def test_every_value_reaches_a_cli_as_opt_equals_value(project: Path, tmp_path: 
                     tail = argv[7:] if argv[5] in NESTED_SUBCOMMANDS else argv[6:]
                     # `batch submit ... -- <the job's argv>`: the argv's literal words (the separators, the two
                     # programs it runs) aside, its options are checked the same way below.
-                    job_words = {"--", "python", "-m", "gpu_runner.batch_source", "run", package, "train"}
+                    job_words = {
+                        "--",
+                        "python",
+                        "-m",
+                        "gpu_runner.batch_source",
+                        "run",
+                        package,
+                        "train",
+                        "sweep",
+                        "trial",
+                    }
                     tail = [a for a in tail if a not in job_words] if "--" in tail else tail
                 elif argv[:5] == ["run", "--no-sync", "python", "-m", package]:
                     # after the subcommand (`sweep` has its own: plan, trial, collect, check)

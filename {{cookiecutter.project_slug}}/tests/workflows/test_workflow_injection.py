@@ -53,6 +53,10 @@ def test_untrusted_expressions_only_under_env(project: Path) -> None:
                             )
 
 
+# The guard whose job is to refuse a hostile input: a branch's train.yml may pass batch.yml any `kind`.
+REFUSES_A_HOSTILE_KIND = {"Refuse callers other than train.yml and sweep.yml on their branches"}
+
+
 def test_hostile_branch_names_and_inputs_stay_data(project: Path, tmp_path: Path) -> None:
     """Run every `run:` script of train.yml and reap.yml as GitHub would (expressions substituted, then bash)
     with the branch `train/$(touch${IFS}pwned)` and every input and output set to a shell payload: nothing
@@ -64,7 +68,18 @@ def test_hostile_branch_names_and_inputs_stay_data(project: Path, tmp_path: Path
             workdir = tmp_path / f"{name}-{where}"
             code, calls = run_bash(substitute(step["run"], "attack"), env, workdir)
             ran += 1
+            if env.get("KIND") == "train":  # batch.yml's steps that branch on the kind: the sweep arm too
+                sweep_code, sweep_calls = run_bash(
+                    substitute(step["run"], "attack"),
+                    {**env, "KIND": "sweep"},
+                    workdir.with_name(workdir.name + "-sweep"),
+                )
+                assert sweep_code == 0, f"{name}.yml {where} (sweep) failed"
+                calls, ran = calls + sweep_calls, ran + 1
             assert not list(workdir.rglob("pwned")), f"{name}.yml {where}: the payload ran"
+            if step.get("name") in REFUSES_A_HOSTILE_KIND:  # batch.yml's `kind` input: only train or sweep
+                assert code != 0 and not calls, f"{name}.yml {where} accepted the kind {PAYLOAD!r}"
+                continue
             assert code == 0, f"{name}.yml {where} failed"
             arguments = [a for argv in calls for a in argv]
             hostile = [a for a in arguments if "pwned" in a]
@@ -79,8 +94,9 @@ def test_hostile_branch_names_and_inputs_stay_data(project: Path, tmp_path: Path
     # settings, capacity, plan; settings, collect, next wave) and sweep-trial.yml's 3 (timeline, preflight, train),
     # + the start workflow's MLflow server wake, the pull-request comment of train.yml and of sweep.yml (issue 17)
     # + the comment jobs' settings (the tunnel's region), + batch.yml's 7 (settings, caller check, ship, open-run,
-    # submit, wait, terminate) and the start workflow's backend choice (issue 18).
-    assert ran == 38
+    # submit, wait, terminate) and the start workflow's backend choice (issue 18), + batch.yml's wave step and the
+    # sweep arms of its submit and wait.
+    assert ran == 41
 
 
 def test_injection_harness_catches_an_expression_in_run(project: Path, tmp_path: Path) -> None:

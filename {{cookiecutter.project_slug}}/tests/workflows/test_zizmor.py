@@ -38,8 +38,8 @@ EXPECTED_ZIZMOR_IGNORES = {
     # batch.yml: the set-up of the default branch's gpu-runner and the MLflow tunnel.
     ".github/workflows/batch.yml": ["self-repository"] * 2,
     # sweep.yml's plan and collect set up the project; its trial job calls sweep-trial.yml, which calls start
-    # and stop at the default branch as train.yml does.
-    ".github/workflows/sweep.yml": ["self-repository"] * 7,
+    # and stop at the default branch as train.yml does; its batch job calls the default branch's batch.yml.
+    ".github/workflows/sweep.yml": ["self-repository"] * 3 + ["unpinned-uses"] + ["self-repository"] * 4,
     ".github/workflows/sweep-trial.yml": ["unpinned-uses", "self-repository", "unpinned-uses"],
     # predict.yml: resolve, the CPU job and the GPU job set up the project; start and stop as train.yml's.
     ".github/workflows/predict.yml": [

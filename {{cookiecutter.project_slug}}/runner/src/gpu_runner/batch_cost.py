@@ -151,6 +151,24 @@ def sweep_legs(matrix: str, children: int) -> list[SweepLeg]:
     return parsed
 
 
+def wave_request(matrix: str) -> tuple[str, int]:
+    """A planned wave as one submission: the trial numbers in the plan's order (`sweep trial --trials`, child i
+    trains the i-th) and the array size, 0 for a wave of one trial (an array job has 2 children at least: a single
+    job instead, batch_jobs.py)."""
+    try:
+        count = len(json.loads(matrix)["include"])
+    except (ValueError, KeyError, TypeError) as error:
+        raise SweepMatrixError(f"--sweep-matrix: not sweep plan's matrix ({error})") from None
+    legs = sweep_legs(matrix, count)
+    if not legs:
+        raise SweepMatrixError(
+            "--sweep-matrix: no trial planned (the sweep job runs only when the plan has some)"
+        )
+    if len({leg.trial for leg in legs}) != len(legs):
+        raise SweepMatrixError(f"--sweep-matrix: a trial twice in one wave ({[leg.trial for leg in legs]})")
+    return ",".join(str(leg.trial) for leg in legs), (len(legs) if len(legs) > 1 else 0)
+
+
 def trial_run(client: MlflowRest, parent_run_id: str, trial: int) -> str | None:
     """The child run of `trial` under the sweep's parent run (the tags sweep trial sets), None if it has none."""
     experiment = client.get_run(parent_run_id)["info"]["experiment_id"]

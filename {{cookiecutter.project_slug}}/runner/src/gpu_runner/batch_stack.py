@@ -52,6 +52,7 @@ RUNNER_STACK_PARAMETERS = (
     "GitHubRepositoryId",
     "DefaultBranch",
     "TrainBranchPrefix",
+    "SweepBranchPrefix",
 )
 
 

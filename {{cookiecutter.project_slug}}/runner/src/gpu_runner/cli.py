@@ -236,6 +236,10 @@ def _add_batch_jobs(actions: argparse._SubParsersAction) -> None:
         help="the full SHA to pack (default $GITHUB_SHA); a dispatch's other commit must be on the branch",
     )
     ship.add_argument("--repo-dir", type=Path, default=Path("."), help="a checkout holding the commit")
+    wave = actions.add_parser(
+        "sweep-wave", help="a planned wave as one submission; outputs trials and array-size (batch_cost.py)"
+    )
+    wave.add_argument("--sweep-matrix", required=True, help="sweep plan's matrix output")
     open_run = actions.add_parser(
         "open-run", help="open the MLflow run the job trains into; outputs mlflow-run-id (batch_run.py)"
     )
@@ -569,6 +573,17 @@ def _batch(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
         return 0
     if args.action == "cancel":
         batch_jobs.cancel(client, args.job_id)
+        return 0
+    if args.action == "sweep-wave":
+        from .batch_cost import SweepMatrixError, wave_request
+
+        try:
+            trials, array_size = wave_request(args.sweep_matrix)
+        except SweepMatrixError as error:
+            raise RunnerError(str(error)) from None
+        contract.write_outputs(
+            {contract.BatchOutput.TRIALS: trials, contract.BatchOutput.ARRAY_SIZE: str(array_size)}
+        )
         return 0
     if args.action == "open-run":
         from . import batch_run

@@ -88,6 +88,10 @@ class BatchOutput(StrEnum):
     # `batch open-run`'s: the run the job trains into and `batch wait` logs the cost to (the name the training CLI
     # gives the same output on a runner).
     MLFLOW_RUN_ID = "mlflow-run-id"
+    # `batch sweep-wave`'s: a sweep wave's trial numbers in the plan's order (`sweep trial --trials`) and the array
+    # size (0: a wave of one trial is a single job).
+    TRIALS = "trials"
+    ARRAY_SIZE = "array-size"
 
 
 # Never echoed to the log: the label is what another workflow would need to queue a job for this runner
