@@ -27,6 +27,8 @@ ANSWERS: dict[str, object] = json.loads({{ cookiecutter | tojson | tojson }})
 
 # Must stay equal to the "license" choices in cookiecutter.json (a template test compares them).
 LICENSES = ("MIT", "Apache-2.0", "BSD-3-Clause", "Proprietary")
+# configs/gpu-runner.yaml `backend` (runner/src/gpu_runner/settings.py BACKENDS, which refuses anything else).
+GPU_BACKENDS = ("runner", "batch")
 
 # Import names the generated project (or its tooling) already uses; a package with one of these names would
 # shadow it. The standard library is added from sys.stdlib_module_names.
@@ -246,6 +248,12 @@ def check_use_spot(value: object) -> str | None:
     return None
 
 
+def check_gpu_backend(value: object) -> str | None:
+    if value not in GPU_BACKENDS:
+        return f"choose one of {', '.join(GPU_BACKENDS)}"
+    return None
+
+
 def check_train_branch_prefix(value: object) -> str | None:
     return branch_prefix_problem(value, "train/")
 
@@ -385,6 +393,7 @@ def validators(answers: dict[str, object]) -> dict[str, Callable[[object], str |
             value, answers.get("aws_region"), offerings_table(answers.get("_repo_dir"))
         ),
         "use_spot": check_use_spot,
+        "gpu_backend": check_gpu_backend,
         "train_branch_prefix": check_train_branch_prefix,
         "sweep_branch_prefix": lambda value: check_sweep_branch_prefix(
             value, answers.get("train_branch_prefix")

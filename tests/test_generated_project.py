@@ -28,12 +28,13 @@ pytestmark = pytest.mark.generated
 COMBINATIONS = {
     "defaults": {},
     # A long package name exercises line lengths the formatter must already accept; no licence file;
-    # on-demand only; another branch prefix and default branch.
+    # on-demand only; the AWS Batch backend; another branch prefix and default branch.
     "custom": {
         "project_name": "Retina Scan Classifier Experiments",
         "package_name": "retina_scan_classifier_experiments",
         "license": "Proprietary",
         "use_spot": False,
+        "gpu_backend": "batch",
         "train_branch_prefix": "gpu/",
         "default_branch": "develop",
         "mlflow_experiment_name": 'retina "scans" — v2',

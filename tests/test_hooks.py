@@ -293,6 +293,8 @@ REJECTION_CASES = [
     reject("tests-dir", "package_name", "tests", mentions="shadow"),
     # license (the CLI refuses unknown choices itself; a replay file does not)
     reject("unknown", "license", "GPL-3.0", replay=True, mentions="MIT"),
+    # gpu_backend (the same: a hand-written replay file may say anything)
+    reject("unknown", "gpu_backend", "kubernetes", replay=True, mentions="runner, batch"),
 ]
 REJECTIONS = dict(REJECTION_CASES)
 
@@ -548,6 +550,18 @@ def test_hook_license_choices_match_cookiecutter_json() -> None:
     licenses = load_hook("pre_gen_project", default_answers())["LICENSES"]
 
     assert list(licenses) == template_config()["license"]
+
+
+def test_hook_backend_choices_match_cookiecutter_json_and_the_runner_settings() -> None:
+    """The question's choices are exactly what configs/gpu-runner.yaml `backend` accepts (settings.BACKENDS),
+    the default first: a baked project's settings load."""
+    backends = load_hook("pre_gen_project", default_answers())["GPU_BACKENDS"]
+    settings = OFFERINGS.with_name("settings.py").read_text(encoding="utf-8")
+    declared = re.search(r"^BACKENDS = (\(.*\))$", settings, flags=re.MULTILINE)
+
+    assert declared, "runner/src/gpu_runner/settings.py no longer declares BACKENDS = (...)"
+    assert list(backends) == template_config()["gpu_backend"] == list(ast.literal_eval(declared[1]))
+    assert backends[0] == "runner"
 
 
 OFFERINGS = (

@@ -223,7 +223,9 @@ def prepare_repository(
     shutil.copytree(
         PROJECT, repo, ignore=lambda _d, names: {n for n in names if n in skip or n == "mlflow.db"}
     )
-    _edit_yaml(repo / "configs" / "gpu-runner.yaml", {"ami_parameter": AMI_PARAMETER, **(gpu_runner or {})})
+    # The runner backend unless a story says otherwise: the same stories in a project baked with gpu_backend=batch.
+    settings = {"ami_parameter": AMI_PARAMETER, "backend": "runner", **(gpu_runner or {})}
+    _edit_yaml(repo / "configs" / "gpu-runner.yaml", settings)
     _edit_yaml(repo / "configs" / "train.yaml", train or {})
     if sweep:  # top-level keys replaced whole: a story's search space is its own, not merged into the default
         path = repo / "configs" / "sweep.yaml"

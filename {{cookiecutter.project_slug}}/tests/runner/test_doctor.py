@@ -597,8 +597,9 @@ def test_the_checked_names_are_the_setup_docs_and_the_workflows() -> None:
         del expected["AWS_SWEEP_ROLE_ARN"]
     assert workflow_uses() == expected
     # The parser is not vacuous: it sees every row.
-    # The runner credential is no GitHub setting any more (issue 13 item 2); the MLflow tunnel role is one.
-    assert len(setup_table()) == 10
+    # The runner credential is no GitHub setting any more (issue 13 item 2); the MLflow tunnel role is one, and
+    # the Batch submit role (issue 18).
+    assert len(setup_table()) == 11
 
 
 SETTINGS_FAULTS = {
@@ -631,6 +632,17 @@ def test_missing_or_misplaced_repository_settings_fail(world: World, fault: str)
     stack_checks(world)
     outcome = one(run(world, [doctor_github.check_repository_settings]), "repository variables and secrets")
     assert not outcome.ok and says in outcome.fix, outcome.line()
+
+
+def test_the_batch_backend_needs_its_submit_role_variable(world: World) -> None:
+    """backend: batch with no AWS_BATCH_ROLE_ARN: every train push would fail in batch.yml's credentials step."""
+    stack_checks(world)
+    world.target.settings = dataclasses.replace(world.target.settings, backend="batch")
+    outcome = one(run(world, [doctor_github.check_repository_settings]), "repository variables and secrets")
+    assert not outcome.ok and "gh variable set AWS_BATCH_ROLE_ARN" in outcome.fix, outcome.line()
+    world.github.set_variable("AWS_BATCH_ROLE_ARN", "arn:aws:iam::123456789012:role/batch-submit")
+    outcome = one(run(world, [doctor_github.check_repository_settings]), "repository variables and secrets")
+    assert outcome.ok, outcome.line()
 
 
 @pytest.mark.parametrize("token", ["", DEFAULT_TOKEN])

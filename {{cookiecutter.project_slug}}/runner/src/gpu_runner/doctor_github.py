@@ -47,6 +47,7 @@ REPOSITORY_SETTINGS: dict[str, str] = {
     "AWS_SWEEP_ROLE_ARN": "variable",
     "AWS_PREDICT_ROLE_ARN": "variable",
     "AWS_PREDICT_LAUNCH_ROLE_ARN": "variable",
+    "AWS_BATCH_ROLE_ARN": "variable",
     "MLFLOW_TRACKING_URI": "variable",
     "MLFLOW_TUNNEL_ROLE_ARN": "variable",
     "MLFLOW_TRACKING_USERNAME": "secret",
@@ -208,10 +209,17 @@ def _repository_names(target: Target, token: str) -> tuple[dict[str, str], set[s
 
 
 def settings_problems(
-    variables: Mapping[str, str], secrets: set[str], outputs: Mapping[str, str]
+    variables: Mapping[str, str], secrets: set[str], outputs: Mapping[str, str], backend: str = "runner"
 ) -> list[str]:
     """What the workflows would miss, as `gh` commands or sentences (empty: nothing)."""
     problems: list[str] = []
+    # backend: batch: train.yml's and sweep.yml's batch jobs assume the Batch stack's submit role (batch.yml); its
+    # ARN is that stack's output, which `make batch-up` prints, not the bootstrap stack's.
+    if backend == "batch" and "AWS_BATCH_ROLE_ARN" not in variables:
+        problems.append(
+            "backend: batch needs the submit role: gh variable set AWS_BATCH_ROLE_ARN --body <SubmitRoleArn that "
+            "`make batch-up` prints>"
+        )
     present = {"variable": set(variables), "secret": secrets}
     for name, kind in REPOSITORY_SETTINGS.items():
         other = "secret" if kind == "variable" else "variable"
@@ -270,7 +278,7 @@ def check_repository_settings(target: Target, aws: Aws) -> Iterator[Outcome]:
         )
         return
     target.repo_variables = dict(variables)
-    problems = settings_problems(variables, secrets, target.outputs)
+    problems = settings_problems(variables, secrets, target.outputs, target.settings.backend)
     names = sorted(n for n in REPOSITORY_SETTINGS if n in variables or n in secrets)
     if problems:
         yield failed(check, f"set: {', '.join(names) or 'none'}", "; ".join(problems))
