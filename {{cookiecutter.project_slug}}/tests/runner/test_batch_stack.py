@@ -745,17 +745,20 @@ def test_without_spot_the_gpu_queue_is_on_demand_only(
         # The batch stack only; its bootstrap stack stays, as test_doctor's and test_reaper_lambda's do.
         with contextlib.suppress(ClientError):  # best effort, as the session's stack (see above)
             cfn.delete_stack(StackName=batch_stack.batch_stack_name(project, DEFAULT_REPOSITORY))
-        # That bootstrap shares the session stack's ssm_prefix, and moto lets it take the jit-config key alias
-        # (alias/gpu-runner/<repository>/jit-config) away from the session stack's key, where AWS would refuse the
-        # second alias. Point it back: test_key_policies reads it later in the same worker (CI's custom bake
-        # failed so).
-        kms = stack["session"].client("kms")
-        alias = naming.jit_config_key_alias(stack["settings"].ssm_prefix)
-        key = stack["outputs"]["JitConfigKeyArn"].rsplit("/", 1)[-1]
-        try:
-            kms.update_alias(AliasName=alias, TargetKeyId=key)
-        except ClientError:
-            kms.create_alias(AliasName=alias, TargetKeyId=key)
+        _give_the_session_stack_its_key_alias_back(stack)
+
+
+def _give_the_session_stack_its_key_alias_back(stack: dict[str, Any]) -> None:
+    """A test's own bootstrap shares the session stack's ssm_prefix, and moto lets it take the jit-config key alias
+    (alias/gpu-runner/<repository>/jit-config) away from the session stack's key, where AWS would refuse the second
+    alias. Point it back: test_key_policies reads it later in the same worker (CI's custom bake failed so)."""
+    kms = stack["session"].client("kms")
+    alias = naming.jit_config_key_alias(stack["settings"].ssm_prefix)
+    key = stack["outputs"]["JitConfigKeyArn"].rsplit("/", 1)[-1]
+    try:
+        kms.update_alias(AliasName=alias, TargetKeyId=key)
+    except ClientError:
+        kms.create_alias(AliasName=alias, TargetKeyId=key)
 
 
 @pytest.mark.slow  # a bootstrap stack of its own (~5 s), then a Batch stack
@@ -773,13 +776,17 @@ def test_jobs_get_the_mlflow_password_from_ssm_never_in_their_request(
     session = double.moto_session()
     cfn = session.client("cloudformation")
     names = mlflow_server.parameter_names(settings.ssm_prefix)
+    # A parameter of this test's own: the session's MLflow server tests read <ssm_prefix>-mlflow-ci-password in
+    # the same moto (this bootstrap shares the session stack's ssm_prefix).
+    ci_parameter = f"/batch-test-{uuid.uuid4().hex[:8]}/mlflow-ci-password"
     password = f"pw-{uuid.uuid4().hex}"
-    session.client("ssm").put_parameter(Name=names["ci"], Value=password, Type="SecureString", Overwrite=True)
+    ssm = session.client("ssm")
+    ssm.put_parameter(Name=ci_parameter, Value=password, Type="SecureString")
     # The MLflow server stack's two outputs batch up reads (infra/mlflow-server.yaml CiUsername, CiPasswordParameter).
     server = mlflow_server.server_stack_name(settings.project, DEFAULT_REPOSITORY)
     server_template = {
         "Resources": {"Handle": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
-        "Outputs": {"CiUsername": {"Value": "ci-bot"}, "CiPasswordParameter": {"Value": names["ci"]}},
+        "Outputs": {"CiUsername": {"Value": "ci-bot"}, "CiPasswordParameter": {"Value": ci_parameter}},
     }
     cfn.create_stack(StackName=server, TemplateBody=json.dumps(server_template))
     name = batch_stack.batch_stack_name(settings.project, DEFAULT_REPOSITORY)
@@ -789,7 +796,7 @@ def test_jobs_get_the_mlflow_password_from_ssm_never_in_their_request(
         assert code == 0, err
         outputs = batch_stack.batch_outputs(cfn, load_settings(path), DEFAULT_REPOSITORY)
         client = session.client("batch")
-        parameter_arn = f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter{names['ci']}"
+        parameter_arn = f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter{ci_parameter}"
         described = client.describe_job_definitions(
             jobDefinitions=[outputs["JobDefinition"], outputs["MultiNodeJobDefinition"]]
         )["jobDefinitions"]
@@ -807,8 +814,8 @@ def test_jobs_get_the_mlflow_password_from_ssm_never_in_their_request(
         for document in policies:
             assert not analyze_policy_string(json.dumps(document)).findings, document
         assert allowed(policies, Request("ssm:GetParameters", parameter_arn))
-        others = [names["admin"], f"{settings.ssm_prefix}-github-credential", f"{settings.ssm_prefix}-batch/x",
-                  f"{names['ci']}-old"]  # fmt: skip
+        others = [names["admin"], names["ci"], f"{settings.ssm_prefix}-github-credential",
+                  f"{settings.ssm_prefix}-batch/x", f"{ci_parameter}-old"]  # fmt: skip
         for other in others:
             assert not allowed(policies, Request("ssm:GetParameters", _parameter(other))), other
         for request in (
@@ -819,16 +826,11 @@ def test_jobs_get_the_mlflow_password_from_ssm_never_in_their_request(
         trust = role_of(session, execution_role)["AssumeRolePolicyDocument"]
         assert trust["Statement"][0]["Principal"] == {"Service": "ecs-tasks.amazonaws.com"}
     finally:
-        with contextlib.suppress(ClientError):  # as test_without_spot_the_gpu_queue_is_on_demand_only
-            cfn.delete_stack(StackName=name)
-            cfn.delete_stack(StackName=server)
-        kms = stack["session"].client("kms")
-        alias = naming.jit_config_key_alias(stack["settings"].ssm_prefix)
-        key = stack["outputs"]["JitConfigKeyArn"].rsplit("/", 1)[-1]
-        try:
-            kms.update_alias(AliasName=alias, TargetKeyId=key)
-        except ClientError:
-            kms.create_alias(AliasName=alias, TargetKeyId=key)
+        for deployed in (name, server):  # best effort, as test_without_spot_the_gpu_queue_is_on_demand_only
+            with contextlib.suppress(ClientError):
+                cfn.delete_stack(StackName=deployed)
+        ssm.delete_parameter(Name=ci_parameter)
+        _give_the_session_stack_its_key_alias_back(stack)
 
 
 def test_without_an_mlflow_server_jobs_get_no_secret(batch: dict[str, Any]) -> None:
