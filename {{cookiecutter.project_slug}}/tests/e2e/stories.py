@@ -528,12 +528,17 @@ def _in_third_epoch(story: Story, rec: dict[str, Any]) -> bool:
     return rec.get("jobID") == "train" and story.epochs_started >= 3
 
 
+def cancel_workflow(process: subprocess.Popen) -> None:
+    """What "Cancel workflow" does to a running job: SIGINT, sent to act itself. `timeout` (act's parent, the
+    process run_workflow started) would forward it, but also SIGKILL act 15 s later (--kill-after), before the
+    jobs that clean up are done."""
+    for pid in Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split():
+        os.kill(int(pid), signal.SIGINT)
+
+
 def cancel_during_training(story: Story, rec: dict[str, Any], process: subprocess.Popen) -> None:
     if _in_third_epoch(story, rec) and _once(story, "cancel"):
-        # What "Cancel workflow" does to a running job. Sent to act itself: `timeout` (its parent) would forward
-        # it, but also SIGKILL act 15 s later (--kill-after), before the stop job is done.
-        for pid in Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split():
-            os.kill(int(pid), signal.SIGINT)
+        cancel_workflow(process)
 
 
 def instance_dies_mid_job(story: Story, rec: dict[str, Any], process: subprocess.Popen) -> None:

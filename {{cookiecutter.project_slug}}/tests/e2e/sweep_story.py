@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import signal
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ from stories import (
     PROJECT,
     Stack,
     _wait_until,
+    cancel_workflow,
     on_demand_price_list,
     typical_spot_history,
 )
@@ -166,8 +166,7 @@ def cancel_when_both_train(story: SweepStory, rec: dict[str, Any], process: subp
     if story.waves or story.fired or len(epochs) < 2 or max(epochs.values()) < 2 or min(epochs.values()) < 1:
         return
     story.fired.append("cancel")
-    for pid in Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split():
-        os.kill(int(pid), signal.SIGINT)
+    cancel_workflow(process)
 
 
 def interrupt_trial_one_in_its_second_epoch(

@@ -8,8 +8,6 @@ reports the run on the pull request. No runner is registered and no instance is 
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,7 @@ import pytest
 from batch_story import BATCH_INSTANCE_TYPES, BATCH_SETTINGS, BATCH_VARIABLES, batch_jobs
 from harness import BRANCH
 from mlflow.tracking import MlflowClient
-from stories import Scenario, Stack, Story, run_story, workflow_run_ids
+from stories import Scenario, Stack, Story, cancel_workflow, run_story, workflow_run_ids
 
 from gpu_runner.batch_jobs import CANCEL_REASON
 
@@ -83,8 +81,7 @@ def _cancel_once_running(story: Story, rec: dict[str, Any], process: subprocess.
         and "cancel" not in story.fired
     ):
         story.fired.append("cancel")
-        for pid in Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split():
-            os.kill(int(pid), signal.SIGINT)
+        cancel_workflow(process)
 
 
 def test_cancelling_the_workflow_terminates_the_batch_job(batch_host_stack: Stack, tmp_path: Path) -> None:

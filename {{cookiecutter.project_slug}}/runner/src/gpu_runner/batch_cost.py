@@ -134,10 +134,10 @@ class SweepMatrixError(ValueError):
     """The plan's matrix does not describe this array job."""
 
 
-def sweep_legs(matrix: str, children: int) -> list[SweepLeg]:
+def _legs(matrix: str) -> list[SweepLeg]:
     """`sweep plan`'s matrix step output (`{"include": [{"trial": N, "attempt": K}, ...]}`, in the order the wave
-    was submitted: child i trains leg i, sweep_array.py) as one leg per array child. The plan job runs the
-    branch's code, so the value is checked, never trusted: exactly one leg per child, whole numbers."""
+    was submitted: child i trains leg i, sweep_array.py). The plan job runs the branch's code, so the value is
+    checked, never trusted: whole numbers, a trial >= 0 and an attempt >= 1."""
     try:
         legs = json.loads(matrix)["include"]
         parsed = [SweepLeg(leg["trial"], leg["attempt"]) for leg in legs]
@@ -146,6 +146,12 @@ def sweep_legs(matrix: str, children: int) -> list[SweepLeg]:
     for leg in parsed:
         if not all(type(v) is int for v in (leg.trial, leg.attempt)) or leg.trial < 0 or leg.attempt < 1:
             raise SweepMatrixError(f"--sweep-matrix: {leg} is not a trial >= 0 with an attempt >= 1")
+    return parsed
+
+
+def sweep_legs(matrix: str, children: int) -> list[SweepLeg]:
+    """The plan's matrix as one leg per array child (_legs), exactly one leg per child."""
+    parsed = _legs(matrix)
     if len(parsed) != children:
         raise SweepMatrixError(f"--sweep-matrix: {len(parsed)} legs for an array job of {children} children")
     return parsed
@@ -155,11 +161,7 @@ def wave_request(matrix: str) -> tuple[str, int]:
     """A planned wave as one submission: the trial numbers in the plan's order (`sweep trial --trials`, child i
     trains the i-th) and the array size, 0 for a wave of one trial (an array job has 2 children at least: a single
     job instead, batch_jobs.py)."""
-    try:
-        count = len(json.loads(matrix)["include"])
-    except (ValueError, KeyError, TypeError) as error:
-        raise SweepMatrixError(f"--sweep-matrix: not sweep plan's matrix ({error})") from None
-    legs = sweep_legs(matrix, count)
+    legs = _legs(matrix)
     if not legs:
         raise SweepMatrixError(
             "--sweep-matrix: no trial planned (the sweep job runs only when the plan has some)"

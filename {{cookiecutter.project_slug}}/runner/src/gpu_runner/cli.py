@@ -599,7 +599,7 @@ def _batch(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
             aws.client("s3", settings.region),
             args.bucket,
             args.repo_dir,
-            _commit_to_ship(args.commit, settings),
+            _commit_to_ship(args.commit),
         )
         print(f"{'shipped' if shipped.uploaded else 'already shipped'}: {shipped.size} bytes")
         contract.write_outputs({contract.BatchOutput.SOURCE_URI: shipped.uri,
@@ -614,7 +614,7 @@ def _batch(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
     return outcome.exit_code
 
 
-def _commit_to_ship(commit: str, settings: Settings) -> str:
+def _commit_to_ship(commit: str) -> str:
     """The workflow run's own commit, or a dispatch input's: that one only when it is in the dispatched branch's
     history (launch's check: a hand-made dispatch must not send another branch's code to the GPU with this
     branch's roles). Outside a workflow (no GITHUB_SHA) the given commit, as by hand."""
@@ -624,7 +624,7 @@ def _commit_to_ship(commit: str, settings: Settings) -> str:
             raise RunnerError("--commit: none given and GITHUB_SHA is not set (GitHub Actions sets it)")
         return ctx.commit
     if ctx.commit and commit != ctx.commit:
-        _check_dispatch_inputs(argparse.Namespace(attempt="1", commit=commit), settings, ctx)
+        _check_dispatch_commit(commit, ctx)
     return commit
 
 
@@ -687,12 +687,17 @@ def _batch_stack(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
 def _check_dispatch_inputs(args: argparse.Namespace, settings: Settings, ctx: RunContext) -> None:
     """A hand-made dispatch must not start a GPU for an attempt that cannot exist or a commit of another branch
     (before the JIT config and RunInstances). A push leaves `commit` empty: the run trains its own GITHUB_SHA."""
+    contract.attempt(args.attempt, settings.max_attempts)
+    if args.commit:
+        _check_dispatch_commit(args.commit, ctx)
+
+
+def _check_dispatch_commit(commit: str, ctx: RunContext) -> None:
+    """A dispatch input `commit` must be in the dispatched branch's history (GitHub's compare), for launch and for
+    `batch ship` alike."""
     from .github import DEFAULT_BASE_URL, check_commit_on_branch
 
-    contract.attempt(args.attempt, settings.max_attempts)
-    if not args.commit:
-        return
-    contract.commit(args.commit)
+    contract.commit(commit)
     token = os.environ.get(contract.GITHUB_TOKEN, "")
     if not token:
         raise RunnerError(
@@ -704,7 +709,7 @@ def _check_dispatch_inputs(args: argparse.Namespace, settings: Settings, ctx: Ru
     if not contract.COMMIT.fullmatch(ctx.commit):
         raise RunnerError(f"GITHUB_SHA {ctx.commit!r} is not a commit: run launch inside the workflow run")
     base_url = os.environ.get(contract.GITHUB_API_URL) or DEFAULT_BASE_URL
-    check_commit_on_branch(ctx.repository, args.commit, ctx.branch, ctx.commit, token, base_url)
+    check_commit_on_branch(ctx.repository, commit, ctx.branch, ctx.commit, token, base_url)
 
 
 def _teardown(
