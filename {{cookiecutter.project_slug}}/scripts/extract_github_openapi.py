@@ -55,6 +55,19 @@ OPERATIONS = (
     "issues/list-comments",
     "issues/create-comment",
     "issues/update-comment",
+    # Preflight (gpu_runner.doctor_branch): what guards the default branch the roles trust. The rules active
+    # rulesets apply to it, each contributing ruleset's bypass list, classic branch protection, and whether
+    # GitHub Actions may approve pull requests (an approval that counts as a review)
+    "repos/get-branch-rules",
+    "repos/get-repo-ruleset",
+    "repos/get-branch-protection",
+    "actions/get-github-actions-default-workflow-permissions-repository",
+    # Preflight (gpu_runner.doctor_repository): promote.yml's `production` environment (its reviewers and
+    # deployment branches) and who may run a fork's pull request workflows
+    "repos/get-environment",
+    "repos/list-deployment-branch-policies",
+    "actions/get-fork-pr-contributor-approval-permissions-repository",
+    "actions/get-private-repo-fork-pr-workflows-settings-repository",
 )
 # Prose and samples: they do not constrain a request or a response, and they are most of the file's size.
 _PROSE = frozenset({"description", "summary", "example", "examples", "title", "externalDocs"})

@@ -1,5 +1,6 @@
 """A local stand-in for the GitHub REST API over real HTTP: the self-hosted runner, workflow dispatch, compare and
-GitHub App endpoints, and what gpu-runner doctor reads (the repository, its Actions variables and secret names).
+GitHub App endpoints, and what gpu-runner doctor reads (the repository, its Actions variables and secret names,
+what guards its default branch, its `production` environment, its fork pull request policy: github_settings.py).
 
 Real clients (PyGithub, curl, the gpu-runner CLI) talk to it through `GITHUB_API_URL`. Response bodies, status
 codes and headers follow docs.github.com ("REST API endpoints for self-hosted runners", "Apps"): runner objects
@@ -16,7 +17,8 @@ allow becomes a 500, and both are recorded as violations that `stop()` raises un
 `take_violations()`. A route outside the description is never served.
 
 Test controls are plain, thread-safe methods: `set_status`, `stay_busy_for`, `online_after`, `fail`,
-`set_variable`, `set_secret`, `commit` (a Git history per repository, which compare answers from), plus the
+`set_variable`, `set_secret`, `commit` (a Git history per repository, which compare answers from), `settings`
+(github_settings.RepositorySettings per repository: rulesets, branch protection, environments), plus the
 `runners`, `calls`, `requests`, `dispatches` and `issued_jit_configs` views
 and the `non_admin_tokens` / `classic_scopes` settings.
 """
@@ -40,13 +42,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NamedTuple
-from urllib.parse import parse_qs, quote, urlencode, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from doubles.github_contract import Contract, ContractViolation, Operation, default_contract
+from doubles.github_settings import NotFound, RepositorySettings
 from doubles.jit_config_double import encoded_jit_config
 
 DEFAULT_REPOSITORY = "octo-org/octo-repo"
@@ -81,8 +84,10 @@ DEFAULT_TOKENS: dict[str, dict[str, str]] = {
     WORKFLOW_TOKEN: {"actions": "write", "metadata": "read"},
     START_JOB_TOKEN: {"contents": "read", "metadata": "read"},
     PR_COMMENT_TOKEN: {"contents": "read", "pull_requests": "write", "metadata": "read"},
-    ADMIN_TOKEN: {"administration": "write", "variables": "read", "secrets": "read", "metadata": "read"},
-}
+    ADMIN_TOKEN: {
+        "administration": "write", "variables": "read", "secrets": "read", "metadata": "read", "actions": "read",
+    },
+}  # fmt: skip
 # The permission each operation asks of a token, keyed by the description's operationIds: the endpoint pages'
 # "Fine-grained access tokens for ..." sections and docs.github.com "Permissions required for fine-grained
 # personal access tokens" (self-hosted runners = "Administration": read to list/get, write to create/delete;
@@ -112,6 +117,19 @@ REQUIRED_PERMISSIONS: dict[str, tuple[str, str]] = {
     # The pull-request comment (gpu_runner.pr_comment): "List pull requests" asks "Pull requests" (read)
     # (docs.github.com/rest/pulls/pulls#list-pull-requests, its fine-grained token section).
     "pulls/list": ("pull_requests", "read"),
+    # gpu-runner doctor's guards, from GitHub's own table (github/docs src/github-apps/data/fpt-2026-03-10/
+    # fine-grained-pat-permissions.json, read 2026-12-06; the rules rows from the "Get rules for a branch" page):
+    # the rules and rulesets are "Metadata" (read: anyone who may read the repository sees its active rules);
+    # branch protection, the workflow token's settings and both fork pull request settings "Administration"
+    # (read); environments and their branch policies "Actions" (read).
+    "repos/get-branch-rules": ("metadata", "read"),
+    "repos/get-repo-ruleset": ("metadata", "read"),
+    "repos/get-branch-protection": ("administration", "read"),
+    "actions/get-github-actions-default-workflow-permissions-repository": ("administration", "read"),
+    "repos/get-environment": ("actions", "read"),
+    "repos/list-deployment-branch-policies": ("actions", "read"),
+    "actions/get-fork-pr-contributor-approval-permissions-repository": ("administration", "read"),
+    "actions/get-private-repo-fork-pr-workflows-settings-repository": ("administration", "read"),
 }
 # Operations GitHub allows with any one of several permissions: the issue-comment endpoints' fine-grained token
 # sections list "at least one of" "Issues" or "Pull requests" repository permissions (docs.github.com "REST API
@@ -317,6 +335,12 @@ class GitHubDouble:
         self.token_authors: dict[str, tuple[str, str]] = {
             WORKFLOW_TOKEN: ACTIONS_BOT, START_JOB_TOKEN: ACTIONS_BOT, PR_COMMENT_TOKEN: ACTIONS_BOT,
         }  # fmt: skip
+        # What gpu-runner doctor reads about each repository's guards (github_settings.py): none set at first,
+        # as on a new repository. Tokens of an owner of the organization (who may read its rulesets' bypass lists).
+        self.settings: dict[str, RepositorySettings] = {
+            repo: RepositorySettings(full, self._simple_user) for repo, full in self.repositories.items()
+        }
+        self.org_owner_tokens: set[str] = set()
 
     # ------------------------------------------------------------------ server lifecycle
     def start(self) -> GitHubDouble:
@@ -728,6 +752,7 @@ class GitHubDouble:
         `permissions`, the authenticated user's role on the repository (what gpu-runner doctor reads)."""
         full_name = self.repositories.get(repo, repo)  # a fork's head repository is not one of ours
         owner, _, name = full_name.partition("/")
+        public = repo in self.settings and self.settings[repo].public
         api, web = f"{self.url}/repos/{full_name}", f"https://github.com/{full_name}"
         stamp = "2024-01-01T00:00:00Z"
         templated = {  # the `{...}` parts are RFC 6570 templates, as GitHub sends them
@@ -749,7 +774,8 @@ class GitHubDouble:
                   "stargazers_count", "subscribers_count", "watchers", "watchers_count")  # fmt: skip
         return {
             "id": 1296269, "node_id": "MDEwOlJlcG9zaXRvcnkxMjk2MjY5", "name": name, "full_name": full_name,
-            "owner": self._simple_user(owner, "Organization"), "private": True, "description": None, "fork": False,
+            "owner": self._simple_user(owner, "Organization"), "private": not public, "description": None,
+            "visibility": "public" if public else "private", "fork": False,
             "url": api, "html_url": web, "git_url": f"git://github.com/{full_name}.git",
             "ssh_url": f"git@github.com:{full_name}.git", "clone_url": f"{web}.git", "svn_url": web,
             "homepage": None, "language": "Python", "mirror_url": None, "license": None, "default_branch": "main",
@@ -786,6 +812,8 @@ class GitHubDouble:
             return self._list(repo, query)
         if rest == "/pulls" and method == "GET":
             return self._list_pulls(repo, query, credential)
+        if method == "GET" and (found := self._settings_endpoint(repo, rest, query, credential)) is not None:
+            return found
         if (match := re.fullmatch(r"/issues/(\d+)/comments", rest)) and method in ("GET", "POST"):
             issue = int(match[1])
             if method == "GET":
@@ -1321,6 +1349,44 @@ class GitHubDouble:
         ]
         headers = {"Link": ", ".join(links)} if links else {}
         return 200, headers, {"total_count": len(items), kind: chunk}
+
+    # ------------------------------------------------------------------ the guards doctor reads
+    def _settings_endpoint(
+        self, repo: str, rest: str, query: dict[str, str], credential: str
+    ) -> tuple[int, dict[str, str], Any] | None:
+        """The GETs of github_settings.py (None: not one of them). Who is an admin is the token's user
+        (non_admin_tokens); an organization's ruleset is writable by the organization's owners only."""
+        settings, api = self.settings[repo], f"{self.url}/repos/{self.repositories[repo]}"
+        is_admin = credential not in self.non_admin_tokens
+        try:
+            if match := re.fullmatch(r"/rules/branches/([^/]+)", rest):  # a branch with a slash comes as %2F
+                chunk, headers = self._page(settings.branch_rules(unquote(match[1])), query, f"{api}{rest}")
+                return 200, headers, chunk
+            if match := re.fullmatch(r"/rulesets/(\d+)", rest):
+                ruleset = settings.rulesets.get(int(match[1]))
+                can_write = (
+                    is_admin
+                    if ruleset is None or ruleset.source_type == "Repository"
+                    else (credential in self.org_owner_tokens)
+                )
+                return 200, {}, settings.ruleset(api, int(match[1]), can_write)
+            if match := re.fullmatch(r"/branches/([^/]+)/protection", rest):
+                return 200, {}, settings.branch_protection(api, unquote(match[1]), is_admin)
+            if rest == "/actions/permissions/workflow":
+                return 200, {}, settings.workflow_permissions()
+            if match := re.fullmatch(r"/environments/([^/]+)", rest):
+                return 200, {}, settings.environment(api, match[1])
+            if match := re.fullmatch(r"/environments/([^/]+)/deployment-branch-policies", rest):
+                policies = settings.branch_policies(match[1])
+                chunk, headers = self._page(policies, query, f"{api}{rest}")
+                return 200, headers, {"total_count": len(policies), "branch_policies": chunk}
+            if rest == "/actions/permissions/fork-pr-contributor-approval":
+                return 200, {}, settings.fork_pr_approval()
+            if rest == "/actions/permissions/fork-pr-workflows-private-repos":
+                return 200, {}, settings.private_fork_workflows()
+        except NotFound as missing:
+            raise _HttpError(404, missing.message, documentation_url=missing.documentation_url) from None
+        return None
 
     def _repository_role(self, credential: str) -> dict[str, bool]:
         admin = credential not in self.non_admin_tokens

@@ -39,6 +39,7 @@ from doubles.github_double import (
     GitHubDouble,
     app_private_key_pem,
 )
+from doubles.github_settings import setup_guards
 from doubles.makefile import make_command
 from doubles.stack_deploy import OIDC_URL, PROJECT_DIR
 
@@ -52,7 +53,7 @@ from gpu_runner.settings import Settings, settings_from_mapping
 REGION = "ap-northeast-1"
 PUBLIC_AMI_PARAMETER = "/aws/service/ami-amazon-linux-latest/amzn2-ami-hvm-x86_64-gp2"
 OWNER, NAME = DEFAULT_REPOSITORY.split("/")
-LINE = re.compile(r"(✓|✗) [A-Za-z0-9 ./-]+: \S.*")
+LINE = re.compile(r"(✓|✗|!) [A-Za-z0-9 ./-]+: \S.*")
 READ_ONLY_OPERATION = re.compile(r"(Get|List|Describe|Head)[A-Za-z]*")
 
 
@@ -93,7 +94,8 @@ def test_a_healthy_account_passes_every_check(world: World) -> None:
         "AWS credentials", "stack", "OIDC provider", "train role trust", "reaper role trust", "sweep role trust",
         "predict role trust", "predict launch role trust", "spot service-linked role", "vCPU quota L-DB2E81BA", "vCPU quota L-3819A6DF", "instance types offered",
         "AMI", "security group", "bucket", "instance profile", "runner credential",
-        "repository variables and secrets", "MLflow",
+        "repository variables and secrets", "default branch protection", "production environment",
+        "fork pull request approval", "MLflow",
     ]  # fmt: skip
 
 
@@ -144,7 +146,7 @@ def test_make_doctor_prints_one_line_per_check_and_fails_on_any_cross(
     assert all(LINE.fullmatch(line) and line.startswith("✓ ") for line in lines[:-1]), lines
     assert lines[-1] == f"all checks passed ({len(lines) - 1} checked)"
 
-    world.github.revoke(ADMIN_TOKEN)
+    world.github.set_variable("AWS_REAPER_ROLE_ARN", "arn:aws:iam::123456789012:role/other")
     code, lines = main()
     assert code == 1
     (bad,) = [line for line in lines if line.startswith("✗ ")]
@@ -189,6 +191,9 @@ def test_no_aws_credentials_is_one_cross_and_github_is_still_checked(
         "AWS credentials",
         "runner credential",
         "repository variables and secrets",
+        "default branch protection",
+        "production environment",
+        "fork pull request approval",
         "MLflow",
     }
 
@@ -655,6 +660,32 @@ def test_without_a_token_that_may_read_them_the_check_fails(world: World, token:
         assert "403" in outcome.found
 
 
+# Issue 30: what every credential hangs on ("only the default branch's workflows"), and promote's human gate.
+UNGUARDED = {
+    # Medium 8: anyone who may push to the default branch owns the launch role, the GitHub credential, promotion.
+    "no rule guards the default branch": (
+        lambda s: s.rulesets.clear(), "default branch protection", "Require a pull request before merging"),
+    # High 3: promote moves what predict.yml serves; without a reviewer one dispatch does it.
+    "production without required reviewers": (
+        lambda s: s.set_environment("production", branches=(("main", "branch"),)), "production environment",
+        "Required reviewers"),
+    # Low: a fork's pull request workflow can take the GPU runner's label before the train job does.
+    "public, outside contributors run without approval": (
+        lambda s: setattr(s, "public", True), "fork pull request approval", "all external contributors"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("fault", UNGUARDED, ids=list(UNGUARDED))
+def test_an_unguarded_default_branch_production_or_fork_policy_fails_doctor(world: World, fault: str) -> None:
+    """The whole doctor on an otherwise healthy account: exactly one ✗, on the weakened guard, with its fix."""
+    plant, check, fix = UNGUARDED[fault]
+    plant(world.github.settings[DEFAULT_REPOSITORY])
+    answer_quotas(world.faults, on_demand=8, spot=8)
+    failed = [o for o in run(world) if not o.ok]
+    assert [o.check for o in failed] == [check], [o.line() for o in failed]
+    assert fix in failed[0].fix, failed[0].line()
+
+
 def test_the_repository_settings_pass_and_are_paged(world: World) -> None:
     for index in range(35):  # more than one page of variables (at most 30 a page)
         world.github.set_variable(f"OTHER_{index:02d}", "x")
@@ -816,6 +847,9 @@ def world(
     github_double.set_variable("AWS_SWEEP_ROLE_ARN", outputs["SweepRoleArn"])
     github_double.set_variable("AWS_PREDICT_ROLE_ARN", outputs["PredictRoleArn"])
     github_double.set_variable("AWS_PREDICT_LAUNCH_ROLE_ARN", outputs["PredictLaunchRoleArn"])
+    setup_guards(
+        github_double.settings[DEFAULT_REPOSITORY]
+    )  # the default branch and production as setup.md says
     settings = settings_from_mapping(doctor_stack["raw"])
     target = Target(
         settings=settings,
@@ -838,7 +872,7 @@ class CallRecorder:
 
 def check_name(check: doctor_checks.Check) -> str:
     """The name doctor gives a check's failure line (the CHECKS tables; check_identity runs first)."""
-    table = [("AWS credentials", doctor_aws.check_identity), *doctor_aws.CHECKS, *doctor_github.CHECKS,
+    table = [("AWS credentials", doctor_aws.check_identity), *doctor_aws.CHECKS, *doctor.GITHUB_CHECKS,
              *doctor_mlflow.CHECKS]  # fmt: skip
     return next((n for n, f in table if check in (f, getattr(f, "__wrapped__", None))), check.__name__)
 
@@ -862,9 +896,11 @@ def run(world: World, checks: list[doctor_checks.Check] | None = None) -> list[O
             ]
     finally:
         world.session.events.unregister("before-call", recorder)
-    # The format: `✓ <check>: <found>` or `✗ <check>: <found>; fix: <fix>`, one line each.
+    # The format: `✓ <check>: <found>`, or `✗`/`!` `<check>: <found>; fix: <fix>`, one line each.
     malformed = [
-        o.line() for o in outcomes if not LINE.fullmatch(o.line()) or ("; fix: " in o.line()) == o.ok
+        o.line()
+        for o in outcomes
+        if not LINE.fullmatch(o.line()) or ("; fix: " in o.line()) == (o.ok and not o.warning)
     ]
     assert not malformed, malformed
     mutating = [op for op in recorder.operations if not READ_ONLY_OPERATION.fullmatch(op.split(":")[1])]

@@ -17,11 +17,20 @@ import pytest
 import requests
 from doubles.github_contract import CONTRACT_FILE, Contract, ContractViolation, default_contract
 from doubles.github_double import (
+    ADMIN_TOKEN,
     ANY_OF_PERMISSIONS,
     DEFAULT_REPOSITORY,
     DEFAULT_TOKEN,
     REQUIRED_PERMISSIONS,
+    RUNNERS_TOKEN,
     GitHubDouble,
+)
+from doubles.github_settings import (
+    ADMIN_ROLE_BYPASS,
+    DELETION_RULE,
+    NON_FAST_FORWARD_RULE,
+    Protection,
+    setup_guards,
 )
 from github import Auth, Github, GithubException
 
@@ -227,3 +236,85 @@ def test_compare_answers_from_the_history_as_github_describes_it(github_double: 
             _ = repo.compare(base, x2).status
         assert (refused.value.status, refused.value.data["message"]) == (404, message)
     assert github_double.take_violations() == []
+
+
+# ---------------------------------------------------------------------- the guards gpu-runner doctor reads
+def test_the_guards_doctor_reads_are_answered_as_described(github_double: GitHubDouble) -> None:
+    """Each setting doctor reads, guarded and weakened, through plain HTTP: every answer checked against the
+    description (no violation), and the behaviour the description states: rules of an `evaluate` or `disabled`
+    ruleset are not returned, `bypass_actors` only to who may write the ruleset."""
+    settings = github_double.settings[DEFAULT_REPOSITORY]
+    setup_guards(settings)
+    settings.protection["main"] = Protection(bypass_users=("eve",), enforce_admins=False)
+    settings.add_ruleset("trial", [DELETION_RULE], enforcement="evaluate")
+    settings.add_ruleset("off", [DELETION_RULE], enforcement="disabled")
+    org = settings.add_ruleset("org", [NON_FAST_FORWARD_RULE], source_type="Organization",
+                               bypass_actors=[ADMIN_ROLE_BYPASS])  # fmt: skip
+    base = f"{github_double.url}/repos/{DEFAULT_REPOSITORY}"
+
+    def get(path: str, token: str = ADMIN_TOKEN) -> requests.Response:
+        return requests.get(base + path, headers={"Authorization": f"token {token}"}, timeout=5)
+
+    rules = get("/rules/branches/main").json()
+    assert [(r["type"], r["ruleset_id"]) for r in rules] == [
+        ("pull_request", 1), ("non_fast_forward", 1), ("deletion", 1), ("non_fast_forward", org),
+    ]  # fmt: skip
+    assert get("/rules/branches/train%2Fx").json() == []  # ~DEFAULT_BRANCH only
+    settings.add_ruleset("trains", [DELETION_RULE], include=("refs/heads/train/*",))
+    assert [r["ruleset_id"] for r in get("/rules/branches/train%2Fx").json()] == [org + 1]
+    del settings.rulesets[org + 1]
+    assert "bypass_actors" in get("/rulesets/1").json()
+    assert "bypass_actors" not in get(f"/rulesets/{org}").json()  # an organization's: its owners only
+    github_double.non_admin_tokens.add(ADMIN_TOKEN)
+    assert "bypass_actors" not in get("/rulesets/1").json()
+    assert (get("/branches/main/protection").status_code, get("/branches/main/protection").json()["message"]) == (
+        404, "Not Found")  # fmt: skip
+    github_double.non_admin_tokens.clear()
+    protection = get("/branches/main/protection").json()
+    assert (
+        protection["required_pull_request_reviews"]["bypass_pull_request_allowances"]["users"][0]["login"]
+        == "eve"
+    )
+    assert get("/branches/dev/protection").json()["message"] == "Branch not protected"
+    assert get("/actions/permissions/workflow").json()["can_approve_pull_request_reviews"] is False
+    environment = get("/environments/production").json()
+    assert [r["type"] for r in environment["protection_rules"]] == ["required_reviewers", "branch_policy"]
+    assert environment["deployment_branch_policy"] == {
+        "protected_branches": False,
+        "custom_branch_policies": True,
+    }
+    assert (
+        get("/environments/production/deployment-branch-policies").json()["branch_policies"][0]["name"]
+        == "main"
+    )
+    assert get("/environments/staging").status_code == 404
+    assert (
+        get("/actions/permissions/fork-pr-workflows-private-repos").json()[
+            "run_workflows_from_fork_pull_requests"
+        ]
+        is False
+    )
+    settings.public = True
+    assert get("").json()["visibility"] == "public"
+    assert get("/actions/permissions/fork-pr-contributor-approval").json() == {
+        "approval_policy": "first_time_contributors"
+    }
+    # The runner PAT (Administration write, no Actions permission) may not read the environment.
+    assert get("/environments/production", RUNNERS_TOKEN).status_code == 403
+    assert github_double.take_violations() == []
+
+
+def test_a_rule_missing_a_required_parameter_fails_loudly(github_double: GitHubDouble) -> None:
+    """The control: a pull_request rule without the parameters the description requires is never served."""
+    github_double.settings[DEFAULT_REPOSITORY].add_ruleset(
+        "broken", [{"type": "pull_request", "parameters": {"required_approving_review_count": 1}}]
+    )
+    response = requests.get(
+        f"{github_double.url}/repos/{DEFAULT_REPOSITORY}/rules/branches/main",
+        headers={"Authorization": f"token {ADMIN_TOKEN}"}, timeout=5,
+    )  # fmt: skip
+    assert response.status_code == 500
+    (violation,) = github_double.take_violations()
+    assert violation.startswith(
+        "response of repos/get-branch-rules (200): 200 body: /0: no alternative of oneOf"
+    )

@@ -1,10 +1,10 @@
 """`gpu-runner doctor`: a read-only preflight of the AWS account and GitHub repository before the first push.
 
 One line per check, `✓ <check>: <what was found>` or `✗ <check>: <what is wrong>; fix: <what to do>`, and a
-non-zero exit on any ✗. Nothing is created, changed or deleted: only Get/List/Describe/Head calls on AWS and GET
+non-zero exit on any ✗ (`! <check>: ...; fix: ...` is a warning: named, with its fix, but not failing). Nothing is created, changed or deleted: only Get/List/Describe/Head calls on AWS and GET
 on GitHub (an App's installation token exchange aside, which registers nothing). The checks themselves live in
-doctor_aws.py, doctor_github.py and doctor_mlflow.py (their shared types in doctor_checks.py); this module runs
-them and turns any failure into a ✗ line, never a traceback.
+doctor_aws.py, doctor_github.py, doctor_branch.py, doctor_repository.py and doctor_mlflow.py (their shared types
+in doctor_checks.py); this module runs them and turns any failure into a ✗ line, never a traceback.
 """
 
 from __future__ import annotations
@@ -16,10 +16,14 @@ import requests
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
 from github import GithubException
 
-from . import doctor_aws, doctor_github, doctor_mlflow
+from . import doctor_aws, doctor_branch, doctor_github, doctor_mlflow, doctor_repository
 from .aws import Aws
 from .doctor_checks import Outcome, Target, failed
 from .errors import RunnerError
+
+# The GitHub half, in the order they print: the credentials and settings the workflows use, then what guards
+# the default branch the roles trust, promote's environment and who may run a fork's workflows.
+GITHUB_CHECKS = [*doctor_github.CHECKS, *doctor_branch.CHECKS, *doctor_repository.CHECKS]
 
 
 def aws_failure(check: str, error: Exception, region: str) -> Outcome:
@@ -91,9 +95,12 @@ def run_checks(target: Target, aws: Aws, print_line: Callable[[str], Any] = prin
     if all(o.ok for o in identity):
         for name, check in doctor_aws.CHECKS:
             emit(guarded(name, lambda check=check: check(target, aws), region))
-    for name, check in [*doctor_github.CHECKS, *doctor_mlflow.CHECKS]:
+    for name, check in [*GITHUB_CHECKS, *doctor_mlflow.CHECKS]:
         emit(guarded(name, lambda check=check: check(target, aws), region))
     failures = sum(not o.ok for o in outcomes)
+    warnings = sum(o.warning for o in outcomes)
     summary = "all checks passed" if not failures else f"{failures} check(s) failed"
+    if warnings:
+        summary += f", {warnings} warning(s)"
     print_line(f"{summary} ({len(outcomes)} checked)")
     return outcomes

@@ -13,25 +13,31 @@ from dataclasses import dataclass, field
 from .aws import Aws
 from .settings import Settings
 
-OK, FAIL = "✓", "✗"
+OK, FAIL, WARN = "✓", "✗", "!"
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """One printed line: `fix` is empty exactly when the check passed."""
+    """One printed line: `fix` is empty exactly when the check passed; a warning has a fix but does not fail."""
 
     check: str
     found: str
     fix: str = ""
+    # A weakness doctor names with its fix without failing the run: one it cannot judge for you (who an
+    # organization lets bypass its ruleset) or one within an admin's own power (admins bypassing the rules).
+    warning: bool = False
 
     @property
     def ok(self) -> bool:
-        return not self.fix
+        """Does not fail the run: passed, or only a warning."""
+        return not self.fix or self.warning
 
     def line(self) -> str:
         """Exactly one line: an AWS or GitHub message with line breaks in it is folded into it."""
         found, fix = " ".join(self.found.split()), " ".join(self.fix.split())
-        return f"{OK} {self.check}: {found}" if self.ok else f"{FAIL} {self.check}: {found}; fix: {fix}"
+        if not self.fix:
+            return f"{OK} {self.check}: {found}"
+        return f"{WARN if self.warning else FAIL} {self.check}: {found}; fix: {fix}"
 
 
 def passed(check: str, found: str) -> Outcome:
@@ -40,6 +46,10 @@ def passed(check: str, found: str) -> Outcome:
 
 def failed(check: str, found: str, fix: str) -> Outcome:
     return Outcome(check, found, fix)
+
+
+def warned(check: str, found: str, fix: str) -> Outcome:
+    return Outcome(check, found, fix, warning=True)
 
 
 @dataclass

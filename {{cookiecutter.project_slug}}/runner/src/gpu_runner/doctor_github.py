@@ -12,6 +12,7 @@ Two credentials, because they are two different things:
 - the admin's own token (GITHUB_TOKEN, e.g. from `gh auth token`) to list the names of the repository's variables
   and secrets: fine-grained "Variables: read" and "Secrets: read" on the repository, or the `repo` scope of a
   classic token / the gh CLI (docs.github.com, "REST API endpoints for GitHub Actions variables" and "... secrets").
+  doctor_branch.py and doctor_repository.py read the repository's guards with the same token (admin_client).
 Only GET requests (the App's token exchange aside, which registers nothing); secret values are never read (the
 API does not return them).
 """
@@ -71,9 +72,42 @@ def _base_url(env: Mapping[str, str]) -> str:
     return (env.get(ENV_API_URL) or DEFAULT_BASE_URL).rstrip("/")
 
 
-def _message(error: GithubException) -> str:
+def github_message(error: GithubException) -> str:
+    """GitHub's status and message, e.g. `404 Branch not protected`."""
     data = error.data if isinstance(error.data, dict) else {}
     return f"{error.status} {data.get('message') or 'no message'}"
+
+
+def admin_client(target: Target) -> Github | None:
+    """A client with the admin's GITHUB_TOKEN (None when it is not set). Two retries: enough for a blip, and a
+    wrong GITHUB_API_URL fails in seconds. No pause between requests: PyGithub waits 0.25 s before each by
+    default, but GitHub asks for a pause only between writes ("Best practices for using the REST API": make
+    requests serially, and wait a second between POST, PATCH, PUT or DELETE requests); doctor sends a few GETs,
+    one after the other."""
+    token = target.env.get(ENV_ADMIN_TOKEN, "").strip()
+    if not token:
+        return None
+    return Github(
+        auth=Auth.Token(token),
+        base_url=_base_url(target.env),
+        retry=GithubRetry(total=2),
+        seconds_between_requests=0,
+    )
+
+
+def no_admin_token(check: str, what: str, permission: str) -> Outcome:
+    return failed(
+        check,
+        f"{ENV_ADMIN_TOKEN} is not set, so {what} cannot be read",
+        f"{ENV_ADMIN_TOKEN}=$(gh auth token) make doctor (a repository admin's token: gh's `repo` scope, or "
+        f"fine-grained {permission})",
+    )
+
+
+def get_json(client: Github, path: str, parameters: dict[str, Any] | None = None) -> Any:
+    """One GET; a refusal raises GithubException (status and GitHub's message in .data)."""
+    _, data = client.requester.requestJsonAndCheck("GET", path, parameters=parameters)
+    return data
 
 
 # ---------------------------------------------------------------------- the runner credential
@@ -158,7 +192,7 @@ def check_runner_credential(target: Target, aws: Aws) -> Iterator[Outcome]:
         permissions = _app_permissions(target)
     except GithubException as error:
         yield failed(
-            check, f"reading the App installation's permissions: {_message(error)}", "see the message"
+            check, f"reading the App installation's permissions: {github_message(error)}", "see the message"
         )
         return
     granted = permissions.get("administration", "none")
@@ -272,7 +306,7 @@ def check_repository_settings(target: Target, aws: Aws) -> Iterator[Outcome]:
     except GithubException as error:
         yield failed(
             check,
-            f"listing them on {target.repository}: GitHub answered {_message(error)}",
+            f"listing them on {target.repository}: GitHub answered {github_message(error)}",
             f"{ENV_ADMIN_TOKEN} must be a repository admin's token with the `repo` scope, or fine-grained "
             "Variables: read + Secrets: read on the repository",
         )
