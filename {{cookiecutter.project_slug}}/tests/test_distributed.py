@@ -312,8 +312,12 @@ def _forged_check_in(stranger: socket.socket, proof_key: bytes | None) -> bytes:
     return answer
 
 
-@pytest.mark.parametrize("proof_key", [None, b"another job's secret"], ids=["no proof", "another job's secret"])
-def test_a_check_in_without_this_jobs_secret_is_refused_and_ends_the_rendezvous(proof_key: bytes | None) -> None:
+@pytest.mark.parametrize(
+    "proof_key", [None, b"another job's secret"], ids=["no proof", "another job's secret"]
+)
+def test_a_check_in_without_this_jobs_secret_is_refused_and_ends_the_rendezvous(
+    proof_key: bytes | None,
+) -> None:
     """Another job's code that reaches the rendezvous port (the same security group) checks in as rank 1 before the
     real child: without this job's secret its check-in is refused, the main node fails with the reason instead of
     training with a stranger in its cluster, and the stranger learns no worker list."""

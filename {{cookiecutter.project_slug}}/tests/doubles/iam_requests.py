@@ -307,8 +307,10 @@ def _ecs_arn(region: str, kind: str, name: str) -> str:
 def _container_instance_arn(region: str, cluster_arn: str, instance: str) -> str:
     """A container instance's ARN from its ARN or id: container-instance/<cluster name>/<id> (the Service
     Authorization Reference's ARN format)."""
-    return instance if instance.startswith("arn:") else _ecs_arn(
-        region, "container-instance", f"{cluster_arn.rsplit('/', 1)[-1]}/{instance}"
+    return (
+        instance
+        if instance.startswith("arn:")
+        else _ecs_arn(region, "container-instance", f"{cluster_arn.rsplit('/', 1)[-1]}/{instance}")
     )
 
 
@@ -354,7 +356,9 @@ def agent_sessions(region: str, cluster: str, container_instance: str) -> list[R
     cluster_arn = _ecs_arn(region, "cluster", cluster)
     instance = _container_instance_arn(region, cluster_arn, container_instance)
     return [
-        Request(f"ecs:{action}", instance, {"aws:RequestedRegion": region, "ecs:cluster": cluster_arn}, action)
+        Request(
+            f"ecs:{action}", instance, {"aws:RequestedRegion": region, "ecs:cluster": cluster_arn}, action
+        )
         for action in _ECS_AGENT_SESSIONS
     ]
 

@@ -9,7 +9,8 @@ PlatformCapabilities (moto reads `timeout` in lower case only), a multi-node def
 registers every definition from CloudFormation as `container`: doubles.batch_stack hands it the node range's
 container), resource tags on queues, and the retry strategy's enforcement (moto runs no job here). moto also
 requires a ServiceRole where AWS takes its service-linked role: the tests pass one, the template's default is
-asserted. Nor does it attach a role's ManagedPolicyArns (the instance role's, on the template). The allowed values come from botocore's batch model, not from moto."""
+asserted. The allowed values come from botocore's batch model, not from moto. The instance role's user-data firewall
+runs for real in tests/runner/test_batch_imds.py."""
 
 from __future__ import annotations
 
@@ -180,7 +181,10 @@ def test_multinode_nodes_admit_only_their_own_group_on_the_rendezvous_and_worker
          tuple(rule["IpRanges"]), tuple(rule["Ipv6Ranges"]), tuple(rule.get("PrefixListIds", [])))
         for rule in group["IpPermissions"]
     )  # fmt: skip
-    assert rules == [("tcp", 2222, 2222, (node_group,), (), (), ()), ("tcp", 2223, 2223, (node_group,), (), (), ())]
+    assert rules == [
+        ("tcp", 2222, 2222, (node_group,), (), (), ()),
+        ("tcp", 2223, 2223, (node_group,), (), (), ()),
+    ]
     assert group["VpcId"] == batch["parameters"]["VpcId"]
     # The ports the nodes listen on are those (the template's multi-node container: moto registers a node range's
     # container without its environment, doubles.batch_stack).
@@ -191,7 +195,10 @@ def test_multinode_nodes_admit_only_their_own_group_on_the_rendezvous_and_worker
     ports = {"MNP_WORKER_PORT": {"Ref": "WorkerPort"}, "MNP_RENDEZVOUS_PORT": {"Ref": "RendezvousPort"}}
     assert condition == "HasMlflowPassword"
     assert {e["Name"]: e["Value"] for e in without} == ports
-    assert {e["Name"]: e["Value"] for e in with_mlflow} == {**ports, "MLFLOW_TRACKING_USERNAME": {"Ref": "MlflowUsername"}}
+    assert {e["Name"]: e["Value"] for e in with_mlflow} == {
+        **ports,
+        "MLFLOW_TRACKING_USERNAME": {"Ref": "MlflowUsername"},
+    }
     parameters = double.template()["Parameters"]
     assert (parameters["WorkerPort"]["Default"], parameters["RendezvousPort"]["Default"]) == (2222, 2223)
     # The project's own defaults, so a node started without the job definition's values listens there too.
@@ -203,11 +210,15 @@ def _distributed_module() -> tuple[str, str]:
     return package, "distributed.py"
 
 
-def test_single_node_instances_share_no_group_with_multinode_nodes(batch: dict[str, Any], stack: dict[str, Any]) -> None:
+def test_single_node_instances_share_no_group_with_multinode_nodes(
+    batch: dict[str, Any], stack: dict[str, Any]
+) -> None:
     """A single-node job's instance carries the runner group only (no inbound rule): it can neither reach a
     multi-node job's ports nor be reached; the GPU queue never places a job in the multi-node environment."""
     outputs = batch["outputs"]
-    multinode = _environment(batch, outputs["MultiNodeComputeEnvironment"])["computeResources"]["securityGroupIds"]
+    multinode = _environment(batch, outputs["MultiNodeComputeEnvironment"])["computeResources"][
+        "securityGroupIds"
+    ]
     runner_group = stack["outputs"]["RunnerSecurityGroupId"]
     for output in ("SpotComputeEnvironment", "OnDemandComputeEnvironment"):
         groups = _environment(batch, outputs[output])["computeResources"]["securityGroupIds"]
@@ -215,7 +226,9 @@ def test_single_node_instances_share_no_group_with_multinode_nodes(batch: dict[s
         assert not set(groups) & (set(multinode) - {runner_group}), output
     order = {item["computeEnvironment"] for item in _queue(batch, "JobQueue")["computeEnvironmentOrder"]}
     assert outputs["MultiNodeComputeEnvironment"] not in order
-    (runner,) = batch["session"].client("ec2").describe_security_groups(GroupIds=[runner_group])["SecurityGroups"]
+    (runner,) = (
+        batch["session"].client("ec2").describe_security_groups(GroupIds=[runner_group])["SecurityGroups"]
+    )
     assert runner["IpPermissions"] == []
 
 
@@ -302,7 +315,9 @@ def test_template_settings_moto_does_not_apply() -> None:
         assert container["User"] == {"Ref": "JobUser"}
     job_user = double.template()["Parameters"]["JobUser"]
     assert job_user["Default"] == "1000:1000"
-    assert not re.fullmatch(job_user["AllowedPattern"], "0:0") and not re.fullmatch(job_user["AllowedPattern"], "root")
+    assert not re.fullmatch(job_user["AllowedPattern"], "0:0") and not re.fullmatch(
+        job_user["AllowedPattern"], "root"
+    )
     assert "user" in BATCH_MODEL.shape_for("ContainerProperties").members
     for overrides in ("ContainerOverrides", "TaskContainerOverrides"):
         assert "user" not in BATCH_MODEL.shape_for(overrides).members, overrides
@@ -660,13 +675,17 @@ def _agent_requests(cluster: str, repository: str, stream: str) -> list[Request]
     ]  # fmt: skip
 
 
-def test_the_instance_role_is_the_ecs_agents_on_this_stacks_clusters_and_nothing_more(batch: dict[str, Any]) -> None:
+def test_the_instance_role_is_the_ecs_agents_on_this_stacks_clusters_and_nothing_more(
+    batch: dict[str, Any],
+) -> None:
     """What the instances hold (only root on them reaches it: test_batch_imds.py): every call the ECS agent makes
     for a job of ours, in each of the three environments' clusters, and the same calls refused on any other
     cluster, repository or log stream; no managed policy, no other service."""
     policies, name = _instance_policies(batch), batch["name"]
     repository = double.IMAGE.split("/", 1)[1].split(":", 1)[0]
-    assert batch["parameters"]["ImageRepositoryArn"] == f"arn:aws:ecr:{REGION}:{ACCOUNT}:repository/{repository}"
+    assert (
+        batch["parameters"]["ImageRepositoryArn"] == f"arn:aws:ecr:{REGION}:{ACCOUNT}:repository/{repository}"
+    )
     ours = [_cluster(f"{name}-{kind}") for kind in ("spot", "on-demand", "multinode")]
     for cluster in ours:
         for stream in (f"{name}-train/default/4f1c", f"{name}-train-multinode/default/4f1c"):
@@ -706,15 +725,27 @@ def test_the_instance_role_is_the_ecs_agents_on_this_stacks_clusters_and_nothing
 def test_an_image_outside_ecr_gets_no_ecr_permission() -> None:
     """ImageRepositoryArn is derived from the image; an image of another registry leaves the ECR statements out
     (HasEcrImage), an ECR one names its repository only."""
-    assert batch_stack.ecr_repository_arn(double.IMAGE) == f"arn:aws:ecr:{REGION}:{ACCOUNT}:repository/ml-project"
+    assert (
+        batch_stack.ecr_repository_arn(double.IMAGE)
+        == f"arn:aws:ecr:{REGION}:{ACCOUNT}:repository/ml-project"
+    )
     china = f"123456789012.dkr.ecr.cn-north-1.amazonaws.com.cn/team/train@sha256:{'a' * 64}"
-    assert batch_stack.ecr_repository_arn(china) == "arn:aws-cn:ecr:cn-north-1:123456789012:repository/team/train"
+    assert (
+        batch_stack.ecr_repository_arn(china)
+        == "arn:aws-cn:ecr:cn-north-1:123456789012:repository/team/train"
+    )
     assert batch_stack.ecr_repository_arn(f"ghcr.io/org/train:1@sha256:{'a' * 64}") == ""
     assert batch_stack.ecr_repository_arn(f"public.ecr.aws/org/train@sha256:{'a' * 64}") == ""
     resources = double.template()["Resources"]
     assert resources["InstanceImagePolicy"]["Condition"] == "HasEcrImage"
-    assert double.template()["Conditions"]["HasEcrImage"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "ImageRepositoryArn"}, ""]}]}
-    granted = {a for s in resources["InstancePolicy"]["Properties"]["PolicyDocument"]["Statement"] for a in s["Action"]}
+    assert double.template()["Conditions"]["HasEcrImage"] == {
+        "Fn::Not": [{"Fn::Equals": [{"Ref": "ImageRepositoryArn"}, ""]}]
+    }
+    granted = {
+        a
+        for s in resources["InstancePolicy"]["Properties"]["PolicyDocument"]["Statement"]
+        for a in s["Action"]
+    }
     assert not any(action.startswith("ecr:") for action in granted)
     pattern = double.template()["Parameters"]["ImageRepositoryArn"]["AllowedPattern"]
     assert re.fullmatch(pattern, batch_stack.ecr_repository_arn(double.IMAGE)) and re.fullmatch(pattern, "")
