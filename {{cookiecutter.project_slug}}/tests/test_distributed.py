@@ -5,6 +5,9 @@ single-worker run of the same config, the other worker logs nothing."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import hmac
 import json
 import os
 import signal
@@ -42,12 +45,18 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
+# The job's rendezvous secret, as `gpu-runner batch submit --multinode` gives every node of one job.
+SECRET = "s" * 43
+
+
 def batch_env(node: int, nodes: int, main: int, **extra: str) -> dict[str, str]:
-    """What AWS Batch sets on one node of a multi-node job (the main node gets no main-node address)."""
+    """What AWS Batch sets on one node of a multi-node job (the main node gets no main-node address), with the
+    job's rendezvous secret from its submission."""
     env = {
         "AWS_BATCH_JOB_NODE_INDEX": str(node),
         "AWS_BATCH_JOB_NUM_NODES": str(nodes),
         "AWS_BATCH_JOB_MAIN_NODE_INDEX": str(main),
+        "MNP_RENDEZVOUS_SECRET": SECRET,
     }
     if node != main:
         env["AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"] = "127.0.0.1"
@@ -255,31 +264,116 @@ def test_a_child_that_cannot_reach_the_main_node_says_where_it_looked() -> None:
         cluster_from_env(env)
 
 
+def connect_when_listening(port: int) -> socket.socket:
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return socket.create_connection(("127.0.0.1", port), timeout=2)
+        except OSError:
+            assert time.monotonic() < deadline, "the rendezvous never listened"
+            time.sleep(0.05)
+
+
 def test_a_check_in_that_is_not_this_protocol_ends_the_rendezvous() -> None:
     (rendezvous_port,) = free_ports(1)
     outcome: list[BaseException] = []
 
     def serve() -> None:
         try:
-            rendezvous.serve("127.0.0.1", rendezvous_port, 2, 2222, 10)
+            rendezvous.serve("127.0.0.1", rendezvous_port, 2, 2222, 10, SECRET)
         except DistributedError as error:
             outcome.append(error)
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            stranger = socket.create_connection(("127.0.0.1", rendezvous_port), timeout=1)
-            break
-        except OSError:
-            assert time.monotonic() < deadline, "the rendezvous never listened"
-            time.sleep(0.05)
-    with stranger:
+    with connect_when_listening(rendezvous_port) as stranger:
         stranger.sendall(b'{"rank": "1"}\n')
     thread.join(timeout=10)
     assert outcome and "127.0.0.1 sent no valid check-in" in str(outcome[0]), outcome
     assert "only this job's nodes may reach the rendezvous port" in str(outcome[0])
+
+
+def _forged_check_in(stranger: socket.socket, proof_key: bytes | None) -> bytes:
+    """A check-in for rank 1 of a two-node job, as another job's code would send it: well-formed, with a worker port
+    of its own, and a proof made with `proof_key` (another job's secret) or none at all. Returns what the main node
+    answered."""
+    message: dict[str, object] = {"rank": 1, "num_nodes": 2, "worker_port": 4444}
+    stranger.settimeout(2)
+    if proof_key is not None:
+        # Play the protocol: read the main node's challenge and sign with the wrong secret.
+        challenge = json.loads(stranger.makefile("rb").readline())["challenge"]
+        payload = json.dumps({**message, "challenge": challenge}, sort_keys=True, separators=(",", ":"))
+        message["proof"] = hmac.new(proof_key, b"check-in\n" + payload.encode(), hashlib.sha256).hexdigest()
+    stranger.sendall(json.dumps(message).encode() + b"\n")
+    answer = b""
+    with contextlib.suppress(OSError):
+        while chunk := stranger.recv(4096):
+            answer += chunk
+    return answer
+
+
+@pytest.mark.parametrize(
+    "proof_key", [None, b"another job's secret"], ids=["no proof", "another job's secret"]
+)
+def test_a_check_in_without_this_jobs_secret_is_refused_and_ends_the_rendezvous(
+    proof_key: bytes | None,
+) -> None:
+    """Another job's code that reaches the rendezvous port (the same security group) checks in as rank 1 before the
+    real child: without this job's secret its check-in is refused, the main node fails with the reason instead of
+    training with a stranger in its cluster, and the stranger learns no worker list."""
+    rendezvous_port, worker_port = free_ports(2)
+    env = batch_env(0, 2, 0, MNP_RENDEZVOUS_PORT=str(rendezvous_port), MNP_WORKER_PORT=str(worker_port),
+                    MNP_RENDEZVOUS_BIND="127.0.0.1", MNP_RENDEZVOUS_TIMEOUT_SECONDS="10")  # fmt: skip
+    outcome: list[object] = []
+    thread = threading.Thread(target=lambda: outcome.append(_run(env)), daemon=True)
+    thread.start()
+    with connect_when_listening(rendezvous_port) as stranger:
+        answer = _forged_check_in(stranger, proof_key)
+    thread.join(timeout=15)
+    (main,) = outcome
+    assert isinstance(main, DistributedError), f"the forged check-in was accepted: {main}"
+    assert "does not prove this job's MNP_RENDEZVOUS_SECRET" in str(main), main
+    assert b"4444" not in answer and b"workers" not in answer, answer
+
+
+def _run(env: dict[str, str]) -> object:
+    try:
+        return cluster_from_env(env)
+    except DistributedError as error:
+        return error
+
+
+def test_a_child_with_another_jobs_secret_fails_every_node() -> None:
+    """A real node of another job (its own secret) reaching this job's main node: both sides refuse."""
+    rendezvous_port, main_port, child_port = free_ports(3)
+    common = {"MNP_RENDEZVOUS_PORT": str(rendezvous_port), "MNP_RENDEZVOUS_TIMEOUT_SECONDS": "10"}
+    envs = [
+        batch_env(0, 2, 0, MNP_WORKER_PORT=str(main_port), MNP_RENDEZVOUS_BIND="127.0.0.1", **common),
+        batch_env(1, 2, 0, MNP_WORKER_PORT=str(child_port), **{**common, "MNP_RENDEZVOUS_SECRET": "o" * 43}),
+    ]
+    main, child = run_nodes(envs)
+    assert isinstance(main, DistributedError) and "does not prove this job's" in str(main), main
+    assert isinstance(child, DistributedError) and "ended the rendezvous" in str(child), child
+
+
+@pytest.mark.parametrize(
+    ("secret", "message"),
+    [
+        (None, r"MNP_RENDEZVOUS_SECRET is not set: .*gpu-runner batch submit --multinode"),
+        ("short", r"MNP_RENDEZVOUS_SECRET is 5 characters; .*at least 32"),
+    ],
+    ids=["missing", "too short"],
+)
+def test_a_multi_node_job_without_a_secret_is_refused_before_any_connection(
+    secret: str | None, message: str
+) -> None:
+    env = batch_env(1, 2, 0, MNP_RENDEZVOUS_TIMEOUT_SECONDS="0.3")
+    if secret is None:
+        del env["MNP_RENDEZVOUS_SECRET"]
+    else:
+        env["MNP_RENDEZVOUS_SECRET"] = secret
+    with pytest.raises(DistributedError, match=message):
+        cluster_from_env(env)
 
 
 # ---------------------------------------------------------------------- two real workers
@@ -458,6 +552,33 @@ def test_a_two_node_batch_job_trains_the_digits_through_the_batch_host(
     assert (params["runtime.strategy"], params["runtime.workers"]) == ("MultiWorkerMirroredStrategy", "2")
 
 
+def test_multi_worker_collectives_go_through_the_worker_port_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The strategy is built with RING collectives (gRPC on MNP_WORKER_PORT), not NCCL, whose own ports the
+    multi-node security group does not open."""
+    import tensorflow as tf
+
+    from {{ cookiecutter.package_name }} import runtime
+    from {{ cookiecutter.package_name }}.config import TrainingConfig
+
+    built: list[dict[str, object]] = []
+    monkeypatch.setattr(tf.distribute, "MultiWorkerMirroredStrategy", lambda **options: built.append(options))
+    monkeypatch.setenv("TF_CONFIG", "")  # configure() writes it: restored after the test
+    runtime.configure(TrainingConfig(), Cluster(("127.0.0.1:2222", "127.0.0.1:2224"), 0))
+    (options,) = built
+    ring = tf.distribute.experimental.CommunicationImplementation.RING
+    assert options["communication_options"].implementation == ring  # type: ignore[attr-defined]
+
+
+def test_the_secret_gpu_runner_draws_is_the_one_the_nodes_read() -> None:
+    """`gpu-runner batch submit --multinode` sets the variable the nodes read, long enough for them to accept."""
+    import secrets
+
+    from gpu_runner import batch_jobs
+
+    assert batch_jobs.RENDEZVOUS_SECRET == distributed.RENDEZVOUS_SECRET
+    assert len(secrets.token_urlsafe(batch_jobs.RENDEZVOUS_SECRET_BYTES)) >= distributed.MIN_SECRET_LENGTH
+
+
 def test_every_distributed_setting_is_named_in_the_docs() -> None:
     """The variables the job definition may set, each in docs/training.md's multi-worker section."""
     docs = (Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text(encoding="utf-8")
@@ -472,5 +593,6 @@ def test_every_distributed_setting_is_named_in_the_docs() -> None:
         distributed.RENDEZVOUS_PORT,
         distributed.RENDEZVOUS_TIMEOUT,
         distributed.RENDEZVOUS_BIND,
+        distributed.RENDEZVOUS_SECRET,
     ]
     assert [name for name in names if f"`{name}`" not in section] == []

@@ -37,6 +37,17 @@ WORKER_PORT = "MNP_WORKER_PORT"  # this node's TensorFlow gRPC server
 RENDEZVOUS_PORT = "MNP_RENDEZVOUS_PORT"  # the main node's check-in port
 RENDEZVOUS_TIMEOUT = "MNP_RENDEZVOUS_TIMEOUT_SECONDS"  # how long the nodes wait for each other
 RENDEZVOUS_BIND = "MNP_RENDEZVOUS_BIND"  # the main node's listening address (127.0.0.1 in the tests)
+# The job's own secret for the rendezvous (rendezvous.py: every check-in and answer is signed with it). Where it
+# comes from: `gpu-runner batch submit --multinode` draws 256 random bits per job and puts them in that job's
+# SubmitJob node overrides, so every node of the job, and only that job, gets them in its environment. Who else
+# can read them: principals allowed batch:DescribeJobs on the job (the submit role, i.e. the default branch's
+# batch.yml; the account's administrators). Not the code of another job (the job role has no batch: action), not
+# a branch writer (the gpu-runner roles have none either), not the Actions log (nothing prints it). The other
+# places considered hold it worse: an SSM parameter or S3 object per job would be readable by every job, since
+# all jobs share the job role; the job definition is shared by every job.
+RENDEZVOUS_SECRET = "MNP_RENDEZVOUS_SECRET"
+# 32 characters at least: gpu-runner's 256 bits are 43 url-safe characters; a guessable value is refused.
+MIN_SECRET_LENGTH = 32
 # 2222 is the port TensorFlow's own distributed examples give a worker; the rendezvous takes the next one.
 DEFAULT_WORKER_PORT = 2222
 DEFAULT_RENDEZVOUS_PORT = 2223
@@ -208,6 +219,7 @@ def cluster_from_batch(node: BatchNode, env: Mapping[str, str]) -> Cluster:
             "need a port each; set one of them to another port"
         )
     timeout = _seconds(env, RENDEZVOUS_TIMEOUT, DEFAULT_RENDEZVOUS_TIMEOUT)
+    secret = _secret(env)
     rank = task_rank(node.node_index, node.main_index)
     if node.is_main:
         workers = rendezvous.serve(
@@ -217,13 +229,30 @@ def cluster_from_batch(node: BatchNode, env: Mapping[str, str]) -> Cluster:
             node.num_nodes,
             worker_port,
             timeout,
+            secret,
         )
     else:
         assert node.main_address is not None  # batch_node refused a child without it
         workers = rendezvous.join(
-            node.main_address, rendezvous_port, rank, node.num_nodes, worker_port, timeout
+            node.main_address, rendezvous_port, rank, node.num_nodes, worker_port, timeout, secret
         )
     return Cluster(tuple(workers), rank)
+
+
+def _secret(env: Mapping[str, str]) -> str:
+    secret = env.get(RENDEZVOUS_SECRET, "")
+    if not secret:
+        raise DistributedError(
+            f"{RENDEZVOUS_SECRET} is not set: the nodes of a multi-node job prove to each other with the job's own "
+            "secret; submit the job with `gpu-runner batch submit --multinode`, which sets it, or set the same "
+            f"random value of at least {MIN_SECRET_LENGTH} characters on every node"
+        )
+    if len(secret) < MIN_SECRET_LENGTH:
+        raise DistributedError(
+            f"{RENDEZVOUS_SECRET} is {len(secret)} characters; the job's secret must be a random value of at least "
+            f"{MIN_SECRET_LENGTH} (`gpu-runner batch submit --multinode` draws 43)"
+        )
+    return secret
 
 
 def _port(env: Mapping[str, str], name: str, default: int) -> int:

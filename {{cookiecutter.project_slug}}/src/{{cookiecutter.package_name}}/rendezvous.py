@@ -7,16 +7,25 @@ worker. So the main node learns each child's address from the connection itself 
 a claim in the message) and its own from the address the children dialled (the socket's local end, which is
 AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS): no node has to discover its own IP.
 
-Trust: like TensorFlow's own gRPC servers ("meant for internal communication only. It is not built for use in an
-untrusted network": https://github.com/tensorflow/tensorflow/blob/master/SECURITY.md, "Running a TensorFlow
-server"), the port is for the job's nodes only (the job's security group admits its own members and nobody else).
-A malformed or inconsistent check-in ends the rendezvous with an error on every node instead of training with a
-wrong cluster; a well-formed one for a rank, sent before the real node's, is not detected (docs/security.md).
+Trust: the port is for the job's nodes only, but the multi-node security group admits every multi-node node of the
+project, so another job's code can reach it (docs/security.md). Every node of one job holds the job's secret
+(MNP_RENDEZVOUS_SECRET, distributed.py says where it comes from); nobody else does. The main node opens each
+connection with a fresh random challenge, and a check-in counts only with its proof: HMAC-SHA256 under the secret
+over the challenge and the check-in's fields, compared in constant time (hmac.compare_digest); the answer carries
+the main node's proof over the same challenge and the worker list, so a child trusts no other listener either. A
+check-in without the right proof, malformed or inconsistent ends the rendezvous with an error on every node (as
+every refusal here does) instead of training with a wrong cluster: a stranger can make a job fail to start, never
+join it. Like TensorFlow's own gRPC servers ("not built for use in an untrusted network":
+https://github.com/tensorflow/tensorflow/blob/master/SECURITY.md, "Running a TensorFlow server"), the worker
+port itself stays unauthenticated.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
+import secrets
 import socket
 import time
 from dataclasses import dataclass
@@ -27,6 +36,8 @@ from .errors import DistributedError
 MAX_LINE = 64 * 1024
 # How long a child waits between attempts to reach a main node that is not listening yet.
 RETRY_SECONDS = 1.0
+# What each proof is over, so a check-in's proof can never stand for an answer's or the other way round.
+CHECK_IN, ANSWER = b"check-in\n", b"answer\n"
 
 
 @dataclass
@@ -34,9 +45,20 @@ class _CheckIn:
     rank: int
     address: str
     connection: socket.socket
+    challenge: str
 
 
-def serve(bind: str, port: int, num_nodes: int, worker_port: int, timeout: float) -> list[str]:
+def proof(secret: str, label: bytes, fields: dict) -> str:
+    """HMAC-SHA256 under the job's secret over `label` and the fields as canonical JSON (sorted keys, no spaces)."""
+    payload = label + json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+    return hmac.new(secret.encode(), payload, hashlib.sha256).hexdigest()
+
+
+def _proven(secret: str, label: bytes, fields: dict, given: object) -> bool:
+    return isinstance(given, str) and hmac.compare_digest(proof(secret, label, fields), given)
+
+
+def serve(bind: str, port: int, num_nodes: int, worker_port: int, timeout: float, secret: str) -> list[str]:
     """On the main node (rank 0): wait for the other num_nodes - 1 nodes, answer them, return the worker list."""
     deadline = time.monotonic() + timeout
     checked_in: dict[int, _CheckIn] = {}
@@ -58,7 +80,7 @@ def serve(bind: str, port: int, num_nodes: int, worker_port: int, timeout: float
                 except TimeoutError:
                     continue
                 own_host = own_host or connection.getsockname()[0]
-                check_in = _read_check_in(connection, peer[0], num_nodes, deadline)
+                check_in = _read_check_in(connection, peer[0], num_nodes, deadline, secret)
                 _refuse_duplicates(check_in, checked_in)
                 checked_in[check_in.rank] = check_in
             workers = [f"{own_host}:{worker_port}"] + [checked_in[r].address for r in range(1, num_nodes)]
@@ -68,7 +90,8 @@ def serve(bind: str, port: int, num_nodes: int, worker_port: int, timeout: float
                     "MNP_WORKER_PORT each"
                 )
             for check_in in checked_in.values():
-                _send(check_in.connection, {"workers": workers})
+                signed = {"challenge": check_in.challenge, "workers": workers}
+                _send(check_in.connection, {"workers": workers, "proof": proof(secret, ANSWER, signed)})
             return workers
         except DistributedError as error:
             # Every node that checked in fails with the main node's reason, instead of waiting out its timeout.
@@ -80,9 +103,13 @@ def serve(bind: str, port: int, num_nodes: int, worker_port: int, timeout: float
                 check_in.connection.close()
 
 
-def _read_check_in(connection: socket.socket, peer: str, num_nodes: int, deadline: float) -> _CheckIn:
+def _read_check_in(
+    connection: socket.socket, peer: str, num_nodes: int, deadline: float, secret: str
+) -> _CheckIn:
     fields = ("rank", "num_nodes", "worker_port")
+    challenge = secrets.token_hex(32)
     try:
+        _send(connection, {"challenge": challenge}, quiet=True)  # a peer that left fails on the read below
         message = _receive(connection, deadline)
         values = [message.get(name) for name in fields]
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
@@ -95,7 +122,14 @@ def _read_check_in(connection: socket.socket, peer: str, num_nodes: int, deadlin
         ) from None
     rank, nodes, port = values
     problem = ""
-    if nodes != num_nodes:
+    signed = {"challenge": challenge, **{name: message[name] for name in fields}}
+    if not _proven(secret, CHECK_IN, signed, message.get("proof")):
+        # First: a stranger learns nothing about this job's cluster from the reason it was refused.
+        problem = (
+            "its check-in does not prove this job's MNP_RENDEZVOUS_SECRET (only this job's nodes hold it; "
+            "another job, or a node submitted without `gpu-runner batch submit --multinode`, cannot)"
+        )
+    elif nodes != num_nodes:
         problem = f"it counts {nodes} node(s), this node {num_nodes}: every node must see the same AWS_BATCH_JOB_NUM_NODES"
     elif not 0 < rank < num_nodes:
         problem = f"its rank {rank} is not a child's (1 to {num_nodes - 1})"
@@ -105,7 +139,7 @@ def _read_check_in(connection: socket.socket, peer: str, num_nodes: int, deadlin
         _send(connection, {"error": f"rendezvous refused {peer}: {problem}"}, quiet=True)
         connection.close()
         raise DistributedError(f"rendezvous: refused {peer}: {problem}")
-    return _CheckIn(rank, f"{peer}:{port}", connection)
+    return _CheckIn(rank, f"{peer}:{port}", connection, challenge)
 
 
 def _refuse_duplicates(check_in: _CheckIn, checked_in: dict[int, _CheckIn]) -> None:
@@ -119,23 +153,38 @@ def _refuse_duplicates(check_in: _CheckIn, checked_in: dict[int, _CheckIn]) -> N
         raise error
 
 
-def join(main_host: str, port: int, rank: int, num_nodes: int, worker_port: int, timeout: float) -> list[str]:
+def join(
+    main_host: str, port: int, rank: int, num_nodes: int, worker_port: int, timeout: float, secret: str
+) -> list[str]:
     """On a child node: check in with the main node (retrying until it listens) and return the worker list."""
     deadline = time.monotonic() + timeout
     connection = _connect(main_host, port, deadline, timeout)
     with connection:
-        _send(connection, {"rank": rank, "num_nodes": num_nodes, "worker_port": worker_port})
-        answer = _receive(connection, deadline)
+        opening = _receive(connection, deadline)
+        challenge = opening.get("challenge")
+        if "error" in opening or not isinstance(challenge, str):
+            answer = opening
+        else:
+            check_in = {"rank": rank, "num_nodes": num_nodes, "worker_port": worker_port}
+            signed = proof(secret, CHECK_IN, {"challenge": challenge, **check_in})
+            _send(connection, {**check_in, "proof": signed})
+            answer = _receive(connection, deadline)
     if "error" in answer:
         raise DistributedError(f"the main node {main_host} ended the rendezvous: {answer['error']}")
     workers = answer.get("workers")
     if (
-        not isinstance(workers, list)
+        not isinstance(challenge, str)
+        or not isinstance(workers, list)
         or len(workers) != num_nodes
         or not all(isinstance(w, str) for w in workers)
     ):
         raise DistributedError(
-            f"rendezvous: the main node {main_host} answered {answer!r}, not a worker list"
+            f"rendezvous: the main node {main_host} answered {str(answer)[:300]}, not a worker list"
+        )
+    if not _proven(secret, ANSWER, {"challenge": challenge, "workers": workers}, answer.get("proof")):
+        raise DistributedError(
+            f"rendezvous: the answer from {main_host} does not prove this job's MNP_RENDEZVOUS_SECRET: it is not "
+            "this job's main node"
         )
     return workers
 

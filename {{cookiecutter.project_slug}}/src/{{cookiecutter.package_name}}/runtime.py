@@ -97,7 +97,14 @@ def configure(
     if cluster is not None:
         # The cluster as resolved (an explicit TF_CONFIG, or the one the Batch rendezvous agreed on).
         os.environ[distributed.TF_CONFIG] = cluster.tf_config()
-        # Every local GPU of every worker is a replica; the collectives pick NCCL or gRPC rings themselves.
-        return plan, tf.distribute.MultiWorkerMirroredStrategy()
+        # Every local GPU of every worker is a replica. The collectives run as TensorFlow's RING ("TensorFlow's ring
+        # algorithms for all-reduce and all-gather", tf.distribute.experimental.CommunicationImplementation, TF 2.15
+        # API docs) over each worker's gRPC server, the one port (MNP_WORKER_PORT) the multi-node security group
+        # opens: NCCL's all-reduce on GPUs connects its ranks on ports it picks itself, which cannot be set
+        # ("Specifying the client port ... is not [possible] at the moment", NCCL's maintainer, NVIDIA/nccl#388).
+        ring = tf.distribute.experimental.CommunicationOptions(
+            implementation=tf.distribute.experimental.CommunicationImplementation.RING
+        )
+        return plan, tf.distribute.MultiWorkerMirroredStrategy(communication_options=ring)
     strategy = tf.distribute.MirroredStrategy() if plan.multi_gpu else tf.distribute.get_strategy()
     return plan, strategy

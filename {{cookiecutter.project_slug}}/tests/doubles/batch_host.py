@@ -15,8 +15,10 @@ list (never a shell string), in a temporary directory, with the job's environmen
 - retryStrategy is stored, never applied ("not yet implemented" in SubmitJob's docstring): there is one attempt.
   A host loss is simulated (RECLAIM_WHEN: the process killed, the job's and attempt's statusReason set to Batch's
   "Host EC2 (instance i-...) terminated."), but moto starts no second attempt after it;
-- a multi-node job's nodes share the parent's log stream and are not describable as <job id>#<node>; its
-  SubmitJob nodeOverrides are not read (each node runs its job definition's command);
+- a multi-node job's nodes share the parent's log stream and are not describable as <job id>#<node>; moto keeps
+  no SubmitJob nodeOverrides: this double keeps them on moto's Job (install()) and gives each node the
+  variables of the ranges that target it, as Batch does (botocore 1.44.8's batch model, NodePropertyOverride
+  targetNodes), but not their command (each node runs its job definition's);
 - DescribeJobs drops the container's exit code (Job.describe replaces describe_short's `container`); ListJobs
   keeps it.
 
@@ -56,6 +58,27 @@ HOST_LOST = "Host EC2 (instance i-0123456789abcdef0) terminated."
 # credentials of its own gets moto's test keys and this server's address instead (main() sets them), so a job
 # submitted by a workflow (which cannot know the test endpoint) reaches the same S3 as its submitter.
 JOB_ROLE_STANDIN: dict[str, str] = {}
+# The SubmitJob being handled on this thread: its nodeOverrides.nodePropertyOverrides, which moto drops, handed to
+# the Job moto makes for it (install(); moto may start the job's nodes before its SubmitJob answer is sent).
+_SUBMITTING = threading.local()
+
+
+def _targets(node_range: str, node: int, num_nodes: int) -> bool:
+    """Whether a targetNodes range ("2", "0:", ":3", "1:2") covers a node index."""
+    start, colon, end = node_range.partition(":")
+    if not colon:
+        return node == int(start)
+    return int(start or 0) <= node <= (int(end) if end else num_nodes - 1)
+
+
+def node_override_environment(job: Any, node: int, num_nodes: int) -> dict[str, str]:
+    """The environment SubmitJob's node overrides give one node, later ranges over earlier ones."""
+    env: dict[str, str] = {}
+    for override in getattr(job, "node_overrides", None) or []:
+        if _targets(override.get("targetNodes", ""), node, num_nodes):
+            variables = override.get("containerOverrides", {}).get("environment", [])
+            env.update({item["name"]: item["value"] for item in variables})
+    return env
 
 
 def _moto_job(job_id: str) -> Any:
@@ -93,6 +116,7 @@ def batch_variables(name: str, environment: dict[str, str]) -> dict[str, str]:
             added["AWS_BATCH_JOB_NODE_INDEX"] = match.group(2)
             added["AWS_BATCH_JOB_MAIN_NODE_INDEX"] = str(nodes.get("mainNode", 0))
             added["AWS_BATCH_JOB_NUM_NODES"] = str(nodes.get("numNodes", 1))
+            added.update(node_override_environment(job, int(match.group(2)), nodes.get("numNodes", 1)))
     if job is not None:
         added["AWS_BATCH_JOB_ATTEMPT"] = str(max(1, len(job.attempts)))
         added["AWS_BATCH_JQ_NAME"] = job.job_queue.name
@@ -252,6 +276,7 @@ def install() -> None:
     """Every moto model that asks for Docker (DockerModel.docker_client) gets the local host instead, and SubmitJob
     is held to the limits AWS documents and moto ignores (doubles/aws_limits.py: the 30 KiB job payload)."""
     from moto.batch.exceptions import ClientException
+    from moto.batch.models import Job
     from moto.batch.responses import BatchResponse
     from moto.utilities import docker_utilities
 
@@ -267,9 +292,20 @@ def install() -> None:
         refusal = aws_limits.check("SubmitJob", body)
         if refusal is not None:
             raise ClientException(refusal.message)
-        return submit(self)
+        _SUBMITTING.node_overrides = (self._get_param("nodeOverrides") or {}).get("nodePropertyOverrides", [])
+        try:
+            return submit(self)
+        finally:
+            _SUBMITTING.node_overrides = []
 
     BatchResponse.submitjob = submit_within_limits  # type: ignore[method-assign]
+    make_job = Job.__init__
+
+    def job_keeping_node_overrides(self: Job, *args: Any, **kwargs: Any) -> None:
+        make_job(self, *args, **kwargs)
+        self.node_overrides = getattr(_SUBMITTING, "node_overrides", [])
+
+    Job.__init__ = job_keeping_node_overrides  # type: ignore[method-assign]
 
 
 def main(argv: list[str]) -> None:

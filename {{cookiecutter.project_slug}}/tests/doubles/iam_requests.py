@@ -279,12 +279,12 @@ def _batch(call: Call, job_tags: Callable[[str, str], dict[str, str]]) -> list[R
     raise KeyError(f"no IAM mapping for batch:{call.operation}: add it to iam_requests._batch")
 
 
-def _get_log_events(call: Call) -> list[Request]:
-    """logs:GetLogEvents on the log stream (Service Authorization Reference for CloudWatch Logs: resource type
-    log-stream, arn:...:log-group:<group>:log-stream:<stream>)."""
+def _log_stream(call: Call) -> list[Request]:
+    """logs:GetLogEvents, CreateLogStream and PutLogEvents on the log stream (Service Authorization Reference for
+    CloudWatch Logs: resource type log-stream, arn:...:log-group:<group>:log-stream:<stream>)."""
     group, stream = call.params["logGroupName"], call.params["logStreamName"]
     arn = f"arn:aws:logs:{call.region}:{ACCOUNT}:log-group:{group}:log-stream:{stream}"
-    return [Request("logs:GetLogEvents", arn)]
+    return [Request(f"logs:{call.operation}", arn)]
 
 
 def _describe_container_instances(call: Call) -> list[Request]:
@@ -298,6 +298,82 @@ def _describe_container_instances(call: Call) -> list[Request]:
         Request("ecs:DescribeContainerInstances", arn, {"ecs:cluster": cluster_arn})
         for arn in call.params["containerInstances"]
     ]
+
+
+def _ecs_arn(region: str, kind: str, name: str) -> str:
+    return name if name.startswith("arn:") else f"arn:aws:ecs:{region}:{ACCOUNT}:{kind}/{name}"
+
+
+def _container_instance_arn(region: str, cluster_arn: str, instance: str) -> str:
+    """A container instance's ARN from its ARN or id: container-instance/<cluster name>/<id> (the Service
+    Authorization Reference's ARN format)."""
+    return (
+        instance
+        if instance.startswith("arn:")
+        else _ecs_arn(region, "container-instance", f"{cluster_arn.rsplit('/', 1)[-1]}/{instance}")
+    )
+
+
+# The ECS agent's calls on a container instance (Service Authorization Reference for Amazon ECS, as bundled in
+# parliament 1.6.4's iam_definition.json): these act on the cluster resource...
+_ECS_CLUSTER_ACTIONS = {
+    "RegisterContainerInstance",
+    "DeregisterContainerInstance",
+    "SubmitTaskStateChange",
+    "SubmitContainerStateChange",
+    "SubmitAttachmentStateChanges",
+}
+# ...and Poll and StartTelemetrySession on the container instance, with ecs:cluster (the cluster's ARN). Those two
+# are the agent's websocket sessions (ACS, TCS), which botocore's ecs model does not describe: agent_sessions().
+_ECS_AGENT_SESSIONS = ("Poll", "StartTelemetrySession")
+
+
+def _ecs(call: Call) -> list[Request]:
+    """What the ECS agent on a container instance asks of ECS (the botocore-described operations)."""
+    p, region = call.params, call.region
+    if call.operation == "DiscoverPollEndpoint":
+        return [Request("ecs:DiscoverPollEndpoint", "*")]
+    cluster = _ecs_arn(region, "cluster", p.get("cluster", "default"))
+    if call.operation in _ECS_CLUSTER_ACTIONS:
+        return [Request(f"ecs:{call.operation}", cluster)]
+    if call.operation == "UpdateContainerInstancesState":
+        return [
+            Request(
+                "ecs:UpdateContainerInstancesState",
+                _container_instance_arn(region, cluster, instance),
+                {"ecs:cluster": cluster},
+            )
+            for instance in p["containerInstances"]
+        ]
+    if call.operation == "DescribeContainerInstances":
+        return _describe_container_instances(call)
+    raise KeyError(f"no IAM mapping for ecs:{call.operation}: add it to iam_requests._ecs")
+
+
+def agent_sessions(region: str, cluster: str, container_instance: str) -> list[Request]:
+    """The agent's two websocket sessions for one container instance: ecs:Poll (the ACS connection that hands it
+    tasks) and ecs:StartTelemetrySession (metrics), each on the container instance with ecs:cluster."""
+    cluster_arn = _ecs_arn(region, "cluster", cluster)
+    instance = _container_instance_arn(region, cluster_arn, container_instance)
+    return [
+        Request(
+            f"ecs:{action}", instance, {"aws:RequestedRegion": region, "ecs:cluster": cluster_arn}, action
+        )
+        for action in _ECS_AGENT_SESSIONS
+    ]
+
+
+def _ecr(call: Call) -> list[Request]:
+    """Pulling an image (Service Authorization Reference for Amazon ECR): GetAuthorizationToken has no resource
+    type; BatchGetImage, GetDownloadUrlForLayer and BatchCheckLayerAvailability act on the repository, in the
+    registry of registryId (the caller's account when absent)."""
+    if call.operation == "GetAuthorizationToken":
+        return [Request("ecr:GetAuthorizationToken", "*")]
+    if call.operation in {"BatchGetImage", "GetDownloadUrlForLayer", "BatchCheckLayerAvailability"}:
+        account = call.params.get("registryId", ACCOUNT)
+        arn = f"arn:aws:ecr:{call.region}:{account}:repository/{call.params['repositoryName']}"
+        return [Request(f"ecr:{call.operation}", arn)]
+    raise KeyError(f"no IAM mapping for ecr:{call.operation}: add it to iam_requests._ecr")
 
 
 def launch_path_requests(region: str, repository: str) -> dict[str, Request]:
@@ -405,10 +481,13 @@ def requests_for(
         requests = _s3(call)
     elif call.service == "batch":
         requests = _batch(call, job_tags)
-    elif key == "logs:GetLogEvents":
-        requests = _get_log_events(call)
-    elif key == "ecs:DescribeContainerInstances":
-        requests = _describe_container_instances(call)
+    elif key in {"logs:GetLogEvents", "logs:CreateLogStream", "logs:PutLogEvents"}:
+        # All three on the log stream (Service Authorization Reference for CloudWatch Logs).
+        requests = _log_stream(call)
+    elif call.service == "ecs":
+        requests = _ecs(call)
+    elif call.service == "ecr":
+        requests = _ecr(call)
     else:
         raise KeyError(f"no IAM mapping for {key}: add it to iam_requests.requests_for")
     # aws:RequestedRegion, the region the request was sent to, is in the context of every request (IAM User Guide,

@@ -23,7 +23,7 @@ import yaml
 from botocore.exceptions import ClientError, ParamValidationError
 from botocore.validate import validate_parameters
 from doubles.batch_host import RECLAIM_WHEN
-from doubles.batch_world import PY, REGION
+from doubles.batch_world import PY, REGION, RESOURCES
 from mlflow.tracking import MlflowClient
 
 from gpu_runner import batch_jobs, batch_wait, cli
@@ -240,10 +240,52 @@ def test_a_multi_node_job_runs_each_node_with_its_index(batch: Any, logs: Any) -
     assert "[job] node 1 of 2 main 0 main address 127.0.0.1" in lines
 
 
+# Each node prints a digest of the job's rendezvous secret, never the secret itself.
+SECRET_DIGEST = (
+    "import hashlib, os; s = os.environ.get('MNP_RENDEZVOUS_SECRET', ''); "
+    "print('node', os.environ['AWS_BATCH_JOB_NODE_INDEX'], 'secret', len(s), hashlib.sha256(s.encode()).hexdigest())"
+)
+
+
+def test_each_multi_node_job_gets_a_fresh_rendezvous_secret_on_every_node_and_nowhere_else(
+    batch: Any, logs: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`batch submit` draws a secret per multi-node job and puts it in SubmitJob's node overrides, so every node of
+    that job has the same one and the next job another; the submit's log and the wait's lines never carry it (the
+    project's distributed.py says why SubmitJob, and who else can read it there)."""
+    caplog.set_level("DEBUG", logger="gpu_runner")  # everything gpu-runner logs, at every level
+    digests = []
+    for _ in range(2):
+        # A definition each: moto writes every job of one definition to the same log stream.
+        name = f"secret-mnp-{uuid.uuid4().hex[:8]}"
+        batch.register_job_definition(jobDefinitionName=name, type="multinode", nodeProperties={
+            "numNodes": 2, "mainNode": 0, "nodeRangeProperties": [{"targetNodes": "0:", "container": {
+                "image": "local/none", "command": [PY, "-c", SECRET_DIGEST], "resourceRequirements": RESOURCES}}]})  # fmt: skip
+        outcome, lines = run_job(batch, logs, JobRequest("secret-job", "gpu-mnp", name))
+        assert (outcome.status, outcome.exit_code) == ("SUCCEEDED", 0), lines
+        reported = {line.split()[2]: line.split()[4:] for line in lines if " secret " in line}
+        assert set(reported) == {"0", "1"}, lines
+        (digest,) = {tuple(v) for v in reported.values()}  # the same secret on both nodes
+        assert digest[0] == "43"  # 256 bits, url-safe
+        digests.append(digest[1])
+        (sent,) = batch.submitted[-1:]
+        (override,) = sent["nodeOverrides"]["nodePropertyOverrides"]
+        secret = {e["name"]: e["value"] for e in override["containerOverrides"]["environment"]}[
+            batch_jobs.RENDEZVOUS_SECRET
+        ]
+        assert override["targetNodes"] == "0:"
+        assert secret not in "\n".join(lines) and secret not in caplog.text
+    assert digests[0] != digests[1], "two jobs shared a secret"
+
+
 @pytest.mark.parametrize(
     ("request_", "named"),
     [
         (JobRequest("t", "no-such-queue", "train"), "queue: 'no-such-queue' does not exist"),
+        (
+            JobRequest("t", "gpu-mnp", "train-mnp", environment={"MNP_RENDEZVOUS_SECRET": "x" * 43}),
+            "environment: MNP_RENDEZVOUS_SECRET is drawn by `batch submit`",
+        ),
         (JobRequest("t", "gpu", "no-such-definition"), "definition: 'no-such-definition' does not exist"),
         (
             JobRequest("t", "gpu", "train", instance_type="p4d.24xlarge"),

@@ -9,13 +9,15 @@ PlatformCapabilities (moto reads `timeout` in lower case only), a multi-node def
 registers every definition from CloudFormation as `container`: doubles.batch_stack hands it the node range's
 container), resource tags on queues, and the retry strategy's enforcement (moto runs no job here). moto also
 requires a ServiceRole where AWS takes its service-linked role: the tests pass one, the template's default is
-asserted. Nor does it attach a role's ManagedPolicyArns (the instance role's, on the template). The allowed values come from botocore's batch model, not from moto."""
+asserted. The allowed values come from botocore's batch model, not from moto. The instance role's user-data firewall
+runs for real in tests/runner/test_batch_imds.py."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import logging
+import re
 import sys
 import time
 import uuid
@@ -26,6 +28,7 @@ import boto3
 import botocore.session
 import pytest
 from botocore.exceptions import ClientError
+from botocore.validate import validate_parameters
 from doubles import batch_stack as double
 from doubles import batch_world, gpu_runner_stack
 from doubles.git_repository import committed_repository
@@ -40,7 +43,9 @@ from doubles.gpu_runner_stack import (
 )
 from doubles.iam_requests import (
     ACCOUNT,
+    Call,
     Request,
+    agent_sessions,
     allowed,
     granted_actions,
     record_calls,
@@ -154,10 +159,6 @@ def test_compute_environments_are_gpu_spot_and_on_demand_at_zero(
     (role,) = iam.get_instance_profile(InstanceProfileName=profile_name)["InstanceProfile"]["Roles"]
     assert role["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {"Service": "ec2.amazonaws.com"}
     assert role["Arn"] not in (batch["outputs"]["JobRoleArn"], batch["outputs"]["SubmitRoleArn"])
-    # moto does not attach a role's ManagedPolicyArns: the managed policy AWS documents for it, on the template.
-    assert double.template()["Resources"]["InstanceRole"]["Properties"]["ManagedPolicyArns"] == [
-        {"Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/service-role/AmazonEC2ContainerServiceforEC2Role"}
-    ]
     # Both environments launch through the stack's launch template (IMDSv2, encrypted volume: see the template test).
     ec2 = batch["session"].client("ec2")
     template_id = spot["computeResources"]["launchTemplate"]["launchTemplateId"]
@@ -165,17 +166,70 @@ def test_compute_environments_are_gpu_spot_and_on_demand_at_zero(
     assert on_demand["computeResources"]["launchTemplate"]["launchTemplateId"] == template_id
 
 
-def test_nodes_accept_only_each_other(batch: dict[str, Any], stack: dict[str, Any]) -> None:
-    """The second group of both environments (multi-node jobs' interfaces carry it): inbound from itself only."""
+def test_multinode_nodes_admit_only_their_own_group_on_the_rendezvous_and_worker_ports(
+    batch: dict[str, Any], stack: dict[str, Any]
+) -> None:
+    """The multi-node environment's second group (its nodes' interfaces carry it): inbound from itself only, on
+    exactly the two ports the multi-node definition sets for its nodes (MNP_WORKER_PORT, MNP_RENDEZVOUS_PORT)."""
     ec2 = batch["session"].client("ec2")
-    environment = _environment(batch, batch["outputs"]["OnDemandComputeEnvironment"])
+    environment = _environment(batch, batch["outputs"]["MultiNodeComputeEnvironment"])
     runner_group, node_group = environment["computeResources"]["securityGroupIds"]
     assert runner_group == stack["outputs"]["RunnerSecurityGroupId"]
     (group,) = ec2.describe_security_groups(GroupIds=[node_group])["SecurityGroups"]
-    (rule,) = group["IpPermissions"]
-    assert [p["GroupId"] for p in rule["UserIdGroupPairs"]] == [node_group]
-    assert rule["IpRanges"] == [] and rule["Ipv6Ranges"] == []
+    rules = sorted(
+        (rule["IpProtocol"], rule["FromPort"], rule["ToPort"], tuple(p["GroupId"] for p in rule["UserIdGroupPairs"]),
+         tuple(rule["IpRanges"]), tuple(rule["Ipv6Ranges"]), tuple(rule.get("PrefixListIds", [])))
+        for rule in group["IpPermissions"]
+    )  # fmt: skip
+    assert rules == [
+        ("tcp", 2222, 2222, (node_group,), (), (), ()),
+        ("tcp", 2223, 2223, (node_group,), (), (), ()),
+    ]
     assert group["VpcId"] == batch["parameters"]["VpcId"]
+    # The ports the nodes listen on are those (the template's multi-node container: moto registers a node range's
+    # container without its environment, doubles.batch_stack).
+    (node_range,) = double.template()["Resources"]["MultiNodeJobDefinition"]["Properties"]["NodeProperties"][
+        "NodeRangeProperties"
+    ]
+    condition, with_mlflow, without = node_range["Container"]["Environment"]["Fn::If"]
+    ports = {"MNP_WORKER_PORT": {"Ref": "WorkerPort"}, "MNP_RENDEZVOUS_PORT": {"Ref": "RendezvousPort"}}
+    assert condition == "HasMlflowPassword"
+    assert {e["Name"]: e["Value"] for e in without} == ports
+    assert {e["Name"]: e["Value"] for e in with_mlflow} == {
+        **ports,
+        "MLFLOW_TRACKING_USERNAME": {"Ref": "MlflowUsername"},
+    }
+    parameters = double.template()["Parameters"]
+    assert (parameters["WorkerPort"]["Default"], parameters["RendezvousPort"]["Default"]) == (2222, 2223)
+    # The project's own defaults, so a node started without the job definition's values listens there too.
+    assert "DEFAULT_WORKER_PORT = 2222" in (PROJECT_DIR / "src").joinpath(*_distributed_module()).read_text()
+
+
+def _distributed_module() -> tuple[str, str]:
+    (package,) = [p.name for p in (PROJECT_DIR / "src").iterdir() if (p / "distributed.py").is_file()]
+    return package, "distributed.py"
+
+
+def test_single_node_instances_share_no_group_with_multinode_nodes(
+    batch: dict[str, Any], stack: dict[str, Any]
+) -> None:
+    """A single-node job's instance carries the runner group only (no inbound rule): it can neither reach a
+    multi-node job's ports nor be reached; the GPU queue never places a job in the multi-node environment."""
+    outputs = batch["outputs"]
+    multinode = _environment(batch, outputs["MultiNodeComputeEnvironment"])["computeResources"][
+        "securityGroupIds"
+    ]
+    runner_group = stack["outputs"]["RunnerSecurityGroupId"]
+    for output in ("SpotComputeEnvironment", "OnDemandComputeEnvironment"):
+        groups = _environment(batch, outputs[output])["computeResources"]["securityGroupIds"]
+        assert groups == [runner_group], output
+        assert not set(groups) & (set(multinode) - {runner_group}), output
+    order = {item["computeEnvironment"] for item in _queue(batch, "JobQueue")["computeEnvironmentOrder"]}
+    assert outputs["MultiNodeComputeEnvironment"] not in order
+    (runner,) = (
+        batch["session"].client("ec2").describe_security_groups(GroupIds=[runner_group])["SecurityGroups"]
+    )
+    assert runner["IpPermissions"] == []
 
 
 def test_gpu_queue_tries_spot_first_and_the_multinode_queue_never_spot(batch: dict[str, Any]) -> None:
@@ -189,8 +243,8 @@ def test_gpu_queue_tries_spot_first_and_the_multinode_queue_never_spot(batch: di
     assert gpu["jobQueueName"] == f"{batch['name']}-gpu" and gpu["state"] == "ENABLED"
     assert order(gpu) == [outputs["SpotComputeEnvironment"], outputs["OnDemandComputeEnvironment"]]
     assert multinode["jobQueueName"] == f"{batch['name']}-multinode"
-    # AWS runs no multi-node parallel job on spot: the multinode queue has only the on-demand environment.
-    assert order(multinode) == [outputs["OnDemandComputeEnvironment"]]
+    # AWS runs no multi-node parallel job on spot: the multinode queue has only its own on-demand environment.
+    assert order(multinode) == [outputs["MultiNodeComputeEnvironment"]]
     markets = {_environment(batch, arn)["computeResources"]["type"] for arn in order(multinode)}
     assert markets == {"EC2"}
 
@@ -233,6 +287,7 @@ def test_template_settings_moto_does_not_apply() -> None:
         "HttpTokens": "required",
         "HttpPutResponseHopLimit": 1,
         "HttpEndpoint": "enabled",
+        "HttpProtocolIpv6": "disabled",
     }
     (volume,) = data["BlockDeviceMappings"]
     assert volume["Ebs"]["Encrypted"] is True and volume["Ebs"]["VolumeSize"] == {"Ref": "RootVolumeGb"}
@@ -249,11 +304,25 @@ def test_template_settings_moto_does_not_apply() -> None:
     assert (node["NodeProperties"]["NumNodes"], node["NodeProperties"]["MainNode"]) == (2, 0)
     (node_range,) = node["NodeProperties"]["NodeRangeProperties"]
     assert node_range["TargetNodes"] == "0:"
-    # The same container as the single-node definition, plus the one instance type all nodes share.
+    # The same container as the single-node definition, plus the one instance type all nodes share and their ports.
     single = resources["JobDefinition"]["Properties"]["ContainerProperties"]
-    assert {k: v for k, v in node_range["Container"].items() if k != "InstanceType"} == single
+    differ = ("InstanceType", "Environment")
+    assert {k: v for k, v in node_range["Container"].items() if k not in differ} == {
+        k: v for k, v in single.items() if k not in differ
+    }
+    # Both run their jobs as JobUser, never root, and no SubmitJob override can change that.
+    for container in (single, node_range["Container"]):
+        assert container["User"] == {"Ref": "JobUser"}
+    job_user = double.template()["Parameters"]["JobUser"]
+    assert job_user["Default"] == "1000:1000"
+    assert not re.fullmatch(job_user["AllowedPattern"], "0:0") and not re.fullmatch(
+        job_user["AllowedPattern"], "root"
+    )
+    assert "user" in BATCH_MODEL.shape_for("ContainerProperties").members
+    for overrides in ("ContainerOverrides", "TaskContainerOverrides"):
+        assert "user" not in BATCH_MODEL.shape_for(overrides).members, overrides
     # AWS's default: no ServiceRole (Batch's service-linked role) unless one is given.
-    for name in ("SpotComputeEnvironment", "OnDemandComputeEnvironment"):
+    for name in ("SpotComputeEnvironment", "OnDemandComputeEnvironment", "MultiNodeComputeEnvironment"):
         service_role = resources[name]["Properties"]["ServiceRole"]
         assert service_role == {
             "Fn::If": ["HasServiceRole", {"Ref": "ServiceRoleArn"}, {"Ref": "AWS::NoValue"}]
@@ -274,7 +343,7 @@ def _enum(shape: str) -> list[str]:
 def test_the_template_uses_only_values_botocores_batch_model_allows() -> None:
     """cfn-lint checks types; the allowed words of the API are botocore's (the model AWS's SDKs are built from)."""
     resources = double.template()["Resources"]
-    for name in ("SpotComputeEnvironment", "OnDemandComputeEnvironment"):
+    for name in ("SpotComputeEnvironment", "OnDemandComputeEnvironment", "MultiNodeComputeEnvironment"):
         compute = resources[name]["Properties"]["ComputeResources"]
         assert compute["AllocationStrategy"] in _enum("CRAllocationStrategy")
         assert compute["Type"] in _enum("CRType")
@@ -343,9 +412,18 @@ def _split_submit_job(issue: str, detail: Any) -> bool:
     )
 
 
+def _instance_policies(batch: dict[str, Any]) -> list[dict[str, Any]]:
+    environment = _environment(batch, batch["outputs"]["OnDemandComputeEnvironment"])
+    profile = environment["computeResources"]["instanceRole"].rsplit("/", 1)[-1]
+    iam = batch["session"].client("iam")
+    (role,) = iam.get_instance_profile(InstanceProfileName=profile)["InstanceProfile"]["Roles"]
+    return managed_policies(batch["session"], role["RoleName"])
+
+
 def test_policies_are_parliament_clean(batch: dict[str, Any]) -> None:
-    for policies in (_submit_policies(batch), _job_policies(batch)):
-        (document,) = policies
+    documents = [*_submit_policies(batch), *_job_policies(batch), *_instance_policies(batch)]
+    assert len(documents) == 4  # the instance role's two: the agent's, the image's (an ECR image here)
+    for document in documents:
         findings = analyze_policy_string(json.dumps(document)).findings
         assert [f"{f.issue}: {f.detail}" for f in findings if not _split_submit_job(f.issue, f.detail)] == []
     # The filter is narrow: a statement granting SubmitJob on nothing Batch knows is still a finding.
@@ -519,6 +597,8 @@ def test_what_training_code_in_a_job_can_do(batch: dict[str, Any], stack: dict[s
         Request("batch:RegisterJobDefinition", _arn("job-definition", "anything")),
         Request("iam:PassRole", outputs["JobRoleArn"]),
         Request("sts:AssumeRole", outputs["SubmitRoleArn"]),
+        # Another multi-node job's rendezvous secret is in its SubmitJob node overrides: DescribeJobs would show it.
+        Request("batch:DescribeJobs", "*"),
     ):
         assert not allowed(policies, request), request
     # The same data scope as the runner role: what one may do to the bucket, so may the other.
@@ -527,6 +607,148 @@ def test_what_training_code_in_a_job_can_do(batch: dict[str, Any], stack: dict[s
                         ("s3:DeleteObject", "sweeps/s/waves/1.json"), ("s3:PutObject", "predictions/p.csv")):  # fmt: skip
         request = Request(action, f"arn:aws:s3:::{bucket}/{key}", same_account)
         assert allowed(policies, request) == allowed(runner, request), (action, key)
+
+
+# Batch names an environment's ECS cluster <environment name>_Batch_<uuid>: botocore's own DescribeComputeEnvironments
+# example (examples-1.json beside the batch model), read here so the pattern the policy names is held to it.
+BATCH_EXAMPLES = json.loads(
+    (Path(botocore.__file__).parent / "data" / "batch" / "2016-08-10" / "examples-1.json").read_text()
+)
+
+
+def _example_cluster_arn() -> str:
+    (example,) = [e for e in BATCH_EXAMPLES["examples"]["DescribeComputeEnvironments"]]
+    (environment,) = example["output"]["computeEnvironments"]
+    assert environment["ecsClusterArn"].endswith(f":cluster/{environment['computeEnvironmentName']}_Batch_" + (
+        "2c06f29d-d1fe-3a49-879d-42394c86effc"))  # fmt: skip
+    return str(environment["ecsClusterArn"])
+
+
+def _cluster(environment_name: str) -> str:
+    """The ARN Batch gives the ECS cluster of an environment of ours, in the shape of botocore's example."""
+    example = _example_cluster_arn()
+    suffix = example.rsplit("/", 1)[1].split("_Batch_", 1)[1]
+    return f"arn:aws:ecs:{REGION}:{ACCOUNT}:cluster/{environment_name}_Batch_{suffix}"
+
+
+def _agent_calls(cluster: str, repository: str, stream: str) -> list[Call]:
+    """What the ECS agent and Docker on a Batch instance ask AWS over the instance's life, each request held to
+    botocore's model of its operation: find the endpoint, register, pull the image (ECR), write the job's log stream,
+    report task and container states, drain on a Spot notice, deregister."""
+    instance = f"{cluster.replace(':cluster/', ':container-instance/')}/0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+    digest = "sha256:" + "5" * 64
+    task = f"{cluster.replace(':cluster/', ':task/')}/4f1c"
+    requests = [
+        ("ecs", "DiscoverPollEndpoint", {"containerInstance": instance, "cluster": cluster}),
+        ("ecs", "RegisterContainerInstance", {"cluster": cluster, "instanceIdentityDocument": "{}",
+                                              "instanceIdentityDocumentSignature": "x"}),
+        ("ecr", "GetAuthorizationToken", {}),
+        ("ecr", "BatchGetImage", {"repositoryName": repository, "imageIds": [{"imageDigest": digest}]}),
+        ("ecr", "BatchCheckLayerAvailability", {"repositoryName": repository, "layerDigests": [digest]}),
+        ("ecr", "GetDownloadUrlForLayer", {"repositoryName": repository, "layerDigest": digest}),
+        ("logs", "CreateLogStream", {"logGroupName": "/aws/batch/job", "logStreamName": stream}),
+        ("logs", "PutLogEvents", {"logGroupName": "/aws/batch/job", "logStreamName": stream,
+                                  "logEvents": [{"timestamp": 1, "message": "epoch 1"}]}),
+        ("ecs", "SubmitTaskStateChange", {"cluster": cluster, "task": task, "status": "RUNNING"}),
+        ("ecs", "SubmitContainerStateChange", {"cluster": cluster, "task": task, "containerName": "default",
+                                               "status": "STOPPED", "exitCode": 0}),
+        ("ecs", "SubmitAttachmentStateChanges", {"cluster": cluster, "attachments": [
+            {"attachmentArn": f"{task}/eni", "status": "ATTACHED"}]}),
+        ("ecs", "UpdateContainerInstancesState", {"cluster": cluster, "containerInstances": [instance],
+                                                  "status": "DRAINING"}),
+        ("ecs", "DeregisterContainerInstance", {"cluster": cluster, "containerInstance": instance}),
+    ]  # fmt: skip
+    session = botocore.session.get_session()
+    calls = []
+    for service, operation, params in requests:
+        validate_parameters(params, session.get_service_model(service).operation_model(operation).input_shape)
+        calls.append(Call(service, operation, REGION, params))
+    return calls
+
+
+def _agent_requests(cluster: str, repository: str, stream: str) -> list[Request]:
+    instance = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+    return [
+        *(r for call in _agent_calls(cluster, repository, stream) for r in requests_for(
+            call, instance_tags=lambda *_: {}, profile_role=lambda _: "", spot_role_exists=lambda: True)),
+        *agent_sessions(REGION, cluster, instance),
+    ]  # fmt: skip
+
+
+def test_the_instance_role_is_the_ecs_agents_on_this_stacks_clusters_and_nothing_more(
+    batch: dict[str, Any],
+) -> None:
+    """What the instances hold (only root on them reaches it: test_batch_imds.py): every call the ECS agent makes
+    for a job of ours, in each of the three environments' clusters, and the same calls refused on any other
+    cluster, repository or log stream; no managed policy, no other service."""
+    policies, name = _instance_policies(batch), batch["name"]
+    repository = double.IMAGE.split("/", 1)[1].split(":", 1)[0]
+    assert (
+        batch["parameters"]["ImageRepositoryArn"] == f"arn:aws:ecr:{REGION}:{ACCOUNT}:repository/{repository}"
+    )
+    ours = [_cluster(f"{name}-{kind}") for kind in ("spot", "on-demand", "multinode")]
+    for cluster in ours:
+        for stream in (f"{name}-train/default/4f1c", f"{name}-train-multinode/default/4f1c"):
+            denied = [r for r in _agent_requests(cluster, repository, stream) if not allowed(policies, r)]
+            assert denied == [], denied
+    granted = {r.action for r in _agent_requests(ours[0], repository, f"{name}-train/default/4f1c")}
+    assert granted_actions(policies) == granted
+    suffix = _cluster("x").rsplit("_Batch_", 1)[1]
+    elsewhere = {
+        "another project's cluster": _cluster("other-project-on-demand"),
+        "a cluster named to look like ours": f"arn:aws:ecs:{REGION}:{ACCOUNT}:cluster/{name}-on-demand_Batch_x_Batch_{suffix}",
+        "a longer environment name of ours": _cluster(f"{name}-on-demand-2"),
+        "the default cluster": f"arn:aws:ecs:{REGION}:{ACCOUNT}:cluster/default",
+        "our name in another region": _cluster(f"{name}-on-demand").replace(REGION, "eu-west-1"),
+    }  # fmt: skip
+    for what, cluster in elsewhere.items():
+        ecs = [r for r in _agent_requests(cluster, repository, f"{name}-train/default/4f1c")
+               if r.action.startswith("ecs:") and r.action != "ecs:DiscoverPollEndpoint"]  # fmt: skip
+        assert ecs and not any(allowed(policies, r) for r in ecs), what
+    for what, request in {
+        "pull another repository": Request("ecr:BatchGetImage", f"arn:aws:ecr:{REGION}:{ACCOUNT}:repository/other"),
+        "write another definition's stream": Request(
+            "logs:PutLogEvents", f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/batch/job:log-stream:other-train/default/1"),
+        "write another group": Request(
+            "logs:CreateLogStream", f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/other:log-stream:{name}-train/default/1"),
+        "create a cluster": Request("ecs:CreateCluster", f"arn:aws:ecs:{REGION}:{ACCOUNT}:cluster/x"),
+        "run a task": Request("ecs:RunTask", f"arn:aws:ecs:{REGION}:{ACCOUNT}:task-definition/x:1"),
+        "read the bucket": Request("s3:GetObject", f"arn:aws:s3:::{batch['parameters']['BucketName']}/data/x"),
+        "assume the job role": Request("sts:AssumeRole", batch["outputs"]["JobRoleArn"]),
+        "submit a job": Request("batch:SubmitJob", batch["outputs"]["JobQueue"]),
+    }.items():  # fmt: skip
+        assert not allowed(policies, request), what
+    # moto attaches no ManagedPolicyArns: on the template, none (AmazonEC2ContainerServiceforEC2Role was there).
+    assert "ManagedPolicyArns" not in double.template()["Resources"]["InstanceRole"]["Properties"]
+
+
+def test_an_image_outside_ecr_gets_no_ecr_permission() -> None:
+    """ImageRepositoryArn is derived from the image; an image of another registry leaves the ECR statements out
+    (HasEcrImage), an ECR one names its repository only."""
+    assert (
+        batch_stack.ecr_repository_arn(double.IMAGE)
+        == f"arn:aws:ecr:{REGION}:{ACCOUNT}:repository/ml-project"
+    )
+    china = f"123456789012.dkr.ecr.cn-north-1.amazonaws.com.cn/team/train@sha256:{'a' * 64}"
+    assert (
+        batch_stack.ecr_repository_arn(china)
+        == "arn:aws-cn:ecr:cn-north-1:123456789012:repository/team/train"
+    )
+    assert batch_stack.ecr_repository_arn(f"ghcr.io/org/train:1@sha256:{'a' * 64}") == ""
+    assert batch_stack.ecr_repository_arn(f"public.ecr.aws/org/train@sha256:{'a' * 64}") == ""
+    resources = double.template()["Resources"]
+    assert resources["InstanceImagePolicy"]["Condition"] == "HasEcrImage"
+    assert double.template()["Conditions"]["HasEcrImage"] == {
+        "Fn::Not": [{"Fn::Equals": [{"Ref": "ImageRepositoryArn"}, ""]}]
+    }
+    granted = {
+        a
+        for s in resources["InstancePolicy"]["Properties"]["PolicyDocument"]["Statement"]
+        for a in s["Action"]
+    }
+    assert not any(action.startswith("ecr:") for action in granted)
+    pattern = double.template()["Parameters"]["ImageRepositoryArn"]["AllowedPattern"]
+    assert re.fullmatch(pattern, batch_stack.ecr_repository_arn(double.IMAGE)) and re.fullmatch(pattern, "")
 
 
 def test_the_submit_role_ships_only_new_archives_under_batch_src(batch: dict[str, Any]) -> None:
@@ -737,10 +959,11 @@ def test_without_spot_the_gpu_queue_is_on_demand_only(
         parameters = cfn.describe_stacks(StackName=batch_stack.batch_stack_name(project, DEFAULT_REPOSITORY))
         assert {"ParameterKey": "UseSpot", "ParameterValue": "false"} in parameters["Stacks"][0]["Parameters"]
         assert "SpotComputeEnvironment" not in outputs
-        for output in ("JobQueue", "MultiNodeJobQueue"):
+        for output, environment in (("JobQueue", "OnDemandComputeEnvironment"),
+                                    ("MultiNodeJobQueue", "MultiNodeComputeEnvironment")):  # fmt: skip
             (queue,) = session.client("batch").describe_job_queues(jobQueues=[outputs[output]])["jobQueues"]
             (only,) = queue["computeEnvironmentOrder"]
-            assert only["computeEnvironment"] == outputs["OnDemandComputeEnvironment"], output
+            assert only["computeEnvironment"] == outputs[environment], output
     finally:
         # The batch stack only; its bootstrap stack stays, as test_doctor's and test_reaper_lambda's do.
         with contextlib.suppress(ClientError):  # best effort, as the session's stack (see above)

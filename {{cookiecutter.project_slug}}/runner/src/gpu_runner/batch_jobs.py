@@ -25,8 +25,9 @@ from __future__ import annotations
 import json
 import logging
 import re
+import secrets
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .errors import RunnerError, SettingsError
@@ -45,6 +46,10 @@ ENDED = ("SUCCEEDED", "FAILED")
 DESCRIBE_MAX = 100  # DescribeJobs takes at most 100 job ids
 # Why a job is cancelled when the workflow is: TerminateJob's reason, shown as the job's statusReason.
 CANCEL_REASON = "cancelled with its GitHub Actions run"
+# Each multi-node job's own secret for its rendezvous (the project's distributed.py RENDEZVOUS_SECRET, which says
+# why it travels in SubmitJob's node overrides and who can read it there). Drawn here, per submission: 256 bits.
+RENDEZVOUS_SECRET = "MNP_RENDEZVOUS_SECRET"
+RENDEZVOUS_SECRET_BYTES = 32
 
 
 class BatchInputError(SettingsError):
@@ -225,6 +230,15 @@ def submit(batch: Any, request: JobRequest) -> Submitted:
             "array_size: a multi-node job cannot also be an array job; submit one or the other"
         )
     check_placement(request, compute_environments(batch, queue), multi_node)
+    if RENDEZVOUS_SECRET in request.environment:
+        raise BatchInputError(
+            f"environment: {RENDEZVOUS_SECRET} is drawn by `batch submit` for each multi-node job; a value given "
+            "on the command line would sit in the workflow file and its log: remove it"
+        )
+    if multi_node:
+        # Never logged or printed: the nodes read it from their environment, nobody else needs it.
+        secret = secrets.token_urlsafe(RENDEZVOUS_SECRET_BYTES)
+        request = replace(request, environment={**request.environment, RENDEZVOUS_SECRET: secret})
     arguments = submit_arguments(request, definition)
     # The body botocore sends is this JSON (rest-json, default separators): measure it as AWS will.
     size = len(json.dumps(arguments).encode())

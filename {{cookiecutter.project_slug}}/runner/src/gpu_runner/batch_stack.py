@@ -56,6 +56,24 @@ RUNNER_STACK_PARAMETERS = (
 )
 
 
+# A private ECR image: <account>.dkr.ecr[-fips].<region>.amazonaws.com[.cn]/<repository>[:tag]@sha256:... (Amazon
+# ECR User Guide, "Private registry concepts": the registry URL; the China regions' domain ends .com.cn). The
+# instances may pull from that one repository only (infra/batch.yaml InstancePolicy).
+ECR_IMAGE = re.compile(
+    r"(?P<account>\d{12})\.dkr\.ecr(?:-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?P<china>\.cn)?/"
+    r"(?P<repository>[a-z0-9][a-z0-9._/-]*?)(?::[A-Za-z0-9_][A-Za-z0-9_.-]*)?@sha256:[0-9a-f]{64}"
+)
+
+
+def ecr_repository_arn(image: str) -> str:
+    """The ECR repository ARN of a pinned image, or "" for an image outside ECR (no ECR permission then)."""
+    match = ECR_IMAGE.fullmatch(image)
+    if match is None:
+        return ""
+    partition = "aws-cn" if match["china"] else "aws"
+    return f"arn:{partition}:ecr:{match['region']}:{match['account']}:repository/{match['repository']}"
+
+
 class BatchStackError(RunnerError):
     """The Batch stack cannot be deployed as asked (the message names the field and the fix)."""
 
@@ -169,6 +187,7 @@ def stack_parameters(
         "MaxvCpus": str(inputs.max_vcpus),
         "MultiNodeInstanceType": settings.instance_types[0],
         "Image": settings.image,
+        "ImageRepositoryArn": ecr_repository_arn(settings.image),
         "MaxRuntimeSeconds": str(settings.max_runtime_minutes * 60),
         "RootVolumeGb": str(settings.root_volume_gb),
         "ServiceRoleArn": inputs.service_role_arn,
