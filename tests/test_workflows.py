@@ -123,7 +123,7 @@ def test_zizmor_clean_on_template_workflows(template_workflows: list[Path]) -> N
 
 
 def test_zizmor_auditor_clean_on_template_workflows(template_workflows: list[Path]) -> None:
-    """The thin CI files this template owns pass even the auditor persona (every audit, the pedantic ones too)."""
+    """The thin CI files this template owns pass even the auditor persona (every audit, pedantic ones too)."""
     code, findings = zizmor(template_workflows, REPO_ROOT, persona="auditor")
     assert (code, findings) == (0, []), describe_zizmor(findings)
 
@@ -239,16 +239,16 @@ def test_the_default_branch_answer_names_what_start_and_stop_run(baked_custom: P
         assert recipe and "--default-branch develop " in recipe[1].replace("\\\n", " "), target
 
 
-# ---------------------------------------------------------------- the injection test on a hostile project name
-# What a new user typed (issue 30): every shell metacharacter is dropped from the slug, but the word `pwned` stays in
-# the package name, which the workflows pass to commands.
-HOSTILE_NAME = "Zoë's \"Vision\" Lab $(touch /tmp/acc-pwned)"
+# ---------------------------------------------------------------- the injection test, on a hostile name
+# What a new user typed (issue 30): every shell metacharacter is dropped from the slug, but the word `pwned`
+# stays in the package name, which the workflows pass to commands.
+HOSTILE_NAME = 'Zoë\'s "Vision" Lab $(touch /tmp/acc-pwned)'
 
 
 def test_the_injection_test_passes_on_a_project_named_like_its_payload(tmp_path: Path) -> None:
-    """The project's own workflow-injection test, run in a bake of that name: its payload marker is one no answer
-    can produce, so only a payload the harness planted counts as hostile (with a fixed marker word, every call of
-    the package looked like an injected argument and the user's first `make test` failed)."""
+    """The project's own workflow-injection test, run in a bake of that name: its payload marker is one no
+    answer can produce, so only a payload the harness planted counts as hostile (with a fixed marker word,
+    every call of the package looked like an injected argument and the user's first `make test` failed)."""
     project = bake_project(tmp_path, project_name=HOSTILE_NAME)
     package = answers_of(project)["package_name"]
     assert "pwned" in package, package  # the case this test is about
@@ -258,7 +258,8 @@ def test_the_injection_test_passes_on_a_project_named_like_its_payload(tmp_path:
     result = subprocess.run(
         [
             sys.executable, "-m", "pytest", str(workflows / "test_workflow_injection.py"), "-q",
-            "-c", str(ini), "--rootdir", str(project), "--confcutdir", str(workflows), "-p", "no:cacheprovider",
+            "-c", str(ini), "--rootdir", str(project), "--confcutdir", str(workflows),
+            "-p", "no:cacheprovider",
         ],
         cwd=project, capture_output=True, text=True, timeout=600, check=False,
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(workflows), str(project / "runner" / "src")])},
