@@ -8,7 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from step_scripts import EXPRESSION_RE, MARKER, PAYLOAD, UNTRUSTED_RE, run_bash, run_steps, step_env, substitute
+from step_scripts import (
+    EXPRESSION_RE,
+    MARKER,
+    PAYLOAD,
+    UNTRUSTED_RE,
+    run_bash,
+    run_steps,
+    step_env,
+    substitute,
+)
 from workflow_files import (
     AWS_CREDENTIALS,
     GITHUB_HOSTED_RE,

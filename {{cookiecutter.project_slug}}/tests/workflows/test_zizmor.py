@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from workflow_files import GPU_WORKFLOWS, SETUP_ACTION
+from workflow_files import SETUP_ACTION
 from workflow_linters import describe_zizmor, inline_zizmor_ignores, zizmor, zizmor_location
 from workflow_rules import DEFAULT_BRANCH_WORKFLOW_RE
 
@@ -66,7 +66,9 @@ SECRETS_OUTSIDE_ENV = {
     ".github/workflows/predict.yml": ["resolve", "predict", "train"],
 }
 SECRETS_OUTSIDE_ENV_REASON = "why no environment: docs/security.md#the-mlflow-ci-credential"
-CI_CREDENTIAL_LINE = re.compile(r"^\s+(MLFLOW_TRACKING_(?:USERNAME|PASSWORD)): \$\{\{ secrets\.\1 \}\}  # zizmor")
+CI_CREDENTIAL_LINE = re.compile(
+    r"^\s+(MLFLOW_TRACKING_(?:USERNAME|PASSWORD)): \$\{\{ secrets\.\1 \}\}  # zizmor"
+)
 JOB_KEY = re.compile(r"^  ([\w-]+):\s*$")
 
 
@@ -76,7 +78,9 @@ def test_zizmor_clean_on_the_github_files(project: Path, project_files: dict[str
     assert (code, findings) == (0, []), describe_zizmor(findings)
 
 
-def test_zizmor_auditor_clean_on_the_github_files(project: Path, project_files: dict[str, list[Path]]) -> None:
+def test_zizmor_auditor_clean_on_the_github_files(
+    project: Path, project_files: dict[str, list[Path]]
+) -> None:
     """The auditor persona runs every audit, the pedantic and auditor-only ones too (zizmor's docs, "Usage" >
     "Using personas"): nothing but what an inline ignore explains. The train job runs in host mode, so there is
     no container image to pin (its wheels are sha256-pinned in uv.lock); a user's `container:` must be pinned by
@@ -116,7 +120,9 @@ def test_zizmor_ignores_are_exactly_the_expected_ones(project: Path) -> None:
     for items in found.values():
         for number, _rule, reason, line in items:
             assert len(reason) >= 20, f"line {number}: an ignore needs its reason on the same line"
-            if _rule == "secrets-outside-env":  # test_the_secrets_outside_an_environment_are_the_ci_credential
+            if (
+                _rule == "secrets-outside-env"
+            ):  # test_the_secrets_outside_an_environment_are_the_ci_credential
                 continue
             if _rule == "unpinned-uses":  # only the default branch's reusable workflows (issue 13 item 2)
                 ref = re.match(r"^\s*uses: (\S+) #", line)
@@ -152,9 +158,13 @@ def test_the_secrets_outside_an_environment_are_the_ci_credential(project: Path)
             if rule != "secrets-outside-env":
                 continue
             assert reason == SECRETS_OUTSIDE_ENV_REASON, f"{rel}:{number}: {reason!r}"
-            assert CI_CREDENTIAL_LINE.match(line), f"{rel}:{number}: not the MLflow ci credential: {line.strip()}"
+            assert CI_CREDENTIAL_LINE.match(line), (
+                f"{rel}:{number}: not the MLflow ci credential: {line.strip()}"
+            )
             job = next(m[1] for text in reversed(lines[:number]) if (m := JOB_KEY.match(text)))
             found.setdefault(rel, []).append(job)
-    assert found == {rel: [job for job in jobs for _ in range(2)] for rel, jobs in SECRETS_OUTSIDE_ENV.items()}
+    assert found == {
+        rel: [job for job in jobs for _ in range(2)] for rel, jobs in SECRETS_OUTSIDE_ENV.items()
+    }
     security = (project / "docs" / "security.md").read_text(encoding="utf-8")
     assert re.search(r"^## The MLflow ci credential$", security, flags=re.MULTILINE)
