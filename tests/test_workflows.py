@@ -12,7 +12,10 @@ so it is the project's file; `pythonpath` in pyproject.toml).
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -119,9 +122,9 @@ def test_zizmor_clean_on_template_workflows(template_workflows: list[Path]) -> N
     assert (code, findings) == (0, []), describe_zizmor(findings)
 
 
-def test_zizmor_pedantic_clean_on_template_workflows(template_workflows: list[Path]) -> None:
-    """The thin CI files this template owns pass even the pedantic persona."""
-    code, findings = zizmor(template_workflows, REPO_ROOT, persona="pedantic")
+def test_zizmor_auditor_clean_on_template_workflows(template_workflows: list[Path]) -> None:
+    """The thin CI files this template owns pass even the auditor persona (every audit, pedantic ones too)."""
+    code, findings = zizmor(template_workflows, REPO_ROOT, persona="auditor")
     assert (code, findings) == (0, []), describe_zizmor(findings)
 
 
@@ -234,3 +237,32 @@ def test_the_default_branch_answer_names_what_start_and_stop_run(baked_custom: P
     for target in ("bootstrap", "doctor"):
         recipe = re.search(rf"^{target}:.*\n((?:\t.*\n)+)", makefile, flags=re.MULTILINE)
         assert recipe and "--default-branch develop " in recipe[1].replace("\\\n", " "), target
+
+
+# ---------------------------------------------------------------- the injection test, on a hostile name
+# What a new user typed (issue 30): every shell metacharacter is dropped from the slug, but the word `pwned`
+# stays in the package name, which the workflows pass to commands.
+HOSTILE_NAME = 'Zoë\'s "Vision" Lab $(touch /tmp/acc-pwned)'
+
+
+def test_the_injection_test_passes_on_a_project_named_like_its_payload(tmp_path: Path) -> None:
+    """The project's own workflow-injection test, run in a bake of that name: its payload marker is one no
+    answer can produce, so only a payload the harness planted counts as hostile (with a fixed marker word,
+    every call of the package looked like an injected argument and the user's first `make test` failed)."""
+    project = bake_project(tmp_path, project_name=HOSTILE_NAME)
+    package = answers_of(project)["package_name"]
+    assert "pwned" in package, package  # the case this test is about
+    workflows = project / "tests" / "workflows"
+    ini = tmp_path / "pytest.ini"
+    ini.write_text("[pytest]\n", encoding="utf-8")  # not the project's: its addopts name its own plugins
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "pytest", str(workflows / "test_workflow_injection.py"), "-q",
+            "-c", str(ini), "--rootdir", str(project), "--confcutdir", str(workflows),
+            "-p", "no:cacheprovider",
+        ],
+        cwd=project, capture_output=True, text=True, timeout=600, check=False,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(workflows), str(project / "runner" / "src")])},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert " passed" in result.stdout and "failed" not in result.stdout, result.stdout[-2000:]

@@ -126,6 +126,16 @@ case ${GPU_RUNNER_STUB_MODE:-job} in
     code=0 ;;
   hang) sleep 600 ;;
   fail) code=1 ;;
+  read-proc)
+    # As the real Listener does (actions/runner CommandSettings.cs: "Remove from the environment block"), drop the
+    # config from this process's environment; then the job, a later process of the same user, reads this
+    # process's /proc/<pid>/environ: the environment it was started with.
+    unset ACTIONS_RUNNER_INPUT_JITCONFIG
+    mkdir -p _diag
+    : >_diag/Worker_20240501-120000-utc.log
+    found=$(bash -c 'tr "\\0" "\\n" <"/proc/$PPID/environ"' | sed -n 's/^ACTIONS_RUNNER_INPUT_JITCONFIG=//p')
+    record job-read-proc "$found"
+    code=0 ;;
   hook)
     # As actions/runner does (JobExtension.cs, JobHookProvider.cs): the job-started hook, `bash -e <file>` with
     # the job's GITHUB_* variables, before any step; a non-zero exit fails the job and no step runs.

@@ -36,6 +36,10 @@ REGION = "ca-central-1"
 
 
 PUBLIC_AMI_PARAMETER = "/aws/service/ami-amazon-linux-latest/amzn2-ami-hvm-x86_64-gp2"
+# Who runs the fixture's bootstrap, as IAM names it (aws:PrincipalArn): the only principal the GitHub credential's
+# key lets encrypt. Given with --credential-writer-arn, since moto's own caller (arn:aws:sts::...:user/moto) is no
+# form AWS uses; test_stack_bootstrap derives it from a real assumed role instead.
+CREDENTIAL_WRITER = "arn:aws:iam::123456789012:role/ops/gpu-runner-admin"
 
 
 class CfnLoader(yaml.SafeLoader):
@@ -114,7 +118,8 @@ def stack(
         deployed = stack_deploy.bootstrap(
             settings_file, project=settings.project, region=REGION, repository=DEFAULT_REPOSITORY, bucket=bucket,
             oidc_provider=oidc_provider,
-            extra=("--owner-id", "1001", "--repository-id", "2002", "--token-file", str(token_file)),
+            extra=("--owner-id", "1001", "--repository-id", "2002", "--token-file", str(token_file),
+                   "--credential-writer-arn", CREDENTIAL_WRITER),
             github_env={"GITHUB_TOKEN": DEFAULT_TOKEN, "GITHUB_API_URL": double.url},
         )  # fmt: skip
         oidc_sub = dict(double.oidc_sub[DEFAULT_REPOSITORY.lower()])

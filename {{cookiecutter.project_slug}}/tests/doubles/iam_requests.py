@@ -471,6 +471,11 @@ def requests_for(
             requests.append(Request("ssm:AddTagsToResource", arn))
     elif key == "ssm:StartSession":
         requests = _start_session(call)
+    elif key == "kms:DescribeKey":
+        # Authorized on the key, whatever the request names it by (an alias here): DescribeKey's only resource type
+        # is `key` (Service Authorization Reference, as parliament 1.6.4's iam_definition.json copies it). The key
+        # is the one KMS answered with.
+        requests = [Request(key, call.reply["KeyMetadata"]["Arn"])]
     elif key in {"ssm:DescribeParameters", "pricing:GetProducts"}:
         requests = [Request(key, "*")]
     elif key in {"service-quotas:GetServiceQuota", "service-quotas:GetAWSDefaultServiceQuota"}:
@@ -654,8 +659,14 @@ def key_policy_allows(
     """KMS's rule: a key policy statement naming `principal` allows it, or one naming the account root does and
     the principal's own IAM policies allow it too ("Unless the key policy explicitly allows it, you cannot use
     IAM policies to allow access to a KMS key": AWS KMS Developer Guide, "Key policies in AWS KMS"). Explicit
-    denies in either win. Same-account principals only (the root ARN is built from ACCOUNT)."""
+    denies in either win. Same-account principals only (the root ARN is built from ACCOUNT).
+
+    The request carries aws:PrincipalArn, the caller's ARN (for a role session, the role's ARN): "This key is
+    always included in the request context" (IAM User Guide, "AWS global condition context keys")."""
     root = f"arn:aws:iam::{ACCOUNT}:root"
+    request = Request(
+        request.action, request.resource, {"aws:PrincipalArn": principal, **request.context}, request.call
+    )
     statements = _values_or_list(key_policy["Statement"])
     named = {"Version": "2012-10-17", "Statement": [s for s in statements if principal in _principals(s)]}
     via_root = {"Version": "2012-10-17", "Statement": [s for s in statements if root in _principals(s)]}

@@ -7,6 +7,7 @@ from typing import Any
 
 from doubles.github_double import DEFAULT_REPOSITORY
 from doubles.gpu_runner_stack import (
+    CREDENTIAL_WRITER,
     REGION,
     managed_policies,
     role_policies,
@@ -72,6 +73,51 @@ def test_only_the_launch_and_reaper_roles_can_read_the_github_credential(stack: 
     assert not key_policy_allows(policy, outputs["SweepRoleArn"], everything, decrypt)
     assert not key_policy_allows(policy, outputs["PredictRoleArn"], everything, decrypt)
     assert key_policy_allows(policy, outputs["TrainRoleArn"], [], decrypt)  # the evaluator is not vacuous
+
+
+def test_only_the_bootstrap_caller_encrypts_the_github_credential(stack: dict[str, Any]) -> None:
+    """Whoever may encrypt with the credential's key may write a value the launch and reaper roles decrypt and
+    trust: only the principal that ran bootstrap (the stack's CredentialWriterArn, matched as aws:PrincipalArn),
+    through Parameter Store, for that one parameter. Another principal of the account, even one whose IAM
+    policies allow kms:* everywhere, and every role of the stack are refused, so a PutParameter of theirs under
+    this key fails (what they can still write, a String or another key, launch refuses: test_credential_check)."""
+    session, outputs = stack["session"], stack["outputs"]
+    key_arn, name = outputs["GitHubCredentialKeyArn"], outputs["GitHubCredentialParameter"]
+    parameters = session.client("cloudformation").describe_stacks(StackName=stack["name"])["Stacks"][0]
+    given = {p["ParameterKey"]: p["ParameterValue"] for p in parameters["Parameters"]}
+    assert given["CredentialWriterArn"] == CREDENTIAL_WRITER  # bootstrap's --credential-writer-arn
+    # The alias every reader resolves to check the parameter's key (credential.checked_version).
+    alias = naming.github_credential_key_alias(stack["settings"].ssm_prefix)
+    assert session.client("kms").describe_key(KeyId=alias)["KeyMetadata"]["Arn"] == key_arn
+    raw = session.client("kms").get_key_policy(KeyId=key_arn, PolicyName="default")["Policy"]
+    policy = raw if isinstance(raw, dict) else json.loads(raw)
+    everything = [
+        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "kms:*", "Resource": "*"}]}
+    ]
+
+    def may(principal: str, action: str, parameter: str = name, via: str = "ssm") -> bool:
+        request = ssm_kms_request(action, REGION, key_arn, parameter, via)
+        return key_policy_allows(policy, principal, everything, request)
+
+    # Standard tier: kms:Encrypt; an advanced parameter: kms:GenerateDataKey (test_jit_config_key_... says so).
+    assert may(CREDENTIAL_WRITER, "kms:Encrypt") and may(CREDENTIAL_WRITER, "kms:GenerateDataKey")
+    assert not may(CREDENTIAL_WRITER, "kms:Encrypt", via=""), "straight to KMS, outside Parameter Store"
+    assert not may(CREDENTIAL_WRITER, "kms:Encrypt", parameter="/someone-else/secret"), "another parameter"
+    assert not may(CREDENTIAL_WRITER, "kms:Decrypt"), "the writer stores it, it never reads it back"
+    others = [
+        "arn:aws:iam::123456789012:role/admin",  # an administrator who did not run bootstrap
+        "arn:aws:iam::123456789012:user/deployer",
+        outputs["TrainRoleArn"], outputs["PredictLaunchRoleArn"], outputs["ReaperRoleArn"],
+        outputs["SweepRoleArn"], outputs["PredictRoleArn"],
+        session.client("iam").get_role(RoleName=runner_role_name(stack))["Role"]["Arn"],
+    ]  # fmt: skip
+    for principal in others:
+        for action in ("kms:Encrypt", "kms:GenerateDataKey"):
+            assert not may(principal, action), f"{principal} may {action} the GitHub credential"
+    # The account still administers the key (never locked out): an administrator allowed kms:PutKeyPolicy can
+    # always rewrite this policy, which is the boundary (docs/security.md).
+    admin = Request("kms:PutKeyPolicy", key_arn)
+    assert key_policy_allows(policy, "arn:aws:iam::123456789012:role/admin", everything, admin)
 
 
 def test_jit_config_key_only_the_runner_role_decrypts_and_only_through_ssm(stack: dict[str, Any]) -> None:

@@ -40,8 +40,9 @@ def test_reaper_needs_exactly_the_reaper_policy(
     settings = load_settings(settings_file)
     # As reap.yml does: the credential from SSM, with the recorded session (so the read is authorized too).
     env = credential.github_env(
-        settings, session.client("ssm", region_name=REGION), {"GITHUB_API_URL": github_double.url}
-    )
+        settings, session.client("ssm", region_name=REGION), {"GITHUB_API_URL": github_double.url},
+        kms=session.client("kms", region_name=REGION),
+    )  # fmt: skip
     with GitHubRunners.from_env(DEFAULT_REPOSITORY, env=env, backoff_seconds=0.01) as github:
         # Hours later: the instance is past its expiry and its parameter is stale.
         report = reaper.reap(settings, Aws(session), github, now=datetime.now(UTC) + timedelta(days=1))

@@ -32,6 +32,7 @@ from gpu_runner.settings import load_settings
 from gpu_runner.stack import (
     BootstrapError,
     StackInputs,
+    credential_writer,
     prefix_problem,
     repository_key,
     stack_name,
@@ -283,3 +284,42 @@ def test_make_bootstrap_passes_the_bucket_and_branches_the_workflows_use() -> No
     # The default branch the roles trust (DefaultBranch) is the one train.yml calls start and stop at.
     called = {job["uses"].rsplit("@", 1)[1] for job in (workflow["jobs"]["start"], workflow["jobs"]["stop"])}
     assert called == {args.default_branch}
+
+
+def test_the_credential_writer_is_the_iam_principal_running_bootstrap(moto_endpoint: str) -> None:
+    """The GitHub credential's key lets only bootstrap's caller encrypt (aws:PrincipalArn): for a role session
+    that is the role's ARN with its path (IAM knows it, the session ARN does not hold it), for a user its ARN.
+    A caller no key policy can name is refused when bootstrap stores the credential, and names nobody else."""
+    session = boto3.Session(region_name=REGION)
+    iam = session.client("iam")
+    trust = {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Principal": {"AWS": "arn:aws:iam::123456789012:root"}, "Action": "sts:AssumeRole"}
+    ]}  # fmt: skip
+    name = f"admin-{uuid.uuid4().hex[:8]}"
+    role = iam.create_role(RoleName=name, Path="/ops/", AssumeRolePolicyDocument=json.dumps(trust))["Role"]
+    assert role["Arn"].endswith(f":role/ops/{name}")
+    creds = session.client("sts").assume_role(RoleArn=role["Arn"], RoleSessionName="alice")["Credentials"]
+    as_role = boto3.Session(
+        aws_access_key_id=creds["AccessKeyId"], aws_secret_access_key=creds["SecretAccessKey"],
+        aws_session_token=creds["SessionToken"], region_name=REGION,
+    )  # fmt: skip
+    assert as_role.client("sts").get_caller_identity()["Arn"].endswith(f":assumed-role/{name}/alice")
+    assert credential_writer(as_role.client("sts"), as_role.client("iam"), storing=True) == role["Arn"]
+    user = iam.create_user(UserName=f"deployer-{uuid.uuid4().hex[:8]}")["User"]
+    key = iam.create_access_key(UserName=user["UserName"])["AccessKey"]
+    as_user = boto3.Session(
+        aws_access_key_id=key["AccessKeyId"], aws_secret_access_key=key["SecretAccessKey"], region_name=REGION
+    )
+    assert credential_writer(as_user.client("sts"), as_user.client("iam"), storing=True) == user["Arn"]
+    # moto's caller for unknown keys (arn:aws:sts::123456789012:user/moto) stands for a federated user here.
+    assert credential_writer(session.client("sts"), iam, storing=False) == ""
+    with pytest.raises(BootstrapError, match="--credential-writer-arn: bootstrap runs as arn:aws:sts::"):
+        credential_writer(session.client("sts"), iam, storing=True)
+    # And a flag that names no role or user is refused before anything is deployed.
+    with pytest.raises(
+        BootstrapError, match="--credential-writer-arn: 'arn:aws:sts::123456789012:assumed-role/x/y'"
+    ):
+        StackInputs(
+            repository=DEFAULT_REPOSITORY, bucket="some-bucket", train_branch_prefix="train/",
+            sweep_branch_prefix="sweep/", credential_writer_arn="arn:aws:sts::123456789012:assumed-role/x/y",
+        )  # fmt: skip

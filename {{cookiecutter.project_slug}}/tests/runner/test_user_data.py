@@ -106,6 +106,18 @@ IMAGE = "tensorflow/tensorflow:2.15.0.post1-gpu@sha256:" + "0" * 64
 
 
 @pytest.mark.slow
+def test_the_job_can_read_its_own_jit_config_from_proc(sandbox: Sandbox) -> None:
+    """What docs/security.md says of the training job and its runner's JIT config: the job runs as the runner's
+    user (runuser -u runner), and a process's /proc/<pid>/environ is readable by its user (proc(5): a ptrace
+    PTRACE_MODE_READ_FSCREDS check). The runner removes the config from its environment, but the environment its
+    processes were started with (run.sh, run-helper.sh, Runner.Listener) still holds it: here the stand-in run.sh
+    unsets it, and a child reads it back from /proc."""
+    result = run_bootstrap(sandbox, mode="read-proc")
+    assert result.returncode == 0, result.dump()
+    assert result.find("runuser").args == "-u runner -- ./run.sh"
+    assert result.find("job-read-proc").args == JIT, result.dump()
+
+
 def test_job_runs_then_the_instance_shuts_down_at_once(sandbox: Sandbox) -> None:
     result = run_bootstrap(sandbox, make_settings(image=IMAGE), mode="job")
     assert result.returncode == 0, result.dump()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -33,9 +34,14 @@ EXPRESSION_RE = re.compile(r"\$\{\{\s*(.*?)\s*\}\}", re.DOTALL)
 UNTRUSTED_RE = re.compile(
     r"\b(?:github\.(?:ref|ref_name|head_ref|base_ref|event)\b|inputs\.|needs\.|steps\.)"
 )
+# What the payload creates when it runs (a file of that name), and how the tests tell a planted value from the
+# project's own: drawn when the tests start, so no answer baked into the project can hold it. A fixed word could:
+# the project name `Zoë's "Vision" Lab $(touch /tmp/acc-pwned)` put `pwned` in the package name, and every call of
+# the package looked injected (issue 30).
+MARKER = f"pwned{secrets.token_hex(8)}"
 # A branch name git accepts, and a payload that breaks out of quotes, substitutions and command lists.
-ATTACK_REF = "train/$(touch${IFS}pwned)"
-PAYLOAD = "$(touch pwned)`touch pwned`\"; touch pwned; echo \"';touch pwned;'"
+ATTACK_REF = f"train/$(touch${{IFS}}{MARKER})"
+PAYLOAD = f"$(touch {MARKER})`touch {MARKER}`\"; touch {MARKER}; echo \"';touch {MARKER};'"
 BENIGN_OUTPUTS = {
     # The MLflow tunnel action's (the local end of the SSM session).
     "tracking-uri": "http://127.0.0.1:41234",

@@ -8,7 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from step_scripts import EXPRESSION_RE, PAYLOAD, UNTRUSTED_RE, run_bash, run_steps, step_env, substitute
+from step_scripts import (
+    EXPRESSION_RE,
+    MARKER,
+    PAYLOAD,
+    UNTRUSTED_RE,
+    run_bash,
+    run_steps,
+    step_env,
+    substitute,
+)
 from workflow_files import (
     AWS_CREDENTIALS,
     GITHUB_HOSTED_RE,
@@ -154,7 +163,7 @@ def test_hostile_inputs_reach_the_predict_command_as_whole_values(project: Path,
             env["MODEL"] = "--config=/etc/passwd"
         workdir = tmp_path / where
         code, calls = run_bash(substitute(step["run"], "attack"), env, workdir)
-        assert not list(workdir.rglob("pwned")), f"predict.yml {where}: the payload ran"
+        assert not list(workdir.rglob(MARKER)), f"predict.yml {where}: the payload ran"
         for argv in calls:
             if argv[:6] != ["run", "--no-sync", "python", "-m", package, "predict"]:
                 continue  # also the GPU preflight, which takes no input

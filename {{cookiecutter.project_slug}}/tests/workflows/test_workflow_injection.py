@@ -9,6 +9,7 @@ from pathlib import Path
 from step_scripts import (
     ATTACK_REF,
     EXPRESSION_RE,
+    MARKER,
     PAYLOAD,
     UNTRUSTED_RE,
     run_bash,
@@ -59,7 +60,7 @@ REFUSES_A_HOSTILE_KIND = {"Refuse callers other than train.yml and sweep.yml on 
 
 def test_hostile_branch_names_and_inputs_stay_data(project: Path, tmp_path: Path) -> None:
     """Run every `run:` script of train.yml and reap.yml as GitHub would (expressions substituted, then bash)
-    with the branch `train/$(touch${IFS}pwned)` and every input and output set to a shell payload: nothing
+    with the branch `train/$(touch${IFS}<MARKER>)` and every input and output set to a shell payload: nothing
     executes, and the payloads reach gpu-runner / the training CLI as single, unchanged arguments."""
     ran = 0
     for name, doc in gpu_workflows(project).items():
@@ -76,13 +77,13 @@ def test_hostile_branch_names_and_inputs_stay_data(project: Path, tmp_path: Path
                 )
                 assert sweep_code == 0, f"{name}.yml {where} (sweep) failed"
                 calls, ran = calls + sweep_calls, ran + 1
-            assert not list(workdir.rglob("pwned")), f"{name}.yml {where}: the payload ran"
+            assert not list(workdir.rglob(MARKER)), f"{name}.yml {where}: the payload ran"
             if step.get("name") in REFUSES_A_HOSTILE_KIND:  # batch.yml's `kind` input: only train or sweep
                 assert code != 0 and not calls, f"{name}.yml {where} accepted the kind {PAYLOAD!r}"
                 continue
             assert code == 0, f"{name}.yml {where} failed"
             arguments = [a for argv in calls for a in argv]
-            hostile = [a for a in arguments if "pwned" in a]
+            hostile = [a for a in arguments if MARKER in a]
             # A whole argument, `--opt=value` or `--phase=name=value` (neither payload holds an "=").
             # The composed values: the checkpoint URI and the sweep's storage root around the bucket output.
             whole = (PAYLOAD, ATTACK_REF, f"s3://{PAYLOAD}/checkpoints", f"s3://{PAYLOAD}/sweeps")
@@ -108,4 +109,4 @@ def test_injection_harness_catches_an_expression_in_run(project: Path, tmp_path:
     assert unsafe != step["run"]
     workdir = tmp_path / "unsafe"
     run_bash(substitute(unsafe, "attack"), step_env(doc, job, step, "attack"), workdir)
-    assert list(workdir.rglob("pwned"))
+    assert list(workdir.rglob(MARKER))

@@ -146,6 +146,11 @@ def _parser() -> argparse.ArgumentParser:
     boot.add_argument(
         "--token-file", type=Path, default=None, help="instead of the App: a file holding a PAT"
     )
+    boot.add_argument(
+        "--credential-writer-arn",
+        default="",
+        help="the IAM role or user that may store the GitHub credential (default: whoever runs bootstrap)",
+    )
 
     doctor = commands.add_parser(
         "doctor", help="read-only preflight of the AWS account and GitHub repository (one line per check)"
@@ -479,7 +484,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.command in ("launch", "wait"):  # teardown checks its slot itself (_teardown)
         ctx = dataclasses.replace(ctx, slot=contract.slot(args.slot))
     # The workflows pass no GitHub credential: it is read from AWS with the role (credential.py).
-    env = credential.github_env(settings, aws.client("ssm", settings.region))
+    env = credential.github_env(
+        settings, aws.client("ssm", settings.region), kms=aws.client("kms", settings.region)
+    )
     github = GitHubRunners.from_env(ctx.repository, env=env)
     if args.command == "launch":
         _check_dispatch_inputs(args, settings, ctx)
@@ -812,11 +819,16 @@ def _bootstrap(args: argparse.Namespace, settings: Settings, aws: Aws) -> None:
         default_branch=args.default_branch, owner_id=args.owner_id, repository_id=args.repository_id,
         oidc_provider_arn=args.oidc_provider_arn, vpc_id=args.vpc_id,
         checkpoint_retention_days=args.checkpoint_retention_days,
+        credential_writer_arn=args.credential_writer_arn,
     )  # fmt: skip
     outputs = stack.bootstrap(
         settings, aws.client("cloudformation", settings.region), inputs, template=args.template,
         s3=aws.client("s3", settings.region), lambda_client=aws.client("lambda", settings.region),
         ec2=aws.client("ec2", settings.region), quotas=aws.client("service-quotas", stack.trust_size.QUOTA_REGION),
+        identity=stack.Identity(
+            aws.client("sts", settings.region), aws.client("iam", settings.region),
+            storing=bool(args.app_id or args.app_private_key_file or args.token_file),
+        ),
     )  # fmt: skip
     stack.store_github_credential(
         settings, aws.client("ssm", settings.region), outputs, app_id=args.app_id,

@@ -8,6 +8,11 @@ decrypt, and those roles trust only the default branch's workflows. `gpu-runner 
 The value is JSON: {"app_id": "...", "private_key": "<PEM>"} for a GitHub App, or {"token": "..."} for a PAT.
 Explicit GPU_RUNNER_* variables in the environment still win (a laptop, the offline tests): reading the parameter
 needs the role anyway.
+
+Only bootstrap's caller may encrypt under that key (the key policy), but any principal allowed ssm:PutParameter on
+the parameter may overwrite it, as a String or under another key (the AWS-managed aws/ssm key, which the launch
+role may decrypt through SSM, or one of its own). So every reader checks first that the parameter is a
+SecureString under the key behind the stack's alias, and reads exactly the version it checked.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from . import naming
 from .errors import SettingsError
 from .github import ENV_APP_ID, ENV_APP_PRIVATE_KEY, ENV_TOKEN
 from .settings import Settings
@@ -38,23 +44,89 @@ def has_env_credential(env: Mapping[str, str]) -> bool:
     return any(env.get(name, "").strip() for name in (ENV_TOKEN, ENV_APP_ID, ENV_APP_PRIVATE_KEY))
 
 
-def github_env(settings: Settings, ssm: Any, env: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """`env` plus the credential from the parameter, in GitHubRunners.from_env's variable names."""
+STORE_AGAIN = (
+    "gpu-runner bootstrap ... --app-id <id> --app-private-key-file <key.pem> (or --token-file <file>)"
+)
+
+
+def github_env(
+    settings: Settings, ssm: Any, env: Mapping[str, str] = os.environ, *, kms: Any
+) -> dict[str, str]:
+    """`env` plus the credential from the parameter, in GitHubRunners.from_env's variable names; the parameter
+    is refused unless it is a SecureString under the stack's key (`kms`: a KMS client of the settings' region)."""
     if has_env_credential(env):
         return dict(env)
     name = parameter_name(settings)
+    version = checked_version(ssm, kms, settings)
+    parameter = ssm.get_parameter(Name=name, WithDecryption=True)["Parameter"]
+    # The value read must be the version checked: one written in between is refused (read again to check it).
+    if parameter["Type"] != "SecureString" or int(parameter["Version"]) != version:
+        raise SettingsError(
+            _replaced(
+                name,
+                f"a {parameter['Type']} of version {parameter['Version']} (version {version} was checked)",
+                "",
+            )
+        )
+    return {**env, **_as_env(name, parameter["Value"])}
+
+
+def checked_version(ssm: Any, kms: Any, settings: Settings) -> int:
+    """The version of the credential parameter, refused unless it is a SecureString encrypted under the key the
+    stack's alias names. DescribeParameters' ParameterMetadata carries Type, KeyId (the key as the writer named
+    it: id, ARN, alias or alias ARN), Version and LastModifiedUser (botocore's ssm service model)."""
+    name = parameter_name(settings)
+    pages = ssm.get_paginator("describe_parameters").paginate(
+        ParameterFilters=[{"Key": "Name", "Option": "Equals", "Values": [name]}]
+    )
     try:
-        value = ssm.get_parameter(Name=name, WithDecryption=True)["Parameter"]["Value"]
+        found = [meta for page in pages for meta in page.get("Parameters", [])]
     except ClientError as error:
-        code = error.response.get("Error", {}).get("Code", "")
-        if code == "ParameterNotFound":
+        raise _older_stack(error, "ssm:DescribeParameters") from None
+    if not found:
+        raise SettingsError(
+            f"no GitHub credentials: SSM parameter {name} does not exist and neither {ENV_TOKEN} nor "
+            f"{ENV_APP_ID} + {ENV_APP_PRIVATE_KEY} is set. Store it once: {STORE_AGAIN}"
+        )
+    meta = found[0]
+    writer = meta.get("LastModifiedUser", "")
+    if meta.get("Type") != "SecureString":
+        raise SettingsError(_replaced(name, f"a {meta.get('Type')}", writer))
+    alias = naming.github_credential_key_alias(settings.ssm_prefix)
+    try:
+        key = kms.describe_key(KeyId=alias)["KeyMetadata"]
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code", "") == "NotFoundException":
             raise SettingsError(
-                f"no GitHub credentials: SSM parameter {name} does not exist and neither {ENV_TOKEN} nor "
-                f"{ENV_APP_ID} + {ENV_APP_PRIVATE_KEY} is set. Store it once: gpu-runner bootstrap ... "
-                "--app-id <id> --app-private-key-file <key.pem> (or --token-file <file>)"
+                f"GitHub credential: the stack's key alias {alias} does not exist (a stack older than the check, "
+                "or another ssm_prefix): run `make bootstrap` again, then store the credential with it"
             ) from None
-        raise
-    return {**env, **_as_env(name, value)}
+        raise _older_stack(error, "kms:DescribeKey") from None
+    alias_arn = key["Arn"].rsplit(":", 1)[0] + ":" + alias  # arn:<partition>:kms:<region>:<account>:alias/...
+    if meta.get("KeyId") not in {key["Arn"], key["KeyId"], alias, alias_arn}:
+        raise SettingsError(_replaced(name, f"a SecureString under key {meta.get('KeyId')}", writer))
+    return int(meta["Version"])
+
+
+def _older_stack(error: ClientError, action: str) -> Exception:
+    """A role of a stack deployed before the check lacks its two grants: say so instead of a bare AccessDenied."""
+    code = error.response.get("Error", {}).get("Code", "")
+    if code in ("AccessDeniedException", "AccessDenied"):
+        return SettingsError(
+            f"GitHub credential: AWS refused {action} ({code}), which reading the credential needs since the "
+            "stack checks its key: run `make bootstrap` again to update the stack's roles"
+        )
+    return error
+
+
+def _replaced(name: str, what: str, writer: str) -> str:
+    by = f" (last written by {writer})" if writer else ""
+    return (
+        f"GitHub credential: SSM parameter {name} is {what}{by}, not a SecureString under this stack's key: "
+        "someone replaced it (a principal allowed ssm:PutParameter on it can; only bootstrap's caller may "
+        "encrypt under the key). Nothing was sent to GitHub. Store it again with the stack's key: "
+        f"{STORE_AGAIN}; then see who else may write the parameter (CloudTrail: PutParameter on {name})"
+    )
 
 
 def _as_env(name: str, value: str) -> dict[str, str]:

@@ -152,6 +152,12 @@ def jit_config_key_alias(prefix: str) -> str:
     return "alias" + _ALIAS_UNSAFE.sub("-", prefix.rstrip("/")) + "/jit-config"
 
 
+def github_credential_key_alias(prefix: str) -> str:
+    """Alias of the stack's KMS key for the GitHub credential (`<prefix>-github-credential`): bootstrap passes it to
+    the stack, and every reader of the credential resolves it to check the parameter is encrypted under that key."""
+    return "alias" + _ALIAS_UNSAFE.sub("-", prefix.rstrip("/")) + "/github-credential"
+
+
 def instance_arn(partition: str, region: str, account: str, instance_id: str) -> str:
     """`arn:<partition>:ec2:<region>:<account>:instance/<id>`, the form ec2:SourceInstanceARN takes (EC2 User
     Guide, "Amazon Resource Names (ARNs) for Amazon EC2")."""

@@ -29,6 +29,10 @@ DEFAULT_TEMPLATE = Path("infra/gpu-runner.yaml")
 CAPABILITIES = ["CAPABILITY_IAM"]
 REPOSITORY = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*/[A-Za-z0-9._-]+")
 OIDC_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:oidc-provider/token\.actions\.githubusercontent\.com")
+# What aws:PrincipalArn holds for a caller: the root, a user or a role (for a role's sessions, the role's ARN with its
+# path: IAM User Guide, "AWS global condition context keys"). IAM names: [\w+=,.@-] (IAM API Reference, CreateRole).
+PRINCIPAL_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:(?:root|(?:user|role)(?:/[\w+=,.@-]+)+)")
+ASSUMED_ROLE_ARN = re.compile(r"arn:(aws[a-z-]*):sts::(\d{12}):assumed-role/([\w+=,.@-]+)/[^/]+")
 FAILED_STATES = ("CREATE_FAILED", "UPDATE_FAILED", "DELETE_FAILED")
 NO_UPDATES = "No updates are to be performed"
 HINTS = {
@@ -55,6 +59,8 @@ class StackInputs:
     oidc_provider_arn: str = ""
     vpc_id: str = ""
     checkpoint_retention_days: int = 30
+    # The only principal the GitHub credential's key lets encrypt (credential_writer: bootstrap's caller).
+    credential_writer_arn: str = ""
 
     def __post_init__(self) -> None:
         problems = []
@@ -101,8 +107,52 @@ class StackInputs:
             problems.append(f"--vpc-id: '{self.vpc_id}' is not a VPC id like vpc-0123456789abcdef0")
         if self.checkpoint_retention_days < 1:
             problems.append("--checkpoint-retention-days: must be at least 1")
+        if self.credential_writer_arn and not PRINCIPAL_ARN.fullmatch(self.credential_writer_arn):
+            problems.append(
+                f"--credential-writer-arn: '{self.credential_writer_arn}' is not the ARN of an IAM role or user "
+                "(arn:aws:iam::<account>:role/<path/name>); give the role or user that runs bootstrap"
+            )
         if problems:
             raise BootstrapError("invalid bootstrap input:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What bootstrap asks to name its caller (credential_writer), and whether this run stores the credential."""
+
+    sts: Any
+    iam: Any
+    storing: bool
+
+
+def credential_writer(sts: Any, iam: Any, *, storing: bool) -> str:
+    """Who runs bootstrap, as aws:PrincipalArn will name it when they store the GitHub credential: a user's (or the
+    root's) ARN as GetCallerIdentity gives it; for a role session (arn:<partition>:sts::<account>:assumed-role/<role>/
+    <session>) the role's own ARN, path included, which only IAM knows (GetRole). A caller no key policy can name
+    (a federated user) is refused when this run stores the credential, else nobody may store it ("")."""
+    arn = sts.get_caller_identity()["Arn"]
+    if PRINCIPAL_ARN.fullmatch(arn):
+        return arn
+    assumed = ASSUMED_ROLE_ARN.fullmatch(arn)
+    if assumed is None:
+        if not storing:
+            log.info(
+                f"# bootstrap runs as {arn}, which no key policy can name: nobody may store the GitHub credential "
+                "until bootstrap runs again as an IAM role or user (or with --credential-writer-arn)"
+            )
+            return ""
+        raise BootstrapError(
+            f"--credential-writer-arn: bootstrap runs as {arn}, which no key policy can name; pass the ARN of the "
+            "IAM role or user that stores the GitHub credential"
+        )
+    try:
+        return iam.get_role(RoleName=assumed[3])["Role"]["Arn"]
+    except ClientError as error:
+        code = error.response.get("Error", {}).get("Code", "")
+        raise BootstrapError(
+            f"--credential-writer-arn: could not read role {assumed[3]} ({code}; its ARN holds its path): pass "
+            "the role's ARN, arn:aws:iam::<account>:role/<path/name>"
+        ) from None
 
 
 def default_vpc(ec2: Any, region: str) -> str:
@@ -195,6 +245,8 @@ def stack_parameters(
         "CheckpointRetentionDays": str(inputs.checkpoint_retention_days),
         "SsmPrefix": settings.ssm_prefix.rstrip("/"),
         "JitConfigKeyAlias": naming.jit_config_key_alias(settings.ssm_prefix),
+        "GitHubCredentialKeyAlias": naming.github_credential_key_alias(settings.ssm_prefix),
+        "CredentialWriterArn": inputs.credential_writer_arn,
         "AllowedInstanceTypes": ",".join(settings.instance_types),
         "ExistingOidcProviderArn": inputs.oidc_provider_arn,
         "VpcId": inputs.vpc_id,
@@ -427,7 +479,8 @@ def store_github_credential(
     )  # fmt: skip
     name = credential.store(ssm, settings, outputs["GitHubCredentialKeyArn"], value)
     log.info(
-        f"stored the GitHub credential in SSM SecureString {name} (decrypt: the launch and reaper roles only)"
+        f"stored the GitHub credential in SSM SecureString {name} (decrypt: the launch and reaper roles only; "
+        "encrypt: only the principal that ran bootstrap)"
     )
     return name
 
@@ -466,8 +519,10 @@ def bootstrap(
     delay_seconds: int = 10,
     ec2: Any = None,
     quotas: Any = None,
+    identity: Identity | None = None,
 ) -> dict[str, str]:
-    """`quotas`: a Service Quotas client in trust_size.QUOTA_REGION, asked only for long trust policies."""
+    """`quotas`: a Service Quotas client in trust_size.QUOTA_REGION, asked only for long trust policies;
+    `identity`: names the caller as the credential's writer when inputs.credential_writer_arn is empty."""
     try:
         body = template.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -477,6 +532,9 @@ def bootstrap(
     problem = prefix_problem(settings.ssm_prefix, inputs.repository)
     if problem:
         raise BootstrapError(f"invalid bootstrap input:\n  {problem}")
+    if not inputs.credential_writer_arn and identity is not None:  # after every check that needs no AWS call
+        writer = credential_writer(identity.sts, identity.iam, storing=identity.storing)
+        inputs = replace(inputs, credential_writer_arn=writer)
     if not inputs.vpc_id and ec2 is not None:  # the train role's network scope names the VPC
         inputs = replace(inputs, vpc_id=default_vpc(ec2, settings.region))
     name = stack_name(settings.project, inputs.repository)
