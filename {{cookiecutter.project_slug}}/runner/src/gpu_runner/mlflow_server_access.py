@@ -67,12 +67,13 @@ def batch_execution_role(cfn: Any, iam: Any, batch_stack: str) -> str:
     """The batch stack's ExecutionRole ARN (it resolves the ci password for the jobs), or "" without one: the
     stack is absent, or was deployed without the MLflow password (its ExecutionRole is conditional)."""
     try:
-        resource = cfn.describe_stack_resource(StackName=batch_stack, LogicalResourceId="ExecutionRole")
+        resources = cfn.describe_stack_resources(StackName=batch_stack)["StackResources"]
     except ClientError as error:
-        if error.response.get("Error", {}).get("Code") == "ValidationError":  # no such stack or resource
+        if error.response.get("Error", {}).get("Code") == "ValidationError":  # no such stack
             return ""
         raise
-    return str(iam.get_role(RoleName=resource["StackResourceDetail"]["PhysicalResourceId"])["Role"]["Arn"])
+    roles = [r.get("PhysicalResourceId") for r in resources if r.get("LogicalResourceId") == "ExecutionRole"]
+    return str(iam.get_role(RoleName=roles[0])["Role"]["Arn"]) if roles else ""
 
 
 def store_passwords(ssm: Any, ssm_prefix: str, key_arn: str) -> None:
