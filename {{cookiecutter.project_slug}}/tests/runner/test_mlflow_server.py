@@ -92,8 +92,8 @@ def test_up_names_what_the_server_makes_from_the_training_config(server: dict[st
     assert _constant(source, "INFERENCE_SUFFIX") == mlflow_server_project.INFERENCE_SUFFIX
     # A sweep logs into the training config's experiment, not one of its own: configs/sweep.yaml names none.
     assert "experiment" not in (PROJECT_DIR / "configs" / "sweep.yaml").read_text(encoding="utf-8")
-    odd = mlflow_server_project.Served(('Zoë\'s "Vision", Lab',), "m")
-    assert json.loads(odd.experiments_json()) == ['Zoë\'s "Vision", Lab']
+    odd = mlflow_server_project.Served(('Ada\'s "odd", name é',), "m")
+    assert json.loads(odd.experiments_json()) == ['Ada\'s "odd", name é']
 
 
 def _constant(source: Path, name: str) -> Any:
