@@ -5,7 +5,8 @@ What would touch this machine is a recording stub: dnf, useradd, chown, chgrp, m
 without a file system until mkfs ran). `python3.11 -m venv` makes a venv whose python and mlflow are this test
 environment's (the locked MLflow; pip install is recorded, not run: no download). `systemctl enable --now` starts
 a unit's ExecStart lines from the unit file the script wrote, with its Environment and EnvironmentFile, so the real
-`mlflow server` runs, on the 127.0.0.1 port the test-only knobs give it. `aws` is the real AWS CLI against moto.
+`mlflow server` runs, on the port the test-only knob gives it and the address `hostname -I` answers (the stub:
+127.0.0.1, where the instance has its private address). `aws` is the real AWS CLI against moto.
 """
 
 from __future__ import annotations
@@ -145,7 +146,9 @@ def run_boot(
         "STUB_PYTHON": sys.executable,
         "STUB_MLFLOW": str(venv_bin / "mlflow"),
         "MLFLOW_SERVER_TEST_ROOT": str(root),
-        "MLFLOW_SERVER_TEST_HOST": "127.0.0.1",
+        # The mlflow user's home on the instance (useradd --home-dir /var/lib/mlflow): what MLflow writes under
+        # ~ (its assistant's configuration, telemetry) stays in the sandbox.
+        "HOME": str(root / "var" / "lib" / "mlflow"),
         "MLFLOW_SERVER_TEST_PORT": str(port),
         "MLFLOW_SERVER_TEST_DEVICE": str(device),
         "MLFLOW_SERVER_TEST_DEVICE_WAIT": "4",

@@ -1,5 +1,9 @@
 """`make mlflow-server-up` in the runner tests: the gpu-runner CLI in-process against the moto server, after the
-session's bootstrap stack (doubles.gpu_runner_stack), and what it deployed."""
+session's bootstrap stack (doubles.gpu_runner_stack), and what it deployed.
+
+moto's GetCallerIdentity answers `arn:aws:sts::<account>:user/moto`, a shape real AWS never returns, which `up`
+refuses as a password reader; so `up` runs with --password-reader naming a role made here, as an admin whose
+session is not an IAM role's would (the readers themselves: tests/runner/test_mlflow_server.py)."""
 
 from __future__ import annotations
 
@@ -9,12 +13,28 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
+import boto3
+from botocore.exceptions import ClientError
+
 from doubles.github_double import DEFAULT_REPOSITORY
 from doubles.stack_deploy import PROJECT_DIR, described
 from gpu_runner import cli, mlflow_server
 
 SERVER_TEMPLATE = PROJECT_DIR / "infra" / "mlflow-server.yaml"
 LOCK = PROJECT_DIR / "uv.lock"
+TRAIN_CONFIG = PROJECT_DIR / "configs" / "train.yaml"
+REQUIREMENTS = PROJECT_DIR / "infra" / "mlflow-server-requirements.txt"
+PEOPLE_ROLE = "mlflow-people"
+
+
+def people_role() -> str:
+    """The ARN of the role the team's admins use (made once in the moto account)."""
+    iam = boto3.Session(region_name="us-east-1").client("iam")
+    try:
+        return str(iam.get_role(RoleName=PEOPLE_ROLE)["Role"]["Arn"])
+    except ClientError:
+        trust = '{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"AWS":"123456789012"},"Action":"sts:AssumeRole"}]}'
+        return str(iam.create_role(RoleName=PEOPLE_ROLE, AssumeRolePolicyDocument=trust)["Role"]["Arn"])
 
 
 def run_cli(argv: list[str], env: dict[str, str] | None = None) -> tuple[int, str, str]:
@@ -33,7 +53,8 @@ def run_cli(argv: list[str], env: dict[str, str] | None = None) -> tuple[int, st
 
 def up(settings_file: Path, *extra: str) -> tuple[int, str, str]:
     argv = ["--settings", str(settings_file), "mlflow-server", "up", "--repository", DEFAULT_REPOSITORY,
-            "--template", str(SERVER_TEMPLATE), "--lock", str(LOCK), *extra]  # fmt: skip
+            "--template", str(SERVER_TEMPLATE), "--lock", str(LOCK), "--train-config", str(TRAIN_CONFIG),
+            "--requirements", str(REQUIREMENTS), "--password-reader", people_role(), *extra]  # fmt: skip
     return run_cli(argv)
 
 

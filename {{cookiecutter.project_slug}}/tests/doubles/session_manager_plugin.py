@@ -1,9 +1,11 @@
 """A stand-in for AWS's session-manager-plugin, the program the AWS CLI hands a started session to.
 
 The real plugin opens a WebSocket to StreamUrl (ssmmessages, which nothing offline serves) and the SSM agent on the
-instance connects to the document's portNumber there. This one speaks the same command line and forwards the local
-port to where the test says that instance port is (SESSION_MANAGER_DOUBLE_TARGETS, JSON {"<instance>:<port>":
-"127.0.0.1:<port>"}); every accepted connection is appended to SESSION_MANAGER_DOUBLE_RECORD when set.
+instance connects to the document's host and portNumber there: localhost:<portNumber> when the document names no
+host, else <host>:<portNumber> (amazon-ssm-agent agent/session/plugins/port/port.go, DialCall). This one speaks the
+same command line and forwards the local port to where the test says that address of the instance is
+(SESSION_MANAGER_DOUBLE_TARGETS, JSON {"<instance>:<host or localhost>:<port>": "127.0.0.1:<port>"}); every
+accepted connection is appended to SESSION_MANAGER_DOUBLE_RECORD when set.
 
 The command line is the AWS CLI's (awscli 1.46.3, awscli/customizations/sessionmanager.py, StartSessionCaller):
 `session-manager-plugin --version` first, then `session-manager-plugin <response> <region> StartSession <profile>
@@ -125,10 +127,10 @@ def main(argv: list[str]) -> int:
     if content.get("sessionType") != "Port":
         return _fail(f"{request.get('DocumentName')} is a {content.get('sessionType')} session, not Port")
     properties = resolved_properties(content, request.get("Parameters", {}))
-    if properties.get("type") != "LocalPortForwarding" or "host" in properties:
-        return _fail(f"only local port forwarding to the instance itself is stood in for, not {properties}")
+    if properties.get("type") != "LocalPortForwarding":
+        return _fail(f"only local port forwarding is stood in for, not {properties}")
     targets = json.loads(os.environ.get(TARGETS_ENV, "{}"))
-    key = f"{request['Target']}:{properties['portNumber']}"
+    key = f"{request['Target']}:{properties.get('host') or 'localhost'}:{properties['portNumber']}"
     if key not in targets:
         return _fail(f"nothing listens on {key} (set {TARGETS_ENV})")
     host, _, port = targets[key].rpartition(":")

@@ -32,7 +32,7 @@ from harness import PROJECT
 from mlflow.tracking import MlflowClient
 from stories import Scenario, Stack, run_story, workflow_run_ids
 
-from gpu_runner import mlflow_server, mlflow_wake
+from gpu_runner import mlflow_server, mlflow_server_access, mlflow_server_project, mlflow_wake
 from gpu_runner import stack as runner_stack
 from gpu_runner.settings import load_settings
 
@@ -49,6 +49,9 @@ class TeamServer:
     ci_password: str
     boot: mlflow_server_boot.Boot
     tunnel_role: str
+    private_address: (
+        str  # the instance's, where the tunnel document sends the agent (here the sandbox's 127.0.0.1)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -57,19 +60,30 @@ def team_server(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Itera
     stories.make_stack): the passwords, the stack with the story's bucket and runner group, the first boot."""
     settings = load_settings(PROJECT / "configs" / "gpu-runner.yaml")
     ssm, cfn, ec2 = stack.client("ssm"), stack.client("cloudformation"), stack.client("ec2")
-    names = mlflow_server.parameter_names(settings.ssm_prefix)
-    for name in names.values():
-        mlflow_server.ensure_password(ssm, name, "e2e")
     inputs = mlflow_server.ServerInputs(stack.repository, stop_schedule=STOP, start_schedule=START)
     runner = {"BucketName": settings.bucket, "RunnerSecurityGroupId": stack.security_group,
               "OidcProviderArn": _oidc_provider(stack.client("iam"))}  # fmt: skip
     owner, repository = stack.repository.split("/")
-    version = mlflow_server.locked_mlflow_version(PROJECT / "uv.lock")
+    lock = PROJECT / "uv.lock"
+    version = mlflow_server.locked_mlflow_version(lock)
+    requirements = mlflow_server_project.checked_requirements(
+        PROJECT / "infra" / "mlflow-server-requirements.txt",
+        version,
+        mlflow_server_project.locked_version(lock, "boto3"),
+    )
+    stack.client("s3").put_object(Bucket=settings.bucket, Key=requirements.key, Body=requirements.body)
+    deployment = mlflow_server.Deployment(
+        version, mlflow_server_project.served_layout(PROJECT / "configs" / "train.yaml"), requirements,
+        (_people_role(stack.client("iam")),),
+    )  # fmt: skip
     body = (PROJECT / "infra" / "mlflow-server.yaml").read_text(encoding="utf-8")
     name = mlflow_server.server_stack_name(settings.project, stack.repository)
     repository_parameters = {"GitHubOwner": owner, "GitHubRepository": repository}
-    parameters = mlflow_server.stack_parameters(settings, inputs, runner, repository_parameters, version)
+    parameters = mlflow_server.stack_parameters(settings, inputs, runner, repository_parameters, deployment)
     outputs = runner_stack.deploy(cfn, name, body, parameters, delay_seconds=1)
+    # As `up` does: the passwords after the stack, under its key.
+    mlflow_server_access.store_passwords(ssm, settings.ssm_prefix, outputs["PasswordKeyArn"])
+    names = mlflow_server.parameter_names(settings.ssm_prefix)
     user_data = ec2.describe_instance_attribute(InstanceId=outputs["InstanceId"], Attribute="userData")
     script = base64.b64decode(user_data["UserData"]["Value"]).decode()
     port = mlflow_server_boot.free_port()
@@ -83,8 +97,11 @@ def team_server(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Itera
     )
     ci_password = ssm.get_parameter(Name=names["ci"], WithDecryption=True)["Parameter"]["Value"]
     try:
+        instance = ec2.describe_instances(InstanceIds=[outputs["InstanceId"]])["Reservations"][0][
+            "Instances"
+        ][0]
         yield TeamServer(f"http://127.0.0.1:{port}", outputs["InstanceId"], outputs["ReadyParameter"],
-                         ci_password, boot, outputs["TunnelRoleArn"])  # fmt: skip
+                         ci_password, boot, outputs["TunnelRoleArn"], instance["PrivateIpAddress"])  # fmt: skip
     finally:
         mlflow_server_boot.stop_server(boot)
         # Other stories on this worker must find no server. moto deletes a stack's resources in template order,
@@ -92,6 +109,16 @@ def team_server(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Itera
         ec2.terminate_instances(InstanceIds=[outputs["InstanceId"]])
         with contextlib.suppress(ClientError):
             cfn.delete_stack(StackName=name)
+
+
+def _people_role(iam: Any) -> str:
+    """The role the team's admins use, the password reader `up` names (moto's own caller is not one)."""
+    trust = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"AWS": "*"},
+                                                                 "Action": "sts:AssumeRole"}]})  # fmt: skip
+    try:
+        return str(iam.get_role(RoleName="mlflow-people")["Role"]["Arn"])
+    except ClientError:
+        return str(iam.create_role(RoleName="mlflow-people", AssumeRolePolicyDocument=trust)["Role"]["Arn"])
 
 
 def _oidc_provider(iam: Any) -> str:
@@ -139,7 +166,11 @@ def test_a_stopped_team_server_is_woken_before_the_launch_and_holds_the_run(
     connections = tmp_path / "tunnel-connections.txt"
     job_env = {
         session_manager_plugin.TARGETS_ENV: json.dumps(
-            {f"{team_server.instance_id}:5000": team_server.uri.removeprefix("http://")}
+            {
+                f"{team_server.instance_id}:{team_server.private_address}:5000": team_server.uri.removeprefix(
+                    "http://"
+                )
+            }
         ),
         session_manager_plugin.RECORD_ENV: str(connections),
     }

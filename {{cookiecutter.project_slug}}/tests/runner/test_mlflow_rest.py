@@ -66,11 +66,11 @@ ADMIN, CI = ("admin", "admin-password-for-tests"), ("ci", "ci-password-for-tests
 
 @pytest.fixture(scope="module")
 def auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`mlflow server --app-name basic-auth` with the team server's default permission (EDIT) and a ci user."""
+    """`mlflow server --app-name basic-auth` with the team server's default permission (READ) and a ci user."""
     workdir = tmp_path_factory.mktemp("auth-server")
     ini = workdir / "basic_auth.ini"
     ini.write_text(
-        "[mlflow]\ndefault_permission = EDIT\n"
+        "[mlflow]\ndefault_permission = READ\n"
         f"database_uri = sqlite:///{workdir / 'auth.db'}\nadmin_username = {ADMIN[0]}\n"
         f"admin_password = {ADMIN[1]}\nauthorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
     )

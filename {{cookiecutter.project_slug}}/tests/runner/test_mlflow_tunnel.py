@@ -9,6 +9,7 @@ and the role for a pull request's or another repository's token."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -93,9 +94,21 @@ def test_the_session_document_forwards_to_port_5000_only(
     content = document_content(ssm, name)
     assert content["sessionType"] == "Port"
     assert content["properties"]["portNumber"] == str(mlflow_server.PORT)
-    assert content["properties"]["type"] == "LocalPortForwarding" and "host" not in content["properties"]
-    # The remote port is no parameter: nothing the caller passes can change it.
+    assert content["properties"]["type"] == "LocalPortForwarding"
+    # The server's private address, where MLflow listens, not localhost (the agent's default without a host):
+    # through the tunnel no request comes from loopback, where MLflow serves its localhost-only Assistant API
+    # (tests/runner/test_mlflow_server_boot.py::test_a_request_from_loopback_runs_commands_on_the_server).
+    assert content["properties"]["host"] == _private_address(server)
+    assert not ipaddress.ip_address(content["properties"]["host"]).is_loopback
+    # The remote port and host are no parameters: nothing the caller passes can change them.
     assert set(content["parameters"]) == {"localPortNumber"}
+
+
+def _private_address(server: dict[str, Any]) -> str:
+    described = (
+        server["session"].client("ec2").describe_instances(InstanceIds=[server["outputs"]["InstanceId"]])
+    )
+    return str(described["Reservations"][0]["Instances"][0]["PrivateIpAddress"])
 
 
 TRUST_TABLE = [
@@ -270,13 +283,17 @@ def test_start_session_double_refuses_what_the_service_refuses(
 
 
 @pytest.fixture
-def plugin_env(tmp_path: Path, mlflow_server: str, running_server: str) -> dict[str, str]:
+def plugin_env(
+    tmp_path: Path, mlflow_server: str, running_server: str, server: dict[str, Any]
+) -> dict[str, str]:
     """The plugin double first on PATH, and the server instance's port 5000 standing at the real MLflow server."""
     session_manager_plugin.install(tmp_path / "bin")
     port = mlflow_server.rsplit(":", 1)[-1]
     return {
         "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}",
-        session_manager_plugin.TARGETS_ENV: json.dumps({f"{running_server}:5000": f"127.0.0.1:{port}"}),
+        session_manager_plugin.TARGETS_ENV: json.dumps(
+            {f"{running_server}:{_private_address(server)}:5000": f"127.0.0.1:{port}"}
+        ),
         session_manager_plugin.RECORD_ENV: str(tmp_path / "connections.txt"),
         session_manager_plugin.ARGV_ENV: str(tmp_path / "argv.jsonl"),
     }

@@ -294,6 +294,18 @@ def _add_mlflow_server(commands: argparse._SubParsersAction) -> None:
     up.add_argument("--timezone", default="UTC", help="IANA time zone of both schedules")
     up.add_argument("--template", type=Path, default=Path("infra/mlflow-server.yaml"))
     up.add_argument("--lock", type=Path, default=Path("uv.lock"), help="the mlflow version the server runs")
+    up.add_argument(
+        "--train-config", type=Path, default=Path("configs/train.yaml"),
+        help="the default branch's: the experiments and the served model the server makes",
+    )  # fmt: skip
+    up.add_argument(
+        "--requirements", type=Path, default=Path("infra/mlflow-server-requirements.txt"),
+        help="the hash-pinned closure the server installs (make mlflow-server-requirements)",
+    )  # fmt: skip
+    up.add_argument(
+        "--password-reader", action="append", default=[], metavar="ARN",
+        help="an IAM role or user who may read the passwords besides you (repeatable; the key keeps only these)",
+    )  # fmt: skip
     tunnel.add_argument("--local-port", type=int, default=5000)
     tunnel.add_argument("--print-only", action="store_true", help="print the command instead of running it")
     actions.add_parser("wake", help="the start job: start a stopped server and wait until MLflow answers")
@@ -532,10 +544,15 @@ def _mlflow_server(args: argparse.Namespace, settings: Settings, aws: Aws) -> in
         inputs = mlflow_server.ServerInputs(
             args.repository, instance_type=args.instance_type, subnet_id=args.subnet_id,
             stop_schedule=args.stop_schedule, start_schedule=args.start_schedule, timezone=args.timezone,
+            password_readers=tuple(args.password_reader),
         )  # fmt: skip
+        from .batch_stack import batch_stack_name
+
         mlflow_server.up(
-            settings, cfn, aws.client("ssm", region), inputs, template=args.template, lock=args.lock
-        )
+            settings, lambda service: aws.client(service, region), inputs,
+            batch_stack=batch_stack_name(settings.project, inputs.repository), template=args.template,
+            lock=args.lock, train_config=args.train_config, requirements=args.requirements,
+        )  # fmt: skip
     elif args.action == "down":
         mlflow_server.down(settings, cfn, mlflow_server.ServerInputs(args.repository).repository)
     else:

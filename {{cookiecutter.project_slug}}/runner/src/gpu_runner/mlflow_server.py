@@ -1,8 +1,11 @@
 """`gpu-runner mlflow-server up | down | tunnel`: the optional team MLflow server (infra/mlflow-server.yaml).
 
-`up` runs after `bootstrap`: it reads the runner security group, the bucket and the VPC from the gpu-runner stack
-(so the two cannot drift), stores the admin and ci passwords in SSM (generated here, never printed), deploys the
-stack and prints the GitHub settings. `tunnel` forwards 127.0.0.1:<port> to the server through Session Manager.
+`up` runs after `bootstrap`, on the default branch: it reads the runner security group, the bucket and the VPC from
+the gpu-runner stack (so the two cannot drift), what the server makes from configs/train.yaml (the experiments,
+the served model) and the hash-pinned requirements (mlflow_server_project.py), uploads those, deploys the stack,
+stores the admin, ci and promote passwords in SSM under the stack's key (generated here, never printed:
+mlflow_server_access.py) and prints the GitHub settings. `tunnel` forwards 127.0.0.1:<port> to the server through
+Session Manager.
 """
 
 from __future__ import annotations
@@ -10,18 +13,24 @@ from __future__ import annotations
 import json
 import logging
 import re
-import secrets
 import shlex
 import shutil
-import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from . import stack
+from .mlflow_server_access import batch_execution_role, parameter_names, password_readers, store_passwords
+from .mlflow_server_project import (
+    DEFAULT_REQUIREMENTS,
+    DEFAULT_TRAIN_CONFIG,
+    Requirements,
+    Served,
+    checked_requirements,
+    locked_version,
+    served_layout,
+)
 from .mlflow_wake import MlflowServerError
 from .settings import Settings
 
@@ -30,8 +39,6 @@ log = logging.getLogger(__name__)
 DEFAULT_TEMPLATE = Path("infra/mlflow-server.yaml")
 DEFAULT_LOCK = Path("uv.lock")
 PORT = 5000
-ADMIN_SUFFIX = "-mlflow-admin-password"
-CI_SUFFIX = "-mlflow-ci-password"
 # EventBridge Scheduler cron expressions have six fields inside cron(...) (EventBridge Scheduler User Guide,
 # "Schedule types": cron(minutes hours day-of-month month day-of-week year)).
 CRON = re.compile(r"cron\((\S+ ){5}\S+\)")
@@ -52,6 +59,7 @@ class ServerInputs:
     stop_schedule: str = ""
     start_schedule: str = ""
     timezone: str = "UTC"
+    password_readers: tuple[str, ...] = field(default=())  # IAM ARNs besides the caller
 
     def __post_init__(self) -> None:
         problems = []
@@ -83,40 +91,20 @@ def tunnel_document_name(project: str) -> str:
     return (TUNNEL_DOCUMENT_PREFIX + re.sub(r"[^A-Za-z0-9_.-]", "-", project))[:DOCUMENT_NAME_MAX]
 
 
-def parameter_names(ssm_prefix: str) -> dict[str, str]:
-    return {"admin": f"{ssm_prefix}{ADMIN_SUFFIX}", "ci": f"{ssm_prefix}{CI_SUFFIX}"}
-
-
 def locked_mlflow_version(lock: Path) -> str:
     """The MLflow the project locks: the server runs the same release as the clients that log to it."""
-    try:
-        packages = tomllib.loads(lock.read_text(encoding="utf-8")).get("package", [])
-    except FileNotFoundError:
-        raise MlflowServerError(f"--lock: {lock} not found (run from the project root)") from None
-    for package in packages:
-        if package.get("name") == "mlflow":
-            return str(package["version"])
-    raise MlflowServerError(f"--lock: {lock} locks no mlflow package: is it this project's uv.lock?")
+    return locked_version(lock, "mlflow")
 
 
-def ensure_password(ssm: Any, name: str, description: str) -> bool:
-    """A SecureString with a new random password unless one exists (re-running `up` keeps it); True if created.
-    Under the AWS managed key aws/ssm (PutParameter without KeyId)."""
-    try:
-        ssm.get_parameter(Name=name)
-        return False
-    except ClientError as error:
-        if error.response.get("Error", {}).get("Code") != "ParameterNotFound":
-            raise
-    # 32 bytes, URL-safe: no character the env file, the ini file or basic auth would need to quote.
-    ssm.put_parameter(
-        Name=name,
-        Description=description,
-        Type="SecureString",
-        Value=secrets.token_urlsafe(32),
-        Overwrite=False,
-    )
-    return True
+@dataclass(frozen=True)
+class Deployment:
+    """What a server stack is deployed with besides the gpu-runner stack's values and the inputs."""
+
+    mlflow_version: str
+    served: Served
+    requirements: Requirements
+    password_readers: tuple[str, ...]
+    batch_execution_role: str = ""
 
 
 # What the tunnel role's trust needs from the gpu-runner stack's parameters (the repository bootstrap was given).
@@ -128,7 +116,7 @@ def stack_parameters(
     inputs: ServerInputs,
     runner: Mapping[str, str],
     runner_parameters: Mapping[str, str],
-    mlflow_version: str,
+    deployment: Deployment,
 ) -> list[dict[str, str]]:
     values = {
         "Project": settings.project,
@@ -138,7 +126,12 @@ def stack_parameters(
         "VpcId": runner_parameters.get("VpcId", ""),
         "SubnetId": inputs.subnet_id or (settings.subnet_ids[0] if settings.subnet_ids else ""),
         "InstanceType": inputs.instance_type,
-        "MlflowVersion": mlflow_version,
+        "MlflowVersion": deployment.mlflow_version,
+        "RequirementsSha256": deployment.requirements.sha256,
+        "ExperimentNames": deployment.served.experiments_json(),
+        "ServedModelName": deployment.served.model,
+        "PasswordReaderArns": ",".join(deployment.password_readers),
+        "BatchExecutionRoleArn": deployment.batch_execution_role,
         "StopSchedule": inputs.stop_schedule,
         "StartSchedule": inputs.start_schedule,
         "ScheduleTimezone": inputs.timezone,
@@ -149,46 +142,57 @@ def stack_parameters(
     return [{"ParameterKey": k, "ParameterValue": v} for k, v in values.items()]
 
 
+REQUIRED_OUTPUTS = frozenset({
+    "InstanceId", "TrackingUri", "CiUsername", "CiPasswordParameter", "PromoteUsername", "PromotePasswordParameter",
+    "PasswordKeyArn", "ReadyParameter", "TunnelRoleArn", "TunnelDocument",
+})  # fmt: skip
+
+
 def up(
     settings: Settings,
-    cfn: Any,
-    ssm: Any,
+    aws: Any,
     inputs: ServerInputs,
     *,
+    batch_stack: str,
     template: Path = DEFAULT_TEMPLATE,
     lock: Path = DEFAULT_LOCK,
+    train_config: Path = DEFAULT_TRAIN_CONFIG,
+    requirements: Path = DEFAULT_REQUIREMENTS,
     delay_seconds: int = 10,
 ) -> dict[str, str]:
-    """Deploy (or update) the server stack; returns its outputs."""
+    """Deploy (or update) the server stack; returns its outputs. `aws(service)` gives a client in the region;
+    `batch_stack` is the name of the repository's batch stack, whose job execution role may decrypt the ci
+    password once it exists (`make batch-up` first, then `up` again). Every file is checked before any AWS call."""
     try:
         body = template.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise MlflowServerError(f"--template: {template} not found (run from the project root)") from None
     version = locked_mlflow_version(lock)
+    pinned = checked_requirements(requirements, version, locked_version(lock, "boto3"))
+    served = served_layout(train_config)
+    cfn, iam = aws("cloudformation"), aws("iam")
     runner, runner_parameters = stack.runner_stack(
         cfn,
         stack.stack_name(settings.project, inputs.repository),
         "the server reuses its bucket, VPC and runner security group",
         MlflowServerError,
     )
-    names = parameter_names(settings.ssm_prefix)
-    for name, what in (
-        (names["admin"], "MLflow admin password (team server)"),
-        (names["ci"], "MLflow password of the workflows' ci user (team server)"),
-    ):
-        if ensure_password(ssm, name, what):
-            log.info(f"stored a new {what} in {name}")
-    parameters = stack_parameters(settings, inputs, runner, runner_parameters, version)
+    deployment = Deployment(
+        version, served, pinned,
+        tuple(password_readers(aws("sts"), iam, inputs.password_readers)),
+        batch_execution_role(cfn, iam, batch_stack),
+    )  # fmt: skip
+    aws("s3").put_object(Bucket=runner["BucketName"], Key=pinned.key, Body=pinned.body)
+    parameters = stack_parameters(settings, inputs, runner, runner_parameters, deployment)
     name = server_stack_name(settings.project, inputs.repository)
     outputs = stack.deploy(cfn, name, body, parameters, delay_seconds=delay_seconds)
-    missing = {
-        "InstanceId", "TrackingUri", "CiUsername", "CiPasswordParameter", "ReadyParameter", "TunnelRoleArn",
-        "TunnelDocument",
-    } - set(outputs)  # fmt: skip
+    missing = REQUIRED_OUTPUTS - set(outputs)
     if missing:
         raise MlflowServerError(
             f"stack {name} lacks output(s) {', '.join(sorted(missing))}: is {template} ours?"
         )
+    # After the stack: they are encrypted under its key. A new server's first boot waits for them.
+    store_passwords(aws("ssm"), settings.ssm_prefix, outputs["PasswordKeyArn"])
     log.info(next_steps(inputs.repository, settings.region, outputs))
     return outputs
 
@@ -200,14 +204,22 @@ def next_steps(repository: str, region: str, outputs: Mapping[str, str]) -> str:
     )
     return "\n".join(
         [
-            "# The team MLflow server. Point the workflows at it (the password goes from SSM to GitHub unprinted):",
+            "# The team MLflow server. Point the workflows at it (the passwords go from SSM to GitHub unprinted):",
             f"gh variable set MLFLOW_TRACKING_URI --repo {repo} --body {shlex.quote(outputs['TrackingUri'])}",
             f"gh secret set MLFLOW_TRACKING_USERNAME --repo {repo} --body {shlex.quote(outputs['CiUsername'])}",
             f"{read} {shlex.quote(outputs['CiPasswordParameter'])} | gh secret set MLFLOW_TRACKING_PASSWORD --repo {repo}",
+            "# promote.yml's own user, as secrets of the `production` environment only (create the environment "
+            "first: docs/training.md#champion-model):",
+            f"gh secret set MLFLOW_PROMOTE_USERNAME --env production --repo {repo} "
+            f"--body {shlex.quote(outputs['PromoteUsername'])}",
+            f"{read} {shlex.quote(outputs['PromotePasswordParameter'])} | gh secret set MLFLOW_PROMOTE_PASSWORD "
+            f"--env production --repo {repo}",
             "# The jobs on GitHub-hosted runners (outside the VPC) reach it through an SSM tunnel with this role:",
             f"gh variable set MLFLOW_TUNNEL_ROLE_ARN --repo {repo} --body {shlex.quote(outputs['TunnelRoleArn'])}",
             "# People: `make mlflow-tunnel`, then http://127.0.0.1:5000 as admin, password:",
             f"#   {read} {shlex.quote(outputs.get('AdminPasswordParameter', '<prefix>-mlflow-admin-password'))}",
+            "# A running server makes new experiments, model and grants at its next boot "
+            f"(aws ec2 reboot-instances --region {reg} --instance-ids {shlex.quote(outputs['InstanceId'])}).",
         ]
     )
 
@@ -226,7 +238,8 @@ def down(settings: Settings, cfn: Any, repository: str, *, delay_seconds: int = 
     log.info(
         f"deleted {name}. Kept: the data volume's final snapshot (tag mlflow-server:project={settings.project}; "
         f"`make mlflow-server-up` starts from an empty volume, restore the snapshot by hand to keep the runs), the "
-        f"artifacts under s3://<bucket>/mlflow-artifacts/ and the passwords {names['admin']}, {names['ci']}"
+        f"artifacts under s3://<bucket>/mlflow-artifacts/, the passwords {', '.join(names.values())} and their "
+        "key (a restored snapshot's users keep their passwords; the next `up` moves them under its new key)"
     )
 
 
