@@ -22,7 +22,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from . import ec2, naming, offerings, ownership, ssm, timeline
+from . import ec2, live_limit, naming, offerings, ownership, ssm, timeline
 from .aws import Aws
 from .cost import accounting
 from .cost.record import TRAINING_SECONDS, Cost, latest_at_step
@@ -123,6 +123,8 @@ def launch(
     parameter = naming.parameter_name(settings.ssm_prefix, ctx)
     expires_at = now + timedelta(minutes=settings.max_runtime_minutes) + EXPIRY_MARGIN
 
+    # The last look before anything exists: the later the count, the fewer launches can race past the limit.
+    live_limit.check(settings, ctx.repository, ec2_client)
     jit = github.create_jit_config(name, [label])
     runner_id = jit.runner.id
     # Not the label: it is the one thing another workflow would need to queue a job for this runner.
