@@ -26,6 +26,7 @@ from doubles.github_double import (
     GitHubDouble,
     app_private_key_pem,
 )
+from doubles.live_instances import run_tagged
 from gpu_runner import cli, lifecycle, naming
 from gpu_runner.aws import Aws
 from gpu_runner.settings import Settings
@@ -105,10 +106,7 @@ def at_the_live_limit(case: Case) -> int:
     other = naming.RunContext(DEFAULT_REPOSITORY, "4000", "1", "train/other", "a" * 40)
     settings = Settings(project=PROJECT, region=REGION, instance_types=("g4dn.xlarge",))
     tags = lifecycle.instance_tags(settings, other, runner_id=1, expires_at=datetime.now(UTC))
-    case.earlier_instance = ec2.run_instances(
-        ImageId=image, InstanceType="g4dn.xlarge", MinCount=1, MaxCount=1,
-        TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}],
-    )["Instances"][0]["InstanceId"]  # fmt: skip
+    case.earlier_instance = run_tagged(ec2, image, tags)
     return launch_with(max_live_instances=1)(case)
 
 

@@ -519,8 +519,12 @@ def test_github_outage_still_terminates_the_instance(
 
 def test_github_5xx_during_teardown_is_retried(settings, ctx, aws, github, github_double) -> None:
     outcome = lifecycle.launch(settings, ctx, aws, github)
+    github_double.fail("GET", r"/actions/runners$", 502, times=2)  # the look for this run's runners
     github_double.fail("DELETE", r"/actions/runners/\d+$", 502, times=2)
     assert teardown_all(aws, github, outcome, ctx).runner == "deleted"
+    statuses = [(c.method, c.status) for c in github_double.calls if "/actions/runners" in c.path]
+    retried = [("GET", 502), ("GET", 502), ("GET", 200), ("DELETE", 502), ("DELETE", 502), ("DELETE", 204)]
+    assert statuses[-6:] == retried, statuses
     assert_nothing_left(aws, github_double)
 
 

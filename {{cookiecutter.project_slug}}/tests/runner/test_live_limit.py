@@ -17,6 +17,7 @@ from doubles.github_double import DEFAULT_REPOSITORY, GitHubDouble
 from doubles.gpu_runner_stack import REGION as STACK_REGION
 from doubles.gpu_runner_stack import authorizations, role_policies, wire_settings
 from doubles.iam_requests import Call, allowed
+from doubles.live_instances import run_tagged
 
 from gpu_runner import cli, lifecycle, live_limit
 from gpu_runner.aws import Aws
@@ -31,17 +32,13 @@ def other_run(ctx: RunContext, run_id: str, **changes: str) -> RunContext:
 
 
 def made_instance(aws: Aws, ami: str, settings: Settings, ctx: RunContext | None) -> str:
-    """An instance with the tags launch gives `ctx`'s (None: untagged), made directly in moto."""
-    extra: dict[str, Any] = {}
-    if ctx is not None:
-        tags = lifecycle.instance_tags(settings, ctx, runner_id=1, expires_at=datetime.now(UTC))
-        extra["TagSpecifications"] = [
-            {"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
-        ]
-    reply = aws.client("ec2", REGION).run_instances(
-        ImageId=ami, InstanceType="g4dn.xlarge", MinCount=1, MaxCount=1, **extra
+    """An instance with the tags launch gives `ctx`'s (None: untagged)."""
+    tags = (
+        None
+        if ctx is None
+        else lifecycle.instance_tags(settings, ctx, runner_id=1, expires_at=datetime.now(UTC))
     )
-    return str(reply["Instances"][0]["InstanceId"])
+    return run_tagged(aws.client("ec2", REGION), ami, tags)
 
 
 def parameter_names(aws: Aws) -> set[str]:
@@ -153,10 +150,7 @@ def test_the_count_is_within_both_launch_roles_policies(
     outside = boto3.Session(region_name=STACK_REGION).client("ec2")  # made outside the recorded session
     tags = lifecycle.instance_tags(live, RunContext(DEFAULT_REPOSITORY, "807", "1", "train/x", "a" * 40),
                                    runner_id=1, expires_at=datetime.now(UTC))  # fmt: skip
-    made = outside.run_instances(
-        ImageId=stack["amazon_image"], InstanceType="g4dn.xlarge", MinCount=1, MaxCount=1,
-        TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}],
-    )["Instances"][0]["InstanceId"]  # fmt: skip
+    made = run_tagged(outside, stack["amazon_image"], tags)
     try:
         assert cli.main(["--settings", str(limited), "launch", "--spot", "false"]) == 1
         assert "max_live_instances: 1 GPU instance(s) of" in capsys.readouterr().err

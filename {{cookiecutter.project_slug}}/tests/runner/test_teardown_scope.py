@@ -19,6 +19,7 @@ import pytest
 from doubles.aws_constants import REGION
 from doubles.aws_faults import AwsFaults
 from doubles.github_double import DEFAULT_REPOSITORY, GitHubDouble
+from doubles.live_instances import run_tagged
 
 from gpu_runner import cli, lifecycle
 from gpu_runner.aws import Aws
@@ -70,16 +71,13 @@ def launch_own(cli_env: Path, *flags: str) -> dict[str, str]:
 
 
 def tagged_instance(aws: Aws, ami: str, settings: Settings, ctx: RunContext | None) -> str:
-    """An instance with the tags launch gives `ctx`'s instance (None: no tags at all), made directly in moto."""
-    extra = {}
-    if ctx is not None:
-        tags = lifecycle.instance_tags(settings, ctx, runner_id=1, expires_at=datetime.now(UTC))
-        extra = {"TagSpecifications": [{"ResourceType": "instance", "Tags": [
-            {"Key": key, "Value": value} for key, value in tags.items()]}]}  # fmt: skip
-    reply = aws.client("ec2", REGION).run_instances(
-        ImageId=ami, InstanceType="g4dn.xlarge", MinCount=1, MaxCount=1, **extra
+    """An instance with the tags launch gives `ctx`'s instance (None: no tags at all)."""
+    tags = (
+        None
+        if ctx is None
+        else lifecycle.instance_tags(settings, ctx, runner_id=1, expires_at=datetime.now(UTC))
     )
-    return str(reply["Instances"][0]["InstanceId"])
+    return run_tagged(aws.client("ec2", REGION), ami, tags)
 
 
 Victim = Callable[[Settings, Aws, GitHubRunners, str], str]
