@@ -8,9 +8,12 @@ moto drops a terminated instance's profile, and a region-wide sweep failed the s
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
-from gpu_runner.naming import MANAGED_BY_KEY
+from gpu_runner import lifecycle
+from gpu_runner.naming import MANAGED_BY_KEY, RunContext
+from gpu_runner.settings import Settings
 
 LIVE_STATES = ["pending", "running"]
 
@@ -47,3 +50,12 @@ def run_tagged(client: Any, image_id: str, tags: Mapping[str, str] | None = None
         ImageId=image_id, InstanceType="g4dn.xlarge", MinCount=1, MaxCount=1, **extra
     )
     return str(reply["Instances"][0]["InstanceId"])
+
+
+def run_as_launched(client: Any, image_id: str, settings: Settings, ctx: RunContext | None) -> str:
+    """An instance tagged as `launch` tags `ctx`'s (lifecycle.instance_tags; None: untagged): another run's, slot's
+    or repository's instance, without launching it."""
+    if ctx is None:
+        return run_tagged(client, image_id)
+    tags = lifecycle.instance_tags(settings, ctx, runner_id=1, expires_at=datetime.now(UTC))
+    return run_tagged(client, image_id, tags)

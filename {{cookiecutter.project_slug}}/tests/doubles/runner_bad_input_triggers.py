@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +25,8 @@ from doubles.github_double import (
     GitHubDouble,
     app_private_key_pem,
 )
-from doubles.live_instances import run_tagged
-from gpu_runner import cli, lifecycle, naming
+from doubles.live_instances import run_as_launched
+from gpu_runner import cli, naming
 from gpu_runner.aws import Aws
 from gpu_runner.settings import Settings
 
@@ -105,8 +104,7 @@ def at_the_live_limit(case: Case) -> int:
     image = boto3.client("ssm", region_name=REGION).get_parameter(Name=AMI_PARAMETER)["Parameter"]["Value"]
     other = naming.RunContext(DEFAULT_REPOSITORY, "4000", "1", "train/other", "a" * 40)
     settings = Settings(project=PROJECT, region=REGION, instance_types=("g4dn.xlarge",))
-    tags = lifecycle.instance_tags(settings, other, runner_id=1, expires_at=datetime.now(UTC))
-    case.earlier_instance = run_tagged(ec2, image, tags)
+    case.earlier_instance = run_as_launched(ec2, image, settings, other)
     return launch_with(max_live_instances=1)(case)
 
 

@@ -5,7 +5,6 @@ server and the GitHub double; the count's one call against the deployed launch r
 from __future__ import annotations
 
 import dataclasses
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from doubles.github_double import DEFAULT_REPOSITORY, GitHubDouble
 from doubles.gpu_runner_stack import REGION as STACK_REGION
 from doubles.gpu_runner_stack import authorizations, role_policies, wire_settings
 from doubles.iam_requests import Call, allowed
-from doubles.live_instances import run_tagged
+from doubles.live_instances import run_as_launched
 
 from gpu_runner import cli, lifecycle, live_limit
 from gpu_runner.aws import Aws
@@ -29,16 +28,6 @@ from gpu_runner.settings import Settings
 
 def other_run(ctx: RunContext, run_id: str, **changes: str) -> RunContext:
     return dataclasses.replace(ctx, run_id=run_id, **changes)
-
-
-def made_instance(aws: Aws, ami: str, settings: Settings, ctx: RunContext | None) -> str:
-    """An instance with the tags launch gives `ctx`'s (None: untagged)."""
-    tags = (
-        None
-        if ctx is None
-        else lifecycle.instance_tags(settings, ctx, runner_id=1, expires_at=datetime.now(UTC))
-    )
-    return run_tagged(aws.client("ec2", REGION), ami, tags)
 
 
 def parameter_names(aws: Aws) -> set[str]:
@@ -74,11 +63,13 @@ def test_only_this_repositorys_live_gpu_runner_instances_count(
 ) -> None:
     limited = dataclasses.replace(settings, max_live_instances=1)
     client = aws.client("ec2", REGION)
-    made_instance(aws, ami, settings, other_run(ctx, "803", repository="octo-org/other-repo"))
-    made_instance(aws, ami, settings, None)  # not gpu-runner's
-    stopped = made_instance(aws, ami, settings, other_run(ctx, "804"))
+    run_as_launched(
+        aws.client("ec2", REGION), ami, settings, other_run(ctx, "803", repository="octo-org/other-repo")
+    )
+    run_as_launched(aws.client("ec2", REGION), ami, settings, None)  # not gpu-runner's
+    stopped = run_as_launched(aws.client("ec2", REGION), ami, settings, other_run(ctx, "804"))
     client.stop_instances(InstanceIds=[stopped])  # not billed by the hour (EBS only): not live
-    ended = made_instance(aws, ami, settings, other_run(ctx, "805"))
+    ended = run_as_launched(aws.client("ec2", REGION), ami, settings, other_run(ctx, "805"))
     client.terminate_instances(InstanceIds=[ended])
     try:
         assert live_limit.live_instances(client, DEFAULT_REPOSITORY) == []
@@ -146,11 +137,9 @@ def test_the_count_is_within_both_launch_roles_policies(
     wire_settings(stack, settings_file)
     limited = tmp_path / "gpu-runner.yaml"
     limited.write_text(yaml.safe_dump({**yaml.safe_load(settings_file.read_text()), "max_live_instances": 1}))
-    live = stack["settings"]
     outside = boto3.Session(region_name=STACK_REGION).client("ec2")  # made outside the recorded session
-    tags = lifecycle.instance_tags(live, RunContext(DEFAULT_REPOSITORY, "807", "1", "train/x", "a" * 40),
-                                   runner_id=1, expires_at=datetime.now(UTC))  # fmt: skip
-    made = run_tagged(outside, stack["amazon_image"], tags)
+    other = RunContext(DEFAULT_REPOSITORY, "807", "1", "train/x", "a" * 40)
+    made = run_as_launched(outside, stack["amazon_image"], stack["settings"], other)
     try:
         assert cli.main(["--settings", str(limited), "launch", "--spot", "false"]) == 1
         assert "max_live_instances: 1 GPU instance(s) of" in capsys.readouterr().err

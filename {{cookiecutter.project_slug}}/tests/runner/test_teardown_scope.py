@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from doubles.aws_constants import REGION
 from doubles.aws_faults import AwsFaults
 from doubles.github_double import DEFAULT_REPOSITORY, GitHubDouble
-from doubles.live_instances import run_tagged
+from doubles.live_instances import run_as_launched
 
 from gpu_runner import cli, lifecycle
 from gpu_runner.aws import Aws
@@ -70,16 +69,6 @@ def launch_own(cli_env: Path, *flags: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in (cli_env.parent / "out").read_text().splitlines())
 
 
-def tagged_instance(aws: Aws, ami: str, settings: Settings, ctx: RunContext | None) -> str:
-    """An instance with the tags launch gives `ctx`'s instance (None: no tags at all)."""
-    tags = (
-        None
-        if ctx is None
-        else lifecycle.instance_tags(settings, ctx, runner_id=1, expires_at=datetime.now(UTC))
-    )
-    return run_tagged(aws.client("ec2", REGION), ami, tags)
-
-
 Victim = Callable[[Settings, Aws, GitHubRunners, str], str]
 
 
@@ -90,7 +79,7 @@ def launched(ctx: RunContext) -> Victim:
 
 
 def made(ctx: RunContext | None) -> Victim:
-    return lambda settings, aws, github, ami: tagged_instance(aws, ami, settings, ctx)
+    return lambda settings, aws, github, ami: run_as_launched(aws.client("ec2", REGION), ami, settings, ctx)
 
 
 # (victim, the caller's --slot, what the refusal says)
