@@ -7,9 +7,13 @@ moto drops a terminated instance's profile, and a region-wide sweep failed the s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
-from gpu_runner.naming import MANAGED_BY_KEY
+from gpu_runner import lifecycle
+from gpu_runner.naming import MANAGED_BY_KEY, RunContext
+from gpu_runner.settings import Settings
 
 LIVE_STATES = ["pending", "running"]
 
@@ -33,3 +37,25 @@ def terminate_started_since(client: Any, before: set[str]) -> list[str]:
     if ids:
         client.terminate_instances(InstanceIds=ids)
     return ids
+
+
+def run_tagged(client: Any, image_id: str, tags: Mapping[str, str] | None = None) -> str:
+    """One running instance with these tags (e.g. lifecycle.instance_tags of another run; None: untagged), made
+    directly in moto: another run's, repository's or principal's instance, as the launch would have tagged it."""
+    extra: dict[str, Any] = {}
+    if tags is not None:
+        pairs = [{"Key": key, "Value": value} for key, value in tags.items()]
+        extra["TagSpecifications"] = [{"ResourceType": "instance", "Tags": pairs}]
+    reply = client.run_instances(
+        ImageId=image_id, InstanceType="g4dn.xlarge", MinCount=1, MaxCount=1, **extra
+    )
+    return str(reply["Instances"][0]["InstanceId"])
+
+
+def run_as_launched(client: Any, image_id: str, settings: Settings, ctx: RunContext | None) -> str:
+    """An instance tagged as `launch` tags `ctx`'s (lifecycle.instance_tags; None: untagged): another run's, slot's
+    or repository's instance, without launching it."""
+    if ctx is None:
+        return run_tagged(client, image_id)
+    tags = lifecycle.instance_tags(settings, ctx, runner_id=1, expires_at=datetime.now(UTC))
+    return run_tagged(client, image_id, tags)

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 import yaml
 
-from doubles.aws_constants import REGION
+from doubles.aws_constants import AMI_PARAMETER, REGION
 from doubles.aws_faults import AwsFaults
 from doubles.github_double import (
     DEFAULT_APP_ID,
@@ -24,8 +25,10 @@ from doubles.github_double import (
     GitHubDouble,
     app_private_key_pem,
 )
+from doubles.live_instances import run_as_launched
 from gpu_runner import cli, naming
 from gpu_runner.aws import Aws
+from gpu_runner.settings import Settings
 
 PROJECT = "demo"  # cli_env's settings
 SSM_PREFIX = "/gpu-runner/demo/"
@@ -41,6 +44,7 @@ class Case:
     aws_requests: list[str]
     stack: list[Callable[[], None]] = field(default_factory=list)
     earlier_runner: int | None = None
+    earlier_instance: str | None = None
 
 
 def gpu_runner(*argv: str) -> int:
@@ -92,6 +96,18 @@ def name_taken(case: Case) -> int:
     return gpu_runner("launch")
 
 
+def at_the_live_limit(case: Case) -> int:
+    """Another run's GPU instance of the repository is running (made with the tags its launch gave it), and the
+    settings allow one live instance."""
+    # Not through case.aws: the trigger's calls are not gpu-runner's.
+    ec2 = boto3.client("ec2", region_name=REGION)
+    image = boto3.client("ssm", region_name=REGION).get_parameter(Name=AMI_PARAMETER)["Parameter"]["Value"]
+    other = naming.RunContext(DEFAULT_REPOSITORY, "4000", "1", "train/other", "a" * 40)
+    settings = Settings(project=PROJECT, region=REGION, instance_types=("g4dn.xlarge",))
+    case.earlier_instance = run_as_launched(ec2, image, settings, other)
+    return launch_with(max_live_instances=1)(case)
+
+
 def invalid_request(case: Case) -> int:
     case.github.fail("POST", r"/generate-jitconfig$", 422)
     return gpu_runner("launch")
@@ -135,6 +151,7 @@ TRIGGERS: dict[str, Callable[[Case], int]] = {
         sweep_branch_prefix="train/hpo/", train_branch_prefix="train/"
     ),
     "settings-wait-timeout-type": launch_with(wait_timeout_seconds="10m"),
+    "settings-max-live-instances": launch_with(max_live_instances=0),
     "aws-ami-parameter-missing": launch_with(ami_parameter="/no/such/ami"),
     "aws-ami-not-found": launch_with(ami_id="ami-0123456789abcdef0"),
     "aws-expired-credentials": launch_when("ssm", "GetParameter", "ExpiredTokenException"),
@@ -142,6 +159,7 @@ TRIGGERS: dict[str, Callable[[Case], int]] = {
     "aws-vcpu-limit": launch_when("ec2", "RunInstances", "VcpuLimitExceeded"),
     "aws-capacity-everywhere": launch_when("ec2", "RunInstances", "InsufficientInstanceCapacity", status=500),
     "aws-subnet-not-found": launch_with(subnet_ids=["subnet-0123456789abcdef0"]),
+    "aws-max-live-instances": at_the_live_limit,
     "github-no-credentials": launch_env(GPU_RUNNER_TOKEN=None),
     "github-bad-token": launch_env(GPU_RUNNER_TOKEN="github_pat_revoked_0000000000"),
     "github-no-admin-permission": launch_env(GPU_RUNNER_TOKEN=READ_ONLY_TOKEN),
@@ -171,6 +189,17 @@ def no_instance(case: Case) -> None:
     assert [i["InstanceId"] for r in reply["Reservations"] for i in r["Instances"]] == []
 
 
+def only_the_earlier_instance(case: Case) -> None:
+    assert case.earlier_instance is not None
+    reply = case.aws.client("ec2", REGION).describe_instances(
+        Filters=[
+            {"Name": f"tag:{naming.TAG_PROJECT}", "Values": [PROJECT]},
+            {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]},
+        ]
+    )
+    assert [i["InstanceId"] for r in reply["Reservations"] for i in r["Instances"]] == [case.earlier_instance]
+
+
 def no_registration(case: Case) -> None:
     assert case.github.runners == {}
 
@@ -188,6 +217,7 @@ def no_parameter(case: Case) -> None:
 CLAIMS: dict[str, Callable[[Case], None]] = {
     "no AWS or GitHub call made": no_call,
     "no instance": no_instance,
+    "only the earlier instance": only_the_earlier_instance,
     "no runner registration": no_registration,
     "only the earlier registration": only_the_earlier_registration,
     "no SSM parameter": no_parameter,

@@ -14,6 +14,7 @@ LONGEST_FIRST = (
     "test_batch_sweep_workflow",
     "test_batch_sweep_story",
     "test_predict_story",
+    "test_foreign_stop_story",
     "test_fault_scenarios",
     "test_mlflow_server_story",
     "test_train_workflow",

@@ -47,6 +47,8 @@ def check_1(story: Story) -> None:
     assert story.proxy.count("RunInstances") == 1
     assert story.run and LaunchOutput.INSTANCE_ID not in story.run.outputs.get("start", {})
     assert_start_tore_down(story)
+    # No instance-id output, yet start's own teardown ended the instance: found by the run key in its tags.
+    assert re.search(r"instance i-\w+: (shutting-down|terminated)", _log(story)), story.run.log
 
 
 def check_2(story: Story) -> None:
@@ -86,7 +88,8 @@ def check_6(story: Story) -> None:
         "train": "success",
         "stop": "success",
     }
-    assert _calls(story, "DELETE", 502) == 2
+    listed = [s for m, path, s in story.github_calls if m == "GET" and path.endswith("/actions/runners")]
+    assert listed[:3] == [502, 502, 200], listed  # the stop job's look for this run's runners, retried
 
 
 def check_7(story: Story) -> None:
@@ -132,7 +135,11 @@ def check_11(story: Story) -> None:
     second = story.second_teardown
     assert second is not None and second.returncode == 0, (second.stdout, second.stderr) if second else None
     # Runner and parameter: gone already. The instance: terminated already, or asked again (idempotent).
-    pattern = r"runner \d+: already gone; instance i-\w+: (already gone|shutting-down|terminated); parameter \S+: already gone"
+    # A re-run of the stop job (attempt 2) is handed attempt 1's ids: this run's, so checked and accepted.
+    pattern = (
+        r"runner -: already gone; instance i-\w+: (already gone|shutting-down|terminated); "
+        r"parameter \S+(, \S+)*: already gone"
+    )
     assert re.search(pattern, second.stdout), second.stdout
 
 
@@ -201,7 +208,8 @@ def check_15(story: Story) -> None:
     assert f"cost not logged to MLflow: --mlflow-run-id: '{HOSTILE_RUN_ID}' is not an MLflow run id" in log
     assert "usage: gpu-runner" not in log  # argparse never saw it as an option
     assert re.search(
-        r"runner \d+: (deleted|already gone); instance i-\w+: (shutting-down|terminated|already gone)", log
+        r"runner (\d+|-): (deleted|already gone); instance i-\w+: (shutting-down|terminated|already gone)",
+        log,
     ), log
     # The attempt was still priced in the job summary; only the MLflow logging was skipped.
     assert "**GPU cost (attempt 1)**" in "".join(run.summaries.get("stop", [])), run.summaries.get("stop")

@@ -21,6 +21,7 @@ from gpu_runner import lifecycle
 from gpu_runner.aws import Aws
 from gpu_runner.cost import accounting, pricing
 from gpu_runner.cost.record import Cost
+from gpu_runner.ownership import RunScope
 
 
 class Said:
@@ -97,7 +98,8 @@ def launch_and_teardown(
         spot_history_xml([(zone, spot, datetime.now(UTC) - timedelta(days=2))]),
     )
     return lifecycle.teardown(
-        aws, github, region=REGION, instance_id=outcome.launched.instance_id, runner_id=outcome.runner_id,
+        aws, github, RunScope(ctx, settings.project, settings.ssm_prefix), region=REGION,
+        instance_id=outcome.launched.instance_id, runner_id=outcome.runner_id,
         parameter=outcome.parameter, cost_request=lifecycle.CostRequest(100, run_id, attempt, env),
     )  # fmt: skip
 
@@ -161,8 +163,9 @@ def test_teardown_run_twice_logs_the_attempt_once(
     )
     request = lifecycle.CostRequest(100, training_run, 1, env)
     again = lifecycle.teardown(
-        aws, github, region=REGION, instance_id=report_instance(aws), cost_request=request
-    )
+        aws, github, RunScope(ctx, settings.project, settings.ssm_prefix), region=REGION,
+        instance_id=report_instance(aws), cost_request=request,
+    )  # fmt: skip
     assert again.cost is not None
     assert "already logged" in said.text()
     assert len(MlflowClient(mlflow_server).get_metric_history(training_run, "cost_usd")) == 1
@@ -220,7 +223,8 @@ def test_a_pricing_crash_never_fails_the_teardown(
     monkeypatch.setattr(accounting, "estimate", broken)
     outcome = lifecycle.launch(settings, ctx, aws, github)
     report = lifecycle.teardown(
-        aws, github, region=REGION, instance_id=outcome.launched.instance_id, runner_id=outcome.runner_id,
+        aws, github, RunScope(ctx, settings.project, settings.ssm_prefix), region=REGION,
+        instance_id=outcome.launched.instance_id, runner_id=outcome.runner_id,
         parameter=outcome.parameter, cost_request=lifecycle.CostRequest(100, "", 1, {}),
     )  # fmt: skip
     assert report.cost is None and report.runner == "deleted"

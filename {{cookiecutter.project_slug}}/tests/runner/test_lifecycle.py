@@ -27,6 +27,7 @@ from gpu_runner.errors import (
     SettingsError,
 )
 from gpu_runner.github import GitHubRunners
+from gpu_runner.ownership import RunScope
 from gpu_runner.settings import Settings
 from gpu_runner.workflow_contract import LaunchOutput, WaitOutput
 
@@ -235,8 +236,7 @@ def test_launch_skips_a_type_not_offered_in_the_region(
     skipped = [line for line in logs if "g6.xlarge" in line]
     assert len(skipped) == 1 and "not offer" in skipped[0] and OTHER_REGION in skipped[0], logs
     assert not [line for line in logs if "no capacity" in line]
-    lifecycle.teardown(aws, github, region=OTHER_REGION, instance_id=outcome.launched.instance_id,
-                       runner_id=outcome.runner_id, parameter=outcome.parameter)  # fmt: skip
+    teardown_all(aws, github, outcome, ctx)
     assert_nothing_left(aws, github_double, OTHER_REGION)
 
 
@@ -272,8 +272,7 @@ def test_launch_skips_a_subnet_whose_zone_does_not_offer_the_type(
     logs = logged()
     assert (outcome.launched.subnet_id, outcome.launched.availability_zone) == (zone_a, f"{REGION}a")
     assert [line for line in logs if "g4dn.xlarge in us-east-1e" in line]
-    lifecycle.teardown(aws, github, region=REGION, instance_id=outcome.launched.instance_id,
-                       runner_id=outcome.runner_id, parameter=outcome.parameter)  # fmt: skip
+    teardown_all(aws, github, outcome, ctx)
 
 
 def test_wait_returns_when_online(settings, ctx, aws, github, github_double, logged) -> None:
@@ -411,22 +410,28 @@ def test_wait_says_the_runner_was_taken_when_its_registration_went_with_the_inst
         )  # fmt: skip
 
 
+def scope(ctx: naming.RunContext) -> RunScope:
+    """The launching run's key (the `settings` fixture's project and prefix), as its stop job tears down under it;
+    another run's: test_teardown_scope.py."""
+    return RunScope(ctx, "demo", "/gpu-runner/demo")
+
+
 def teardown_all(
-    aws: Aws, github: GitHubRunners, outcome: lifecycle.LaunchOutcome, **kw
+    aws: Aws, github: GitHubRunners, outcome: lifecycle.LaunchOutcome, ctx: naming.RunContext, **kw
 ) -> lifecycle.TeardownReport:
     return lifecycle.teardown(
-        aws, github, region=outcome.region, instance_id=outcome.launched.instance_id,
+        aws, github, scope(ctx), region=outcome.region, instance_id=outcome.launched.instance_id,
         runner_id=outcome.runner_id, parameter=outcome.parameter, **kw,
     )  # fmt: skip
 
 
 def test_teardown_twice_succeeds(settings, ctx, aws, github, github_double) -> None:
     outcome = lifecycle.launch(settings, ctx, aws, github)
-    first = teardown_all(aws, github, outcome)
+    first = teardown_all(aws, github, outcome, ctx)
     assert (first.runner, first.parameter) == ("deleted", "deleted")
     assert first.instance in {"shutting-down", "terminated"}
     assert first.billed_seconds is not None and first.billed_seconds >= 60
-    second = teardown_all(aws, github, outcome)
+    second = teardown_all(aws, github, outcome, ctx)
     assert (second.runner, second.parameter) == ("already gone", "already gone")
     assert_nothing_left(aws, github_double)
 
@@ -457,7 +462,7 @@ def test_busy_runner_is_deleted_once_its_job_ends(
     outcome = lifecycle.launch(settings, ctx, aws, github)
     order = TeardownOrder(aws, github, monkeypatch, outcome.launched.instance_id)
     github_double.stay_busy_for(outcome.runner_id, delete_attempts=2)
-    report = teardown_all(aws, github, outcome)
+    report = teardown_all(aws, github, outcome, ctx)
     assert report.runner == "deleted"
     deletes = [c.status for c in github_double.calls if c.method == "DELETE"]
     assert deletes == [422, 422, 204]
@@ -480,7 +485,7 @@ def test_busy_runner_is_removed_after_its_instance_is_terminated(
         github_double.set_status(outcome.runner_id, "offline", busy=False)
 
     aws.client("ec2", REGION).meta.events.register("after-call.ec2.TerminateInstances", machine_gone)
-    report = teardown_all(aws, github, outcome)
+    report = teardown_all(aws, github, outcome, ctx)
     assert order.calls == ["terminate", "delete-runner"]
     assert order.state_at_delete == ["terminated"]
     assert report.runner == "deleted"
@@ -496,7 +501,7 @@ def test_github_outage_still_terminates_the_instance(
     # Every DELETE this teardown sends answers 503: the first try and GithubRetry's 3 retries.
     github_double.fail("DELETE", r"/actions/runners/\d+$", 503, times=4)
     with pytest.raises(RunnerError, match=f"teardown incomplete.*runner: .*{outcome.runner_id}"):
-        teardown_all(aws, github, outcome)
+        teardown_all(aws, github, outcome, ctx)
     # Terminated before GitHub was asked at all: the outage costs no GPU time (it cost 13 s deleting first).
     assert order.calls[0] == "terminate"
     assert order.state_at_delete == ["terminated"]
@@ -507,15 +512,19 @@ def test_github_outage_still_terminates_the_instance(
     assert [c.status for c in github_double.calls if c.method == "DELETE"] == [503] * 4
 
     # GitHub is back: the stop job's re-run removes the registration, and everything else is already gone.
-    again = teardown_all(aws, github, outcome)
+    again = teardown_all(aws, github, outcome, ctx)
     assert (again.runner, again.instance, again.parameter) == ("deleted", "already gone", "already gone")
     assert_nothing_left(aws, github_double)
 
 
 def test_github_5xx_during_teardown_is_retried(settings, ctx, aws, github, github_double) -> None:
     outcome = lifecycle.launch(settings, ctx, aws, github)
+    github_double.fail("GET", r"/actions/runners$", 502, times=2)  # the look for this run's runners
     github_double.fail("DELETE", r"/actions/runners/\d+$", 502, times=2)
-    assert teardown_all(aws, github, outcome).runner == "deleted"
+    assert teardown_all(aws, github, outcome, ctx).runner == "deleted"
+    statuses = [(c.method, c.status) for c in github_double.calls if "/actions/runners" in c.path]
+    retried = [("GET", 502), ("GET", 502), ("GET", 200), ("DELETE", 502), ("DELETE", 502), ("DELETE", 204)]
+    assert statuses[-6:] == retried, statuses
     assert_nothing_left(aws, github_double)
 
 
@@ -524,7 +533,7 @@ def test_aws_throttling_during_teardown_is_retried(settings, ctx, aws, faults, g
     outcome = lifecycle.launch(settings, ctx, aws, github)
     faults.fail("ec2", "TerminateInstances", "RequestLimitExceeded", times=2, status=503)
     faults.fail("ssm", "DeleteParameter", "ThrottlingException", times=2, status=400)
-    report = teardown_all(aws, github, outcome)
+    report = teardown_all(aws, github, outcome, ctx)
     assert report.parameter == "deleted"
     assert [op for _, op, _, _ in faults.injected] == ["TerminateInstances"] * 2 + ["DeleteParameter"] * 2
     assert_nothing_left(aws, github_double)
@@ -541,14 +550,17 @@ def test_instance_in_a_second_region_is_terminated_there(settings, ctx, aws, git
     )
     outcome = lifecycle.launch(elsewhere, ctx, aws, github)
     assert outcome.region == OTHER_REGION and live_instances(aws, OTHER_REGION)
-    teardown_all(aws, github, outcome)
+    teardown_all(aws, github, outcome, ctx)
     assert live_instances(aws, OTHER_REGION) == []
     assert parameter_names(aws, OTHER_REGION) == []
 
 
-def test_teardown_with_nothing_given_is_a_no_op(aws, github) -> None:
-    report = lifecycle.teardown(aws, github, region=REGION)
-    assert report == lifecycle.TeardownReport("not given", "not given", "not given", None)
+def test_teardown_of_a_run_that_launched_nothing_ends_nothing(aws, github, ctx, github_double) -> None:
+    """No ids and nothing of this run's: every step looks, finds nothing and says so (and the parameter delete of
+    this attempt's name answers "already gone")."""
+    report = lifecycle.teardown(aws, github, scope(ctx), region=REGION)
+    assert report == lifecycle.TeardownReport("already gone", "none found", "already gone", None)
+    assert [c.method for c in github_double.calls] == ["GET"]  # the runner list, no DELETE
 
 
 def test_billed_seconds_has_a_60_second_minimum() -> None:
@@ -582,7 +594,7 @@ def test_teardown_bills_up_to_ec2s_termination_time(settings, ctx, aws, github) 
     """With EC2's own termination time readable, `now` (the fallback) does not matter."""
     outcome = lifecycle.launch(settings, ctx, aws, github)
     far_later = datetime.now(UTC) + timedelta(hours=2)
-    report = teardown_all(aws, github, outcome, now=far_later)
+    report = teardown_all(aws, github, outcome, ctx, now=far_later)
     assert report.billed_seconds == lifecycle.MINIMUM_BILLED_SECONDS  # launched and ended within a minute
 
 

@@ -21,6 +21,7 @@ from gpu_runner.aws import Aws
 from gpu_runner.errors import RunnerError
 from gpu_runner.github import GitHubRunners
 from gpu_runner.naming import RunContext
+from gpu_runner.ownership import RunScope
 from gpu_runner.settings import Settings
 
 # Not trial numbers: letters, a sign, a leading zero, 7 digits, an Arabic-Indic 3 (str.isdigit() accepts it),
@@ -103,18 +104,19 @@ def test_tearing_down_one_slot_leaves_the_other_untouched(
 ) -> None:
     zero, one = launch_slots(settings, ctx, aws, github)
 
-    def teardown(outcome: lifecycle.LaunchOutcome) -> None:
+    def teardown(outcome: lifecycle.LaunchOutcome, slot: str) -> None:
         lifecycle.teardown(
-            aws, github, region=REGION, instance_id=outcome.launched.instance_id, runner_id=outcome.runner_id,
+            aws, github, RunScope(dataclasses.replace(ctx, slot=slot), settings.project, settings.ssm_prefix),
+            region=REGION, instance_id=outcome.launched.instance_id, runner_id=outcome.runner_id,
             parameter=outcome.parameter,
         )  # fmt: skip
 
-    teardown(zero)
+    teardown(zero, "0")
     assert state(aws, zero.launched.instance_id) in {"shutting-down", "terminated"}
     assert [i["InstanceId"] for i in live_instances(aws)] == [one.launched.instance_id]
     assert [r["name"] for r in github_double.runners.values()] == [one.runner_name]
     assert parameter_names(aws) == {one.parameter}
-    teardown(one)
+    teardown(one, "1")
     assert live_instances(aws) == [] and github_double.runners == {} and parameter_names(aws) == set()
 
 
@@ -129,7 +131,8 @@ def test_each_slots_stop_job_summary_names_its_slot(
         )
         summary = tmp_path / f"summary-{slot}.md"
         lifecycle.teardown(
-            aws, github, region=REGION, instance_id=outcome.launched.instance_id, runner_id=outcome.runner_id,
+            aws, github, RunScope(dataclasses.replace(ctx, slot=slot), settings.project, settings.ssm_prefix),
+            region=REGION, instance_id=outcome.launched.instance_id, runner_id=outcome.runner_id,
             parameter=outcome.parameter,
             cost_request=lifecycle.CostRequest(100, "", 1, {"GITHUB_STEP_SUMMARY": str(summary)}, slot=slot),
         )  # fmt: skip
@@ -253,15 +256,20 @@ def test_the_cli_launches_a_slot_and_wait_refuses_another_slots_runner(
     assert cli.main(["--settings", str(cli_env), "wait", *ids, "--slot=3", "--timeout=30"]) == 0
 
 
-def test_teardown_with_a_bad_slot_still_tears_down_then_fails(
+def test_teardown_with_a_bad_slot_touches_nothing_and_the_right_slot_tears_down(
     cli_env: Path, github_double: GitHubDouble, aws_calls: list[str], aws: Aws, capsys, tmp_path: Path
 ) -> None:
+    """The slot is part of the run key (ownership.py): a malformed one names none of this run's resources (launch
+    refuses it before any call), so nothing is asked of AWS or GitHub; the leg's own slot then ends them."""
     assert cli.main(["--settings", str(cli_env), "launch", "--spot=false", "--slot=5"]) == 0
     out = outputs(cli_env)
     flags = [f"--region={out['region']}", f"--instance-id={out['instance-id']}", f"--runner-id={out['runner-id']}",
              f"--parameter={out['parameter']}"]  # fmt: skip
+    calls_before, github_before = len(aws_calls), len(github_double.calls)
     assert cli.main(["--settings", str(cli_env), "teardown", *flags, "--slot=x5"]) == 1
-    err = capsys.readouterr().err
-    assert "error: --slot: 'x5' is not a trial number" in err and "torn down all the same" in err
+    assert "error: --slot: 'x5' is not a trial number" in capsys.readouterr().err
+    assert (len(aws_calls), len(github_double.calls)) == (calls_before, github_before)
+    assert state(aws, out["instance-id"]) == "running"
+    assert cli.main(["--settings", str(cli_env), "teardown", *flags, "--slot=5"]) == 0
     assert state(aws, out["instance-id"]) in {"shutting-down", "terminated"}
     assert github_double.runners == {} and parameter_names(aws) == set()

@@ -14,6 +14,7 @@ from mlflow.tracking import MlflowClient
 
 from gpu_runner import lifecycle, timeline
 from gpu_runner.aws import Aws
+from gpu_runner.ownership import RunScope
 
 
 def test_phases_from_the_workflow_are_checked(logged) -> None:
@@ -88,8 +89,9 @@ def test_teardown_logs_the_timeline_to_the_training_run_once(
     request = lifecycle.CostRequest(100, run_id, 1, env, phases=phases)
     for _ in range(2):  # a re-run of the stop job logs nothing twice
         lifecycle.teardown(
-            aws, github, region=settings.region, instance_id=launched.instance_id, runner_id=outcome.runner_id,
-            parameter=outcome.parameter, cost_request=request,
+            aws, github, RunScope(ctx, settings.project, settings.ssm_prefix), region=settings.region,
+            instance_id=launched.instance_id, runner_id=outcome.runner_id, parameter=outcome.parameter,
+            cost_request=request,
         )  # fmt: skip
     logs = logged()
     history = {
@@ -118,8 +120,9 @@ def test_without_a_tracking_server_the_timeline_still_reaches_the_summary(
     online = datetime.now(UTC) + timedelta(seconds=5)
     request = lifecycle.CostRequest(100, "some-run", 1, env, phases={"runner-online": online.timestamp()})
     lifecycle.teardown(
-        aws, github, region=settings.region, instance_id=outcome.launched.instance_id,
-        runner_id=outcome.runner_id, parameter=outcome.parameter, cost_request=request,
+        aws, github, RunScope(ctx, settings.project, settings.ssm_prefix), region=settings.region,
+        instance_id=outcome.launched.instance_id, runner_id=outcome.runner_id, parameter=outcome.parameter,
+        cost_request=request,
     )  # fmt: skip
     text = summary.read_text()
     assert "**Timeline (attempt 1)**" in text and "runner_online_seconds" in text

@@ -125,7 +125,7 @@ def test_a_bad_region_falls_back_to_the_settings_region(cli_env: Path, github_do
     assert github_double.runners == {}
 
 
-def test_a_bad_runner_id_still_terminates_then_fails_naming_it(
+def test_a_bad_runner_id_still_tears_everything_down_then_fails_naming_it(
     cli_env: Path, github_double, aws, capsys
 ) -> None:
     out = _launch(cli_env)
@@ -133,20 +133,36 @@ def test_a_bad_runner_id_still_terminates_then_fails_naming_it(
     err = capsys.readouterr().err
     assert "error: not torn down: --runner-id: '--x' is not a runner id (a positive integer)" in err
     assert _state(aws, out["instance-id"]) in {"shutting-down", "terminated"}
-    assert len(github_double.runners) == 1  # left to the reaper, which finds it offline
+    # The run's runner is found by its name (the run key), not by the id: deleted all the same.
+    assert github_double.runners == {}
 
 
-def test_a_bad_instance_id_still_deregisters_then_fails_naming_it(
+def test_a_bad_instance_id_still_tears_everything_down_then_fails_naming_it(
     cli_env: Path, github_double, aws, capsys
 ) -> None:
     out = _launch(cli_env)
     assert main(_teardown_args(cli_env, out, **{"instance-id": HOSTILE})) == 1
     assert "error: not torn down: --instance-id: '--x' is not an EC2 instance id" in capsys.readouterr().err
     assert github_double.runners == {}
-    assert _state(aws, out["instance-id"]) not in {"shutting-down", "terminated"}
-    # The real id, as a re-run of the stop job would pass it: it still tears down.
-    assert main(_teardown_args(cli_env, out)) == 0
+    # The run's instance is found by its tags (the run key), not by the id: terminated all the same.
     assert _state(aws, out["instance-id"]) in {"shutting-down", "terminated"}
+    # A re-run of the stop job with the real id finds everything gone.
+    assert main(_teardown_args(cli_env, out)) == 0
+
+
+def test_a_bad_parameter_is_refused_unprinted_and_the_runs_own_is_deleted(
+    cli_env: Path, github_double, aws, capsys
+) -> None:
+    """The claim is printed back only once its shape is known: a newline in it cannot start a workflow command."""
+    out = _launch(cli_env)
+    assert main(_teardown_args(cli_env, out, parameter="/x\n::stop-commands::pwn")) == 1
+    err = capsys.readouterr().err
+    assert (
+        "error: not torn down: --parameter: '/x\\n::stop-commands::pwn' is not an SSM parameter path" in err
+    )
+    assert "\n::" not in err
+    names = {p["Name"] for p in aws.client("ssm", REGION).describe_parameters()["Parameters"]}
+    assert out["parameter"] not in names
 
 
 @pytest.mark.parametrize(

@@ -66,13 +66,15 @@ def _parser() -> argparse.ArgumentParser:
     _add_slot(wait)
 
     teardown = commands.add_parser(
-        "teardown", help="deregister, terminate, delete the parameter (idempotent)"
+        "teardown",
+        help="terminate, deregister, delete the parameter of THIS workflow run (its run key; idempotent)",
     )
     teardown.add_argument("--region", default="", help="where the instance was launched (default: settings)")
-    teardown.add_argument("--instance-id", default="")
-    # Strings, checked in _teardown: one malformed id must not keep the others from being torn down.
-    teardown.add_argument("--runner-id", default="")
-    teardown.add_argument("--parameter", default="")
+    # Claims, checked against the run key (ownership.py): teardown finds this run's resources without them and
+    # refuses another run's. Strings, checked in _teardown: one malformed id must not keep the rest from going.
+    teardown.add_argument("--instance-id", default="", help="the start job's instance-id (checked, optional)")
+    teardown.add_argument("--runner-id", default="", help="the start job's runner-id (checked, optional)")
+    teardown.add_argument("--parameter", default="", help="the start job's parameter (checked, optional)")
     # Then the cost of the instance goes to the job summary and, with a run id, to that MLflow run
     # (MLFLOW_TRACKING_URI and its credentials from the environment).
     teardown.add_argument(
@@ -361,8 +363,7 @@ def _pr_comment(args: argparse.Namespace) -> int:
 
 
 def _add_slot(command: argparse.ArgumentParser) -> None:
-    # A string, checked in run() (launch, wait: before any API call) or _teardown (after it: a bad slot must not
-    # keep the instance running).
+    # A string, checked in run() before any API call (contract.slot names the flag and the fix).
     command.add_argument(
         "--slot",
         default="",
@@ -493,7 +494,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             f"bucket: not set in {args.settings}; set it to the bucket `make bootstrap` created (the "
             "default branch's copy is the one that counts)"
         )
-    if args.command in ("launch", "wait"):  # teardown checks its slot itself (_teardown)
+    # Before any API call. The slot is part of the run key: a malformed one names nothing launch could have made,
+    # so teardown, too, has nothing to end for it.
+    if args.command in ("launch", "wait", "teardown"):
         ctx = dataclasses.replace(ctx, slot=contract.slot(args.slot))
     # The workflows pass no GitHub credential: it is read from AWS with the role (credential.py).
     env = credential.github_env(
@@ -511,7 +514,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             runner_name=naming.runner_name(ctx),
         )  # fmt: skip
     elif args.command == "teardown":
-        _teardown(args, settings, aws, github, timeline.parse_phases(args.phase))
+        _teardown(args, settings, ctx, aws, github, timeline.parse_phases(args.phase))
     elif args.command == "reap":
         reaper.reap(settings, aws, github, regions=tuple(args.region))
     return 0
@@ -737,12 +740,19 @@ def _check_dispatch_commit(commit: str, ctx: RunContext) -> None:
 
 
 def _teardown(
-    args: argparse.Namespace, settings: Settings, aws: Aws, github: GitHubRunners, phases: Mapping[str, float]
+    args: argparse.Namespace,
+    settings: Settings,
+    ctx: RunContext,
+    aws: Aws,
+    github: GitHubRunners,
+    phases: Mapping[str, float],
 ) -> None:
-    """Each value checked on its own: a malformed one skips only what needs it. A bad run id or attempt (the
-    train job's output, a dispatch input) costs the MLflow cost logging, never the terminate or deregister; a bad
-    instance or runner id is an error, after everything else was torn down."""
-    from . import lifecycle
+    """Tear down the CALLING run's resources (ownership.py): found through its run key (GITHUB_REPOSITORY,
+    GITHUB_RUN_ID, GITHUB_RUN_ATTEMPT and --slot), whatever ids are given; the ids are claims, and one that is not
+    this run's is refused, naming it and why, after everything of this run's was torn down. Each value is checked
+    on its own: a bad run id or attempt (the train job's output, a dispatch input) costs the MLflow cost logging,
+    never the terminate or deregister."""
+    from . import lifecycle, ownership
 
     refused: list[str] = []
 
@@ -759,34 +769,32 @@ def _teardown(
     def warn_region(message: str) -> None:
         print(f"warning: {message}; using the settings' region {settings.region} (launch never leaves it)")
 
+    scope = ownership.RunScope(ctx, settings.project, settings.ssm_prefix)
     region = checked(contract.region, args.region, warn_region) or settings.region
     instance_id = checked(contract.instance_id, args.instance_id, refused.append) or ""
     runner_id = checked(contract.runner_id, args.runner_id, refused.append)
+    parameter = checked(contract.parameter, args.parameter, refused.append) or ""
     run_id = checked(contract.mlflow_run_id, args.mlflow_run_id, warn_cost) or ""
     attempt = checked(lambda v: contract.attempt(v, settings.max_attempts), args.attempt, warn_cost)
-    # Only the summary lines name the slot (teardown acts on the ids it is given): a bad one is an error once
-    # everything is torn down, never a reason to leave the instance running.
-    bad_slot: list[str] = []
-    slot = checked(contract.slot, args.slot, bad_slot.append) or ""
-    request = lifecycle.CostRequest(settings.root_volume_gb, run_id, attempt, phases=phases, slot=slot)
+    request = lifecycle.CostRequest(settings.root_volume_gb, run_id, attempt, phases=phases, slot=ctx.slot)
     try:
-        lifecycle.teardown(
-            aws, github, region=region, instance_id=instance_id, runner_id=runner_id, parameter=args.parameter,
+        report = lifecycle.teardown(
+            aws, github, scope, region=region, instance_id=instance_id, runner_id=runner_id, parameter=parameter,
             cost_request=request,
         )  # fmt: skip
     finally:
         if refused:  # after the teardown, so these lines end the log, and even when the teardown failed too
             print("error: not torn down: " + "; ".join(refused), file=sys.stderr)
-        if bad_slot:
-            print(
-                f"error: {bad_slot[0]} (torn down all the same: teardown needs only the ids)", file=sys.stderr
-            )
-    if refused:
+    for each in report.refused:
+        # On the run's page too: a refused id is someone else's resource, named by this run's caller.
+        if os.environ.get("GITHUB_ACTIONS") == "true":
+            print(contract.workflow_command("error", "Teardown refused an id", f"refused {each}"))
+        print(f"error: refused {each}", file=sys.stderr)
+    if refused or report.refused:
         raise RunnerError(
-            f"{len(refused)} value(s) refused (see above): the scheduled reaper removes what is left"
+            f"{len(refused) + len(report.refused)} value(s) refused (see above): this run's own resources were "
+            f"torn down ({scope.describe()}); nothing else was touched"
         )
-    if bad_slot:
-        raise RunnerError("--slot refused (see above)")
 
 
 def _workflow_settings(settings: Settings) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from . import ec2, naming, offerings, ssm, timeline
+from . import ec2, live_limit, naming, offerings, ownership, ssm, timeline
 from .aws import Aws
 from .cost import accounting
 from .cost.record import TRAINING_SECONDS, Cost, latest_at_step
@@ -123,6 +123,8 @@ def launch(
     parameter = naming.parameter_name(settings.ssm_prefix, ctx)
     expires_at = now + timedelta(minutes=settings.max_runtime_minutes) + EXPIRY_MARGIN
 
+    # The last look before anything exists: the later the count, the fewer launches can race past the limit.
+    live_limit.check(settings, ctx.repository, ec2_client)
     jit = github.create_jit_config(name, [label])
     runner_id = jit.runner.id
     # Not the label: it is the one thing another workflow would need to queue a job for this runner.
@@ -395,6 +397,8 @@ class TeardownReport:
     parameter: str
     billed_seconds: int | None
     cost: Cost | None = None
+    # The claimed ids that are not this run's (which, and why): left alone (ownership.py).
+    refused: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -484,9 +488,19 @@ def _delete_parameter(aws: Aws, region: str, parameter: str) -> str:
     return "deleted" if ssm.delete_parameter(aws.client("ssm", region), parameter) else "already gone"
 
 
+def _summary(results: list[tuple[str, str]], none: str) -> tuple[str, str]:
+    """(what, state) for the report and its log line: `i-1, i-2` and `shutting-down, already gone`, or `-` and
+    `none` when this run had none of them."""
+    if not results:
+        return "-", none
+    states = sorted({state for _, state in results})
+    return ", ".join(name for name, _ in results), ", ".join(states)
+
+
 def teardown(
     aws: Aws,
     github: GitHubRunners,
+    scope: ownership.RunScope,
     *,
     region: str,
     instance_id: str = "",
@@ -495,8 +509,14 @@ def teardown(
     cost_request: CostRequest | None = None,
     now: datetime | None = None,
 ) -> TeardownReport:
-    """Idempotent: terminate, deregister, delete the parameter; each step runs even when another one failed.
-    With a cost request, then price the terminated instance and log it (never failing the teardown).
+    """Idempotent: terminate this run's instances, delete its runner registrations and JIT-config parameters;
+    each step runs even when another one failed. With a cost request, then price the terminated instance and log
+    it (never failing the teardown).
+
+    What it ends, it finds through the run key of `scope` (the calling run's: ownership.py), never through the
+    ids it is given: those are claims. A claimed id of another run, repository, slot or attempt is refused
+    (TeardownReport.refused says which and why) and left alone, and does not keep this run's own resources from
+    being torn down; a missing id does not either (a launch killed right after RunInstances wrote none).
 
     Terminate first: it ends the bill and any job on the instance. Deregistering first kept a GPU billing while
     GitHub was slow (13 s longer when every DELETE answered 503, 271 s longer while a busy runner answered 422
@@ -504,49 +524,85 @@ def teardown(
     machine is gone a busy runner goes offline, so the delete's 422 retries end by themselves.
     `now` (tests): the time the termination is billed up to when EC2's own termination time is unreadable."""
     problems: dict[str, str] = {}
-    states = {"runner": "not given", "instance": "not given", "parameter": "not given"}
-    billed: int | None = None
-    described: dict[str, Any] | None = None
+    refused: list[str] = []
+    shown = {
+        "runner": ("-", "not looked up"),
+        "instance": ("-", "not looked up"),
+        "parameter": ("-", "not looked up"),
+    }
+    # The attempts whose JIT-config parameter may be left: this one, and those of the resources found.
+    attempts = {scope.attempt}
+    priced: dict[str, Any] | None = None
+    priced_at = now
 
-    def attempt(what: str, step: Callable[[], str]) -> None:
+    def attempt(what: str, step: Callable[[], tuple[str, str]]) -> None:
         try:
-            states[what] = step()
+            shown[what] = step()
         except Exception as error:  # never skip the remaining steps: each one removes something
-            states[what] = f"FAILED ({error})"
+            shown[what] = (shown[what][0], f"FAILED ({error})")
             problems[what] = str(error)
 
-    if instance_id:
+    def instances_step() -> tuple[str, str]:
+        nonlocal priced, priced_at
+        found = ownership.instances(aws.client("ec2", region), scope, instance_id)
+        if found.refusal:
+            refused.append(f"--instance-id={instance_id}: {found.refusal}; not terminated")
+        results = []
+        for instance in found.own:
+            attempts.add(int(ownership.tags_of(instance)[naming.TAG_RUN_ATTEMPT]))
+            state, described = _terminate(aws, region, instance["InstanceId"])
+            results.append((instance["InstanceId"], state))
+            # The claimed one is this attempt's; without a claim, the only one found.
+            if described and (instance["InstanceId"] == instance_id or len(found.own) == 1):
+                # Taken after the terminate call: a fallback end time never bills less than launch-to-now.
+                priced, priced_at = described, now or datetime.now(UTC)
+        return _summary(results, "none found")
 
-        def terminate_step() -> str:
-            nonlocal billed, described
-            state, described = _terminate(aws, region, instance_id)
-            # Taken after the terminate call: a fallback end time never bills less than launch-to-now.
-            ended = now or datetime.now(UTC)
-            billed = billed_seconds(described, ended) if described else None
-            return state
+    def runners_step() -> tuple[str, str]:
+        found = ownership.runners(github, scope, runner_id)
+        if found.refusal:
+            refused.append(f"--runner-id={runner_id}: {found.refusal}; not deleted")
+        results = []
+        for runner in found.own:
+            attempts.add(scope.runner_attempt(runner.name) or scope.attempt)
+            results.append((str(runner.id), _delete_runner(github, runner.id)))
+        return _summary(results, "already gone")
 
-        attempt("instance", terminate_step)
-    if runner_id is not None:
-        attempt("runner", lambda: _delete_runner(github, runner_id))
-    if parameter:
-        attempt("parameter", lambda: _delete_parameter(aws, region, parameter))
+    def parameters_step() -> tuple[str, str]:
+        if parameter and (why := scope.parameter_refusal(parameter)):
+            refused.append(f"--parameter={parameter}: {why}; not deleted")
+        elif parameter:
+            attempts.add(scope.parameter_attempt(parameter) or scope.attempt)
+        deleted = [
+            (name, _delete_parameter(aws, region, name)) for name in map(scope.parameter, sorted(attempts))
+        ]
+        state = "deleted" if any(result == "deleted" for _, result in deleted) else "already gone"
+        return ", ".join(name for name, _ in deleted), state
 
-    report = TeardownReport(states["runner"], states["instance"], states["parameter"], billed)
+    attempt("instance", instances_step)
+    attempt("runner", runners_step)
+    attempt("parameter", parameters_step)
+
+    billed = billed_seconds(priced, priced_at) if priced and priced_at else None
+    report = TeardownReport(
+        shown["runner"][1], shown["instance"][1], shown["parameter"][1], billed, refused=tuple(refused)
+    )
     log.info(
-        f"runner {runner_id}: {report.runner}; instance {instance_id or '-'}: {report.instance}; "
-        f"parameter {parameter or '-'}: {report.parameter}"
+        f"{scope.describe()}: runner {shown['runner'][0]}: {report.runner}; instance {shown['instance'][0]}: "
+        f"{report.instance}; parameter {shown['parameter'][0]}: {report.parameter}"
     )
     if billed is not None:
         log.info(f"billed seconds: {billed}")
-    if cost_request is not None and described is not None and billed is not None:
-        report = replace(report, cost=_account_cost(aws, region, described, billed, cost_request))
+    if cost_request is not None and priced is not None and billed is not None:
+        report = replace(report, cost=_account_cost(aws, region, priced, billed, cost_request))
     elif cost_request is not None:
         log.info(
-            "no cost recorded: no instance was terminated by this teardown (none given, or already gone)"
+            "no cost recorded: this run had no instance for this teardown to end (none left, or none found)"
         )
     if problems:
         raise RunnerError(
             "teardown incomplete (the scheduled reaper retries): "
             + "; ".join(f"{what}: {why}" for what, why in problems.items())
+            + "".join(f"; refused {each}" for each in refused)
         )
     return report

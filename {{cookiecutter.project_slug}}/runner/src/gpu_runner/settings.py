@@ -82,6 +82,9 @@ class Settings:
     on_demand_after_interruptions: int = 2
     # runner | batch (BACKENDS): how train.yml and sweep.yml get a GPU.
     backend: str = "runner"
+    # At most this many of the repository's GPU instances live at once (launch refuses the next: live_limit.py);
+    # None: no limit but the account's vCPU quota.
+    max_live_instances: int | None = None
 
     def __post_init__(self) -> None:
         problems = list(_problems(self))
@@ -122,6 +125,12 @@ def _problems(s: Settings) -> list[str]:
         value = getattr(s, name)
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             out.append(f"{name}: must be a positive integer (got {value!r})")
+    limit = s.max_live_instances
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0):
+        out.append(
+            f"max_live_instances: must be a positive integer, or null for no limit (got {limit!r}); e.g. "
+            "max_live_instances: 4 lets four GPU instances of this repository run at once"
+        )
     both_ints = isinstance(s.idle_timeout_minutes, int) and isinstance(s.max_runtime_minutes, int)
     if both_ints and s.idle_timeout_minutes >= s.max_runtime_minutes:
         out.append(

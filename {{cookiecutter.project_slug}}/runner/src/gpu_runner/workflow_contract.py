@@ -162,6 +162,10 @@ COMMIT = re.compile(r"[0-9a-f]{40}")
 # EC2 resource IDs: "i-" and 17 characters after the hyphen since 2016-2018, 8 before (Amazon EC2 User Guide,
 # "Resource IDs", https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/resource-ids.html, read 2026-12-01).
 INSTANCE_ID = re.compile(r"i-(?:[0-9a-f]{8}|[0-9a-f]{17})")
+# SSM parameter names: "a-zA-Z0-9_.-" and "/" between the levels of a hierarchy, at most 1011 characters of the
+# 2048 the API reports (SSM API Reference, PutParameter, Name, read 2026-12-06). The start job's `parameter`
+# output is a full path; teardown prints a claimed one back (a refusal), so its shape is checked first.
+PARAMETER = re.compile(r"/[A-Za-z0-9_.\-/]{1,1010}")
 
 
 class BadValue(RunnerError):
@@ -204,6 +208,13 @@ def instance_id(value: str) -> str:
     return _matching(
         INSTANCE_ID, value, "--instance-id",
         "an EC2 instance id (i- and 8 or 17 hex digits); it comes from the start job's instance-id output",
+    )  # fmt: skip
+
+
+def parameter(value: str) -> str:
+    return _matching(
+        PARAMETER, value, "--parameter",
+        "an SSM parameter path (/ and then letters, digits, _ . - /); it comes from the start job's parameter output",
     )  # fmt: skip
 
 
