@@ -15,6 +15,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
+from types import ModuleType
 
 import boto3
 import botocore.loaders
@@ -200,31 +201,58 @@ def artifact_bucket() -> str:
     return ARTIFACT_BUCKET
 
 
-@pytest.fixture(scope="session")
-def exports(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """What train leaves in outputs/ after a brief training run on the digits: the SavedModel, the int8 TFLite
-    model and class_names.json beside them (the prediction tests' models)."""
+def _package_module(name: str) -> ModuleType:
+    """A module of the project's package, found rather than named: no template answer in this file
+    (tests/test_generated_project.py)."""
     import importlib
-    import json
 
-    import tensorflow as tf
-
-    # No template answer in this file (tests/test_generated_project.py): the package is found, not named.
     package = next(
         p.name
         for p in (Path(__file__).resolve().parents[1] / "src").iterdir()
         if (p / "__init__.py").exists()
     )
-    export = importlib.import_module(f"{package}.export")
-    cfg = importlib.import_module(f"{package}.config").Config()
-    images, labels, names = importlib.import_module(f"{package}.data").load_digits_images(cfg.data)
+    return importlib.import_module(f"{package}.{name}")
+
+
+@pytest.fixture(scope="session")
+def exports(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What train leaves in outputs/ after a brief training run on the digits: the SavedModel, the int8 TFLite
+    model and class_names.json beside them (the prediction tests' models)."""
+    import json
+
+    import tensorflow as tf
+
+    export = _package_module("export")
+    cfg = _package_module("config").Config()
+    images, labels, names = _package_module("data").load_digits_images(cfg.data)
     out = tmp_path_factory.mktemp("exports")
     tf.keras.utils.set_random_seed(0)
-    model = importlib.import_module(f"{package}.model").build_model(images.shape[1:], len(names), cfg.model)
+    model = _package_module("model").build_model(images.shape[1:], len(names), cfg.model)
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     model.fit(images, labels, epochs=3, batch_size=64, verbose=0)
     saved = export.export_saved_model(model, out / "saved_model")
     export.export_tflite(saved, out / "model_int8.tflite", images[:200])
+    (out / export.CLASS_NAMES_FILE).write_text(json.dumps(list(names)))
+    return out
+
+
+@pytest.fixture(scope="session")
+def untrained_exports(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same files of a digits model that was never trained (about 10% right): a worse model than `exports`,
+    with both TFLite copies (promote's tests: a candidate that claims what it is not)."""
+    import json
+
+    import tensorflow as tf
+
+    export = _package_module("export")
+    cfg = _package_module("config").Config()
+    images, _, names = _package_module("data").load_digits_images(cfg.data)
+    out = tmp_path_factory.mktemp("untrained-exports")
+    tf.keras.utils.set_random_seed(1)
+    model = _package_module("model").build_model(images.shape[1:], len(names), cfg.model)
+    saved = export.export_saved_model(model, out / "saved_model")
+    export.export_tflite(saved, out / "model.tflite")
+    export.export_tflite(saved, out / "model_int8.tflite", images[:100])
     (out / export.CLASS_NAMES_FILE).write_text(json.dumps(list(names)))
     return out
 
