@@ -194,7 +194,7 @@ def test_auto_takes_the_export_the_run_kept_and_a_dropped_one_is_named_with_why(
         ("staging", rf"--model 'models:/{MODEL}@staging': alias 'staging' does not exist \(aliases: champion=1; "
                     r"latest version: 1\); promote a version"),
         ("9", rf"--model 'models:/{MODEL}/9': version 9 does not exist"),
-        ("models:/nobody@champion", r"no registered model 'nobody'; train one \(registry.model_name"),
+        ("models:/nobody@champion", r"no registered model 'nobody'; promote a training run \(promote.yml; registry.model_name"),
         ("models:/bad", r"--model 'models:/bad': use models:/<name>@<alias> or models:/<name>/<version>"),
     ],
 )  # fmt: skip

@@ -80,8 +80,8 @@ def resolve(client: MlflowClient, name: str, alias: str | None, version: str | N
         if error.error_code != "RESOURCE_DOES_NOT_EXIST":
             raise PredictError(f"--model '{spec}': the registry did not answer ({error.message})") from None
         raise PredictError(
-            f"--model '{spec}': no registered model '{name}'; train one (registry.model_name in the config) "
-            "or pass a local export"
+            f"--model '{spec}': no registered model '{name}'; promote a training run (promote.yml; "
+            "registry.model_name in the config) or pass a local export"
         ) from None
     try:
         found = (
