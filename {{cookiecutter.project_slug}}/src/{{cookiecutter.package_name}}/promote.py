@@ -63,6 +63,7 @@ class Promotion:
     run_id: str
     holdout: str
     images: int
+    candidate_run: str
     notes: list[str] = field(default_factory=list)
 
 
@@ -90,25 +91,39 @@ def promote(client: MlflowClient, cfg: Config, run_id: str, scratch: Path) -> Pr
             f"champion v{holder.version} was registered before promote recorded the SHA-256 of its files: predict "
             "refuses it, so it is not compared with"
         )
-    value = candidate.metrics[cfg.registry.metric]
-    if champion is None and holder is not None:
-        decision = registry.compare(cfg.registry, value, None, None).but(
-            "promoted", notes[0], previous_version=registry.version_number(holder)
-        )
-    else:
-        held_value = champion.metrics[cfg.registry.metric] if champion else None
-        decision = registry.compare(
-            cfg.registry, value, registry.version_number(holder) if holder else None, held_value
-        )
-        if champion is not None:
-            decision = decision.but(decision.outcome, f"{decision.reason}, both on the held-out set")
+    decision = _decide(cfg, candidate, holder, champion, notes)
     promotion_run = _record(client, cfg, run_id, held, candidate, champion, decision)
-    if decision.outcome in registry.MOVES_ALIAS:
-        version = _serve(client, cfg, run_id, promotion_run, candidate_root, candidate, decision)
-        decision = decision.but(decision.outcome, decision.reason, version=version)
-        client.set_tag(promotion_run, "registry.version", version)
+    try:
+        if decision.outcome in registry.MOVES_ALIAS:
+            version = _serve(client, cfg, run_id, promotion_run, candidate_root, candidate, decision)
+            decision = decision.but(decision.outcome, decision.reason, version=version)
+            client.set_tag(promotion_run, "registry.version", version)
+    except BaseException:
+        # The evaluation's record says it did not serve (the caller reports why); nothing is left RUNNING.
+        client.set_terminated(promotion_run, "FAILED")
+        raise
     client.set_terminated(promotion_run)
-    return Promotion(decision, candidate, champion, promotion_run, held.source, len(held.labels), notes)
+    return Promotion(
+        decision, candidate, champion, promotion_run, held.source, len(held.labels), run_id, notes
+    )
+
+
+def _decide(
+    cfg: Config, candidate: Measured, holder: ModelVersion | None, champion: Measured | None, notes: list[str]
+) -> registry.ChampionDecision:
+    """The rule on what promote measured: strictly better than the champion's measure, or no champion to compare
+    with (none yet, or one whose files were never recorded)."""
+    value = candidate.metrics[cfg.registry.metric]
+    if holder is not None and champion is None:
+        first = registry.compare(cfg.registry, value, None, None)
+        return first.but("promoted", notes[0], previous_version=registry.version_number(holder))
+    held = champion.metrics[cfg.registry.metric] if champion else None
+    decision = registry.compare(
+        cfg.registry, value, registry.version_number(holder) if holder else None, held
+    )
+    if champion is None:
+        return decision
+    return decision.but(decision.outcome, f"{decision.reason}, both on the held-out set")
 
 
 def _check_finished(client: MlflowClient, run_id: str) -> None:
@@ -322,13 +337,14 @@ def _serve(
     return str(version.version)
 
 
+def _accuracy(measured: Measured | None, export_name: str) -> str:
+    figures = measured.exports.get(export_name) if measured else None
+    return "-" if figures is None else f"{figures['test_accuracy']:.4f}"
+
+
 def job_summary(uri: str, promotion: Promotion) -> str:
     """The decision table (registry.job_summary), then every figure promote measured, side by side."""
-    decision = promotion.decision
-    head = registry.job_summary(uri, decision, candidate="the run promoted from")
-    rows = [f"| {name} | {figures['test_accuracy']:.4f} | "
-            + (f"{promotion.champion.exports[name]['test_accuracy']:.4f}" if promotion.champion and name in promotion.champion.exports else "-")
-            + " |" for name, figures in promotion.candidate.exports.items()]  # fmt: skip
+    head = registry.job_summary(uri, promotion.decision, candidate=f"run {promotion.candidate_run}")
     lines = [
         head,
         f"Measured by this checkout's code on the held-out set `{promotion.holdout}` ({promotion.images} images); "
@@ -336,7 +352,10 @@ def job_summary(uri: str, promotion: Promotion) -> str:
         "",
         "| export | candidate accuracy | champion accuracy |",
         "|---|---|---|",
-        *rows,
+        *(
+            f"| {name} | {_accuracy(promotion.candidate, name)} | {_accuracy(promotion.champion, name)} |"
+            for name in promotion.candidate.exports
+        ),
     ]
     lines += [f"\n- `{name}` not promoted: {why}" for name, why in promotion.candidate.dropped.items()]
     lines += [f"\n- {note}" for note in promotion.notes]
