@@ -86,6 +86,7 @@ def stop_process(process: subprocess.Popen) -> None:
 # test-slow job runs them on every push. The local sqlite store still runs in the push tier (test_registry).
 SLOW_FIXTURES = {
     "mlflow_server": "the MLflow tracking server: ~12 s until /health answers (it imports MLflow's whole web app)",
+    "mlflow_auth_server": "the same with MLflow's basic auth (issue 30: the promote / ci split)",
     "stack": "the stack `gpu-runner bootstrap` deploys to moto: ~5 s, then each call checked against its policies",
     "doctor_stack": "the stack test_doctor deploys and wires as docs/setup.md says: ~5 s, then doctor's AWS calls",
 }
@@ -175,6 +176,45 @@ def mlflow_server(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) 
     try:
         wait_for_http(f"{uri}/health", process, workdir / "server.log")
         yield uri
+    finally:
+        stop_process(process)
+
+
+@pytest.fixture(scope="session")
+def mlflow_auth_server(
+    moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, str]]:
+    """A real tracking server with MLflow's basic auth (`--app-name basic-auth`) and default permission READ (issue
+    30's contract for the team server), artifacts proxied to its own moto bucket: {"uri", "admin", "password"}
+    (the admin, who sets up the rest)."""
+    workdir = tmp_path_factory.mktemp("mlflow-auth-server")
+    bucket, admin = "mlflow-auth-artifacts", {"admin": "admin", "password": "admin-password-for-tests"}
+    boto3.client("s3").create_bucket(Bucket=bucket)
+    ini = workdir / "basic_auth.ini"
+    ini.write_text(
+        f"[mlflow]\ndefault_permission = READ\ndatabase_uri = sqlite:///{workdir / 'auth.db'}\n"
+        f"admin_username = {admin['admin']}\nadmin_password = {admin['password']}\n"
+        "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+    )
+    port = free_port()
+    env = {
+        **os.environ,
+        "MLFLOW_AUTH_CONFIG_PATH": str(ini),
+        "MLFLOW_FLASK_SERVER_SECRET_KEY": "tests-only",
+        "MLFLOW_S3_ENDPOINT_URL": moto_endpoint,
+        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+    }
+    cmd = [
+        sys.executable, "-m", "mlflow", "server", "--app-name", "basic-auth",
+        "--backend-store-uri", f"sqlite:///{workdir / 'mlflow.db'}",
+        "--artifacts-destination", f"s3://{bucket}/mlflow-artifacts",
+        "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+    ]  # fmt: skip
+    process = start_process(cmd, env, workdir / "server.log")
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_http(f"{uri}/health", process, workdir / "server.log")
+        yield {"uri": uri, **admin}
     finally:
         stop_process(process)
 

@@ -6,16 +6,10 @@ as `promote` and needs nothing more, and `ci` cannot serve a model: not through 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import boto3
 import pytest
 import requests
-from conftest import free_port, stop_process, wait_for_http
 from mlflow.exceptions import MlflowException
 from mlflow.server.auth.client import AuthServiceClient
 from mlflow.tracking import MlflowClient
@@ -25,43 +19,19 @@ from {{ cookiecutter.package_name }}.config import RegistryConfig
 
 pytestmark = pytest.mark.slow
 
-USERS = {
-    "admin": "admin-password-for-tests",
-    "ci": "ci-password-for-tests",
-    "promote": "promote-password-for-tests",
-}
+# The admin's is the session server's (conftest mlflow_auth_server), put in by the module fixture.
+USERS = {"ci": "ci-password-for-tests", "promote": "promote-password-for-tests"}
 MODEL, TRAINING = "auth-served", "auth-training"
-BUCKET = "promote-auth-artifacts"
 
 
 @pytest.fixture(scope="module")
-def auth_server(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    workdir = tmp_path_factory.mktemp("promote-auth")
-    boto3.client("s3").create_bucket(Bucket=BUCKET)
-    ini = workdir / "basic_auth.ini"
-    ini.write_text(
-        "[mlflow]\ndefault_permission = READ\n"
-        f"database_uri = sqlite:///{workdir / 'auth.db'}\nadmin_username = admin\n"
-        f"admin_password = {USERS['admin']}\nauthorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
-    )
-    port = free_port()
-    env = {**os.environ, "MLFLOW_AUTH_CONFIG_PATH": str(ini), "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
-           "MLFLOW_FLASK_SERVER_SECRET_KEY": "tests-only", "MLFLOW_S3_ENDPOINT_URL": moto_endpoint}  # fmt: skip
-    cmd = [sys.executable, "-m", "mlflow", "server", "--app-name", "basic-auth",
-           "--backend-store-uri", f"sqlite:///{workdir / 'mlflow.db'}",
-           "--artifacts-destination", f"s3://{BUCKET}/mlflow-artifacts",
-           "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]  # fmt: skip
-    with (workdir / "server.log").open("w") as log:
-        process = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    uri = f"http://127.0.0.1:{port}"
-    try:
-        wait_for_http(f"{uri}/health", process, workdir / "server.log")
-        with pytest.MonkeyPatch.context() as patch:
-            login(patch, "admin")
-            _the_stacks_permissions(uri)
-        yield uri
-    finally:
-        stop_process(process)
+def auth_server(mlflow_auth_server: dict[str, str]) -> str:
+    """The session's basic-auth server, with this module's users and the contract's permissions on them."""
+    USERS["admin"] = mlflow_auth_server["password"]
+    with pytest.MonkeyPatch.context() as patch:
+        login(patch, "admin")
+        _the_stacks_permissions(mlflow_auth_server["uri"])
+    return mlflow_auth_server["uri"]
 
 
 def _the_stacks_permissions(uri: str) -> None:
