@@ -158,6 +158,7 @@ def test_the_first_promotion_serves_a_copy_of_the_measured_files_with_their_dige
 
     version = world.client.get_model_version_by_alias(world.name, "champion")
     assert str(version.version) == "1" and version.tags[promote.CANDIDATE_TAG] == run_id
+    assert version.tags["promote.holdout"] == "digits" and float(version.tags["promote.test_accuracy"]) > 0.8
     served_run = world.client.get_run(version.run_id)
     promotions = world.client.get_experiment_by_name(promote.promotions_experiment(world.name))
     assert served_run.info.experiment_id == promotions.experiment_id and version.run_id != run_id

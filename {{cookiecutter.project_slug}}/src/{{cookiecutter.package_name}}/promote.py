@@ -331,6 +331,9 @@ def _serve(
         CANDIDATE_TAG: candidate_run,
         registry.VERSION_DECISION_TAG: decision.outcome,
         registry.VERSION_REASON_TAG: tracking.tag_value(registry.VERSION_REASON_TAG, decision.reason),
+        # The evaluation: what promote measured, on what (the run's figures are in the promotion run).
+        "promote.holdout": cfg.registry.holdout,
+        f"promote.{cfg.registry.metric}": f"{decision.candidate_value:.6f}",
     }
     version = client.create_model_version(name, source, run_id=promotion_run, tags=tags)
     client.set_registered_model_alias(name, cfg.registry.alias, str(version.version))

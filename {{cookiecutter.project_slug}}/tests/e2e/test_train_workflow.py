@@ -155,8 +155,8 @@ def test_train_workflow_end_to_end(stack: Stack, tmp_path: Path) -> None:
     assert f"({stack.mlflow_uri}/#/experiments/{experiment_id}/runs/{run_id})" in body, body
     # Training registers nothing (issue 30): the comment compares with the champion and names promote.yml.
     assert "registry.version" not in tags and tags["champion.decision"] in ("candidate", "kept"), tags
-    models = client.search_registered_models(f"name = '{tags['registry.model_name']}'")
-    holder = models[0].aliases.get("champion") if models else None
+    registered = client.search_registered_models(f"name = '{tags['registry.model_name']}'")
+    holder = registered[0].aliases.get("champion") if registered else None
     assert ("no champion yet" in body) == (holder is None), body
     assert f"registry decision: `{tags['champion.decision']}`" in body, body
     assert f"**Billed GPU cost**: ${metrics['cost_usd']:.4f} for " in body, body
