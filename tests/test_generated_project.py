@@ -259,14 +259,15 @@ def mlflow_ui_step(project: Path, state: dict[str, Any]) -> None:
     assert latencies <= set(metrics), sorted(metrics)
     assert "exports/saved_model/saved_model.pb" in run["artifacts"], run["artifacts"]
     assert run["logged_models"] == ["model"]
-    # A fresh project: its first run is the first version, a candidate, and says so in strings; no alias yet.
+    # A fresh project: its first run is a candidate and says so in strings; training registers nothing (issue 30).
     assert run["tags"]["champion.decision"] == "candidate", run["tags"]
-    assert run["tags"]["registry.version"] == "1"
+    assert "registry.version" not in run["tags"]
     assert run["champion"] is None, run["champion"]
-    # After `promote --run-id=<that run>` the first version holds the alias.
+    # After `promote --run-id=<that run>` promote's copy of it is version 1 and holds the alias.
     assert promoted["champion"] is not None, promoted["tags"]
-    assert promoted["champion"]["version"] == "1" and promoted["champion"]["run_id"] == state["run_id"]
-    assert promoted["champion"]["tags"]["decision"] == "first", promoted["champion"]
+    champion = promoted["champion"]
+    assert champion["version"] == "1" and champion["tags"]["promote.candidate_run_id"] == state["run_id"], champion
+    assert champion["tags"]["decision"] == "first" and len(champion["tags"]["files.manifest_sha256"]) == 64
 
 
 # A small study over the shipped training config: two trials, one epoch each, the shipped sweep's own space

@@ -244,6 +244,22 @@ def alias_missing(case: Case) -> int:
     return cli("predict", "--model=staging", "--config", config, "--output=predictions")
 
 
+def version_unrecorded(case: Case) -> int:
+    """A version registered the old way (training registered its own model): no digest of its files."""
+    client = MlflowClient(case.mlflow_uri)
+    if not client.search_registered_models("name='bad-input-legacy'"):
+        client.create_registered_model("bad-input-legacy")
+        experiment = client.get_experiment_by_name("bad-input-legacy") or client.get_experiment(
+            client.create_experiment("bad-input-legacy")
+        )
+        run_id = client.create_run(experiment.experiment_id).info.run_id
+        client.set_terminated(run_id)
+        client.create_model_version("bad-input-legacy", "s3://bad-input-data/model", run_id=run_id)
+        case.runs_before = mlflow_runs(case.mlflow_uri)  # the setup's run is not the command's
+    config = write_config(case, "registry:\n  model_name: bad-input-legacy\n")
+    return cli("predict", "--model=1", "--config", config, "--output=predictions")
+
+
 def multi_node(case: Case, env: dict[str, str]) -> int:
     """`train` on a node of a multi-node job whose environment is wrong (refused before TensorFlow starts)."""
     for name, value in env.items():
@@ -299,7 +315,10 @@ TRIGGERS: dict[str, Callable[[Case], int]] = {
         "train", "--config", write_config(case, "registry:\n  direction: sideways\n")
     ),
     "config-registry-metric": lambda case: cli(
-        "train", "--config", write_config(case, "registry:\n  metric: f1\n")
+        "train", "--config", write_config(case, "registry:\n  metric: best_val_loss\n")
+    ),
+    "config-registry-holdout": lambda case: cli(
+        "train", "--config", write_config(case, "registry:\n  holdout: s3://bucket/data/eval/\n")
     ),
     "data-missing-folder": lambda case: train_on(case, "no-such-folder"),
     "data-no-class-folders": flat_folder,
@@ -326,6 +345,8 @@ TRIGGERS: dict[str, Callable[[Case], int]] = {
     "predict-empty-input": empty_input_folder,
     "predict-model-not-registered": model_not_registered,
     "predict-alias-missing": alias_missing,
+    "predict-version-unrecorded": version_unrecorded,
+    "promote-bad-run-id": lambda case: cli("promote", "--run-id=--x"),
     "predict-output-not-writable": output_below_a_file,
 }
 

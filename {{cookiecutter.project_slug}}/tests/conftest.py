@@ -15,6 +15,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
+from types import ModuleType
 
 import boto3
 import botocore.loaders
@@ -85,6 +86,7 @@ def stop_process(process: subprocess.Popen) -> None:
 # test-slow job runs them on every push. The local sqlite store still runs in the push tier (test_registry).
 SLOW_FIXTURES = {
     "mlflow_server": "the MLflow tracking server: ~12 s until /health answers (it imports MLflow's whole web app)",
+    "mlflow_auth_server": "the same with MLflow's basic auth (issue 30: the promote / ci split)",
     "stack": "the stack `gpu-runner bootstrap` deploys to moto: ~5 s, then each call checked against its policies",
     "doctor_stack": "the stack test_doctor deploys and wires as docs/setup.md says: ~5 s, then doctor's AWS calls",
 }
@@ -179,6 +181,45 @@ def mlflow_server(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) 
 
 
 @pytest.fixture(scope="session")
+def mlflow_auth_server(
+    moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, str]]:
+    """A real tracking server with MLflow's basic auth (`--app-name basic-auth`) and default permission READ (issue
+    30's contract for the team server), artifacts proxied to its own moto bucket: {"uri", "admin", "password"}
+    (the admin, who sets up the rest)."""
+    workdir = tmp_path_factory.mktemp("mlflow-auth-server")
+    bucket, admin = "mlflow-auth-artifacts", {"admin": "admin", "password": "admin-password-for-tests"}
+    boto3.client("s3").create_bucket(Bucket=bucket)
+    ini = workdir / "basic_auth.ini"
+    ini.write_text(
+        f"[mlflow]\ndefault_permission = READ\ndatabase_uri = sqlite:///{workdir / 'auth.db'}\n"
+        f"admin_username = {admin['admin']}\nadmin_password = {admin['password']}\n"
+        "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+    )
+    port = free_port()
+    env = {
+        **os.environ,
+        "MLFLOW_AUTH_CONFIG_PATH": str(ini),
+        "MLFLOW_FLASK_SERVER_SECRET_KEY": "tests-only",
+        "MLFLOW_S3_ENDPOINT_URL": moto_endpoint,
+        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+    }
+    cmd = [
+        sys.executable, "-m", "mlflow", "server", "--app-name", "basic-auth",
+        "--backend-store-uri", f"sqlite:///{workdir / 'mlflow.db'}",
+        "--artifacts-destination", f"s3://{bucket}/mlflow-artifacts",
+        "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+    ]  # fmt: skip
+    process = start_process(cmd, env, workdir / "server.log")
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_http(f"{uri}/health", process, workdir / "server.log")
+        yield {"uri": uri, **admin}
+    finally:
+        stop_process(process)
+
+
+@pytest.fixture(scope="session")
 def amazon_image(moto_endpoint: str) -> Callable[[str], str]:
     """An Amazon-owned image of moto's in a region (doubles/amazon_images.py), asked once per region and process.
 
@@ -200,31 +241,58 @@ def artifact_bucket() -> str:
     return ARTIFACT_BUCKET
 
 
-@pytest.fixture(scope="session")
-def exports(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """What train leaves in outputs/ after a brief training run on the digits: the SavedModel, the int8 TFLite
-    model and class_names.json beside them (the prediction tests' models)."""
+def _package_module(name: str) -> ModuleType:
+    """A module of the project's package, found rather than named: no template answer in this file
+    (tests/test_generated_project.py)."""
     import importlib
-    import json
 
-    import tensorflow as tf
-
-    # No template answer in this file (tests/test_generated_project.py): the package is found, not named.
     package = next(
         p.name
         for p in (Path(__file__).resolve().parents[1] / "src").iterdir()
         if (p / "__init__.py").exists()
     )
-    export = importlib.import_module(f"{package}.export")
-    cfg = importlib.import_module(f"{package}.config").Config()
-    images, labels, names = importlib.import_module(f"{package}.data").load_digits_images(cfg.data)
+    return importlib.import_module(f"{package}.{name}")
+
+
+@pytest.fixture(scope="session")
+def exports(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What train leaves in outputs/ after a brief training run on the digits: the SavedModel, the int8 TFLite
+    model and class_names.json beside them (the prediction tests' models)."""
+    import json
+
+    import tensorflow as tf
+
+    export = _package_module("export")
+    cfg = _package_module("config").Config()
+    images, labels, names = _package_module("data").load_digits_images(cfg.data)
     out = tmp_path_factory.mktemp("exports")
     tf.keras.utils.set_random_seed(0)
-    model = importlib.import_module(f"{package}.model").build_model(images.shape[1:], len(names), cfg.model)
+    model = _package_module("model").build_model(images.shape[1:], len(names), cfg.model)
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     model.fit(images, labels, epochs=3, batch_size=64, verbose=0)
     saved = export.export_saved_model(model, out / "saved_model")
     export.export_tflite(saved, out / "model_int8.tflite", images[:200])
+    (out / export.CLASS_NAMES_FILE).write_text(json.dumps(list(names)))
+    return out
+
+
+@pytest.fixture(scope="session")
+def untrained_exports(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same files of a digits model that was never trained (about 10% right): a worse model than `exports`,
+    with both TFLite copies (promote's tests: a candidate that claims what it is not)."""
+    import json
+
+    import tensorflow as tf
+
+    export = _package_module("export")
+    cfg = _package_module("config").Config()
+    images, _, names = _package_module("data").load_digits_images(cfg.data)
+    out = tmp_path_factory.mktemp("untrained-exports")
+    tf.keras.utils.set_random_seed(1)
+    model = _package_module("model").build_model(images.shape[1:], len(names), cfg.model)
+    saved = export.export_saved_model(model, out / "saved_model")
+    export.export_tflite(saved, out / "model.tflite")
+    export.export_tflite(saved, out / "model_int8.tflite", images[:100])
     (out / export.CLASS_NAMES_FILE).write_text(json.dumps(list(names)))
     return out
 

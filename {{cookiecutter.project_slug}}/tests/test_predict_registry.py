@@ -1,11 +1,12 @@
-"""`predict` with a registry model on a real MLflow server (artifacts in moto S3): a real training run registers
-and promotes a version, then the champion alias, a pinned version and each export predict from it, each batch an
-MLflow run in the inference experiment linked to that version; names that the registry does not hold fail with
-what it does hold."""
+"""`predict` with a registry model on a real MLflow server (artifacts in moto S3): a real training run is promoted
+(version 1), then the champion alias, a pinned version and each export predict from it, each batch an MLflow run in
+the inference experiment linked to that version; names that the registry does not hold fail with what it does
+hold; files that are not the ones promote recorded, and a version promote never recorded, predict nothing."""
 
 from __future__ import annotations
 
 import re
+import tempfile
 from pathlib import Path
 
 import boto3
@@ -16,7 +17,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from {{ cookiecutter.package_name }} import cli, predict_tracking, registry
+from {{ cookiecutter.package_name }} import cli, model_files, predict_tracking, promote
 from {{ cookiecutter.package_name }}.config import config_from_dict
 from {{ cookiecutter.package_name }}.train import train
 
@@ -30,8 +31,8 @@ DIGITS = 1797
 
 @pytest.fixture(scope="module")
 def trained(mlflow_server: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
-    """One real training run (2 epochs) that registers version 1 of MODEL, promoted to the champion alias; the
-    config file predict reads the registry's name from."""
+    """One real training run (2 epochs), promoted: version 1 of MODEL holds the champion alias; the config file
+    predict reads the registry's name from."""
     workdir = tmp_path_factory.mktemp("predict-registry")
     settings = {
         "registry": {"model_name": MODEL},
@@ -50,10 +51,18 @@ def trained(mlflow_server: str, tmp_path_factory: pytest.TempPathFactory) -> tup
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
         result = train(cfg)
-        # train registers a candidate; the promote workflow moves the alias (docs/training.md).
-        promoted = registry.promote(MlflowClient(mlflow_server), cfg.registry, result.run_id)
+        # train only proposes; the promote workflow measures, registers and moves the alias (docs/training.md).
+        with tempfile.TemporaryDirectory() as scratch:
+            promoted = promote.promote(
+                MlflowClient(mlflow_server), cfg, result.run_id, Path(scratch)
+            ).decision
     assert promoted.outcome == "first" and promoted.version == "1"
-    return result.run_id, config_file
+    return promoted_run(mlflow_server, MODEL), config_file
+
+
+def promoted_run(uri: str, name: str, version: str = "1") -> str:
+    """The run of a served version: promote's copy in the promotions experiment, not the training run."""
+    return MlflowClient(uri).get_model_version(name, version).run_id
 
 
 @pytest.fixture
@@ -70,7 +79,7 @@ def workflow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mlflow_server: str
 def test_the_champion_predicts_on_cpu_with_tflite_into_s3_as_a_run_linked_to_its_version(
     trained: tuple[str, Path], workflow: dict[str, Path], mlflow_server: str
 ) -> None:
-    training_run, config = trained
+    served, config = trained
     out = f"s3://{BUCKET}/predictions/champion/"
 
     code = cli.main(
@@ -88,7 +97,7 @@ def test_the_champion_predicts_on_cpu_with_tflite_into_s3_as_a_run_linked_to_its
     run = client.get_run(outputs["mlflow-run-id"])
     experiment = client.get_experiment(run.info.experiment_id)
     assert experiment.name == predict_tracking.experiment_name(EXPERIMENT)
-    assert run.data.tags["model.run_id"] == training_run and run.data.tags["model.alias"] == "champion"
+    assert run.data.tags["model.run_id"] == served and run.data.tags["model.alias"] == "champion"
     assert (run.data.tags["model.version"], run.data.tags["model.uri"]) == ("1", f"models:/{MODEL}/1")
     assert run.data.params["export"] == "tflite" and run.data.params["input"] == "digits"
     figures = run.data.metrics
@@ -140,26 +149,25 @@ def test_a_pinned_version_predicts_with_the_saved_model_on_gpu(
 
 
 @pytest.fixture(scope="module")
-def partial_version(trained: tuple[str, Path], mlflow_server: str) -> str:
-    """A version whose run kept only its SavedModel (train drops a TFLite copy below the agreement rule and
-    tags why): copies the trained run's SavedModel and class names into a new run."""
-    training_run, _ = trained
+def partial_version(
+    mlflow_server: str, exports: Path, untrained_exports: Path, tmp_path_factory: pytest.TempPathFactory
+) -> str:
+    """A version served without its int8 TFLite copy: the candidate's was another model's (swapped in after
+    training), so promote measured it, found it disagreeing with the SavedModel and left it out, with a tag."""
     client = MlflowClient(mlflow_server)
+    experiment = client.get_experiment_by_name(EXPERIMENT) or client.get_experiment(
+        client.create_experiment(EXPERIMENT)
+    )
+    run_id = client.create_run(experiment.experiment_id).info.run_id
+    client.log_artifacts(run_id, str(exports), "exports")
+    client.log_artifact(run_id, str(untrained_exports / "model_int8.tflite"), "exports")
+    client.set_terminated(run_id)
+    cfg = config_from_dict({"registry": {"model_name": "predict-partial"}})
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
-        mlflow.set_tracking_uri(mlflow_server)
-        local = Path(mlflow.artifacts.download_artifacts(run_id=training_run, artifact_path="exports"))
-        mlflow.set_experiment(EXPERIMENT)
-        with mlflow.start_run() as run:
-            mlflow.log_artifact(str(local / "saved_model"), "exports")
-            mlflow.log_artifact(str(local / "class_names.json"), "exports")
-            mlflow.set_tags(
-                {"export.tflite": "rejected: agrees on 91.0%", "export.tflite_int8": "rejected: 90%"}
-            )
-    client.create_registered_model("predict-partial")
-    return client.create_model_version(
-        "predict-partial", f"{run.info.artifact_uri}/exports", run.info.run_id
-    ).version
+        decision = promote.promote(client, cfg, run_id, tmp_path_factory.mktemp("partial")).decision
+    assert decision.version == "1"
+    return decision.version
 
 
 def test_auto_takes_the_export_the_run_kept_and_a_dropped_one_is_named_with_why(
@@ -175,7 +183,8 @@ def test_auto_takes_the_export_the_run_kept_and_a_dropped_one_is_named_with_why(
     assert cli.main([*args, "--export=tflite_int8"]) == 2
     assert (
         f"--export tflite_int8: version {partial_version}'s run" in (said := capsys.readouterr().err)
-        and "kept saved_model (the run's tag export.tflite_int8: rejected: 90%); choose one of those" in said
+        and "kept saved_model (the run's tag export.tflite_int8: not promoted: agrees with the SavedModel on"
+        in said
     )
 
 
@@ -185,7 +194,7 @@ def test_auto_takes_the_export_the_run_kept_and_a_dropped_one_is_named_with_why(
         ("staging", rf"--model 'models:/{MODEL}@staging': alias 'staging' does not exist \(aliases: champion=1; "
                     r"latest version: 1\); promote a version"),
         ("9", rf"--model 'models:/{MODEL}/9': version 9 does not exist"),
-        ("models:/nobody@champion", r"no registered model 'nobody'; train one \(registry.model_name"),
+        ("models:/nobody@champion", r"no registered model 'nobody'; promote a training run \(promote.yml; registry.model_name"),
         ("models:/bad", r"--model 'models:/bad': use models:/<name>@<alias> or models:/<name>/<version>"),
     ],
 )  # fmt: skip
@@ -228,3 +237,88 @@ def _rows(prefix: str) -> dict[str, list]:
 def _inference_runs(uri: str) -> int:
     experiment = MlflowClient(uri).get_experiment_by_name(predict_tracking.experiment_name(EXPERIMENT))
     return 0 if experiment is None else len(MlflowClient(uri).search_runs([experiment.experiment_id]))
+
+
+# ---------------------------------------------------------------------- issue 30, High 2: only what promote recorded
+SWAPS = {
+    # what a training job with write access to the artifacts replaces, adds or deletes; the device that loads it
+    "the TFLite copy the CPU path runs": ("exports/model.tflite", "replace", "cpu"),
+    "the SavedModel's weights the GPU path runs": (
+        "exports/saved_model/variables/variables.index",
+        "replace",
+        "gpu",
+    ),
+    "a file added to the SavedModel": ("exports/saved_model/assets/extra.txt", "add", "gpu"),
+    "the labels": ("exports/class_names.json", "replace", "cpu"),
+    "the labels deleted": ("exports/class_names.json", "delete", "cpu"),
+    "the manifest itself": (model_files.MANIFEST_PATH, "replace", "cpu"),
+}
+
+
+@pytest.mark.parametrize("what", SWAPS)
+@pytest.mark.parametrize("check", [False, True], ids=["the predict job", "resolve (--check)"])
+def test_files_of_the_champion_changed_after_promotion_predict_nothing(
+    trained: tuple[str, Path], workflow: dict[str, Path], mlflow_server: str, artifact_bucket: str,
+    capsys: pytest.CaptureFixture, what: str, check: bool,
+) -> None:  # fmt: skip
+    """The training job (or anything that may write the artifacts) overwrites the served version's files: predict
+    refuses before it loads anything, names the file and the fix, writes nothing and opens no inference run.
+    Seen failing before the digests: the swapped champion predicted (exit 0)."""
+    served, config = trained
+    path, how, device = SWAPS[what]
+    key = artifact_key(mlflow_server, served, path)
+    s3 = boto3.client("s3")
+    original = s3.get_object(Bucket=artifact_bucket, Key=key)["Body"].read() if how != "add" else None
+    if how == "delete":
+        s3.delete_object(Bucket=artifact_bucket, Key=key)
+    else:
+        s3.put_object(Bucket=artifact_bucket, Key=key, Body=b"another model's bytes")
+    runs_before = _inference_runs(mlflow_server)
+    out = f"s3://{BUCKET}/predictions/swapped/"
+    args = ["--model=champion", f"--config={config}", f"--output={out}", f"--device={device}"]
+    try:
+        code = cli.main(["predict", *(["--check"] if check else []), *args])
+    finally:
+        if original is None:
+            s3.delete_object(Bucket=artifact_bucket, Key=key)
+        else:
+            s3.put_object(Bucket=artifact_bucket, Key=key, Body=original)
+
+    said = capsys.readouterr().err
+    assert code == 2, said
+    assert f"--model 'models:/{MODEL}/1': {path} " in said, said
+    assert (
+        "changed after promotion, so nothing was loaded or predicted. Fix: restore the file's earlier version"
+        in said
+    )
+    assert _keys("predictions/swapped/") == [] and _inference_runs(mlflow_server) == runs_before
+    if check:
+        assert "model" not in _outputs(workflow["GITHUB_OUTPUT"])  # no GPU job is handed a model
+
+
+def test_a_version_registered_before_promote_recorded_digests_is_refused_with_the_fix(
+    trained: tuple[str, Path], workflow: dict[str, Path], mlflow_server: str, capsys: pytest.CaptureFixture
+) -> None:
+    served, config = trained
+    client = MlflowClient(mlflow_server)
+    legacy = client.create_model_version(
+        MODEL, f"{client.get_run(served).info.artifact_uri}/exports", run_id=served
+    ).version
+
+    code = cli.main(["predict", f"--model={legacy}", f"--config={config}",
+                     f"--output=s3://{BUCKET}/predictions/legacy/"])  # fmt: skip
+
+    assert code == 2
+    said = capsys.readouterr().err
+    assert f"version {legacy} has no tag {model_files.MANIFEST_TAG}: it was registered before promote" in said
+    assert (
+        f"Fix: promote again (promote.yml with run-id=<the training run>, e.g. this version's run {served})"
+        in said
+    )
+    assert _keys("predictions/legacy/") == []
+
+
+def artifact_key(uri: str, run_id: str, path: str) -> str:
+    """The S3 key the server keeps a run's artifact under (conftest: --artifacts-destination .../mlartifacts)."""
+    artifact_uri = MlflowClient(uri).get_run(run_id).info.artifact_uri
+    return artifact_uri.replace("mlflow-artifacts:/", "mlartifacts/", 1) + "/" + path

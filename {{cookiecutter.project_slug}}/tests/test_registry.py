@@ -1,16 +1,19 @@
-"""Model registry and champion alias: the decision rules on runs and versions made with MlflowClient (fast,
-deterministic values) against both stores a user has, a real MLflow server and the local sqlite store that `make
-train` uses by default; then two real trainings through train()."""
+"""The champion rule as training sees it (read-only: it compares, registers nothing), on runs and versions made with
+MlflowClient (fast, deterministic values) against both stores a user has, a real MLflow server and the local sqlite
+store that `make train` uses by default; then two real trainings through train() and the command promote.yml runs
+(promote's own rules: tests/test_promote.py)."""
 
 from __future__ import annotations
 
 import itertools
+import tempfile
+from pathlib import Path
 
 import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
-from {{ cookiecutter.package_name }} import cli, registry, tracking
+from {{ cookiecutter.package_name }} import cli, promote, registry, tracking
 from {{ cookiecutter.package_name }}.config import (
     HEADLINE_METRICS,
     ConfigError,
@@ -22,143 +25,93 @@ from {{ cookiecutter.package_name }}.train import train
 _names = itertools.count(1)
 
 
-# ---------------------------------------------------------------------- decisions on real runs and versions
-def test_first_then_better_then_worse_then_tie(client: MlflowClient, experiment_id: str) -> None:
+# ---------------------------------------------------------------------- training's view, read-only
+def test_no_champion_yet_then_better_worse_and_a_tie(client: MlflowClient, experiment_id: str) -> None:
     cfg = registry_cfg()
+    assert proposal(client, experiment_id, cfg, 0.90).outcome == "candidate"  # nothing to compare with
+    crown(client, experiment_id, cfg, 0.90)
 
-    first = train_and_decide(client, experiment_id, cfg, 0.90)
-    assert (first.outcome, first.version, first.previous_version) == ("first", "1", None)
+    better = proposal(client, experiment_id, cfg, 0.95)
+    assert (better.outcome, better.version, better.previous_version) == ("candidate", None, "1")
+    assert better.previous_value == pytest.approx(0.90) and better.delta == pytest.approx(0.05)
+    assert "promote measures both on the held-out set and alone moves 'champion'" in better.reason
+
+    worse = proposal(client, experiment_id, cfg, 0.87)
+    assert (worse.outcome, worse.delta) == ("kept", pytest.approx(-0.03))
+    tie = proposal(client, experiment_id, cfg, 0.90)
+    assert tie.outcome == "kept" and "tie" in tie.reason
     assert alias_version(client, cfg) == "1"
 
-    better = train_and_decide(client, experiment_id, cfg, 0.95)
-    assert (better.outcome, better.version, better.previous_version) == ("promoted", "2", "1")
-    assert better.previous_value == pytest.approx(0.90)
-    assert better.delta == pytest.approx(0.05)
-    assert alias_version(client, cfg) == "2"
 
-    worse = train_and_decide(client, experiment_id, cfg, 0.93)
-    assert (worse.outcome, worse.version, worse.previous_version) == ("kept", "3", "2")
-    assert worse.delta == pytest.approx(-0.02)
-    assert alias_version(client, cfg) == "2"
-
-    tie = train_and_decide(client, experiment_id, cfg, 0.95)
-    assert (tie.outcome, tie.version) == ("kept", "4")
-    assert "tie" in tie.reason
-    assert alias_version(client, cfg) == "2"
-
-
-def test_the_decision_and_both_values_are_logged(client: MlflowClient, experiment_id: str) -> None:
+def test_a_branch_training_registers_nothing_and_moves_nothing(
+    client: MlflowClient, experiment_id: str
+) -> None:
+    """Issue 30, High 1: a far better model from a branch is proposed; the served model is not touched."""
     cfg = registry_cfg()
-    train_and_decide(client, experiment_id, cfg, 0.80)
-    run_id, model_id = finished_run(client, experiment_id, {"test_accuracy": 0.85})
-    registry.log_decision(
-        client, run_id, registry.decide(client, cfg, run_id, model_id, {"test_accuracy": 0.85})
-    )
-    decision = registry.promote(client, cfg, run_id)
-    registry.log_decision(client, run_id, decision)
+    crown(client, experiment_id, cfg, 0.50)
+    decision = proposal(client, experiment_id, cfg, 0.99)
+    assert (decision.outcome, alias_version(client, cfg)) == ("candidate", "1")
+    assert [str(v.version) for v in client.search_model_versions(f"name = '{cfg.model_name}'")] == ["1"]
+
+
+def test_the_decision_and_both_values_are_logged_on_the_run(client: MlflowClient, experiment_id: str) -> None:
+    cfg = registry_cfg()
+    crown(client, experiment_id, cfg, 0.80)
+    run_id = finished_run(client, experiment_id, {"test_accuracy": 0.85})
+    registry.log_decision(client, run_id, registry.decide(client, cfg, run_id, {"test_accuracy": 0.85}))
 
     run = client.get_run(run_id)
-    assert {
-        key: value for key, value in run.data.tags.items() if key.startswith(("champion.", "registry."))
-    } == {
-        "champion.decision": "promoted",
-        "champion.reason": "test_accuracy 0.8500 > 0.8000 of v1 (maximize)",
+    tags = {key: value for key, value in run.data.tags.items() if key.startswith(("champion.", "registry."))}
+    assert tags == {
+        "champion.decision": "candidate",
+        "champion.reason": "test_accuracy 0.8500 > 0.8000 of v1 (maximize); promote measures both on the held-out "
+        f"set and alone moves 'champion' (promote --run-id={run_id})",
         "champion.metric": "test_accuracy",
         "champion.direction": "maximize",
         "registry.model_name": cfg.model_name,
-        "registry.version": "2",
         "champion.previous_version": "1",
     }
     assert run.data.metrics["champion.candidate_value"] == pytest.approx(0.85)
     assert run.data.metrics["champion.previous_value"] == pytest.approx(0.80)
     assert run.data.metrics["champion.delta"] == pytest.approx(0.05)
-    version = client.get_model_version(cfg.model_name, "2")
-    assert version.run_id == run_id
-    assert version.tags[registry.VERSION_DECISION_TAG] == "promoted"
 
 
-def test_minimize_promotes_the_lower_loss(client: MlflowClient, experiment_id: str) -> None:
-    cfg = registry_cfg(metric="best_val_loss", direction="minimize")
-    outcomes = [train_and_decide(client, experiment_id, cfg, v).outcome for v in (0.50, 0.40, 0.45, 0.40)]
-    assert outcomes == ["first", "promoted", "kept", "kept"]
-    assert alias_version(client, cfg) == "2"
+def test_minimize_reads_the_other_way(client: MlflowClient, experiment_id: str) -> None:
+    cfg = registry_cfg(direction="minimize")
+    crown(client, experiment_id, cfg, 0.50)
+    outcomes = [proposal(client, experiment_id, cfg, v).outcome for v in (0.40, 0.60, 0.50)]
+    assert outcomes == ["candidate", "kept", "kept"]
 
 
-def test_a_finish_repeated_by_the_same_run_registers_once(client: MlflowClient, experiment_id: str) -> None:
+def test_a_champion_without_the_metric_cannot_be_compared(client: MlflowClient, experiment_id: str) -> None:
+    """The metric was changed in the config: the champion's run never had it."""
     cfg = registry_cfg()
-    run_id, model_id = finished_run(client, experiment_id, {"test_accuracy": 0.9})
-    once = registry.decide(client, cfg, run_id, model_id, {"test_accuracy": 0.9})
-    registry.log_decision(client, run_id, once)
-    again = registry.decide(client, cfg, run_id, model_id, {"test_accuracy": 0.9})
-
-    assert [str(v.version) for v in client.search_model_versions(f"name = '{cfg.model_name}'")] == ["1"]
-    assert (again.outcome, again.version) == ("candidate", "1")
-    assert holder_version(client, cfg) is None, "training never sets the alias, not even the first one"
-    promoted = registry.promote(client, cfg, run_id)
-    assert (promoted.outcome, alias_version(client, cfg)) == ("first", "1")
-    assert registry.promote(client, cfg, run_id).outcome == "promoted", "a repeated promote is idempotent"
-    assert alias_version(client, cfg) == "1"
-
-
-def test_a_branch_training_never_moves_the_alias(client: MlflowClient, experiment_id: str) -> None:
-    """Issue 13, item 7: a far better model from a branch is registered and proposed; the champion stays."""
-    cfg = registry_cfg()
-    train_and_decide(client, experiment_id, cfg, 0.50)
-    run_id, model_id = finished_run(client, experiment_id, {"test_accuracy": 0.99})
-    decision = registry.decide(client, cfg, run_id, model_id, {"test_accuracy": 0.99})
-    assert (decision.outcome, decision.version, alias_version(client, cfg)) == ("candidate", "2", "1")
-    assert "only the promote workflow moves 'champion'" in decision.reason
-
-
-def test_promote_recomputes_instead_of_trusting_the_candidate(
-    client: MlflowClient, experiment_id: str
-) -> None:
-    """A branch can write any tag on its own run or version: promote compares the logged metrics again."""
-    cfg = registry_cfg()
-    train_and_decide(client, experiment_id, cfg, 0.90)
-    run_id, model_id = finished_run(client, experiment_id, {"test_accuracy": 0.10})
-    registry.decide(client, cfg, run_id, model_id, {"test_accuracy": 0.10})
-    client.set_model_version_tag(cfg.model_name, "2", registry.VERSION_DECISION_TAG, "promoted")
-    client.set_tag(run_id, "champion.decision", "promoted")
-    assert registry.promote(client, cfg, run_id).outcome == "kept"
-    assert alias_version(client, cfg) == "1"
-    unregistered = client.create_run(experiment_id).info.run_id
-    assert registry.promote(client, cfg, unregistered).outcome.startswith("skipped (run ")
-
-
-def test_a_champion_without_the_metric_is_replaced(client: MlflowClient, experiment_id: str) -> None:
-    """The metric was changed in the config: the old champion's run never logged it, so it cannot win."""
-    cfg = registry_cfg()
-    train_and_decide(client, experiment_id, cfg, 0.9)
+    crown(client, experiment_id, cfg, 0.9)
     switched = RegistryConfig(**{**cfg.model_dump(), "metric": "test_macro_f1"})
-    decision = train_and_decide(client, experiment_id, switched, 0.7)
-    assert (decision.outcome, decision.previous_version, decision.previous_value) == ("promoted", "1", None)
+    decision = proposal(client, experiment_id, switched, 0.7)
+    assert (decision.outcome, decision.previous_version, decision.previous_value) == ("candidate", "1", None)
     assert "has no test_macro_f1" in decision.reason
-    assert alias_version(client, cfg) == "2"
 
 
-def test_a_metric_the_run_did_not_compute_skips_without_registering(
-    client: MlflowClient, experiment_id: str
-) -> None:
-    cfg = registry_cfg(metric="tflite_agreement")  # known, but this run exported no TFLite model
-    run_id, model_id = finished_run(client, experiment_id, {"test_accuracy": 0.9})
-    decision = registry.decide(client, cfg, run_id, model_id, {"test_accuracy": 0.9})
+def test_a_metric_the_run_did_not_compute_skips(client: MlflowClient, experiment_id: str) -> None:
+    cfg = registry_cfg(metric="test_macro_f1")
+    run_id = finished_run(client, experiment_id, {"test_accuracy": 0.9})
+    decision = registry.decide(client, cfg, run_id, {"test_accuracy": 0.9})
     registry.log_decision(client, run_id, decision)
 
-    assert decision.outcome.startswith("skipped (registry.metric 'tflite_agreement' not computed by this run")
+    assert decision.outcome.startswith("skipped (registry.metric 'test_macro_f1' not computed by this run")
     assert "computed: test_accuracy" in decision.outcome
-    assert client.search_model_versions(f"name = '{cfg.model_name}'") == []
     assert client.get_run(run_id).data.tags["champion.decision"] == decision.outcome
 
 
-def test_a_registry_error_skips_the_decision_and_keeps_the_run(
+def test_a_registry_that_does_not_answer_skips_the_decision_and_keeps_the_run(
     client: MlflowClient, experiment_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The server answers 500 for a model id it does not know; MLflow's client would retry that for minutes.
+    # A tracking server nobody listens on: MLflow's client would retry it for minutes.
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     cfg = registry_cfg()
-    run_id, _ = finished_run(client, experiment_id, {"test_accuracy": 0.9})
-    decision = registry.decide(client, cfg, run_id, "m-" + "0" * 32, {"test_accuracy": 0.9})
+    run_id = finished_run(client, experiment_id, {"test_accuracy": 0.9})
+    decision = registry.decide(MlflowClient("http://127.0.0.1:9"), cfg, run_id, {"test_accuracy": 0.9})
     registry.log_decision(client, run_id, decision)
 
     assert decision.outcome.startswith("skipped (registry error: ")
@@ -191,8 +144,11 @@ def test_beats_is_strict(candidate: float, champion: float, direction: str, expe
         (
             {"metric": "f1"},
             "registry.metric",
-            "not a metric train logs; use one of test_accuracy, test_macro_precision",
+            "not a metric promote measures on the held-out set; use one of test_accuracy, test_macro_precision",
         ),
+        # A training's own figure: promote cannot measure it, so it cannot decide by it.
+        ({"metric": "best_val_loss"}, "registry.metric", "use one of test_accuracy, test_macro_precision, "),
+        ({"holdout": "s3://bucket/data/"}, "registry.holdout", "must be 'digits' or an image folder"),
         ({"model_name": "team/model"}, "registry.model_name", "only letters, digits"),
         ({"model_name": ""}, "registry.model_name", "must start with a letter or digit"),
         ({"alias": "latest"}, "registry.alias", "reserved"),
@@ -211,32 +167,33 @@ def test_bad_registry_values_name_the_field(raw: dict, field: str, hint: str) ->
 
 def test_job_summary_shows_both_values_the_signed_delta_and_links() -> None:
     decision = registry.ChampionDecision(
-        "kept", "not better", "best_val_loss", "minimize", "demo", "champion", "7", 0.25, "5", 0.2
+        "kept", "not better", "test_accuracy", "maximize", "demo", "champion", None, 0.2, "5", 0.25
     )
     text = registry.job_summary("http://mlflow.example:5000", decision)
-    assert (
-        "| candidate (this run) | [demo v7](http://mlflow.example:5000/#/models/demo/versions/7) | 0.2500 |"
-        in text
-    )
-    assert (
-        "| champion before this run | [demo v5](http://mlflow.example:5000/#/models/demo/versions/5) | 0.2000 |"
-        in text
-    )
-    assert "| delta | | +0.0500 |" in text
+    assert "| candidate (this run) | this run | 0.2000 |" in text
+    assert "| champion | [demo v5](http://mlflow.example:5000/#/models/demo/versions/5) | 0.2500 |" in text
+    assert "| delta | | -0.0500 |" in text
     assert "Decision: **kept**: not better" in text
 
 
 @pytest.mark.slow
-def test_a_real_branch_run_leaves_the_champion_and_the_promote_path_moves_it(
-    trained: dict, monkeypatch: pytest.MonkeyPatch, mlflow_server: str
-) -> None:
-    """Issue 13, item 7 on a real server: the training registers v2 and proposes it; the champion stays v1 until
-    the command promote.yml runs moves it."""
+def test_a_training_registers_nothing_in_the_served_model(trained: dict) -> None:
+    """Issue 30, High 1: the training job holds the `ci` credential; it must not create versions of the model
+    predict.yml serves (nor, as their creator, own them). Seen failing before: the run had registered v2."""
     client, result = trained["client"], trained["logged"]
     assert result.metrics["test_accuracy"] > 0.5  # chance is 0.1; two epochs reach ~0.9
     assert result.champion.outcome == "candidate"
-    assert client.get_model_version_by_alias(trained["model_name"], "champion").version == "1"
+    assert client.search_model_versions(f"run_id = '{result.run_id}'") == []
+    served = client.get_experiment_by_name(promote.promotions_experiment(trained["model_name"])).experiment_id
+    for version in client.search_model_versions(f"name = '{trained['model_name']}'"):
+        assert client.get_run(version.run_id).info.experiment_id == served, version
 
+
+@pytest.mark.slow
+def test_the_command_promote_yml_runs_serves_the_trained_run(
+    trained: dict, monkeypatch: pytest.MonkeyPatch, mlflow_server: str
+) -> None:
+    client, result = trained["client"], trained["logged"]
     config = trained["workdir"] / "promote.yaml"
     config.write_text(f"registry:\n  model_name: {trained['model_name']}\n", encoding="utf-8")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
@@ -246,25 +203,21 @@ def test_a_real_branch_run_leaves_the_champion_and_the_promote_path_moves_it(
     assert client.get_model_version_by_alias(trained["model_name"], "champion").version == "1"
     assert cli.main(["promote", f"--run-id={result.run_id}", "--config", str(config)]) == 0
     holder = client.get_model_version_by_alias(trained["model_name"], "champion")
-    assert (holder.version, holder.run_id) == ("2", result.run_id)
-    tags = client.get_run(result.run_id).data.tags
-    assert (tags["champion.decision"], tags["registry.version"], tags["champion.previous_version"]) == (
-        "promoted",
-        "2",
-        "1",
-    )
-    # The registered version is the model this run logged, and it loads.
-    model = mlflow.tensorflow.load_model(f"models:/{trained['model_name']}@champion")
-    assert model.output_shape[-1] == 10
+    assert holder.version == "2" and holder.tags[promote.CANDIDATE_TAG] == result.run_id
+    served = client.get_run(holder.run_id)
+    assert served.data.tags["champion.decision"] == "promoted" and served.data.tags["registry.version"] == "2"
+    # What the training logged on its own run stays as it was: promote may not write there.
+    assert client.get_run(result.run_id).data.tags["champion.decision"] == "candidate"
 
 
 @pytest.mark.slow
 def test_the_job_summary_has_the_delta_line(trained: dict) -> None:
     result = trained["logged"]
     summary = (trained["workdir"] / "logged.md").read_text()
+    champion = result.champion.previous_value
     assert f"| test_accuracy | {result.metrics['test_accuracy']:.4f} |" in summary  # the metrics table stays
-    assert f"| delta | | {result.metrics['test_accuracy'] - 0.5:+.4f} |" in summary
-    assert "| champion before this run | [registry-real v1](" in summary
+    assert f"| delta | | {result.metrics['test_accuracy'] - champion:+.4f} |" in summary
+    assert "| champion | [registry-real v1](" in summary
     assert "Decision: **candidate**" in summary and "run the promote workflow" in summary
 
 
@@ -282,19 +235,11 @@ def test_training_seconds_is_logged_at_the_attempt_step(trained: dict) -> None:
 
 
 @pytest.mark.slow
-def test_no_logged_model_skips_registration(trained: dict) -> None:
+def test_a_run_without_a_logged_model_is_compared_all_the_same(trained: dict) -> None:
+    """Promote takes a run's exports/, not MLflow's logged model: tracking.log_model changes nothing here."""
     client, result = trained["client"], trained["no-model"]
-    assert (
-        client.get_run(result.run_id).data.tags["champion.decision"]
-        == "skipped (tracking.log_model is false)"
-    )
+    assert client.get_run(result.run_id).data.tags["champion.decision"] in ("candidate", "kept")
     assert client.search_model_versions(f"run_id = '{result.run_id}'") == []
-    versions = client.search_model_versions(f"name = '{trained['model_name']}'")
-    assert sorted(v.version for v in versions) == ["1", "2"]
-    assert (
-        "Decision: **skipped (tracking.log_model is false)**"
-        in (trained["workdir"] / "no-model.md").read_text()
-    )
 
 
 def test_tag_values_are_converted_once_and_none_is_refused() -> None:
@@ -342,14 +287,22 @@ def registry_cfg(**values: object) -> RegistryConfig:
     return RegistryConfig(**{"model_name": f"decisions-{next(_names)}", **values})
 
 
-def finished_run(client: MlflowClient, experiment_id: str, metrics: dict[str, float]) -> tuple[str, str]:
-    """A run that logged `metrics` and a model, as train() leaves it: (run id, logged model id)."""
+def finished_run(client: MlflowClient, experiment_id: str, metrics: dict[str, float]) -> str:
+    """A run that logged `metrics`, as train() leaves it."""
     run_id = client.create_run(experiment_id).info.run_id
     for name, value in metrics.items():
         client.log_metric(run_id, name, value)
-    model = client.create_logged_model(experiment_id, name="model", source_run_id=run_id)
     client.set_terminated(run_id)
-    return run_id, model.model_id
+    return run_id
+
+
+def crown(client: MlflowClient, experiment_id: str, cfg: RegistryConfig, value: float) -> None:
+    """A champion whose run holds `value` (what promote's run holds: its own measure), as version 1."""
+    run_id = finished_run(client, experiment_id, {cfg.metric: value})
+    if not client.search_registered_models(f"name = '{cfg.model_name}'"):
+        client.create_registered_model(cfg.model_name)
+    version = client.create_model_version(cfg.model_name, "s3://bucket/served", run_id=run_id)
+    client.set_registered_model_alias(cfg.model_name, cfg.alias, str(version.version))
 
 
 def alias_version(client: MlflowClient, cfg: RegistryConfig) -> str:
@@ -357,41 +310,38 @@ def alias_version(client: MlflowClient, cfg: RegistryConfig) -> str:
     return str(client.get_model_version_by_alias(cfg.model_name, cfg.alias).version)
 
 
-def holder_version(client: MlflowClient, cfg: RegistryConfig) -> str | None:
-    holder = registry.alias_holder(client, cfg.model_name, cfg.alias)
-    return None if holder is None else str(holder.version)
-
-
-def train_and_decide(
+def proposal(
     client: MlflowClient, experiment_id: str, cfg: RegistryConfig, value: float
 ) -> registry.ChampionDecision:
-    """A training (registers its version, proposes it) and then the promote workflow (moves the alias if it wins)."""
-    run_id, model_id = finished_run(client, experiment_id, {cfg.metric: value})
-    before = holder_version(client, cfg)
-    proposed = registry.decide(client, cfg, run_id, model_id, {cfg.metric: value})
-    registry.log_decision(client, run_id, proposed)
-    assert proposed.outcome in ("candidate", "kept"), proposed
-    assert holder_version(client, cfg) == before, "a training moved the alias"
-    decision = registry.promote(client, cfg, run_id)
+    """A training's decision, logged on its run; it never changes the registry."""
+    versions = len(client.search_model_versions(f"name = '{cfg.model_name}'"))
+    run_id = finished_run(client, experiment_id, {cfg.metric: value})
+    decision = registry.decide(client, cfg, run_id, {cfg.metric: value})
     registry.log_decision(client, run_id, decision)
+    assert len(client.search_model_versions(f"name = '{cfg.model_name}'")) == versions, (
+        "a training registered"
+    )
     return decision
 
 
 # ---------------------------------------------------------------------- real training
 @pytest.fixture(scope="module")
-def trained(mlflow_server: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """A champion worth 0.5 test accuracy exists; a real training beats it; a second one logs no model."""
+def trained(mlflow_server: str, untrained_exports: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """A weak champion (an untrained model, promoted: v1) exists; a real training beats it; a second one logs no
+    model."""
     workdir = tmp_path_factory.mktemp("registry-train")
     model_name = "registry-real"
     mlflow.set_tracking_uri(mlflow_server)
     client = MlflowClient(mlflow_server)
     experiment_id = client.create_experiment("registry-train")
-    seed_run, seed_model = finished_run(client, experiment_id, {"test_accuracy": 0.5})
-    seed_cfg = RegistryConfig(model_name=model_name)
-    assert (
-        registry.decide(client, seed_cfg, seed_run, seed_model, {"test_accuracy": 0.5}).outcome == "candidate"
-    )
-    assert registry.promote(client, seed_cfg, seed_run).outcome == "first"
+    seed_run = client.create_run(experiment_id).info.run_id
+    client.log_artifacts(seed_run, str(untrained_exports), "exports")
+    client.set_terminated(seed_run)
+    with tempfile.TemporaryDirectory() as scratch:
+        seeded = promote.promote(
+            client, config_from_dict({"registry": {"model_name": model_name}}), seed_run, Path(scratch)
+        )
+    assert seeded.decision.outcome == "first"
 
     def config(name: str, **tracking: object) -> dict:
         return {

@@ -7,6 +7,7 @@ import argparse
 import os
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 from . import env_check, gpu_preflight, workflow_contract
@@ -38,7 +39,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     promote = commands.add_parser(
         "promote",
-        help="move registry.alias to the version a run registered, if it beats the holder (promote.yml only)",
+        help="measure a run's model and the champion on the held-out set; serve the run's if strictly better "
+        "(promote.yml only)",
     )
     promote.add_argument("--run-id", required=True, help="the MLflow run id (32 hex) of the candidate")
     promote.add_argument("--config", type=Path, default=Path("configs/train.yaml"), help="YAML config file")
@@ -230,27 +232,40 @@ def _gpu_preflight(args: argparse.Namespace) -> int:
 
 
 def _promote(args: argparse.Namespace) -> int:
-    """0 when the alias moved or the holder stays (its line says which), 1 when nothing could be decided."""
-    # A workflow input: checked before it reaches MLflow's search filter.
+    """0 when the alias moved or the champion stays (its line says which), 1 when nothing could be decided."""
+    # A workflow input: checked before it reaches MLflow.
     if not re.fullmatch(r"[0-9a-f]{32}", args.run_id):
         print(
             f"error: --run-id: {args.run_id!r} is not an MLflow run id (32 hex characters)", file=sys.stderr
         )
         return 2
-    # Imported here, not at the top: MLflow takes seconds to import (13 s on a loaded 2-core machine), which
-    # `check-config` and the GPU preflight (its step must end within 30 s) must not pay for.
+    # Imported here, not at the top: MLflow and TensorFlow take seconds to import (13 s on a loaded 2-core
+    # machine), which `check-config` and the GPU preflight (its step must end within 30 s) must not pay for.
+    from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from . import registry, tracking
+    from . import promote, tracking
 
     cfg = load_config(args.config)
-    client = MlflowClient(tracking.tracking_uri())
-    decision = registry.promote(client, cfg.registry, args.run_id)
-    if decision.version is not None:
-        registry.log_decision(client, args.run_id, decision)
-    print(decision.line())
-    workflow_contract.append_job_summary(registry.job_summary(tracking.tracking_uri(), decision))
-    return 1 if decision.outcome.startswith("skipped") else 0
+    uri = tracking.tracking_uri()
+    with tempfile.TemporaryDirectory(prefix="promote-") as scratch:
+        try:
+            promotion = promote.promote(MlflowClient(uri), cfg, args.run_id, Path(scratch))
+        except promote.PromoteError as error:
+            print(f"error: {error}", file=sys.stderr)
+            workflow_contract.append_job_summary(f"### Champion model: nothing promoted\n\n{error}\n")
+            return 1
+        except MlflowException as error:
+            print(
+                f"error: the tracking server refused promote ({error.message[:300]}); its MLflow user needs READ "
+                "on the training experiments and EDIT on the served model and its promotions experiment "
+                "(docs/mlflow-server.md)",
+                file=sys.stderr,
+            )
+            return 1
+    print(promotion.decision.line())
+    workflow_contract.append_job_summary(promote.job_summary(uri, promotion))
+    return 0
 
 
 def _predict(args: argparse.Namespace) -> int:
@@ -300,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "promote":
         try:
             return _promote(args)
-        except ConfigError as error:
+        except (ConfigError, DataError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
     if args.command == "predict":

@@ -58,6 +58,12 @@ HEADLINE_METRICS = (
     "tflite_int8_size_bytes",
     "tflite_int8_latency_ms",
 )
+# What promote measures on the held-out set for the decision (evaluate.Evaluation.metrics(), the same names train
+# logs for its test split): the training's other figures (validation, epochs, export sizes and latencies) are the
+# run's own claims, which promote ignores.
+PROMOTE_METRICS = ("test_accuracy", "test_macro_precision", "test_macro_recall", "test_macro_f1")
+# registry.holdout: an image folder in the bucket's holdout/ prefix (the promote role's only S3 grant).
+_HOLDOUT = re.compile(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/holdout/(?:[^/\s]+/)*(?:[^/\s]+)?")
 # Model registry names: MLflow rejects '/' and ':'; the rest is kept to what reads well in a URL and a filter.
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,255}")
 # MLflow's alias rule (letters, digits, '_', '-'), minus its reserved names 'latest' and 'v<number>'.
@@ -214,13 +220,30 @@ class TrackingConfig(_Strict):
 
 
 class RegistryConfig(_Strict):
-    # Register every finished run's model as a new version of `model_name`; the version whose `metric` is best
-    # (strictly better than the current holder's) gets `alias`.
+    # Training compares its run's `metric` with the champion's (read-only, for the job summary and the pull
+    # request); only `promote` (promote.yml, the default branch) registers a version of `model_name` and moves
+    # `alias`, after measuring `metric` itself on `holdout` with the default branch's code.
     enabled: bool = True
     model_name: str = DEFAULT_MODEL_NAME
     metric: str = "test_accuracy"
     direction: Literal["maximize", "minimize"] = "maximize"
     alias: str = "champion"
+    # The held-out set promote evaluates candidate and champion on: "digits" (the default branch's own test split
+    # of the packaged digits, the demo's case) or an image folder under s3://<bucket>/holdout/, which the promote
+    # role may read and no training role may write.
+    holdout: str = "digits"
+
+    @field_validator("holdout")
+    @classmethod
+    def _holdout(cls, value: str) -> str:
+        if value == "digits":
+            return value
+        if not _HOLDOUT.fullmatch(value):
+            raise ValueError(
+                "must be 'digits' or an image folder s3://<bucket>/holdout/<folder>/ (one sub-folder per class): "
+                "the promote role reads only holdout/, and training roles cannot write there"
+            )
+        return value
 
     @field_validator("model_name")
     @classmethod
@@ -234,8 +257,10 @@ class RegistryConfig(_Strict):
     @field_validator("metric")
     @classmethod
     def _known_metric(cls, value: str) -> str:
-        if value not in HEADLINE_METRICS:
-            raise ValueError(f"not a metric train logs; use one of {', '.join(HEADLINE_METRICS)}")
+        if value not in PROMOTE_METRICS:
+            raise ValueError(
+                f"not a metric promote measures on the held-out set; use one of {', '.join(PROMOTE_METRICS)}"
+            )
         return value
 
     @field_validator("alias")

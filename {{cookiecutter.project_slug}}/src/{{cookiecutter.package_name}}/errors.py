@@ -12,6 +12,15 @@ class DistributedError(ValueError):
     inconsistent, or the nodes could not find each other (distributed.py, rendezvous.py)."""
 
 
+class FilesChanged(ValueError):
+    """A model's files are not the ones promote recorded (model_files.verify): `path` changed, is missing, or was
+    added. The caller words the message with its own fix."""
+
+    def __init__(self, path: str, what: str) -> None:
+        super().__init__(f"{path} {what}")
+        self.path, self.what = path, what
+
+
 class ExportError(RuntimeError):
     """An exported model does not behave like the trained Keras model."""
 

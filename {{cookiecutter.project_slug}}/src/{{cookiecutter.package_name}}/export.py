@@ -20,8 +20,9 @@ import tensorflow as tf
 
 from .errors import ExportError
 
-# Written beside the exports by train (the training data's class names, in output order); read by predict.
-CLASS_NAMES_FILE = "class_names.json"
+# Written beside the exports by train (the training data's class names, in output order); read by predict and
+# promote (model_files names every file a run serves).
+from .model_files import CLASS_NAMES_FILE as CLASS_NAMES_FILE
 
 
 def export_saved_model(model: tf.keras.Model, path: Path) -> Path:

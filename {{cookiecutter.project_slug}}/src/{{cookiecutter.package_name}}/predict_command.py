@@ -1,8 +1,9 @@
 """`python -m <package> predict`: check the input, the output and the model, then predict and log the batch.
 
 Everything a batch can fail on before its first image (an empty prefix, an output it may not write, an alias or
-version that does not exist, an export the version's run did not keep) is checked first and cheaply, without
-TensorFlow: `--check` stops there, which is what predict.yml's CPU job runs before any GPU is launched.
+version that does not exist or whose files are not the ones promote recorded, an export the version's run did not
+keep) is checked first, without TensorFlow: `--check` stops there, which is what predict.yml's CPU job runs before
+any GPU is launched.
 """
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ def check(args: argparse.Namespace) -> Checked:
     name, alias, version = spec
     client = MlflowClient(tracking.tracking_uri())
     registry = predict_model.resolve(client, name or cfg.registry.model_name, alias, version)
-    export = predict_model.pick_export(client, registry, args.export, args.device)
+    with tempfile.TemporaryDirectory(prefix="predict-manifest-") as scratch:
+        recorded = predict_model.recorded_files(registry, Path(scratch))
+    export = predict_model.pick_export(client, registry, recorded, args.export, args.device)
     return Checked(keys, registry, export, cfg.tracking.experiment_name)
 
 
@@ -57,6 +60,11 @@ def _local_export(path: Path) -> str:
 
 def run(args: argparse.Namespace) -> int:
     checked = check(args)
+    if args.check and checked.registry is not None:
+        # The files the next job will load, checked now too: a changed file stops the batch here, before a GPU
+        # is launched and before the job outputs name a model (that job checks them again before loading).
+        with tempfile.TemporaryDirectory(prefix="predict-check-") as scratch:
+            predict_model.download(checked.registry, checked.export, Path(scratch))
     model_ref = checked.registry.uri if checked.registry else args.model
     print(
         f"input {args.input}: {len(checked.keys)} images; output {args.output}: writable; model {model_ref}"
@@ -73,17 +81,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _predict(args: argparse.Namespace, checked: Checked) -> int:
-    from . import predict, predict_tracking  # TensorFlow: see cli._train
-
-    batch = predict_tracking.Batch(
-        args.input, args.output, args.device, checked.export, args.shard_size, args.batch_size
-    )
     with tempfile.TemporaryDirectory(prefix="predict-model-") as scratch:
-        if checked.registry is not None:
-            path = predict_model.download(checked.registry, checked.export, Path(scratch))
-            model = predict.load_model(path, checked.registry.label)
-        else:
-            model = predict.load_model(Path(args.model))
+        # A registry model's files are checked against what promote recorded before TensorFlow is even imported.
+        path = (
+            predict_model.download(checked.registry, checked.export, Path(scratch))
+            if checked.registry is not None
+            else Path(args.model)
+        )
+        from . import predict, predict_tracking  # TensorFlow: see cli._train
+
+        batch = predict_tracking.Batch(
+            args.input, args.output, args.device, checked.export, args.shard_size, args.batch_size
+        )
+        model = predict.load_model(path, checked.registry.label if checked.registry else None)
         with predict_tracking.inference_run(
             checked.training_experiment, batch, model.version, checked.registry
         ) as run:

@@ -3,12 +3,18 @@
 `--model` reads, in this order: `models:/<name>@<alias>` or `models:/<name>/<version>` (MLflow's model URIs),
 a bare version (`3`) or alias (`champion`) of the configured model, else a path. A registry model is resolved to
 one version first (the workflow's CPU job does it, so an alias moved mid-batch cannot mix two models), then its
-training run's export is downloaded from the run's `exports/` with the class_names.json that labels it.
+run's export is downloaded from the run's `exports/` with the class_names.json that labels it.
+
+Nothing downloaded is loaded before it is checked (issue 30, High 2): a version must carry the SHA-256 of the
+manifest promote wrote (model_files.py), the manifest must match it, and every file downloaded must match the
+manifest. A version without the tag (registered before promote recorded digests) and a file that changed, went
+missing or was added are refused, naming the file and the fix.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,14 +22,12 @@ import mlflow.artifacts
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from . import model_files
+from .errors import FilesChanged
 from .predict_io import PredictError
 
-# The run's artifact under exports/ for each export train writes (train.py, _export).
-EXPORT_FILES = {
-    "saved_model": "saved_model",
-    "tflite": "model.tflite",
-    "tflite_int8": "model_int8.tflite",
-}
+# The run's artifact under exports/ for each export train writes (train.py, _export_and_log).
+EXPORT_FILES = model_files.EXPORT_FILES
 # What `--export auto` takes, best first: the GPU runs the SavedModel (the model of record); a CPU the TFLite
 # dynamic-range copy, the fastest on x86 (make bench), then the int8 copy, which train drops when it disagrees.
 AUTO_EXPORTS = {"gpu": ("saved_model",), "cpu": ("tflite", "tflite_int8", "saved_model")}
@@ -39,6 +43,8 @@ class RegistryModel:
     version: str
     run_id: str
     alias: str | None = None
+    # The SHA-256 of the manifest of its files (model_files.MANIFEST_TAG), which promote tagged it with.
+    manifest_sha256: str = ""
 
     @property
     def uri(self) -> str:
@@ -74,8 +80,8 @@ def resolve(client: MlflowClient, name: str, alias: str | None, version: str | N
         if error.error_code != "RESOURCE_DOES_NOT_EXIST":
             raise PredictError(f"--model '{spec}': the registry did not answer ({error.message})") from None
         raise PredictError(
-            f"--model '{spec}': no registered model '{name}'; train one (registry.model_name in the config) "
-            "or pass a local export"
+            f"--model '{spec}': no registered model '{name}'; promote a training run (promote.yml; "
+            "registry.model_name in the config) or pass a local export"
         ) from None
     try:
         found = (
@@ -96,17 +102,53 @@ def resolve(client: MlflowClient, name: str, alias: str | None, version: str | N
         raise PredictError(
             f"--model '{spec}': version {found.version} has no training run to take exports from"
         )
-    return RegistryModel(name, str(found.version), found.run_id, alias)
+    tag = (found.tags or {}).get(model_files.MANIFEST_TAG, "")
+    if not re.fullmatch(r"[0-9a-f]{64}", tag):
+        raise PredictError(
+            f"--model '{spec}': version {found.version} has no tag {model_files.MANIFEST_TAG}: it was registered "
+            "before promote recorded the SHA-256 of every file, so its files cannot be checked and predict refuses "
+            f"it. Fix: promote again (promote.yml with run-id=<the training run>, e.g. this version's run "
+            f"{found.run_id})"
+        )
+    return RegistryModel(name, str(found.version), found.run_id, alias, tag)
 
 
-def available_exports(client: MlflowClient, model: RegistryModel) -> list[str]:
-    """The exports the version's training run kept (train drops a TFLite copy below the agreement rule)."""
-    logged = {Path(info.path).name for info in client.list_artifacts(model.run_id, "exports")}
-    return [name for name, file in EXPORT_FILES.items() if file in logged]
+def _refused(model: RegistryModel, changed: FilesChanged) -> PredictError:
+    return PredictError(
+        f"--model '{model.uri}': {changed.path} {changed.what}: the files of version {model.version} (run "
+        f"{model.run_id}) changed after promotion, so nothing was loaded or predicted. Fix: restore the file's "
+        "earlier version in the bucket (versioning keeps it), or serve another version: an MLflow admin removes "
+        "the alias from this one, then promote.yml with run-id=<a training run whose files are intact>"
+    )
 
 
-def pick_export(client: MlflowClient, model: RegistryModel, wanted: str, device: str) -> str:
-    available = available_exports(client, model)
+def recorded_files(model: RegistryModel, dest: Path) -> dict[str, str]:
+    """The manifest promote wrote for the version (downloaded into `dest`), checked against its tag."""
+    try:
+        try:
+            path = mlflow.artifacts.download_artifacts(
+                run_id=model.run_id, artifact_path=model_files.MANIFEST_PATH, dst_path=str(dest)
+            )
+        except (MlflowException, OSError):
+            raise FilesChanged(model_files.MANIFEST_PATH, "is missing (promote wrote it)") from None
+        return model_files.read_manifest(Path(path).read_bytes(), model.manifest_sha256)
+    except FilesChanged as changed:
+        raise _refused(model, changed) from None
+
+
+def available_exports(recorded: Mapping[str, str]) -> list[str]:
+    """The exports promote served with the version (a TFLite copy the run dropped, or promote did, is absent)."""
+    return [
+        name
+        for name, file in EXPORT_FILES.items()
+        if any(path == f"exports/{file}" or path.startswith(f"exports/{file}/") for path in recorded)
+    ]
+
+
+def pick_export(
+    client: MlflowClient, model: RegistryModel, recorded: Mapping[str, str], wanted: str, device: str
+) -> str:
+    available = available_exports(recorded)
     choices = AUTO_EXPORTS[device] if wanted == "auto" else (wanted,)
     for choice in choices:
         if choice in available:
@@ -122,18 +164,23 @@ def pick_export(client: MlflowClient, model: RegistryModel, wanted: str, device:
 
 
 def download(model: RegistryModel, export_name: str, dest: Path) -> Path:
-    """The export and its class_names.json into `dest`, side by side as train wrote them; the export's path."""
-    from . import export  # CLASS_NAMES_FILE; export imports TensorFlow, which the caller has paid for by now
-
-    dest.mkdir(parents=True, exist_ok=True)
-
-    def fetch(name: str) -> Path:
-        # The local path of what it downloaded, a file or a folder (mlflow.artifacts.download_artifacts).
-        return Path(
-            mlflow.artifacts.download_artifacts(
-                run_id=model.run_id, artifact_path=f"exports/{name}", dst_path=str(dest)
-            )
-        )
-
-    fetch(export.CLASS_NAMES_FILE)
-    return fetch(EXPORT_FILES[export_name])
+    """The export and its class_names.json into `dest`, side by side as train wrote them, each file checked
+    against the manifest promote recorded before anything loads them; the export's path."""
+    recorded = recorded_files(model, dest)
+    wanted = [model_files.CLASS_NAMES_PATH, f"{model_files.EXPORTS_DIR}/{EXPORT_FILES[export_name]}"]
+    try:
+        for artifact in wanted:
+            # MLflow puts an artifact at dst_path/<its last name>: into its own folder, to keep the run's layout.
+            where = dest / Path(artifact).parent
+            where.mkdir(parents=True, exist_ok=True)
+            try:
+                mlflow.artifacts.download_artifacts(
+                    run_id=model.run_id, artifact_path=artifact, dst_path=str(where)
+                )
+            except (MlflowException, OSError):
+                # Gone from the store (a folder's missing files are found by verify below).
+                raise FilesChanged(artifact, "is missing (promote recorded it)") from None
+        model_files.verify(dest, recorded, wanted)
+    except FilesChanged as changed:
+        raise _refused(model, changed) from None
+    return dest / wanted[1]

@@ -1,10 +1,12 @@
-"""Model registry: every finished run's model becomes a version of `registry.model_name`, and the version whose
-`registry.metric` is best holds `registry.alias` (the champion). The decision and both values are logged.
+"""The champion rule: the version of `registry.model_name` that holds `registry.alias` (the champion) is the one
+predict serves, and only a strictly better model takes its place.
 
-Training only registers and proposes: a version that would win is a "candidate". Only `promote` moves the alias,
-and only the promote workflow (.github/workflows/promote.yml: the default branch, environment `production`, its
-own MLflow credentials) runs it. A training job runs branch code, so nothing inside it can prove it may move the
-champion (issue 13, item 7)."""
+Training only reads the registry (issue 30, High 1): it compares its run's `registry.metric` with the champion's
+for the job summary and the pull-request comment and tags its run (`champion.decision`: candidate / kept /
+skipped (why)); it registers nothing and moves nothing. A training job runs branch code with the `ci` MLflow
+credential, so nothing inside it can be trusted to decide what ships. `promote` (promote.py, promote.yml on the
+default branch with its own credential) measures candidate and champion itself and alone registers versions.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +16,6 @@ import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import mlflow
 from mlflow.entities import Metric
 from mlflow.entities.model_registry import ModelVersion
 from mlflow.exceptions import MlflowException
@@ -23,15 +24,18 @@ from mlflow.tracking import MlflowClient
 from . import tracking
 from .config import RegistryConfig
 
-# Model version tags: the same words as the run's champion.decision / champion.reason, readable in the registry.
+# Model version tags (promote writes them): the same words as champion.decision / champion.reason.
 VERSION_DECISION_TAG = "decision"
 VERSION_REASON_TAG = "decision.reason"
+# Outcomes that move the alias (promote only); training's word for "would win" is `candidate`.
+MOVES_ALIAS = ("first", "promoted")
 
 
 @dataclass(frozen=True)
 class ChampionDecision:
-    """What became of one run's model. outcome: first / promoted (the alias moved: promote only) / candidate
-    (would win; training never moves the alias) / kept / skipped (<why>)."""
+    """What became of one model. outcome: first / promoted (promote moved the alias) / candidate (training: better
+    than the champion by its own figures, or no champion yet) / kept / skipped (<why>). `version` is the version
+    promote registered (None for training, which registers nothing)."""
 
     outcome: str
     reason: str
@@ -78,9 +82,13 @@ class ChampionDecision:
         where = f"{self.model_name} v{self.version}" if self.version else self.model_name
         return f"registry: {self.outcome} - {where} (alias {self.alias}): {self.reason}"
 
+    def but(self, outcome: str, reason: str, **fields: object) -> ChampionDecision:
+        """This decision with another outcome and reason (and fields)."""
+        return ChampionDecision(**{**self.__dict__, "outcome": outcome, "reason": reason, **fields})
+
 
 def skipped(cfg: RegistryConfig, why: str, candidate_value: float | None = None) -> ChampionDecision:
-    """A decision that registers nothing and moves no alias; `why` ends up in the tag, e.g. 'skipped (why)'."""
+    """A decision that moves nothing; `why` ends up in the tag, e.g. 'skipped (why)'."""
     return ChampionDecision(
         f"skipped ({why})", why, cfg.metric, cfg.direction, cfg.model_name, cfg.alias, None, candidate_value
     )
@@ -101,21 +109,6 @@ def version_number(version: ModelVersion) -> str:
     return str(version.version)
 
 
-def version_of_run(client: MlflowClient, name: str, run_id: str) -> ModelVersion | None:
-    """The version this run registered already, if any: a resumed or repeated finish must not add a second one."""
-    versions = client.search_model_versions(f"name = '{name}' and run_id = '{run_id}'")
-    return min(versions, key=lambda v: int(v.version)) if versions else None
-
-
-def register(client: MlflowClient, name: str, model_id: str, run_id: str) -> ModelVersion:
-    """A new version of `name` from the logged model, or the one this run registered before."""
-    existing = version_of_run(client, name, run_id)
-    if existing is not None:
-        return existing
-    # models:/<model_id> names the exact LoggedModel this run logged; MLflow fills in its source run id.
-    return mlflow.register_model(f"models:/{model_id}", name)
-
-
 def alias_holder(client: MlflowClient, name: str, alias: str) -> ModelVersion | None:
     """The version that holds the alias now; None on the first run (no model or no alias yet)."""
     try:
@@ -127,7 +120,8 @@ def alias_holder(client: MlflowClient, name: str, alias: str) -> ModelVersion | 
 
 
 def run_metric(client: MlflowClient, run_id: str | None, metric: str) -> float | None:
-    """A version's value of the metric, read from its source run; None when the run is gone or lacks it."""
+    """A version's value of the metric, read from its run (for a promoted version: what promote measured on the
+    held-out set); None when the run is gone or lacks it."""
     if not run_id:
         return None
     try:
@@ -137,42 +131,24 @@ def run_metric(client: MlflowClient, run_id: str | None, metric: str) -> float |
 
 
 def compare(
-    cfg: RegistryConfig,
-    candidate: ModelVersion,
-    value: float,
-    holder: ModelVersion | None,
-    held: float | None,
+    cfg: RegistryConfig, value: float, holder: str | None, held: float | None, version: str | None = None
 ) -> ChampionDecision:
-    """The decision alone, no side effects: first / promoted / kept, with the reason in words."""
-    number = version_number(candidate)
-    base = ChampionDecision("", "", cfg.metric, cfg.direction, cfg.model_name, cfg.alias, number, value)
+    """The decision alone, no side effects: first / promoted / kept, with the reason in words. `holder` is the
+    champion's version number (None: no champion), `held` its value."""
+    base = ChampionDecision("", "", cfg.metric, cfg.direction, cfg.model_name, cfg.alias, version, value)
     if holder is None:
-        return _with(base, "first", f"no version held '{cfg.alias}' yet")
-    previous = {"previous_version": version_number(holder), "previous_value": held}
-    if version_number(holder) == number:
-        # Only when an earlier attempt of this run registered and promoted it already.
-        outcome = (holder.tags or {}).get(VERSION_DECISION_TAG, "promoted")
-        return _with(base, outcome, f"v{holder.version} (this run) holds '{cfg.alias}' already", **previous)
+        return base.but("first", f"no version holds '{cfg.alias}' yet")
+    previous = {"previous_version": holder, "previous_value": held}
     if held is None:
-        return _with(
-            base,
-            "promoted",
-            f"champion v{holder.version} has no {cfg.metric} on its run, so it cannot be compared",
-            **previous,
+        return base.but(
+            "promoted", f"champion v{holder} has no {cfg.metric}, so it cannot be compared", **previous
         )
     sign = ">" if value > held else "<" if value < held else "="
-    words = f"{cfg.metric} {value:.4f} {sign} {held:.4f} of v{holder.version} ({cfg.direction})"
+    words = f"{cfg.metric} {value:.4f} {sign} {held:.4f} of v{holder} ({cfg.direction})"
     if beats(value, held, cfg.direction):
-        return _with(base, "promoted", words, **previous)
+        return base.but("promoted", words, **previous)
     why = "a tie keeps the champion" if value == held else "not better"
-    return _with(base, "kept", f"{words}: {why}", **previous)
-
-
-def _with(base: ChampionDecision, outcome: str, reason: str, **fields: object) -> ChampionDecision:
-    return ChampionDecision(**{**base.__dict__, "outcome": outcome, "reason": reason, **fields})
-
-
-MOVES_ALIAS = ("first", "promoted")
+    return base.but("kept", f"{words}: {why}", **previous)
 
 
 def _error_reason(error: MlflowException) -> str:
@@ -180,23 +156,14 @@ def _error_reason(error: MlflowException) -> str:
     return "registry error: " + (str(error).splitlines() or [type(error).__name__])[0][:300]
 
 
-def _as_candidate(decision: ChampionDecision) -> ChampionDecision:
-    """What training reports instead of moving the alias: the same comparison, proposed for promotion."""
-    if decision.outcome not in MOVES_ALIAS:
-        return decision
-    why = (
-        f"{decision.reason}; only the promote workflow moves '{decision.alias}' (promote --run-id=<this run>)"
-    )
-    return _with(decision, "candidate", why)
-
-
 def decide(
-    client: MlflowClient, cfg: RegistryConfig, run_id: str, model_id: str, metrics: Mapping[str, float]
+    client: MlflowClient, cfg: RegistryConfig, run_id: str, metrics: Mapping[str, float]
 ) -> ChampionDecision:
-    """Register this run's model and compare it with the alias holder; never move the alias (see `promote`).
+    """Training's view: this run's value against the champion's, read-only. A run that would win by its own
+    figures is a `candidate` for promote, which measures both again on the held-out set before anything moves.
 
-    Registry failures become a skipped decision: the run and its model are logged already and are worth more
-    than the alias; the reason says what went wrong.
+    Registry failures become a skipped decision: the run is logged already and is worth more than the comparison;
+    the reason says what went wrong.
     """
     value = metrics.get(cfg.metric)
     if value is None:
@@ -204,50 +171,28 @@ def decide(
             cfg, f"registry.metric {cfg.metric!r} not computed by this run; computed: {', '.join(metrics)}"
         )
     try:
-        candidate = register(client, cfg.model_name, model_id, run_id)
         holder = alias_holder(client, cfg.model_name, cfg.alias)
         held = run_metric(client, holder.run_id, cfg.metric) if holder else None
-        return _as_candidate(compare(cfg, candidate, value, holder, held))
     except MlflowException as error:
         return skipped(cfg, _error_reason(error), value)
-
-
-def promote(client: MlflowClient, cfg: RegistryConfig, run_id: str) -> ChampionDecision:
-    """Move the alias to the version `run_id` registered when its metric strictly beats the holder's (or no
-    version holds it yet). The comparison is made again here, from what the runs logged: the candidate's own
-    claim (its decision tag) is not trusted."""
-    try:
-        candidate = version_of_run(client, cfg.model_name, run_id)
-        if candidate is None:
-            return skipped(cfg, f"run {run_id} registered no version of {cfg.model_name}")
-        value = run_metric(client, run_id, cfg.metric)
-        if value is None:
-            return skipped(cfg, f"run {run_id} has no {cfg.metric} to compare")
-        holder = alias_holder(client, cfg.model_name, cfg.alias)
-        held = run_metric(client, holder.run_id, cfg.metric) if holder else None
-        decision = compare(cfg, candidate, value, holder, held)
-        if decision.outcome == "candidate":  # it holds the alias already (training tagged it a candidate)
-            decision = _with(decision, "promoted", decision.reason)
-        if decision.outcome in MOVES_ALIAS:
-            client.set_registered_model_alias(cfg.model_name, cfg.alias, decision.version)
-    except MlflowException as error:
-        return skipped(cfg, _error_reason(error))
-    return decision
+    decision = compare(cfg, value, version_number(holder) if holder else None, held)
+    if decision.outcome not in MOVES_ALIAS:
+        return decision
+    return decision.but(
+        "candidate",
+        f"{decision.reason}; promote measures both on the held-out set and alone moves '{cfg.alias}' "
+        f"(promote --run-id={run_id})",
+    )
 
 
 def log_decision(client: MlflowClient, run_id: str, decision: ChampionDecision) -> None:
-    """Tags and metrics on the run; the outcome also on the model version, where the registry UI shows it."""
+    """Tags and metrics on the run (training: its own run; promote: its run in the promotions experiment)."""
     now = int(time.time() * 1000)
     client.log_batch(
         run_id,
         metrics=[Metric(name, value, now, 0) for name, value in decision.run_metrics().items()],
         tags=tracking.run_tag_entities(decision.run_tags()),
     )
-    if decision.version is not None:
-        for key, value in ((VERSION_DECISION_TAG, decision.outcome), (VERSION_REASON_TAG, decision.reason)):
-            client.set_model_version_tag(
-                decision.model_name, decision.version, key, tracking.tag_value(key, value)
-            )
 
 
 def version_link(uri: str, name: str, version: str) -> str:
@@ -261,28 +206,28 @@ def _value(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
-def job_summary(uri: str, decision: ChampionDecision) -> str:
+def job_summary(uri: str, decision: ChampionDecision, candidate: str = "this run") -> str:
     """Markdown for the GitHub job summary: candidate vs champion, the delta with its sign, the decision."""
     head = f"### Champion model (`{decision.alias}`)\n\n"
-    if decision.version is None:
+    if decision.candidate_value is None:
         return f"{head}Decision: **{decision.outcome}**\n"
     previous = (
         version_link(uri, decision.model_name, decision.previous_version)
         if decision.previous_version
         else "none"
     )
+    mine = version_link(uri, decision.model_name, decision.version) if decision.version else candidate
     delta = "-" if decision.delta is None else f"{decision.delta:+.4f}"
     moved = (
         f"; `{decision.alias}` now points at v{decision.version}"
         if decision.outcome in MOVES_ALIAS
-        else f"; run the promote workflow with this run id to make it `{decision.alias}`"
+        else "; run the promote workflow with this run id: it measures both on the held-out set and decides"
         if decision.outcome == "candidate"
         else ""
     )
     rows = [
-        f"| candidate (this run) | {version_link(uri, decision.model_name, decision.version)} | "
-        f"{_value(decision.candidate_value)} |",
-        f"| champion before this run | {previous} | {_value(decision.previous_value)} |",
+        f"| candidate ({candidate}) | {mine} | {_value(decision.candidate_value)} |",
+        f"| champion | {previous} | {_value(decision.previous_value)} |",
         f"| delta | | {delta} |",
     ]
     return (

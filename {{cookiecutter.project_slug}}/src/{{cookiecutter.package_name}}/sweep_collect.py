@@ -3,8 +3,8 @@
 The parent run holds the best trial so far (params as tags, its metric, its child run), the sum of the
 children's billed cost and GPU hours, the trial counts, Optuna's optimisation-history and parallel-coordinates
 plots, and the trial table. When the sweep ends (`trials` asked and none left to resume, or the budget spent)
-the best trial's model, and only it, is registered and compared with the champion (registry.decide: it becomes
-a candidate; promote.yml alone moves the alias), and the parent run is ended.
+the best trial's run, and only it, is compared with the champion (registry.decide: read-only, it may become a
+candidate; promote.yml alone measures, registers and moves the alias), and the parent run is ended.
 """
 
 from __future__ import annotations
@@ -188,14 +188,9 @@ def _log_parent(
         client.log_artifact(parent, str(out / "trials.md"), "sweep")
 
 
-def _decide_best(
-    client: MlflowClient, base: Config, best: Row, study: optuna.Study
-) -> registry.ChampionDecision:
-    model_id = sweep_study.trial_by_number(study, best.trial).user_attrs.get("sweep.model_id")
-    if not model_id:
-        return registry.skipped(base.registry, f"best trial {best.trial} logged no model")
+def _decide_best(client: MlflowClient, base: Config, best: Row) -> registry.ChampionDecision:
     metrics = client.get_run(best.run_id).data.metrics
-    decision = registry.decide(client, base.registry, best.run_id, model_id, metrics)
+    decision = registry.decide(client, base.registry, best.run_id, metrics)
     registry.log_decision(client, best.run_id, decision)
     return decision
 
@@ -217,11 +212,9 @@ def collect_wave(cfg: SweepConfig, base: Config, root: str, client: MlflowClient
     result = Collected(cfg.study_name, wave, parent, rows, totals, best, finished, why)
     _log_parent(client, parent, cfg, result, study)
     if finished:
-        decision = _decide_best(client, base, best, study) if best and base.registry.enabled else None
+        decision = _decide_best(client, base, best) if best and base.registry.enabled else None
         if decision is not None:
             client.set_tag(parent, "sweep.best_decision", decision.outcome)
-            if decision.version:
-                client.set_tag(parent, "sweep.best_model_version", decision.version)
         client.set_terminated(parent, "FINISHED")
         result = Collected(cfg.study_name, wave, parent, rows, totals, best, finished, why, decision)
     return result

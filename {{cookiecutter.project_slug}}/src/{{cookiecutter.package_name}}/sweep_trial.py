@@ -98,7 +98,7 @@ def run_trial(cfg: SweepConfig, base: Config, root: str, number: int, checkpoint
         run_name=f"{cfg.study_name} trial {number}",
         callbacks=(reporter, budget),
         decide_champion=False,
-        skip_reason="sweep trial: the sweep registers its best trial's model only, when it ends",
+        skip_reason="sweep trial: the sweep compares its best trial only, when it ends",
         run_id=earlier_run,
         on_run=lambda run_id: trial.set_user_attr(sweep_study.RUN_ID_ATTR, run_id),
     )

@@ -44,7 +44,7 @@ class TrainResult:
     metrics: dict[str, float]
     epochs_run: int
     champion: registry.ChampionDecision | None = None
-    # The LoggedModel of the run (tracking.log_model); a sweep registers only its best trial's.
+    # The LoggedModel of the run (tracking.log_model).
     model_id: str | None = None
 
 
@@ -367,19 +367,17 @@ def _attempt_tags(plan: runtime.RuntimePlan) -> dict[str, str]:
 
 
 def _champion(
-    cfg: Config, run_id: str, model_id: str | None, metrics: dict[str, float], hooks: TrainHooks
+    cfg: Config, run_id: str, metrics: dict[str, float], hooks: TrainHooks
 ) -> registry.ChampionDecision:
-    """Register the run's model and decide on the alias; the decision is logged on the run either way."""
+    """Compare the run with the champion (read-only: training registers nothing); the decision is logged on the
+    run either way."""
     client = mlflow.MlflowClient()
     if not hooks.decide_champion:
         decision = registry.skipped(cfg.registry, hooks.skip_reason or "the caller decides")
     elif not cfg.registry.enabled:
         decision = registry.skipped(cfg.registry, "registry.enabled is false")
-    elif model_id is None:
-        print("NOTE: no model registered: tracking.log_model is false, so this run logged no model")
-        decision = registry.skipped(cfg.registry, "tracking.log_model is false")
     else:
-        decision = registry.decide(client, cfg.registry, run_id, model_id, metrics)
+        decision = registry.decide(client, cfg.registry, run_id, metrics)
     registry.log_decision(client, run_id, decision)
     print(decision.line())
     return decision
@@ -518,8 +516,8 @@ def train(
                 "best_val_loss": headline["best_val_loss"],
             }
         )
-        # After everything else is logged: the registry compares runs by what they logged.
-        decision = _champion(cfg, run.info.run_id, model_id, headline, hooks)
+        # After everything else is logged: the job summary and the pull request compare it with the champion.
+        decision = _champion(cfg, run.info.run_id, headline, hooks)
         # Only now, at the run's end: an attempt that dies while it evaluates, exports or logs the model (spot
         # reclaim, cancel) leaves the checkpoint resumable, so the next one finishes this run from the trained
         # weights instead of training again in a new run.

@@ -1,14 +1,18 @@
 """`make e2e`: the real predict.yml under act (issue 16), dispatched on the default branch against the doubles of
 harness.py: the champion of a real training run predicts images in moto's S3 on the simulated GPU instance and
 on a hosted runner; a missing alias launches nothing; a runner lost in the middle of a batch leaves shards that
-a rerun completes; an unreadable image is a row with its reason. Each story ends with nothing left running.
+a rerun completes; an unreadable image is a row with its reason. Issue 30, High 2: the champion's files
+overwritten in the bucket (as a training job that may write there could) stop resolve before anything is
+launched, and overwritten once resolve has passed they stop the job that predicts, on the CPU and on the GPU:
+nothing predicted, no output written. Each story ends with nothing left running.
 """
 
 from __future__ import annotations
 
 import io
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,12 +68,13 @@ class Batch:
 
 @pytest.fixture(scope="module")
 def champion(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A real training run in the story's MLflow server, its version promoted to champion (what the promote
-    workflow does); the images under s3://<bucket>/incoming/e2e/. Returns the input prefix."""
+    """A real training run in the story's MLflow server, promoted to champion (what the promote workflow does:
+    measured on the held-out set, copied and registered with its files' digests); the images under
+    s3://<bucket>/incoming/e2e/. Returns the input prefix."""
     import importlib
 
     config = importlib.import_module(f"{PACKAGE}.config")
-    registry = importlib.import_module(f"{PACKAGE}.registry")
+    promote = importlib.import_module(f"{PACKAGE}.promote")
     train = importlib.import_module(f"{PACKAGE}.train")
     workdir = tmp_path_factory.mktemp("champion")
     raw = {**TRAIN, "training": {**TRAIN["training"], "checkpoint_dir": str(workdir / "ckpt")}}
@@ -78,7 +83,8 @@ def champion(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> str:
         patch.setenv("MLFLOW_TRACKING_URI", stack.mlflow_uri)
         patch.setenv("AWS_ENDPOINT_URL", stack.moto_endpoint)
         result = train.train(cfg)
-        assert registry.promote(MlflowClient(stack.mlflow_uri), cfg.registry, result.run_id).version
+        promoted = promote.promote(MlflowClient(stack.mlflow_uri), cfg, result.run_id, workdir / "promote")
+        assert promoted.decision.version == "1", promoted.decision
     data = importlib.import_module(f"{PACKAGE}.data")
     images, _, _ = data.load_digits_images(cfg.data)
     s3 = stack.client("s3")
@@ -97,9 +103,11 @@ def dispatch(
     run_id: str,
     inputs: dict[str, str],
     during: Callable[[Batch], None] | None = None,
+    on_record: Callable[[dict[str, Any], Any], None] | None = None,
 ) -> Batch:
     """predict.yml dispatched on the default branch with `inputs`; the GPU path on a simulated instance.
-    `during` runs in a thread beside act (the runner-lost story watches S3 from there)."""
+    `during` runs in a thread beside act (the runner-lost story watches S3 from there); `on_record` sees each of
+    act's log records as it comes (harness.run_workflow)."""
     scratch.mkdir(parents=True)
     branch = default_branch()
     repo, _, head = prepare_repository(
@@ -127,7 +135,7 @@ def dispatch(
                 scratch=scratch, moto_endpoint=stack.moto_endpoint, mlflow_uri=stack.mlflow_uri, github=github,
                 simulator=simulator, repo=repo, workflow=workflow, head_sha=head, repository=stack.repository,
                 image_bin=stack.image_bin, run_id=run_id, aws_endpoint=proxy.url, event_name="workflow_dispatch",
-                inputs=inputs, branch=branch,
+                inputs=inputs, branch=branch, on_record=on_record,
             )  # fmt: skip
             _wait_until(lambda: live_instances(stack, run_id) == 0, timeout=60)
             if simulator:
@@ -273,3 +281,90 @@ def test_the_champion_predicts_on_the_gpu_runner_and_a_rerun_completes_what_a_lo
     assert run.data.metrics["shards_done_before"] >= kept
     assert run.data.metrics["predicted"] == IMAGES - 1 and run.data.metrics["skipped"] == 1
     assert run.data.metrics["cost_usd"] > 0, run.data.metrics  # the stop job priced the instance
+
+
+# ---------------------------------------------------------------------- issue 30, High 2: only what promote recorded
+def served_key(stack: Stack, path: str) -> tuple[str, str]:
+    """(bucket, key) of a file of the champion's run: the tracking server keeps artifacts in the session's moto
+    bucket (conftest mlflow_server: --artifacts-destination s3://mlflow-artifacts/mlartifacts)."""
+    client = MlflowClient(stack.mlflow_uri)
+    run_id = client.get_model_version_by_alias(MODEL_NAME, "champion").run_id
+    uri = client.get_run(run_id).info.artifact_uri
+    return "mlflow-artifacts", uri.replace("mlflow-artifacts:/", "mlartifacts/", 1) + "/" + path
+
+
+@contextmanager
+def overwritten(stack: Stack, path: str) -> Iterator[Callable[[], None]]:
+    """A function that overwrites one of the champion's files in the bucket (what a training job that may write
+    there could do); the original is put back when the story ends, for the stories after it."""
+    bucket, key = served_key(stack, path)
+    s3 = stack.client("s3")
+    original = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    try:
+        # One bit of the last byte flipped: the file's size and all but one byte stay as they were.
+        yield lambda: s3.put_object(Bucket=bucket, Key=key, Body=original[:-1] + bytes([original[-1] ^ 1]))
+    finally:
+        s3.put_object(Bucket=bucket, Key=key, Body=original)
+
+
+def refused(batch: Batch, path: str) -> None:
+    said = batch.run.log.read_text()
+    assert f"{path} does not match its recorded SHA-256" in said, context(batch)
+    assert "so nothing was loaded or predicted. Fix: restore the file's earlier version" in said, context(
+        batch
+    )
+
+
+def test_a_champion_whose_files_were_overwritten_stops_resolve_and_launches_nothing(
+    stack: Stack, champion: str, tmp_path: Path
+) -> None:
+    output = f"s3://{stack.settings['bucket']}/predictions/e2e-overwritten/"
+    inputs = {"model": "champion", "input": champion, "output": output, "device": "gpu", "shard-size": "50"}
+    weights = "exports/saved_model/variables/variables.data-00000-of-00001"
+
+    with overwritten(stack, weights) as overwrite:
+        overwrite()
+        batch = dispatch(stack, tmp_path / "overwritten", "9606", inputs)
+
+    assert batch.run.results.get("resolve") == "failure", context(batch)
+    assert batch.run.results.get("start") in (None, "skipped") and launched(stack, "9606") == 0
+    assert_nothing_left(batch)
+    refused(batch, weights)
+    assert parts(stack, output) == [] and not [
+        r for r in inference_runs(stack) if r.data.params.get("output") == output
+    ]
+
+
+@pytest.mark.parametrize(
+    ("device", "path", "job"),
+    [("cpu", "exports/model.tflite", "predict"), ("gpu", "exports/saved_model/saved_model.pb", "train")],
+)
+def test_files_overwritten_after_resolve_are_refused_by_the_job_that_predicts(
+    stack: Stack, champion: str, tmp_path: Path, device: str, path: str, job: str
+) -> None:
+    """Resolve passed with intact files; they change before the next job downloads them (on the GPU path that
+    job runs on the simulated instance): it refuses before loading, the stop job still tears the GPU down."""
+    run_id = {"cpu": "9607", "gpu": "9608"}[device]
+    output = f"s3://{stack.settings['bucket']}/predictions/e2e-overwritten-{device}/"
+    inputs = {"model": "champion", "input": champion, "output": output, "device": device, "shard-size": "50"}
+
+    with overwritten(stack, path) as overwrite:
+        fired: list[str] = []
+
+        def after_resolve(record: dict[str, Any], _: Any) -> None:
+            if record.get("jobID") == "resolve" and record.get("jobResult") == "success" and not fired:
+                overwrite()
+                fired.append("overwritten after resolve")
+
+        batch = dispatch(stack, tmp_path / device, run_id, inputs, on_record=after_resolve)
+
+    assert fired and batch.run.results.get("resolve") == "success", context(batch)
+    assert batch.run.results.get(job) == "failure", context(batch)
+    refused(batch, path)
+    if device == "gpu":
+        assert batch.run.results.get("stop") == "success", context(batch)
+        assert launched(stack, run_id) == 1
+    assert_nothing_left(batch)
+    assert parts(stack, output) == [] and not [
+        r for r in inference_runs(stack) if r.data.params.get("output") == output
+    ]

@@ -119,7 +119,7 @@ def test_sweep_workflow_end_to_end(stack: Stack, tmp_path: Path) -> None:
     assert parent.info.status == "FINISHED", parent.info
     best = max(trials, key=lambda t: t.value)
     assert parent.data.tags["sweep.best_trial"] == str(best.number), parent.data.tags
-    assert parent.data.tags.get("sweep.best_model_version"), parent.data.tags
+    assert parent.data.tags.get("sweep.best_decision") in ("candidate", "kept"), parent.data.tags
     assert parent.data.tags["sweep.best_run_id"] == best.user_attrs["sweep.mlflow_run_id"]
 
     # The sweep branch's open pull request: wave 1's comment job created one comment, wave 2's edited it.

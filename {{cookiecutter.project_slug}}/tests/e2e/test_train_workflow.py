@@ -153,10 +153,12 @@ def test_train_workflow_end_to_end(stack: Stack, tmp_path: Path) -> None:
     assert body.startswith("<!-- ml-project:train-report -->\n### Training on `train/demo`"), body
     assert f"| **test_accuracy** | {metrics['test_accuracy']:.4f} |" in body, body
     assert f"({stack.mlflow_uri}/#/experiments/{experiment_id}/runs/{run_id})" in body, body
-    version = tags["registry.version"]
-    assert f"/#/models/{tags['registry.model_name']}/versions/{version})" in body, body
-    holder = client.get_registered_model(tags["registry.model_name"]).aliases.get("champion")
+    # Training registers nothing (issue 30): the comment compares with the champion and names promote.yml.
+    assert "registry.version" not in tags and tags["champion.decision"] in ("candidate", "kept"), tags
+    registered = client.search_registered_models(f"name = '{tags['registry.model_name']}'")
+    holder = registered[0].aliases.get("champion") if registered else None
     assert ("no champion yet" in body) == (holder is None), body
+    assert f"registry decision: `{tags['champion.decision']}`" in body, body
     assert f"**Billed GPU cost**: ${metrics['cost_usd']:.4f} for " in body, body
     assert f"commit `{story.head_sha[:12]}`" in body
     assert f"[workflow run](https://github.com/{stack.repository}/actions/runs/{RUN_ID}/attempts/1)" in body

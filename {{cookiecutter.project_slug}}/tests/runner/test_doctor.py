@@ -92,7 +92,7 @@ def test_a_healthy_account_passes_every_check(world: World) -> None:
     checks = [o.check for o in outcomes]
     assert checks == [
         "AWS credentials", "stack", "OIDC provider", "train role trust", "reaper role trust", "sweep role trust",
-        "predict role trust", "predict launch role trust", "spot service-linked role", "vCPU quota L-DB2E81BA", "vCPU quota L-3819A6DF", "instance types offered",
+        "predict role trust", "predict launch role trust", "promote role trust", "spot service-linked role", "vCPU quota L-DB2E81BA", "vCPU quota L-3819A6DF", "instance types offered",
         "AMI", "security group", "bucket", "instance profile", "runner credential",
         "repository variables and secrets", "default branch protection", "production environment",
         "fork pull request approval", "MLflow",
@@ -353,8 +353,31 @@ def test_predict_role_trusts_too_broad_or_too_narrow(world: World, fault: str) -
     outcome = one(outcomes, check)
     assert not outcome.ok and says in outcome.found and "make bootstrap" in outcome.fix, outcome
     others = {"train role trust", "reaper role trust", "sweep role trust", "predict role trust",
-              "predict launch role trust"} - {check}  # fmt: skip
+              "predict launch role trust", "promote role trust"} - {check}  # fmt: skip
     assert all(one(outcomes, name).ok for name in others)
+
+
+PROMOTE_TRUST_FAULTS = {
+    # Issue 30: promote.yml's role (the held-out set), trusting too much or too little.
+    "every environment": (
+        [f"repo:{OWNER}/{NAME}:environment:*:job_workflow_ref:{SWEEP_WORKFLOWS}/promote.yml@refs/heads/main"],
+        "also trusts"),
+    "promote.yml read at any branch": (
+        [f"repo:{OWNER}/{NAME}:environment:production:job_workflow_ref:{SWEEP_WORKFLOWS}/promote.yml@refs/heads/*"],
+        "also trusts"),
+    "the ref instead of the environment (a job without environment:)": (
+        [f"repo:{OWNER}/{NAME}:ref:refs/heads/main:job_workflow_ref:{SWEEP_WORKFLOWS}/promote.yml@refs/heads/main"],
+        "does not trust"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("fault", PROMOTE_TRUST_FAULTS, ids=list(PROMOTE_TRUST_FAULTS))
+def test_promote_role_trusts_too_broad_or_too_narrow(world: World, fault: str) -> None:
+    subjects, says = PROMOTE_TRUST_FAULTS[fault]
+    stack_checks(world)
+    world.target.outputs["PromoteRoleArn"] = _role_with_trust(world, subjects)
+    outcome = one(run(world, [doctor_aws.check_role_trust]), "promote role trust")
+    assert not outcome.ok and says in outcome.found and "make bootstrap" in outcome.fix, outcome
 
 
 def test_reaper_role_trusting_the_train_branches_fails(world: World) -> None:
@@ -382,6 +405,8 @@ def test_the_deployed_roles_trust_exactly_the_train_branches_and_main(world: Wor
     assert sweep.ok and "branches sweep/* (their sweep.yml)" in sweep.found, sweep
     assert "branches train/* and sweep/*" in one(outcomes, "train role trust").found
     assert "branch main (predict.yml)" in one(outcomes, "predict role trust").found
+    promote = one(outcomes, "promote role trust")
+    assert promote.ok and "environment production (promote.yml of branch main)" in promote.found, promote
     predict_launch = one(outcomes, "predict launch role trust")
     assert (
         predict_launch.ok
@@ -604,13 +629,14 @@ def test_the_checked_names_are_the_setup_docs_and_the_workflows() -> None:
     # The parser is not vacuous: it sees every row.
     # The runner credential is no GitHub setting any more (issue 13 item 2); the MLflow tunnel role is one, and
     # the Batch submit role (issue 18).
-    assert len(setup_table()) == 11
+    assert len(setup_table()) == 12
 
 
 SETTINGS_FAULTS = {
     "train role variable missing": (lambda d: d.variables[DEFAULT_REPOSITORY].pop("AWS_ROLE_ARN"), "gh variable set AWS_ROLE_ARN"),
     "sweep role variable missing": (lambda d: d.variables[DEFAULT_REPOSITORY].pop("AWS_SWEEP_ROLE_ARN"), "gh variable set AWS_SWEEP_ROLE_ARN"),
     "predict role variable missing": (lambda d: d.variables[DEFAULT_REPOSITORY].pop("AWS_PREDICT_ROLE_ARN"), "gh variable set AWS_PREDICT_ROLE_ARN"),
+    "promote role variable missing": (lambda d: d.variables[DEFAULT_REPOSITORY].pop("AWS_PROMOTE_ROLE_ARN"), "gh variable set AWS_PROMOTE_ROLE_ARN"),
     "predict launch role of another stack": (
         lambda d: d.set_variable("AWS_PREDICT_LAUNCH_ROLE_ARN", "arn:aws:iam::123456789012:role/other"),
         "the stack's PredictLaunchRoleArn is",
@@ -847,6 +873,7 @@ def world(
     github_double.set_variable("AWS_SWEEP_ROLE_ARN", outputs["SweepRoleArn"])
     github_double.set_variable("AWS_PREDICT_ROLE_ARN", outputs["PredictRoleArn"])
     github_double.set_variable("AWS_PREDICT_LAUNCH_ROLE_ARN", outputs["PredictLaunchRoleArn"])
+    github_double.set_variable("AWS_PROMOTE_ROLE_ARN", outputs["PromoteRoleArn"])
     setup_guards(
         github_double.settings[DEFAULT_REPOSITORY]
     )  # the default branch and production as setup.md says

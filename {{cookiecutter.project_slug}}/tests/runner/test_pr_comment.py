@@ -149,6 +149,25 @@ def test_the_run_that_holds_the_alias_says_so(runs: Runs) -> None:
     )
 
 
+def test_the_run_promote_served_says_so(runs: Runs) -> None:
+    """Issue 30: training registers nothing; promote serves a copy of the run's files as a version of its own run
+    (in the promotions experiment), tagged with the training run, and holding the measured figures."""
+    training = {
+        "registry.model_name": runs.model,
+        "champion.metric": "test_accuracy",
+        "champion.decision": "candidate",
+    }
+    run_id, _ = runs.run({"test_accuracy": 0.8}, register=False, tags=training)
+    _, version = runs.run({"test_accuracy": 0.82})
+    assert version
+    runs.client.set_model_version_tag(runs.model, version, pr_report.CANDIDATE_TAG, run_id)
+    runs.crown(version)
+    body = body_of(runs, run_id)
+    assert f"this run's v{version} holds it; registry decision: `candidate`" in body
+    assert "promote it: run promote.yml" not in body
+    assert "| **test_accuracy** | 0.8000 | 0.8200 | -0.0200 |" in body  # what promote measured, not the claim
+
+
 def test_a_run_without_the_registry_has_nothing_to_compare(runs: Runs) -> None:
     run_id, _ = runs.run({"test_accuracy": 0.8}, register=False)
     body = body_of(runs, run_id)

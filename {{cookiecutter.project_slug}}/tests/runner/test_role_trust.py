@@ -199,3 +199,67 @@ def test_only_the_default_branch_workflows_assume_the_roles(
         assert not web_identity_allowed(trust, stack["oidc"], other), (output, who)
         # And another provider (another account's GitHub OIDC provider ARN) with the same claims.
         assert not web_identity_allowed(trust, stack["oidc"] + "-other", claims), (output, who)
+
+
+# Issue 30, High 3: promote.yml reads the held-out set (s3://<bucket>/holdout/) with its own role. Its job names
+# `environment: production`, so GitHub's `sub` context is `environment:production`, not the ref ("The subject claim
+# includes the environment name when the job references an environment": GitHub docs "OpenID Connect reference" >
+# "Filtering for a specific environment"; with bootstrap's customised claims, repo:O/R:<context>:job_workflow_ref:
+# ...). The ref is bound by job_workflow_ref (the file as read at the default branch) and by the environment's own
+# deployment-branch rule.
+PROMOTE_TABLE = [
+    # (who, sub, may assume the promote role)
+    ("the default branch's promote.yml in the production environment",
+     f"repo:{_O}/{_N}:environment:production:job_workflow_ref:{_WF}/promote.yml@refs/heads/main", True),
+    ("the same, immutable ids",
+     f"repo:{_O}@1001/{_N}@2002:environment:production:job_workflow_ref:{_WF}/promote.yml@refs/heads/main", True),
+    ("a branch's promote.yml in the production environment",
+     f"repo:{_O}/{_N}:environment:production:job_workflow_ref:{_WF}/promote.yml@refs/heads/feature", False),
+    ("the default branch's promote.yml dispatched on a train branch (the file is read there)",
+     f"repo:{_O}/{_N}:environment:production:job_workflow_ref:{_WF}/promote.yml@refs/heads/train/x", False),
+    ("promote.yml in another environment",
+     f"repo:{_O}/{_N}:environment:staging:job_workflow_ref:{_WF}/promote.yml@refs/heads/main", False),
+    ("promote.yml in an environment whose name starts like it",
+     f"repo:{_O}/{_N}:environment:production-old:job_workflow_ref:{_WF}/promote.yml@refs/heads/main", False),
+    ("promote.yml on the default branch without an environment",
+     f"repo:{_O}/{_N}:ref:refs/heads/main:job_workflow_ref:{_WF}/promote.yml@refs/heads/main", False),
+    ("a pull request's promote.yml",
+     f"repo:{_O}/{_N}:pull_request:job_workflow_ref:{_WF}/promote.yml@refs/pull/7/merge", False),
+    ("another workflow of the default branch in the production environment",
+     f"repo:{_O}/{_N}:environment:production:job_workflow_ref:{_WF}/predict.yml@refs/heads/main", False),
+    ("a branch's own workflow in the production environment",
+     f"repo:{_O}/{_N}:environment:production:job_workflow_ref:{_WF}/steal.yml@refs/heads/feature", False),
+    ("promote.yml read at a tag",
+     f"repo:{_O}/{_N}:environment:production:job_workflow_ref:{_WF}/promote.yml@refs/tags/v1", False),
+    ("another repository's promote.yml",
+     f"repo:evil/{_N}:environment:production:job_workflow_ref:evil/{_N}/.github/workflows/promote.yml@refs/heads/main", False),
+    ("a recycled owner name (other ids)",
+     f"repo:{_O}@9999/{_N}@2002:environment:production:job_workflow_ref:{_WF}/promote.yml@refs/heads/main", False),
+    ("GitHub's default subject in the production environment",
+     f"repo:{_O}/{_N}:environment:production", False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("who", "sub", "allowed"), PROMOTE_TABLE, ids=[row[0] for row in PROMOTE_TABLE])
+def test_only_the_default_branch_promote_workflow_in_production_assumes_the_promote_role(
+    stack: dict[str, Any], who: str, sub: str, allowed: bool
+) -> None:
+    session, outputs = stack["session"], stack["outputs"]
+    claims = {f"{OIDC_URL}:aud": "sts.amazonaws.com", f"{OIDC_URL}:sub": sub}
+    trust = role_of(session, outputs["PromoteRoleArn"])["AssumeRolePolicyDocument"]
+    assert web_identity_allowed(trust, stack["oidc"], claims) is allowed, who
+    assert not web_identity_allowed(
+        trust, stack["oidc"], {**claims, f"{OIDC_URL}:aud": "https://github.com/evil"}
+    )
+    assert not web_identity_allowed(trust, stack["oidc"] + "-other", claims)
+    # No other role of the stack takes promote's token.
+    for output in ROLE_OUTPUTS:
+        other = role_of(session, outputs[output])["AssumeRolePolicyDocument"]
+        assert not web_identity_allowed(other, stack["oidc"], claims), (output, who)
+
+
+def test_no_token_of_the_other_roles_assumes_the_promote_role(stack: dict[str, Any]) -> None:
+    trust = role_of(stack["session"], stack["outputs"]["PromoteRoleArn"])["AssumeRolePolicyDocument"]
+    for who, sub, *_ in SUB_TABLE:
+        claims = {f"{OIDC_URL}:aud": "sts.amazonaws.com", f"{OIDC_URL}:sub": sub}
+        assert not web_identity_allowed(trust, stack["oidc"], claims), who

@@ -52,6 +52,8 @@ def test_bootstrap_deploys_and_prints_the_github_settings(stack: dict[str, Any])
         f"gh variable set AWS_PREDICT_LAUNCH_ROLE_ARN --repo {repo} --body {outputs['PredictLaunchRoleArn']}"
         in printed
     )
+    # Issue 30: promote.yml reads the held-out set with its own role.
+    assert f"gh variable set AWS_PROMOTE_ROLE_ARN --repo {repo} --body {outputs['PromoteRoleArn']}" in printed
     # The stack was given both prefixes of the settings (their one source; no default in the template).
     parameters = {
         p["ParameterKey"]: p["ParameterValue"]

@@ -25,6 +25,7 @@ ROLES = {
     "SweepRole": "SweepRoleArn",
     "PredictRole": "PredictRoleArn",
     "PredictLaunchRole": "PredictLaunchRoleArn",
+    "PromoteRole": "PromoteRoleArn",
 }
 # GitHub's longest names: 39 characters for an account (GitHub Docs, "Username considerations for external
 # authentication"), 100 for a repository (the REST API's `name` limit).

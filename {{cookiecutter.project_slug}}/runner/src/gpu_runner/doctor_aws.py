@@ -38,6 +38,7 @@ STACK_OUTPUTS = (
     "SweepRoleArn",
     "PredictRoleArn",
     "PredictLaunchRoleArn",
+    "PromoteRoleArn",
     "RunnerInstanceProfile",
     "RunnerSecurityGroupId",
     "BucketName",
@@ -203,6 +204,11 @@ def check_role_trust(target: Target, aws: Aws) -> Iterator[Outcome]:
         """A job of the branch's own workflow file (job_workflow_ref names the file at the run's ref)."""
         return _subjects(target.repository, ref, workflow, f"refs/heads/{ref}")
 
+    def in_production(workflow: str, workflow_ref: str = at_main, environment: str = "production") -> str:
+        """A job that names an environment: its context is environment:<name>, not the ref."""
+        workflows = f"{target.repository}/.github/workflows"
+        return f"repo:{target.repository}:environment:{environment}:job_workflow_ref:{workflows}/{workflow}@{workflow_ref}"
+
     foreign = [
         start(f"{owner}/{name}-fork", f"{prefix}x"),
         start(f"{owner}-other/{name}", f"{prefix}x"),
@@ -308,6 +314,23 @@ def check_role_trust(target: Target, aws: Aws) -> Iterator[Outcome]:
                 own(main, "train.yml"),
             ],
             f"branch {main} (through its own gpu-runner-start/stop.yml)",
+        ),
+        (
+            # Issue 30: promote.yml reads the held-out set; its job names the environment `production`, whose
+            # context replaces the ref in `sub` (GitHub docs, "OpenID Connect reference").
+            "promote role trust",
+            "PromoteRoleArn",
+            [in_production("promote.yml")],
+            [
+                *foreign,
+                in_production("promote.yml", f"refs/heads/{main}-x"),
+                in_production("predict.yml"),
+                in_production("promote.yml", environment="staging"),
+                own(main, "promote.yml"),
+                f"repo:{target.repository}:pull_request:job_workflow_ref:{target.repository}/.github/workflows/"
+                "promote.yml@refs/pull/1/merge",
+            ],
+            f"environment production (promote.yml of branch {main})",
         ),
     ]
     iam = aws.client("iam", target.settings.region)

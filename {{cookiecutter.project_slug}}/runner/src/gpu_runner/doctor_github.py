@@ -48,6 +48,7 @@ REPOSITORY_SETTINGS: dict[str, str] = {
     "AWS_SWEEP_ROLE_ARN": "variable",
     "AWS_PREDICT_ROLE_ARN": "variable",
     "AWS_PREDICT_LAUNCH_ROLE_ARN": "variable",
+    "AWS_PROMOTE_ROLE_ARN": "variable",
     "AWS_BATCH_ROLE_ARN": "variable",
     "MLFLOW_TRACKING_URI": "variable",
     "MLFLOW_TUNNEL_ROLE_ARN": "variable",
@@ -62,6 +63,7 @@ ROLE_VARIABLES = {
     "AWS_SWEEP_ROLE_ARN": "SweepRoleArn",
     "AWS_PREDICT_ROLE_ARN": "PredictRoleArn",
     "AWS_PREDICT_LAUNCH_ROLE_ARN": "PredictLaunchRoleArn",
+    "AWS_PROMOTE_ROLE_ARN": "PromoteRoleArn",
 }
 # GitHub's `per_page` maxima: 30 for "List repository variables", 100 for "List repository secrets".
 VARIABLES_PER_PAGE = 30

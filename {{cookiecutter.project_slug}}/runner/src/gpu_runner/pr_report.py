@@ -136,11 +136,17 @@ def _duration(seconds: float) -> str:
     return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {rest:02d} s"
 
 
+# The model version tag promote writes: the training run it measured and served (the project's promote.py).
+CANDIDATE_TAG = "promote.candidate_run_id"
+
+
 @dataclass(frozen=True)
 class Champion:
     version: str
     run_id: str
     metrics: dict[str, float]
+    # The training run promote served this version from ("" for a version registered another way).
+    from_run: str = ""
 
 
 def champion(client: MlflowRest, model_name: str, alias: str) -> Champion | None:
@@ -155,7 +161,14 @@ def champion(client: MlflowRest, model_name: str, alias: str) -> Champion | None
             metrics = RunView.read(client, run_id).metrics
         except MlflowError:
             metrics = {}  # the champion's run was deleted: its version still shows, its numbers do not
-    return Champion(version if _DIGITS.fullmatch(version) else "?", run_id, metrics)
+    tags = {t.get("key"): t.get("value") for t in held.get("tags") or [] if isinstance(t, dict)}
+    from_run = str(tags.get(CANDIDATE_TAG) or "")
+    return Champion(
+        version if _DIGITS.fullmatch(version) else "?",
+        run_id,
+        metrics,
+        from_run if _HEX.fullmatch(from_run) else "",
+    )
 
 
 def _cost_line(client: MlflowRest, run: RunView) -> str:
@@ -242,13 +255,14 @@ def _registry_lines(
             f"**Champion** (`{ctx.alias}` of {inert(model_name, 80)}): no champion yet; the promote workflow "
             "(promote.yml) makes the first one"
         )
-    elif model and held.version == model[1]:
+    elif (model and held.version == model[1]) or held.from_run == run.run_id:
         line = f"**Champion** (`{ctx.alias}`): this run's v{held.version} holds it"
     else:
         line = f"**Champion** (`{ctx.alias}`): v{held.version} of {inert(model_name, 80)}"
     if decision:
         line += f"; registry decision: {inert(decision, 60)}"
-        if decision == "candidate":
+        served = held is not None and held.from_run == run.run_id
+        if decision == "candidate" and not served:
             line += f" (promote it: run promote.yml with run-id `{run.run_id}`)"
     return line + "\n", held, model, metric
 
