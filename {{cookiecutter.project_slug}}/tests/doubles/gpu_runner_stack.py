@@ -157,6 +157,47 @@ def runner_role_name(stack: dict[str, Any]) -> str:
     return profile["InstanceProfile"]["Roles"][0]["RoleName"]
 
 
+def assumed_session(role_arn: str, session_name: str) -> boto3.Session:
+    """A session of `role_arn` named `session_name`, from moto's AssumeRole (which checks no trust policy): its
+    GetCallerIdentity answers UserId "<role id>:<session name>" and the assumed-role ARN, as AWS does."""
+    sts = boto3.Session(region_name=REGION).client("sts")
+    credentials = sts.assume_role(RoleArn=role_arn, RoleSessionName=session_name)["Credentials"]
+    return boto3.Session(
+        aws_access_key_id=credentials["AccessKeyId"],
+        aws_secret_access_key=credentials["SecretAccessKey"],
+        aws_session_token=credentials["SessionToken"],
+        region_name=REGION,
+    )
+
+
+def instance_session(stack: dict[str, Any], instance_id: str) -> boto3.Session:
+    """The runner role's session on instance `instance_id`: aws:userid "<role id>:<instance id>", what IAM gives
+    "a role assigned to an Amazon EC2 instance" (IAM User Guide, "IAM policy elements: Variables and tags")."""
+    role = stack["session"].client("iam").get_role(RoleName=runner_role_name(stack))["Role"]
+    return assumed_session(role["Arn"], instance_id)
+
+
+def caller_context(session: boto3.Session) -> dict[str, str]:
+    """The request context keys of `session`'s caller: aws:userid (GetCallerIdentity's UserId), aws:PrincipalArn
+    (for a role session the role's ARN, "not the ARN of the assumed-role session": IAM User Guide, "AWS global
+    condition context keys"), and for an instance's session (named like one) ec2:SourceInstanceARN."""
+    identity = session.client("sts").get_caller_identity()
+    context = {"aws:userid": identity["UserId"], "aws:PrincipalArn": identity["Arn"]}
+    kind, _, rest = identity["Arn"].partition(":assumed-role/")
+    if rest:
+        role, _, name = rest.partition("/")
+        context["aws:PrincipalArn"] = f"{kind.replace(':sts:', ':iam:')}:role/{role}"
+        if name.startswith("i-"):
+            context["ec2:SourceInstanceARN"] = f"arn:aws:ec2:{REGION}:{identity['Account']}:instance/{name}"
+    return context
+
+
+def as_caller(requests: list[Request], session: boto3.Session) -> list[Request]:
+    """`requests` as `session`'s caller makes them (its identity keys added to each context)."""
+    caller = caller_context(session)
+    return [Request(r.action, r.resource, {**r.context, **caller}, r.call) for r in requests]
+
+
 def _trust_subjects(role: dict[str, Any]) -> tuple[str, list[str]]:
     (statement,) = role["AssumeRolePolicyDocument"]["Statement"]
     assert statement["Action"] == "sts:AssumeRoleWithWebIdentity"
