@@ -470,7 +470,12 @@ def _resource_pattern(resource: str, context: Mapping[str, str | list[str]]) -> 
 
 
 # The negated string operators this evaluator supports, and the positive operator each negates.
-_NEGATED = {"StringNotEquals": "StringEquals", "StringNotLike": "StringLike"}
+_NEGATED = {
+    "StringNotEquals": "StringEquals",
+    "StringNotLike": "StringLike",
+    "ArnNotEquals": "ArnEquals",
+    "ArnNotLike": "ArnLike",
+}
 
 
 def _null_holds(key: str, expected: Any, context: Mapping[str, str | list[str]]) -> bool:
@@ -620,6 +625,38 @@ def key_policy_allows(
     ):
         return False
     return allowed([named], request) or (allowed([via_root], request) and allowed(identity, request))
+
+
+def resource_policy_allows(
+    resource_policy: Mapping[str, Any],
+    principal: str,
+    identity_policies: Iterable[Mapping[str, Any]],
+    request: Request,
+) -> bool:
+    """A request of `principal` (an IAM ARN of this account) to a resource with a resource-based policy (a bucket
+    policy): an explicit Deny in either policy wins; otherwise an Allow in either is enough ("Within a single
+    account ... an allow in either an identity-based policy or a resource-based policy allows the request": IAM
+    User Guide, "Policy evaluation logic", same-account requests). A statement of the resource policy applies to
+    the principal when its Principal is "*" or names the principal's ARN or the account root. Same-account
+    principals only."""
+    root = f"arn:aws:iam::{ACCOUNT}:root"
+
+    def applies(statement: Mapping[str, Any]) -> bool:
+        if "NotPrincipal" in statement:
+            raise ValueError("NotPrincipal is not supported by this evaluator")
+        named = _principals(statement)
+        return statement.get("Principal") == "*" or "*" in named or principal in named or root in named
+
+    applying = {"Version": "2012-10-17",
+                "Statement": [s for s in _values_or_list(resource_policy["Statement"]) if applies(s)]}  # fmt: skip
+    identity = list(identity_policies)
+    if any(
+        s["Effect"] == "Deny" and _statement_matches(s, request)
+        for policy in [applying, *identity]
+        for s in _values_or_list(policy["Statement"])
+    ):
+        return False
+    return allowed([applying], request) or allowed(identity, request)
 
 
 def web_identity_allowed(

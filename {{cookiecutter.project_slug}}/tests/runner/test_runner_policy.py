@@ -19,6 +19,7 @@ from doubles.gpu_runner_stack import (
     instance_session,
     managed_policies,
     runner_role_name,
+    stack_vpc,
     wire_settings,
 )
 from doubles.iam_requests import (
@@ -131,7 +132,9 @@ def test_runner_role_covers_exactly_the_instance_and_training_calls(
     store.mark_complete({"run_id": "r1", "epochs_done": 2})
     s3sync.sync_prefix(f"s3://{bucket}/data", tmp_path / "data", client=client)
 
-    training = as_caller(authorizations(calls), recorded_session)
+    # On the instance, through the stack VPC's S3 endpoint (RunnerPolicy's S3OnlyFromTheStackVpc).
+    vpc = stack_vpc(stack)
+    training = as_caller(authorizations(calls), recorded_session, vpc)
     assert {c.operation for c in calls} >= {"PutObject", "ListObjectsV2", "DeleteObjects", "GetObject"}
     denied = [r for r in [*boot, *training] if not allowed([policy], r)]
     assert denied == [], denied
@@ -141,7 +144,7 @@ def test_runner_role_covers_exactly_the_instance_and_training_calls(
     assert allowed([policy], Request("s3:GetObject", mirror, s3_context()))
     assert not allowed([policy], Request("s3:PutObject", mirror, s3_context()))
     assert not allowed([policy], Request("s3:DeleteObject", mirror, s3_context()))
-    own = caller_context(recorded_session)
+    own = caller_context(recorded_session, vpc)
     mine = f"arn:aws:s3:::{bucket}/checkpoints/{own['aws:userid']}/x"
     assert allowed([policy], Request("s3:PutObject", mine, {**s3_context(), **own}))
     # Another bucket, another project's parameters: refused.

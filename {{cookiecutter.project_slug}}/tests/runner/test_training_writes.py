@@ -27,6 +27,7 @@ from doubles.gpu_runner_stack import (
     instance_session,
     managed_policies,
     runner_role_name,
+    stack_vpc,
 )
 from doubles.iam_requests import ACCOUNT, Request, allowed, record_calls, s3_context
 from doubles.stack_deploy import PROJECT_DIR
@@ -65,9 +66,13 @@ def _callers(stack: dict[str, Any], job_stack: dict[str, Any]) -> dict[str, dict
     runner = _role(session, runner_role_name(stack))
     job = _role(session, job_stack["outputs"]["JobRoleArn"].rsplit("/", 1)[-1])
 
+    vpc = stack_vpc(stack)
+
     def instance(role_id: str, instance_id: str) -> dict[str, str]:
+        """On the instance, through the stack VPC's S3 endpoint (test_bucket_policy.py: from elsewhere, refused)."""
         arn = f"arn:aws:ec2:{REGION}:{ACCOUNT}:instance/{instance_id}"
-        return {"aws:userid": f"{role_id}:{instance_id}", "ec2:SourceInstanceARN": arn}
+        return {"aws:userid": f"{role_id}:{instance_id}", "ec2:SourceInstanceARN": arn,
+                "aws:Ec2InstanceSourceVpc": vpc, "aws:SourceVpc": vpc}  # fmt: skip
 
     return {
         "runner": {
@@ -284,7 +289,11 @@ def test_instance_x_cannot_write_under_instance_y_checkpoint_prefix(
         (local / "chief" / "ckpt-1.index").unlink()
         (local / "chief" / "ckpt-2.index").write_text("weights")
         store.push({"run_id": "r", "epochs_done": 2})  # uploads, then deletes the stale ckpt-1
-        writes = [r for r in as_caller(authorizations(calls), session) if r.action != "s3:ListBucket"]
+        writes = [
+            r
+            for r in as_caller(authorizations(calls), session, stack_vpc(stack))
+            if r.action != "s3:ListBucket"
+        ]
         assert {r.action for r in writes} == {"s3:PutObject", "s3:DeleteObject"}
         assert {allowed([policy], r) for r in writes} == {expected}, (instance, writes)
 

@@ -851,6 +851,7 @@ def _bootstrap(args: argparse.Namespace, settings: Settings, aws: Aws) -> None:
         settings, aws.client("cloudformation", settings.region), inputs, template=args.template,
         s3=aws.client("s3", settings.region), lambda_client=aws.client("lambda", settings.region),
         ec2=aws.client("ec2", settings.region), quotas=aws.client("service-quotas", stack.trust_size.QUOTA_REGION),
+        sts=aws.client("sts", settings.region), iam=aws.client("iam", settings.region),
     )  # fmt: skip
     stack.store_github_credential(
         settings, aws.client("ssm", settings.region), outputs, app_id=args.app_id,
