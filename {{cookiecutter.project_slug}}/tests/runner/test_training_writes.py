@@ -356,3 +356,31 @@ def test_a_record_is_created_once_and_a_bad_one_is_refused(moto_endpoint: str) -
                                           ("train/x", COMMIT, "i-0aaa/x", "instance id")):  # fmt: skip
         with pytest.raises(RunnerError, match=part):
             checkpoint_owners.record(s3, bucket, branch=branch, commit=commit, session=session)
+
+
+def test_training_logs_artifacts_through_the_servers_proxy_without_touching_s3(
+    mlflow_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Training may not write mlflow-artifacts/ (the policies above) and needs not: a server started with
+    --artifacts-destination serves artifacts ("--serve-artifacts", on by default) and gives experiments an
+    mlflow-artifacts:/ location, so the client uploads over HTTP and the server writes S3 with its own role. Here
+    the client process cannot make an S3 client at all, and logging a model's file still works; the team server's
+    boot script starts it that way (infra/mlflow-server.yaml)."""
+    import mlflow
+    import mlflow.tracking
+
+    def no_s3(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError(f"the training process made an AWS client: {args}")
+
+    monkeypatch.setattr(boto3, "client", no_s3)
+    monkeypatch.setattr(boto3.Session, "client", no_s3)
+    client = mlflow.tracking.MlflowClient(mlflow_server)
+    experiment = client.create_experiment(f"proxy-{uuid.uuid4().hex[:8]}")
+    assert client.get_experiment(experiment).artifact_location.startswith("mlflow-artifacts:/")
+    run = client.create_run(experiment)
+    model = tmp_path / "model.tflite"
+    model.write_bytes(b"weights")
+    client.log_artifact(run.info.run_id, str(model), "exports")
+    assert [f.path for f in client.list_artifacts(run.info.run_id, "exports")] == ["exports/model.tflite"]
+    boot = (PROJECT_DIR / "infra" / "mlflow-server.yaml").read_text(encoding="utf-8")
+    assert "--serve-artifacts" in boot and "--artifacts-destination s3://$BUCKET/mlflow-artifacts" in boot
