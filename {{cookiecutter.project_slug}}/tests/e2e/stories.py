@@ -248,7 +248,9 @@ class Story:
         s3 = boto3.client("s3", region_name="us-east-1", endpoint_url=self.stack.moto_endpoint)
         branch = re.sub(r"[^A-Za-z0-9._-]+", "-", self.scenario.branch).strip("-")
         pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{base}/")
-        ours = re.compile(rf"{re.escape(base)}/[^/]+/{re.escape(branch)}/{self.head_sha[:12]}-[^/]+/state\.json")
+        ours = re.compile(
+            rf"{re.escape(base)}/[^/]+/{re.escape(branch)}/{self.head_sha[:12]}-[^/]+/state\.json"
+        )
         states = [o for page in pages for o in page.get("Contents", []) if ours.fullmatch(o["Key"])]
         if not states:
             return {}
