@@ -144,7 +144,10 @@ def test_expressions_over_inputs_and_outputs_appear_only_under_env(project: Path
                     region = key == "with" and step.get("uses", "").startswith(
                         (AWS_CREDENTIALS, "./.github/actions/mlflow-tunnel")
                     )
-                    region = region and expression in {"steps.settings.outputs.region", "needs.start.outputs.region"}
+                    region = region and expression in {
+                        "steps.settings.outputs.region",
+                        "needs.start.outputs.region",
+                    }
                     if UNTRUSTED_RE.search(expression):
                         assert key in {"env", "if"} or region, (
                             f"predict.yml {where}.{key}: {as_expression(expression)}"
