@@ -15,7 +15,7 @@ import yaml
 from doubles.imds_double import ImdsDouble
 from mlflow.tracking import MlflowClient
 
-from {{ cookiecutter.package_name }}.checkpoints import S3Checkpoints, checkpoint_prefix, config_hash
+from {{ cookiecutter.package_name }}.checkpoints import S3Checkpoints, caller_identity, config_hash, session_prefix
 from {{ cookiecutter.package_name }}.config import config_from_dict
 from {{ cookiecutter.package_name }}.errors import TrainingInterrupted
 from {{ cookiecutter.package_name }}.train import train
@@ -48,7 +48,9 @@ def _train_command(tmp_path: Path, raw: dict, uri: str, mlflow_server: str) -> t
     config = tmp_path / "train.yaml"
     config.write_text(yaml.safe_dump(raw))
     cfg = config_from_dict({**raw, "training": {**raw["training"], "checkpoint_uri": uri}})
-    prefix = checkpoint_prefix(uri, ENV["GITHUB_REF_NAME"], ENV["GITHUB_SHA"], config_hash(cfg.trajectory()))
+    digest = config_hash(cfg.trajectory())
+    # The training's own session's prefix (the test's credentials: the same session for every attempt here).
+    prefix = session_prefix(uri, caller_identity(), ENV["GITHUB_REF_NAME"], ENV["GITHUB_SHA"], digest)
     env = {**os.environ, **ENV, "MLFLOW_TRACKING_URI": mlflow_server, "GITHUB_RUN_ATTEMPT": "1"}
     cmd = [sys.executable, "-m", "{{ cookiecutter.package_name }}", "train", "--config", str(config)]
     return [*cmd, "--checkpoint-uri", uri], env, prefix
@@ -179,7 +181,9 @@ def test_notice_checkpoints_stops_and_the_next_attempt_resumes(
 
     uri = f"s3://{bucket}/interrupted"
     interrupted_cfg = config_from_dict(config("attempts", uri, watch=True))
-    prefix = checkpoint_prefix(uri, "train/spot", "ab" * 20, config_hash(interrupted_cfg.trajectory()))
+    prefix = session_prefix(
+        uri, caller_identity(), "train/spot", "ab" * 20, config_hash(interrupted_cfg.trajectory())
+    )
     noticed: list[float] = []
 
     def notice_mid_second_epoch() -> None:

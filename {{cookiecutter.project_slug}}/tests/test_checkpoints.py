@@ -5,7 +5,14 @@ from pathlib import Path
 import boto3
 import pytest
 
-from {{ cookiecutter.package_name }}.checkpoints import S3Checkpoints, checkpoint_prefix, config_hash
+from {{ cookiecutter.package_name }}.checkpoints import (
+    S3Checkpoints,
+    checkpoint_prefix,
+    config_hash,
+    open_store,
+    owners_prefix,
+    session_prefix,
+)
 from {{ cookiecutter.package_name }}.config import ConfigError, config_from_dict
 from {{ cookiecutter.package_name }}.errors import DataError
 
@@ -67,3 +74,53 @@ def test_push_mirrors_and_restore_ignores_a_finished_prefix(bucket: str, tmp_pat
 
 def _state(uri: str) -> dict:
     return S3Checkpoints(uri, Path()).state() or {}
+
+
+def test_a_session_writes_under_its_own_id_and_restores_its_predecessors_newest(
+    bucket: str, tmp_path: Path
+) -> None:
+    """Two earlier attempts of one branch and commit (sessions recorded under owners/) and an attempt of another
+    branch: the new session writes under its own aws:userid and restores the newest of its branch's, in its run."""
+    s3 = boto3.client("s3")
+    commit, branch = "e" * 40, "train/x"
+    for session, branch_of in (("i-0aaaaaaaaaaaaaaa1", branch), ("i-0aaaaaaaaaaaaaaa2", branch),
+                               ("i-0bbbbbbbbbbbbbbbb", "train/other"), ("not-a-session", branch)):  # fmt: skip
+        s3.put_object(Bucket=bucket, Key=owners_prefix("ck/", branch_of, commit) + session, Body=b"{}")
+    for session, epochs in (
+        ("i-0aaaaaaaaaaaaaaa1", 2),
+        ("i-0aaaaaaaaaaaaaaa2", 4),
+        ("i-0bbbbbbbbbbbbbbbb", 9),
+    ):
+        prefix = session_prefix(f"s3://{bucket}/ck", f"AROAEXAMPLE:{session}", branch, commit, "d1")
+        local = tmp_path / session
+        (local / "chief").mkdir(parents=True)
+        (local / "chief" / "ckpt.index").write_text(session)
+        S3Checkpoints(prefix, local).push({"run_id": "r", "epochs_done": epochs})
+
+    class Sts:
+        def get_caller_identity(self) -> dict[str, str]:
+            return {"UserId": "AROAEXAMPLE:i-0aaaaaaaaaaaaaaa3"}
+
+    store = open_store(f"s3://{bucket}/ck", branch, commit, "d1", tmp_path / "new", sts=Sts())
+    assert store.uri == f"s3://{bucket}/ck/AROAEXAMPLE:i-0aaaaaaaaaaaaaaa3/train-x/{'e' * 12}-d1"
+    assert len(store.predecessors) == 2  # the other branch's session and the malformed key are not candidates
+    restored = store.restore()
+    assert restored is not None and restored.epochs_done == 4
+    assert restored.source.endswith(f"/AROAEXAMPLE:i-0aaaaaaaaaaaaaaa2/train-x/{'e' * 12}-d1")
+    assert (tmp_path / "new" / "chief" / "ckpt.index").read_text() == "i-0aaaaaaaaaaaaaaa2"
+    # A finished newest checkpoint: a fresh start, even with an older unfinished one beside it.
+    S3Checkpoints(store.uri, tmp_path / "new").mark_complete({"run_id": "r", "epochs_done": 5})
+    assert (
+        open_store(f"s3://{bucket}/ck", branch, commit, "d1", tmp_path / "again", sts=Sts()).restore() is None
+    )
+
+
+def test_an_identity_without_a_session_has_no_predecessors(bucket: str, tmp_path: Path) -> None:
+    """An IAM user or the root (a person running `train` by hand): its own prefix only, nothing listed."""
+
+    class Sts:
+        def get_caller_identity(self) -> dict[str, str]:
+            return {"UserId": "AIDAEXAMPLEUSER"}
+
+    store = open_store(f"s3://{bucket}/ck", "main", "f" * 40, "d2", tmp_path, sts=Sts())
+    assert (store.uri, store.predecessors) == (f"s3://{bucket}/ck/AIDAEXAMPLEUSER/main/{'f' * 12}-d2", ())

@@ -27,12 +27,12 @@ from {{ cookiecutter.package_name }} import (
     sweep_trial,
     train,
 )
-from {{ cookiecutter.package_name }}.checkpoints import S3Checkpoints, checkpoint_prefix, config_hash
+from {{ cookiecutter.package_name }}.checkpoints import S3Checkpoints, caller_identity, config_hash, session_prefix
 from {{ cookiecutter.package_name }}.config import Config, config_from_dict
 from {{ cookiecutter.package_name }}.errors import TrainingInterrupted
 from {{ cookiecutter.package_name }}.sweep_config import SweepConfig, trial_config, validate_sweep
 from {{ cookiecutter.package_name }}.sweep_study import SpaceChanged
-from {{ cookiecutter.package_name }}.sweep_trial import checkpoint_uri, run_trial
+from {{ cookiecutter.package_name }}.sweep_trial import checkpoint_scope, run_trial
 
 EXPERIMENT = "sweep-tests"
 COST_RECORD = Path(__file__).resolve().parent.parent / "runner" / "src" / "gpu_runner" / "cost" / "record.py"
@@ -378,10 +378,10 @@ def test_an_interrupted_trial_resumes_in_the_next_wave_in_the_same_run(
     checkpoints = f"s3://{bucket}/checkpoints"
     sweep.plan(cfg, base, root, runners=1)
     study = sweep_study.open_study(cfg, root)
-    trained = trial_config(base, cfg, study.trials[0].params, checkpoint_uri(checkpoints, cfg, 0))
-    prefix = checkpoint_prefix(
-        trained.training.checkpoint_uri, "sweep/x", "cd" * 20, config_hash(trained.trajectory())
-    )
+    trained = trial_config(base, cfg, study.trials[0].params, checkpoints)
+    # The trial's checkpoint, under this session's own prefix (the same session for both waves here).
+    prefix = session_prefix(checkpoints, caller_identity(), "sweep/x", "cd" * 20, config_hash(trained.trajectory()),
+                            checkpoint_scope(cfg, 0))  # fmt: skip
 
     with ImdsDouble() as imds:
         monkeypatch.setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds.url)

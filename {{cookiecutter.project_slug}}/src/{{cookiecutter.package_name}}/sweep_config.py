@@ -365,8 +365,9 @@ def load_sweep_config(path: str | Path, base: Config) -> SweepConfig:
 
 
 def trial_config(base: Config, sweep: SweepConfig, params: dict[str, Any], checkpoint_uri: str) -> Config:
-    """The training config of one trial: the sampled params applied, the per-trial epoch budget, the trial's
-    own checkpoint prefix (two trials never share a checkpoint, even with equal params)."""
+    """The training config of one trial: the sampled params applied, the per-trial epoch budget, the checkpoint
+    root (each trial checkpoints under its own scope of it: sweep_trial.checkpoint_scope, so two trials never share
+    a checkpoint, even with equal params)."""
     overrides = {path: decode_choice(value) for path, value in params.items()}
     overrides["training.epochs"] = sweep.budget.epochs_per_trial
     overrides["training.checkpoint_uri"] = checkpoint_uri

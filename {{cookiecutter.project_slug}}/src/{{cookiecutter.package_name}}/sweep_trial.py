@@ -32,10 +32,10 @@ class TrialOutcome:
     run_id: str | None
 
 
-def checkpoint_uri(root: str, cfg: SweepConfig, number: int) -> str:
-    """s3://<bucket>/checkpoints/sweeps/<study>/trial-<n>: one prefix per trial, so a resumed trial finds its
-    own backup and two trials never share one ('' = local disk only)."""
-    return f"{root.rstrip('/')}/sweeps/{cfg.study_name}/trial-{number}" if root else ""
+def checkpoint_scope(cfg: SweepConfig, number: int) -> str:
+    """sweeps/<study>/trial-<n>: one prefix per trial (under the session's own, checkpoints.open_store), so a
+    resumed trial finds its own backup and two trials never share one."""
+    return f"sweeps/{cfg.study_name}/trial-{number}"
 
 
 def _reporter(trial: optuna.trial.Trial):
@@ -89,7 +89,7 @@ def run_trial(cfg: SweepConfig, base: Config, root: str, number: int, checkpoint
         _local_checkpoint_dir(base, cfg, number),
         cfg,
         frozen.params,
-        checkpoint_uri(checkpoint_root, cfg, number),
+        checkpoint_root,
     )
     reporter = EpochReporter(cfg.intermediate_metric, _reporter(trial))
     budget = TimeBudget(cfg.budget.minutes_per_trial * 60, time.monotonic)
@@ -97,6 +97,7 @@ def run_trial(cfg: SweepConfig, base: Config, root: str, number: int, checkpoint
         tags=sweep_runs.child_tags(parent, cfg, number, frozen.params),
         run_name=f"{cfg.study_name} trial {number}",
         callbacks=(reporter, budget),
+        checkpoint_scope=checkpoint_scope(cfg, number),
         decide_champion=False,
         skip_reason="sweep trial: the sweep compares its best trial only, when it ends",
         run_id=earlier_run,

@@ -61,6 +61,8 @@ class TrainHooks:
     run_id: str | None = None
     on_run: Callable[[str], None] | None = None
     callbacks: Sequence[tf.keras.callbacks.Callback] = ()
+    # A sub-path of the checkpoint prefix that is this run's alone (a sweep trial's `sweeps/<study>/trial-<n>`).
+    checkpoint_scope: str = ""
     decide_champion: bool = True
     skip_reason: str = ""
 
@@ -120,17 +122,20 @@ def _gpu_tags_here(allow_cpu: bool) -> dict[str, str]:
     )
 
 
-def _checkpoint_store(cfg: Config) -> checkpoints.S3Checkpoints | None:
+def _checkpoint_store(cfg: Config, scope: str = "") -> checkpoints.S3Checkpoints | None:
+    """This training's checkpoints in S3 (None: local disk only): written under this AWS session's own prefix,
+    restored from it or from an earlier attempt's of the same branch and commit (checkpoints.open_store)."""
     if not cfg.training.checkpoint_uri:
         return None
     tags = tracking.run_tags()
-    uri = checkpoints.checkpoint_prefix(
+    return checkpoints.open_store(
         cfg.training.checkpoint_uri,
         tags.get("git.branch", ""),
         tags.get("git.commit", ""),
         checkpoints.config_hash(cfg.trajectory()),
+        cfg.training.checkpoint_dir,
+        scope=scope,
     )
-    return checkpoints.S3Checkpoints(uri, cfg.training.checkpoint_dir)
 
 
 # What fit() names its per-epoch logs when compiled with metrics=["accuracy"] and given validation data (_fit).
@@ -435,13 +440,13 @@ def train(
 
     out = Path(cfg.export.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    store = _checkpoint_store(cfg)
+    store = _checkpoint_store(cfg, hooks.checkpoint_scope)
     restored = store.restore() if store else None
     # Before any run opens: a refusal leaves no failed run behind.
     checkpoints.check_backup_kind(cfg.training.checkpoint_dir, cfg.pruning.enabled)
     resume_id = (restored.run_id if restored and restored.run_id else None) or hooks.run_id
     if restored and store:
-        print(f"resuming from {store.uri}: {restored.epochs_done} epoch(s) done, run {resume_id}")
+        print(f"resuming from {restored.source}: {restored.epochs_done} epoch(s) done, run {resume_id}")
     elif resume_id:
         print(f"no checkpoint to resume from: training again from the first epoch in run {resume_id}")
     with mlflow.start_run(

@@ -138,6 +138,10 @@ def _on_a_container_instance(job: Any) -> None:
         details["containerInstanceArn"] = (
             f"{cluster.replace(':cluster/', ':container-instance/')}/{uuid.uuid4().hex}"
         )
+        # And its task: "The Amazon Resource Name (ARN) of the Amazon ECS task that's associated with the job
+        # attempt" (botocore's batch model, AttemptContainerDetail taskArn), arn:aws:ecs:<region>:<account>:task/
+        # <cluster>/<task id>, where moto writes the job definition's ARN.
+        details["taskArn"] = f"{cluster.replace(':cluster/', ':task/')}/{uuid.uuid4().hex}"
         _describable(cluster)
 
 

@@ -5,6 +5,7 @@ its roles' policies, and the authorizations of the AWS calls a command made (mov
 from __future__ import annotations
 
 import contextlib
+import re
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -160,6 +161,140 @@ def runner_role_name(stack: dict[str, Any]) -> str:
         .get_instance_profile(InstanceProfileName=stack["outputs"]["RunnerInstanceProfile"])
     )
     return profile["InstanceProfile"]["Roles"][0]["RoleName"]
+
+
+def deployed_bucket_policy(stack: dict[str, Any]) -> dict[str, Any]:
+    """The bucket policy as CloudFormation puts it for the deployed stack: moto's CloudFormation skips
+    AWS::S3::BucketPolicy (its parser has no such resource type, moto 5.2.5), so the template's document is
+    evaluated here with the stack's deployed parameters and resources (the role ARNs IAM holds, the bucket's)."""
+    session, name = stack["session"], stack["name"]
+    cfn, iam = session.client("cloudformation"), session.client("iam")
+    described = cfn.describe_stacks(StackName=name)["Stacks"][0]
+    values: dict[str, Any] = {p["ParameterKey"]: p.get("ParameterValue", "") for p in described["Parameters"]}
+    values |= {"AWS::Partition": "aws", "AWS::Region": REGION, "AWS::AccountId": "123456789012",
+               "AWS::StackName": name, "AWS::NoValue": _NO_VALUE}  # fmt: skip
+    attributes: dict[str, str] = {}
+    for resource in cfn.list_stack_resources(StackName=name)["StackResourceSummaries"]:
+        logical, physical = resource["LogicalResourceId"], resource.get("PhysicalResourceId", "")
+        values[logical] = physical
+        if resource["ResourceType"] == "AWS::IAM::Role":
+            attributes[f"{logical}.Arn"] = iam.get_role(RoleName=physical)["Role"]["Arn"]
+        elif resource["ResourceType"] == "AWS::S3::Bucket":
+            attributes[f"{logical}.Arn"] = f"arn:aws:s3:::{physical}"
+    body = template()
+    conditions: dict[str, bool] = {}
+    for condition, expression in body["Conditions"].items():
+        conditions[condition] = bool(_evaluate(expression, values, attributes, conditions))
+    document = body["Resources"]["BucketTlsOnlyPolicy"]["Properties"]["PolicyDocument"]
+    return dict(_evaluate(document, values, attributes, conditions))
+
+
+_NO_VALUE = object()
+
+
+def _evaluate(
+    node: Any, values: dict[str, Any], attributes: dict[str, str], conditions: dict[str, bool]
+) -> Any:
+    """CloudFormation's intrinsic functions the bucket policy and the conditions use (AWS CloudFormation User
+    Guide, "Intrinsic function reference"); any other raises."""
+    if isinstance(node, list):
+        return [
+            v
+            for v in (_evaluate(item, values, attributes, conditions) for item in node)
+            if v is not _NO_VALUE
+        ]
+    if not isinstance(node, dict):
+        return node
+    if len(node) == 1:
+        ((key, arg),) = node.items()
+
+        def sub(text: str, extra: dict[str, Any]) -> str:
+            def one(match: Any) -> str:
+                name = match.group(1)
+                if name.startswith("!"):
+                    return "${" + name[1:] + "}"  # Fn::Sub's escape for a literal ${
+                return str({**values, **attributes, **extra}[name])
+
+            return re.sub(r"\$\{([^}]+)\}", one, text)
+
+        if key == "Ref":
+            return values[arg]
+        if key == "Fn::GetAtt":
+            return attributes[".".join(arg)]
+        if key == "Fn::Sub":
+            if isinstance(arg, str):
+                return sub(arg, {})
+            text, variables = arg
+            return sub(text, {k: _evaluate(v, values, attributes, conditions) for k, v in variables.items()})
+        if key == "Fn::Split":
+            delimiter, text = arg
+            return str(_evaluate(text, values, attributes, conditions)).split(delimiter)
+        if key == "Fn::If":
+            name, then, otherwise = arg
+            return _evaluate(then if conditions[name] else otherwise, values, attributes, conditions)
+        if key == "Fn::Equals":
+            left, right = (_evaluate(side, values, attributes, conditions) for side in arg)
+            return left == right
+        if key == "Fn::Not":
+            return not _evaluate(arg[0], values, attributes, conditions)
+        if key == "Fn::And":
+            return all(_evaluate(item, values, attributes, conditions) for item in arg)
+        if key.startswith("Fn::") or key == "Condition":
+            raise ValueError(f"{key} is not evaluated here: add it to gpu_runner_stack._evaluate")
+    return {k: _evaluate(v, values, attributes, conditions) for k, v in node.items()}
+
+
+def assumed_session(role_arn: str, session_name: str) -> boto3.Session:
+    """A session of `role_arn` named `session_name`, from moto's AssumeRole (which checks no trust policy): its
+    GetCallerIdentity answers UserId "<role id>:<session name>" and the assumed-role ARN, as AWS does."""
+    sts = boto3.Session(region_name=REGION).client("sts")
+    credentials = sts.assume_role(RoleArn=role_arn, RoleSessionName=session_name)["Credentials"]
+    return boto3.Session(
+        aws_access_key_id=credentials["AccessKeyId"],
+        aws_secret_access_key=credentials["SecretAccessKey"],
+        aws_session_token=credentials["SessionToken"],
+        region_name=REGION,
+    )
+
+
+def instance_session(stack: dict[str, Any], instance_id: str) -> boto3.Session:
+    """The runner role's session on instance `instance_id`: aws:userid "<role id>:<instance id>", what IAM gives
+    "a role assigned to an Amazon EC2 instance" (IAM User Guide, "IAM policy elements: Variables and tags")."""
+    role = stack["session"].client("iam").get_role(RoleName=runner_role_name(stack))["Role"]
+    return assumed_session(role["Arn"], instance_id)
+
+
+def stack_vpc(stack: dict[str, Any]) -> str:
+    """The VPC the stack's runners launch into (its VpcId parameter, as bootstrap deployed it)."""
+    described = (
+        stack["session"].client("cloudformation").describe_stacks(StackName=stack["name"])["Stacks"][0]
+    )
+    return next(p["ParameterValue"] for p in described["Parameters"] if p["ParameterKey"] == "VpcId")
+
+
+def caller_context(session: boto3.Session, vpc: str = "") -> dict[str, str]:
+    """The request context keys of `session`'s caller: aws:userid (GetCallerIdentity's UserId), aws:PrincipalArn
+    (for a role session the role's ARN, "not the ARN of the assumed-role session": IAM User Guide, "AWS global
+    condition context keys"), and for an instance's session (named like one) ec2:SourceInstanceARN; with `vpc`, a
+    request made on the instance through its VPC's S3 endpoint: aws:Ec2InstanceSourceVpc (where the credentials
+    were delivered) and aws:SourceVpc (where the request came from), both that VPC (same page)."""
+    identity = session.client("sts").get_caller_identity()
+    context = {"aws:userid": identity["UserId"], "aws:PrincipalArn": identity["Arn"]}
+    kind, _, rest = identity["Arn"].partition(":assumed-role/")
+    if rest:
+        role, _, name = rest.partition("/")
+        context["aws:PrincipalArn"] = f"{kind.replace(':sts:', ':iam:')}:role/{role}"
+        if name.startswith("i-"):
+            context["ec2:SourceInstanceARN"] = f"arn:aws:ec2:{REGION}:{identity['Account']}:instance/{name}"
+            if vpc:
+                context |= {"aws:Ec2InstanceSourceVpc": vpc, "aws:SourceVpc": vpc}
+    return context
+
+
+def as_caller(requests: list[Request], session: boto3.Session, vpc: str = "") -> list[Request]:
+    """`requests` as `session`'s caller makes them (its identity keys added to each context)."""
+    caller = caller_context(session, vpc)
+    return [Request(r.action, r.resource, {**r.context, **caller}, r.call) for r in requests]
 
 
 def _trust_subjects(role: dict[str, Any]) -> tuple[str, list[str]]:

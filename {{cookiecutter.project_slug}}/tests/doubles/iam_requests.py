@@ -493,6 +493,10 @@ def requests_for(
         requests = _ecs(call)
     elif call.service == "ecr":
         requests = _ecr(call)
+    elif key == "sts:GetCallerIdentity":
+        # "No permissions are required to perform this operation" (AWS STS API Reference, GetCallerIdentity): no
+        # authorization at all, so no policy can refuse it.
+        requests = []
     else:
         raise KeyError(f"no IAM mapping for {key}: add it to iam_requests.requests_for")
     # aws:RequestedRegion, the region the request was sent to, is in the context of every request (IAM User Guide,
@@ -507,23 +511,55 @@ def _values(value: Any) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list) else [str(value)]
 
 
-# A policy variable: `${key}` in a condition value is that key's value in the request context ("IAM policy
-# elements: Variables and tags", IAM User Guide: string and ARN operators only). No default-value form here.
+# A policy variable: `${key}` in a condition value or a Resource is that key's value in the request context ("IAM
+# policy elements: Variables and tags", IAM User Guide: "You can use policy variables in the Resource element and in
+# string comparisons in the Condition element", string and ARN operators only). No default-value form here.
 _POLICY_VARIABLE = re.compile(r"\$\{([^}]+)\}")
+# "${*}", "${?}" and "${$}" stand for the character itself, never a wildcard (same page, "Special characters").
+_SPECIAL_VARIABLES = {"*": "*", "?": "?", "$": "$"}
 
 
-def _resolved(value: str, context: Mapping[str, str | list[str]]) -> str | None:
+def _literal(text: str) -> str:
+    """`text` as an fnmatch pattern that matches only itself: a substituted value is data, not wildcards."""
+    return re.sub(r"([*?\[])", r"[\1]", text)
+
+
+def _resolved(value: str, context: Mapping[str, str | list[str]], *, pattern: bool = False) -> str | None:
     """`value` with its policy variables replaced from `context`; None when one is absent (nothing can match:
     the IAM User Guide, same page, "If AWS cannot resolve a variable this might cause the entire statement to be
-    invalid")."""
-    names = _POLICY_VARIABLE.findall(value)
+    invalid"; in a Resource, "the resource that includes a policy variable with no value will not match any
+    resource"). `pattern`: the result is matched as a wildcard pattern (StringLike, ArnLike, Resource), so each
+    substituted value is escaped to match only itself."""
+    names = [name for name in _POLICY_VARIABLE.findall(value) if name not in _SPECIAL_VARIABLES]
+    if any("," in name for name in names):
+        raise ValueError(f"policy variable default values are not supported by this evaluator: {value}")
     if any(name not in context or isinstance(context[name], list) for name in names):
         return None
-    return _POLICY_VARIABLE.sub(lambda m: str(context[m.group(1)]), value)
+
+    def substitute(match: re.Match[str]) -> str:
+        name = match.group(1)
+        text = _SPECIAL_VARIABLES.get(name) or str(context[name])
+        return _literal(text) if pattern else text
+
+    return _POLICY_VARIABLE.sub(substitute, value)
+
+
+def _resource_pattern(resource: str, context: Mapping[str, str | list[str]]) -> str | None:
+    """A statement's Resource with its policy variables resolved. "You can use a policy variable in the Resource
+    element, but only in the resource portion of the ARN. This portion of the ARN appears after the fifth colon"
+    (same page, "Resource element"): a variable before it is a policy error here, not a silent match."""
+    if _POLICY_VARIABLE.search(":".join(resource.split(":", 5)[:5])):
+        raise ValueError(f"a policy variable before the resource portion of the ARN: {resource}")
+    return _resolved(resource, context, pattern=True)
 
 
 # The negated string operators this evaluator supports, and the positive operator each negates.
-_NEGATED = {"StringNotEquals": "StringEquals", "StringNotLike": "StringLike"}
+_NEGATED = {
+    "StringNotEquals": "StringEquals",
+    "StringNotLike": "StringLike",
+    "ArnNotEquals": "ArnEquals",
+    "ArnNotLike": "ArnLike",
+}
 
 
 def _null_holds(key: str, expected: Any, context: Mapping[str, str | list[str]]) -> bool:
@@ -571,7 +607,8 @@ def _condition_holds(operator: str, key: str, expected: Any, context: Mapping[st
         str(expected)
     ):
         raise ValueError(f"policy variables work only with string and ARN operators, not {operator}")
-    wanted = [v for v in (_resolved(w, context) for w in _values(expected)) if v is not None]
+    like = operator in {"StringLike", "ArnLike"}
+    wanted = [v for v in (_resolved(w, context, pattern=like) for w in _values(expected)) if v is not None]
     if operator in {"StringEquals", "ArnEquals"}:
         return actual in wanted
     if operator in {"StringLike", "ArnLike"}:
@@ -585,8 +622,8 @@ def _statement_matches(statement: Mapping[str, Any], request: Request) -> bool:
     actions = _values(statement.get("Action", []))
     if not any(fnmatch.fnmatchcase(request.action.lower(), a.lower()) for a in actions):
         return False
-    resources = _values(statement.get("Resource", []))
-    if not any(fnmatch.fnmatchcase(request.resource, r) for r in resources):
+    resources = (_resource_pattern(r, request.context) for r in _values(statement.get("Resource", [])))
+    if not any(r is not None and fnmatch.fnmatchcase(request.resource, r) for r in resources):
         return False
     return all(
         _condition_holds(operator, key, expected, request.context)
@@ -678,6 +715,38 @@ def key_policy_allows(
     ):
         return False
     return allowed([named], request) or (allowed([via_root], request) and allowed(identity, request))
+
+
+def resource_policy_allows(
+    resource_policy: Mapping[str, Any],
+    principal: str,
+    identity_policies: Iterable[Mapping[str, Any]],
+    request: Request,
+) -> bool:
+    """A request of `principal` (an IAM ARN of this account) to a resource with a resource-based policy (a bucket
+    policy): an explicit Deny in either policy wins; otherwise an Allow in either is enough ("Within a single
+    account ... an allow in either an identity-based policy or a resource-based policy allows the request": IAM
+    User Guide, "Policy evaluation logic", same-account requests). A statement of the resource policy applies to
+    the principal when its Principal is "*" or names the principal's ARN or the account root. Same-account
+    principals only."""
+    root = f"arn:aws:iam::{ACCOUNT}:root"
+
+    def applies(statement: Mapping[str, Any]) -> bool:
+        if "NotPrincipal" in statement:
+            raise ValueError("NotPrincipal is not supported by this evaluator")
+        named = _principals(statement)
+        return statement.get("Principal") == "*" or "*" in named or principal in named or root in named
+
+    applying = {"Version": "2012-10-17",
+                "Statement": [s for s in _values_or_list(resource_policy["Statement"]) if applies(s)]}  # fmt: skip
+    identity = list(identity_policies)
+    if any(
+        s["Effect"] == "Deny" and _statement_matches(s, request)
+        for policy in [applying, *identity]
+        for s in _values_or_list(policy["Statement"])
+    ):
+        return False
+    return allowed([applying], request) or allowed(identity, request)
 
 
 def web_identity_allowed(

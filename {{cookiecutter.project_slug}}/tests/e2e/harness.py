@@ -415,8 +415,10 @@ def run_workflow(
         "DOUBLE_AWS_SECRET_ACCESS_KEY": (launch_credentials or aws_credentials)[1],
         "DOUBLE_ARTIFACT_DIR": str(scratch / "artifacts"),
         "DOUBLE_REPO_DIR": str(repo),
-        # The train job's view of the instance profile: S3 (checkpoints) in moto.
+        # The train job's view of the instance profile: S3 (checkpoints) in moto, and STS, which the checkpoint
+        # store asks who it is (its prefix is its session's: checkpoints.caller_identity).
         "AWS_ENDPOINT_URL_S3": moto_endpoint,
+        "AWS_ENDPOINT_URL_STS": moto_endpoint,
         "AWS_ACCESS_KEY_ID": aws_credentials[0],
         "AWS_SECRET_ACCESS_KEY": aws_credentials[1],
         # Keras progress lines reach act (and the harness's triggers) as they are printed.

@@ -242,12 +242,16 @@ class Story:
         self.params_left = sum(n.startswith(tuple(f"{prefix}/{r}-" for r in self.run_ids)) for n in names)
 
     def checkpoint_state(self) -> dict[str, Any]:
-        """The newest state.json of this story's commit in the checkpoint bucket ({} when none)."""
+        """The newest state.json of this story's commit in the checkpoint bucket ({} when none), whichever session
+        wrote it: <base>/<aws:userid>/<branch>/<commit>-<config hash>/state.json (checkpoints.session_prefix)."""
         bucket, _, base = self.stack.checkpoint_uri[5:].partition("/")
         s3 = boto3.client("s3", region_name="us-east-1", endpoint_url=self.stack.moto_endpoint)
         branch = re.sub(r"[^A-Za-z0-9._-]+", "-", self.scenario.branch).strip("-")
-        listing = s3.list_objects_v2(Bucket=bucket, Prefix=f"{base}/{branch}/{self.head_sha[:12]}-")
-        states = [o for o in listing.get("Contents", []) if o["Key"].endswith("/state.json")]
+        pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{base}/")
+        ours = re.compile(
+            rf"{re.escape(base)}/[^/]+/{re.escape(branch)}/{self.head_sha[:12]}-[^/]+/state\.json"
+        )
+        states = [o for page in pages for o in page.get("Contents", []) if ours.fullmatch(o["Key"])]
         if not states:
             return {}
         newest = max(states, key=lambda o: o["LastModified"])

@@ -7,6 +7,7 @@ and the results on the branch's open pull request (one comment, then edited in p
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import quote
 
 import boto3
 import pytest
@@ -85,9 +86,15 @@ def test_train_workflow_end_to_end(stack: Stack, tmp_path: Path) -> None:
     # Checkpoints are in S3, under this branch and commit, marked complete, pointing at this MLflow run.
     state = story.checkpoint_state()
     assert state == {"run_id": run_id, "epochs_done": epochs, "complete": True}, state
-    assert tags["checkpoint.uri"].startswith(stack.checkpoint_uri + "/train-demo/" + story.head_sha[:12])
+    # Under the training session's own prefix (<checkpoint uri>/<aws:userid>/<branch>/<commit>-<config hash>).
+    session, _, rest = tags["checkpoint.uri"].removeprefix(stack.checkpoint_uri + "/").partition("/")
+    assert session and rest.startswith("train-demo/" + story.head_sha[:12]), tags["checkpoint.uri"]
     bucket, _, key = tags["checkpoint.uri"][5:].partition("/")
     s3 = boto3.client("s3", region_name="us-east-1", endpoint_url=stack.moto_endpoint)
+    # The launch recorded its instance as this branch's at this commit: what a resumed attempt may restore from.
+    launched = run.outputs["start"][LaunchOutput.INSTANCE_ID]
+    owner = f"checkpoints/owners/{quote(BRANCH, safe='')}/{story.head_sha}/{launched}"
+    assert s3.list_objects_v2(Bucket=bucket, Prefix=owner).get("KeyCount") == 1, owner
     files = s3.list_objects_v2(Bucket=bucket, Prefix=f"{key}/files/").get("Contents", [])
     assert any(o["Key"].endswith(".index") for o in files), files
 

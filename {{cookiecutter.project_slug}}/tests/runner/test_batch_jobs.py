@@ -382,9 +382,13 @@ class FakeLogs:
                                                         "nextBackwardToken": "b/0"})  # fmt: skip
 
 
-def attempt(stream: str, started: int, stopped: int | None = None, reason: str = "") -> dict[str, Any]:
+def attempt(
+    stream: str, started: int, stopped: int | None = None, reason: str = "", task: str = "0" * 32
+) -> dict[str, Any]:
     out: dict[str, Any] = {"container": {"logStreamName": stream, "containerInstanceArn": "arn:aws:ecs:us-east-1:"
-                                         "123456789012:container-instance/c/1"}, "startedAt": started}  # fmt: skip
+                                         "123456789012:container-instance/c/1",
+                                         "taskArn": f"arn:aws:ecs:us-east-1:123456789012:task/c/{task}"},
+                           "startedAt": started}  # fmt: skip
     if stopped:
         out |= {"stoppedAt": stopped, "statusReason": reason}
     return out
@@ -419,6 +423,23 @@ def test_a_spot_reclaim_is_reported_and_the_wait_follows_the_retry(logged: Calla
     said = logged()
     assert any("attempt 1 interrupted: its host i-0123456789abcdef0 was terminated" in line for line in said)
     assert said.index("RUNNABLE") < said.index("SUCCEEDED")
+
+
+def test_each_attempts_task_is_reported_once_as_soon_as_it_is_seen() -> None:
+    """The retry's resume restores the checkpoint of the attempt before it, whose task's role session wrote it
+    (checkpoints/<role id>:<task id>/): `batch wait` reports each task the first time an answer shows it, so the
+    record (checkpoint_owners.py) exists while the retry starts."""
+    t1, t2 = "1" * 32, "2" * 32
+    first, lost = attempt("a1", 1000, task=t1), attempt("a1", 1000, 61_000, HOST_LOST, task=t1)
+    second = attempt("a2", 90_000, task=t2)
+    batch = FakeBatch([job("RUNNING", [first]), job("RUNNABLE", [lost]), job("RUNNING", [lost, second]),
+                       job("SUCCEEDED", [lost, attempt("a2", 90_000, 150_000, "exited", task=t2)])])  # fmt: skip
+    reported: list[tuple[int, list[str]]] = []
+
+    batch_wait.wait(batch, FakeLogs({}), "j-1", emit=lambda _: None, sleep=lambda _: None,
+                    on_tasks=lambda tasks: reported.append((batch.calls, tasks)))  # fmt: skip
+
+    assert reported == [(1, [t1]), (3, [t2])]  # t1 at the first answer, before the retry's attempt exists
 
 
 def test_every_line_of_a_multi_line_event_is_labelled() -> None:
@@ -582,6 +603,28 @@ def job_id_output(tmp_path: Path) -> str:
     key, _, job_id = (tmp_path / "github-output").read_text().strip().rpartition("\n")[2].partition("=")
     assert key == "job-id", key
     return job_id
+
+
+def test_the_cli_wait_records_the_jobs_task_as_this_branchs(
+    batch: Any, batch_cli: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """batch.yml's wait step (`--bucket --commit`): the job's task is recorded under this run's branch and commit,
+    where the next attempt's resume looks (checkpoint_owners.py); a malformed commit only warns."""
+    bucket, commit = f"owners-{uuid.uuid4().hex[:8]}", "d" * 40
+    s3 = boto3.client("s3", region_name=REGION)
+    s3.create_bucket(Bucket=bucket)  # REGION is us-east-1: no location constraint
+    monkeypatch.setenv("GITHUB_REF_NAME", "train/batch")
+    for given, recorded in ((commit, True), ("not-a-commit", False)):
+        assert cli.main([*batch_cli, "submit", "--queue", "gpu", "--job-definition", "train", "--name", "owned",
+                         "--", PY, "-c", "pass"]) == 0  # fmt: skip
+        job_id = job_id_output(tmp_path)
+        assert cli.main([*batch_cli, "wait", "--job-id", job_id, "--poll-seconds", "0.2", "--timeout", "120",
+                         "--bucket", bucket, "--commit", given]) == 0  # fmt: skip
+        [described] = batch_jobs.describe(batch, [job_id])
+        task = described["attempts"][-1]["container"]["taskArn"].rsplit("/", 1)[-1]
+        listed = s3.list_objects_v2(Bucket=bucket, Prefix="checkpoints/owners/").get("Contents", [])
+        keys = {o["Key"] for o in listed}
+        assert (f"checkpoints/owners/train%2Fbatch/{commit}/{task}" in keys) == recorded, keys
 
 
 def test_the_cli_submits_waits_and_cancels(

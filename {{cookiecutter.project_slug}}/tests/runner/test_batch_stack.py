@@ -573,9 +573,12 @@ def test_what_training_code_in_a_job_can_do(batch: dict[str, Any], stack: dict[s
     source = (
         f"batch-src/{'a' * 40}/{'b' * 64}.tar.gz"  # the job's code (batch_source.py): fetched, never written
     )
-    for action, key in (("s3:GetObject", "data/train.npz"), ("s3:PutObject", "checkpoints/r/1.ckpt"),
+    # A task's own session (aws:userid "<role id>:<task id>"): its checkpoints; every prefix, test_training_writes.
+    job_role = role_of(stack["session"], batch["outputs"]["JobRoleArn"])
+    own = {**same_account, "aws:userid": f"{job_role['RoleId']}:{'a' * 32}"}
+    for action, key in (("s3:GetObject", "data/train.npz"), ("s3:PutObject", f"checkpoints/{own['aws:userid']}/r/1.ckpt"),
                         ("s3:GetObject", source)):  # fmt: skip
-        assert allowed(policies, Request(action, f"arn:aws:s3:::{bucket}/{key}", same_account)), action
+        assert allowed(policies, Request(action, f"arn:aws:s3:::{bucket}/{key}", own)), action
     for action, key, context in (
         ("s3:GetObject", "x", {"aws:ResourceAccount": "1" * 12}),  # a stranger's bucket of the same name
         ("s3:PutObject", "runner-mirror/runner.tgz", same_account),

@@ -13,9 +13,13 @@ import pytest
 from doubles.github_double import DEFAULT_REPOSITORY
 from doubles.gpu_runner_stack import (
     REGION,
+    as_caller,
     authorizations,
+    caller_context,
+    instance_session,
     managed_policies,
     runner_role_name,
+    stack_vpc,
     wire_settings,
 )
 from doubles.iam_requests import (
@@ -68,7 +72,9 @@ def test_runner_role_reaches_only_the_bucket_and_its_parameters(stack: dict[str,
     }
     assert resources == {
         f"arn:aws:s3:::{bucket}",
-        f"arn:aws:s3:::{bucket}/*",
+        f"arn:aws:s3:::{bucket}/*",  # read only (test_training_writes.py: what it may write)
+        f"arn:aws:s3:::{bucket}/checkpoints/${{aws:userid}}/*",
+        f"arn:aws:s3:::{bucket}/sweeps/*",
         f"arn:aws:ssm:{REGION}:123456789012:parameter{settings.ssm_prefix}/*",
     }
     assert granted_actions([document]) == {
@@ -101,20 +107,24 @@ def test_runner_role_covers_exactly_the_instance_and_training_calls(
         ),
     ]
 
-    # The training job, through a recorded client: the checkpoint store and the data download.
+    # The training job, through a recorded client of the instance's own role session (moto's AssumeRole names it
+    # as EC2 names an instance's: aws:userid "<role id>:<instance id>"): the checkpoint store, restoring from a
+    # predecessor's prefix the launch recorded for this branch, and the data download.
     checkpoints = importlib.import_module(f"{PACKAGE}.checkpoints")
     s3sync = importlib.import_module(f"{PACKAGE}.s3sync")
     plain = session.client("s3")
     for name in ("a/1.png", "b/2.png"):
         plain.put_object(Bucket=bucket, Key=f"data/{name}", Body=b"image")
-    recorded_session = boto3.Session(region_name=REGION)
+    recorded_session = instance_session(stack, INSTANCE_A.rsplit("/", 1)[-1])
     calls = record_calls(recorded_session)
-    client = recorded_session.client("s3")
+    client, sts = recorded_session.client("s3"), recorded_session.client("sts")
     local = tmp_path / "backup"
     (local / "chief").mkdir(parents=True)
     for name in ("checkpoint", "ckpt-1.index", "ckpt-1.data-00000-of-00001"):
         (local / "chief" / name).write_bytes(b"weights")
-    store = checkpoints.S3Checkpoints(f"s3://{bucket}/checkpoints/train-infra/abc", local, client)
+    commit = "a" * 40
+    store = checkpoints.open_store(f"s3://{bucket}/checkpoints", "train/infra", commit, "abc", local,
+                                   client=client, sts=sts)  # fmt: skip
     store.push({"run_id": "r1", "epochs_done": 1})
     (local / "chief" / "ckpt-1.index").unlink()
     store.push({"run_id": "r1", "epochs_done": 2})  # a stale file is deleted
@@ -122,17 +132,21 @@ def test_runner_role_covers_exactly_the_instance_and_training_calls(
     store.mark_complete({"run_id": "r1", "epochs_done": 2})
     s3sync.sync_prefix(f"s3://{bucket}/data", tmp_path / "data", client=client)
 
-    training = authorizations(calls)
+    # On the instance, through the stack VPC's S3 endpoint (RunnerPolicy's S3OnlyFromTheStackVpc).
+    vpc = stack_vpc(stack)
+    training = as_caller(authorizations(calls), recorded_session, vpc)
     assert {c.operation for c in calls} >= {"PutObject", "ListObjectsV2", "DeleteObjects", "GetObject"}
     denied = [r for r in [*boot, *training] if not allowed([policy], r)]
     assert denied == [], denied
     assert granted_actions([policy]) == {r.action for r in [*boot, *training]}
-    # The runner mirror: readable, never writable (issue 13, item 8), while the rest of the bucket stays writable.
+    # The runner mirror: readable, never writable (issue 13, item 8); every prefix: test_training_writes.py.
     mirror = f"arn:aws:s3:::{bucket}/runner-mirror/actions-runner-linux-x64-2.330.0.tar.gz"
     assert allowed([policy], Request("s3:GetObject", mirror, s3_context()))
     assert not allowed([policy], Request("s3:PutObject", mirror, s3_context()))
     assert not allowed([policy], Request("s3:DeleteObject", mirror, s3_context()))
-    assert allowed([policy], Request("s3:PutObject", f"arn:aws:s3:::{bucket}/checkpoints/x", s3_context()))
+    own = caller_context(recorded_session, vpc)
+    mine = f"arn:aws:s3:::{bucket}/checkpoints/{own['aws:userid']}/x"
+    assert allowed([policy], Request("s3:PutObject", mine, {**s3_context(), **own}))
     # Another bucket, another project's parameters: refused.
     assert not allowed(
         [policy], Request("s3:GetObject", "arn:aws:s3:::someone-else/data/a.png", s3_context())
@@ -140,9 +154,9 @@ def test_runner_role_covers_exactly_the_instance_and_training_calls(
     # The bucket's name, owned by another account (ours deleted, the name taken): aws:ResourceAccount refuses it.
     stranger = s3_context("210987654321")
     for action, resource in (("s3:ListBucket", f"arn:aws:s3:::{bucket}"), ("s3:GetObject", f"arn:aws:s3:::{bucket}/data/a.png"),
-                             ("s3:PutObject", f"arn:aws:s3:::{bucket}/checkpoints/x")):  # fmt: skip
-        assert allowed([policy], Request(action, resource, s3_context())), action
-        assert not allowed([policy], Request(action, resource, stranger)), action
+                             ("s3:PutObject", mine)):  # fmt: skip
+        assert allowed([policy], Request(action, resource, {**s3_context(), **own})), action
+        assert not allowed([policy], Request(action, resource, {**stranger, **own})), action
     other = f"arn:aws:ssm:{REGION}:123456789012:parameter/gpu-runner/other-project/1-1/jitconfig"
     assert not allowed([policy], Request("ssm:GetParameter", other))
 

@@ -140,14 +140,18 @@ def test_the_study_store_still_appends_and_claims(stack: dict[str, Any], role: s
     assert denied == [], denied
 
 
-def test_runner_role_keeps_overwriting_and_deleting_outside_the_studies(stack: dict[str, Any]) -> None:
-    """The Denies reach sweeps/ only: checkpoints (also those of sweep trials, checkpoints/sweeps/...), data and
-    exports stay writable and deletable without If-None-Match, as the checkpoint store needs."""
+def test_runner_role_keeps_overwriting_and_deleting_its_own_checkpoints(stack: dict[str, Any]) -> None:
+    """The Denies reach sweeps/ only: the session's own checkpoints (a sweep trial's too, under
+    checkpoints/<aws:userid>/sweeps/...) stay writable and deletable without If-None-Match, as the checkpoint store
+    needs. What else training may not write: test_training_writes.py."""
     (policy,) = managed_policies(stack["session"], runner_role_name(stack))
-    for key in ("checkpoints/sweeps/lr/trial-0/ckpt-1.index", "data/a.png", "exports/model.keras", "sweeps"):
+    own = {**s3_context(), "aws:userid": "AROAEXAMPLEROLEID:i-0aaaaaaaaaaaaaaaa"}
+    me = own["aws:userid"]
+    for key in (f"checkpoints/{me}/sweeps/lr/trial-0/sweep-x/{'c' * 12}-abc/files/chief/ckpt-1.index",
+                f"checkpoints/{me}/train-x/{'c' * 12}-abc/state.json"):  # fmt: skip
         resource = f"arn:aws:s3:::{stack['bucket']}/{key}"
         for action in ("s3:PutObject", "s3:DeleteObject"):
-            assert allowed([policy], Request(action, resource, s3_context())), (action, key)
+            assert allowed([policy], Request(action, resource, own)), (action, key)
     inside = f"arn:aws:s3:::{stack['bucket']}/sweeps/lr/journal/000000000000.jsonl"
     assert not allowed([policy], Request("s3:PutObject", inside, s3_context()))
     assert allowed([policy], Request("s3:PutObject", inside, {**s3_context(), "s3:if-none-match": "*"}))

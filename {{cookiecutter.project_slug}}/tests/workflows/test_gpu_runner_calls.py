@@ -60,7 +60,8 @@ CLI_CONTRACT = {
     # (a sweep's wave: an array job, each child's cost to its trial's run)
     "batch sweep-wave": {"--sweep-matrix"},
     "batch submit": {"--name", "--env", "--array-size"},
-    "batch wait": {"--job-id", "--mlflow-run-id", "--sweep-matrix"},
+    # (and each task of the job recorded as the run's branch's at its commit: checkpoint_owners.py)
+    "batch wait": {"--job-id", "--mlflow-run-id", "--sweep-matrix", "--bucket", "--commit"},
     "batch cancel": {"--job-id"},
     # train.yml's and sweep.yml's comment jobs (the results on the branch's open pull request).
     "pr-comment": {"--kind", "--mlflow-run-id", "--branch", "--commit", "--config"},
@@ -100,7 +101,7 @@ def test_gpu_runner_calls_follow_the_contract(project: Path, tmp_path: Path) -> 
         "teardown": {"--attempt"},
         # a push of a training (the caller check's kind): a single job, its cost to the run batch.yml opened
         "batch submit": {"--name", "--env"},
-        "batch wait": {"--job-id", "--mlflow-run-id"},
+        "batch wait": {"--job-id", "--mlflow-run-id", "--bucket", "--commit"},
     }
     push_teardowns = [c for c in bare if c.subcommand == "teardown"]
     assert len(push_teardowns) == 2, push_teardowns

@@ -74,7 +74,15 @@ def test_resolve_comes_first_and_only_the_gpu_path_reaches_a_self_hosted_runner(
     # The runner's job-started hook accepts a job called train only; it runs the version resolve pinned.
     train = jobs["train"]
     assert train["needs"] == ["resolve", "start"] and train["runs-on"] == "${{ needs.start.outputs.label }}"
-    assert train["permissions"] == {"contents": "read"}  # no id-token: S3 through the instance profile
+    # S3 with the predict role through OIDC: the instance profile (the runner role) may write no prediction.
+    assert train["permissions"] == {"contents": "read", "id-token": "write"}
+    credentials = step_named(train, "AWS credentials (OIDC, the predict role)")
+    assert credentials["with"]["role-to-assume"] == "${{ vars.AWS_PREDICT_ROLE_ARN }}"
+    assert credentials["with"]["aws-region"] == "${{ needs.start.outputs.region }}"
+    # The whole job's time limit (its credentials must not expire under a long batch), within IAM's 12 hours.
+    assert train["timeout-minutes"] * 60 < credentials["with"]["role-duration-seconds"] <= 43200
+    steps = [step.get("name") for step in train["steps"]]
+    assert steps.index("AWS credentials (OIDC, the predict role)") < steps.index("Predict")
     predict = step_named(train, "Predict")
     assert predict["env"]["MODEL"] == "${{ needs.resolve.outputs.model }}"
     assert predict["env"]["EXPORT"] == "${{ needs.resolve.outputs.export }}"
@@ -139,12 +147,16 @@ def test_expressions_over_inputs_and_outputs_appear_only_under_env(project: Path
         for key, value in step.items():
             for text in iter_strings(value):
                 for expression in EXPRESSION_RE.findall(text):
-                    # The AWS credentials action's region: the default branch's settings, no input.
-                    # (and the MLflow tunnel action's, which hands it to that action).
+                    # The AWS credentials action's region: the default branch's settings, no input, read by this
+                    # job or by the start job (gpu-runner-start.yml at the default branch, for the GPU job); and
+                    # the MLflow tunnel action's, which hands it to that action. An action input, never shell.
                     region = key == "with" and step.get("uses", "").startswith(
                         (AWS_CREDENTIALS, "./.github/actions/mlflow-tunnel")
                     )
-                    region = region and expression == "steps.settings.outputs.region"
+                    region = region and expression in {
+                        "steps.settings.outputs.region",
+                        "needs.start.outputs.region",
+                    }
                     if UNTRUSTED_RE.search(expression):
                         assert key in {"env", "if"} or region, (
                             f"predict.yml {where}.{key}: {as_expression(expression)}"

@@ -88,6 +88,21 @@ def members(batch: Any, job: Mapping[str, Any]) -> list[tuple[str, dict[str, Any
     return out
 
 
+def tasks_of(parts: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """The ECS task id of every attempt of each part (an attempt's container.taskArn, and the running one's; the
+    id is the ARN's last part: arn:aws:ecs:<region>:<account>:task/<cluster>/<id>): the session name of the job
+    role's credentials in that attempt (checkpoint_owners.py)."""
+    arns = [
+        container.get("taskArn", "")
+        for _, part in parts
+        for container in [
+            *(a.get("container", {}) for a in part.get("attempts", [])),
+            part.get("container", {}),
+        ]
+    ]
+    return list(dict.fromkeys(arn.rsplit("/", 1)[-1] for arn in arns if arn))
+
+
 def _read_new(logs: Any, group: str, stream: str, tail: _Tail) -> Iterator[str]:
     """The lines written since the last read. The end of the stream is where the token stops moving (GetLogEvents:
     "If you have reached the end of the stream, it returns the same token you passed in")."""
@@ -186,9 +201,12 @@ def wait(
     emit: Callable[[str], None] = print,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    on_tasks: Callable[[list[str]], None] | None = None,
 ) -> Outcome:
-    """Poll until the job ends, printing status changes and its log lines; returns the outcome."""
+    """Poll until the job ends, printing status changes and its log lines; returns the outcome. `on_tasks` is
+    told the ECS task id of each attempt of the job (of each child, each node) once, as soon as it is seen."""
     follow = _Follow()
+    tasks_seen: set[str] = set()
     deadline = None if timeout_seconds is None else clock() + timeout_seconds
     while True:
         found = describe(batch, [job_id])
@@ -201,6 +219,11 @@ def wait(
             if part["jobId"] != job_id:
                 _report(follow, label, part)
             _stream(follow, logs, label, part, emit)
+        if on_tasks is not None:
+            new = [task for task in tasks_of(parts) if task not in tasks_seen]
+            if new:
+                tasks_seen.update(new)
+                on_tasks(new)
         if _done(job):
             outcome = outcome_of(job, parts)
             if outcome.status == "SUCCEEDED":

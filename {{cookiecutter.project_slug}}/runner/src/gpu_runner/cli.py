@@ -270,6 +270,12 @@ def _add_batch_jobs(actions: argparse._SubParsersAction) -> None:
         default="",
         help="sweep plan's matrix output: child i's cost goes to leg i's trial run",
     )
+    wait.add_argument(
+        "--bucket",
+        default="",
+        help="the gpu-runner stack's bucket: record each task of the job as this branch's (checkpoint_owners.py)",
+    )
+    wait.add_argument("--commit", default="", help="with --bucket: the commit the job trains (40 hex digits)")
 
 
 def _add_mlflow_server(commands: argparse._SubParsersAction) -> None:
@@ -506,7 +512,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "launch":
         _check_dispatch_inputs(args, settings, ctx)
         nonce = os.environ.get(contract.LABEL_NONCE) or None
-        lifecycle.launch(settings, ctx, aws, github, use_spot=args.spot, label_nonce=nonce)
+        outcome = lifecycle.launch(settings, ctx, aws, github, use_spot=args.spot, label_nonce=nonce)
+        instance = outcome.launched.instance_id
+        _record_checkpoint_owner(settings, aws, ctx, settings.bucket, args.commit or ctx.commit, instance)
     elif args.command == "wait":
         lifecycle.wait(
             settings, aws, github, region=contract.region(args.region), instance_id=contract.instance_id(args.instance_id),
@@ -518,6 +526,23 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     elif args.command == "reap":
         reaper.reap(settings, aws, github, regions=tuple(args.region))
     return 0
+
+
+def _record_checkpoint_owner(
+    settings: Settings, aws: Aws, ctx: RunContext, bucket: str, commit: str, session: str
+) -> None:
+    """The session just started trains this run's branch at `commit` (the one its job checks out): the record a
+    later attempt's resume reads (checkpoint_owners.py)."""
+    from . import checkpoint_owners
+
+    detail = {
+        "repository": ctx.repository,
+        "run_id": ctx.run_id,
+        "run_attempt": ctx.run_attempt,
+        "slot": ctx.slot,
+    }
+    checkpoint_owners.record_or_warn(aws.client("s3", settings.region), bucket, branch=ctx.branch, commit=commit,
+                                     session=session, detail=detail)  # fmt: skip
 
 
 def _mlflow_server(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
@@ -632,8 +657,17 @@ def _batch(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
         contract.write_outputs({contract.BatchOutput.SOURCE_URI: shipped.uri,
                                 contract.BatchOutput.SOURCE_SHA256: shipped.sha256})  # fmt: skip
         return 0
+    # Each task of the job trains this run's branch at --commit: the record its next attempt (a Batch retry) or the
+    # sweep's next wave restores from (checkpoint_owners.py). A malformed commit warns per task; the job goes on.
+    ctx = RunContext.from_env()
+
+    def record_tasks(tasks: list[str]) -> None:
+        for task in tasks:
+            _record_checkpoint_owner(settings, aws, ctx, args.bucket, args.commit, task)
+
     outcome = batch_wait.wait(client, aws.client("logs", settings.region), args.job_id,
-                              poll_seconds=args.poll_seconds, timeout_seconds=args.timeout)  # fmt: skip
+                              poll_seconds=args.poll_seconds, timeout_seconds=args.timeout,
+                              on_tasks=record_tasks if args.bucket else None)  # fmt: skip
     try:  # the cost never changes the job's result
         _log_batch_costs(args, settings, aws, outcome.job)
     except (ClientError, BotoCoreError) as error:

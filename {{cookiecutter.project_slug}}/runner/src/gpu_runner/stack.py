@@ -61,6 +61,11 @@ class StackInputs:
     checkpoint_retention_days: int = 30
     # The only principal the GitHub credential's key lets encrypt (credential_writer: bootstrap's caller).
     credential_writer_arn: str = ""
+    # Filled in by bootstrap (bucket_access.py): who besides the stack's roles may use the objects, and the VPC's
+    # S3 gateway endpoint that binds the runner role's S3 requests to the VPC.
+    bucket_administrators: str = ""
+    s3_gateway_endpoint: str = "none"
+    s3_endpoint_route_tables: str = ""
 
     def __post_init__(self) -> None:
         problems = []
@@ -256,6 +261,9 @@ def stack_parameters(
         "IdleTimeoutMinutes": str(settings.idle_timeout_minutes),
         "WaitTimeoutSeconds": str(settings.wait_timeout_seconds),
         "ReapGraceMinutes": str(settings.reap_grace_minutes),
+        "BucketAdministrators": inputs.bucket_administrators,
+        "S3GatewayEndpoint": inputs.s3_gateway_endpoint,
+        "S3EndpointRouteTableIds": inputs.s3_endpoint_route_tables,
     }
     return [{"ParameterKey": key, "ParameterValue": value} for key, value in values.items()]
 
@@ -282,6 +290,35 @@ def _refuse_long_trust(body: str, parameters: list[dict[str, str]], region: str,
     problems = trust_size.too_long(lengths, quota)
     if problems:
         raise BootstrapError("invalid bootstrap input:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+def _existing_parameters(cfn: Any, name: str) -> dict[str, str]:
+    """The parameters of the stack as deployed ({} when there is none yet)."""
+    try:
+        stacks = cfn.describe_stacks(StackName=name)["Stacks"]
+    except ClientError as error:
+        if "does not exist" in error.response.get("Error", {}).get("Message", ""):
+            return {}
+        raise
+    return {p["ParameterKey"]: p.get("ParameterValue", "") for p in stacks[0].get("Parameters", [])}
+
+
+def _bucket_access(
+    settings: Settings, inputs: StackInputs, existing: Mapping[str, str], *, ec2: Any, sts: Any, iam: Any
+) -> StackInputs:
+    """Who besides the stack's roles may use the bucket's objects (the administrators it has, and the caller) and
+    the VPC's S3 gateway endpoint (bucket_access.py)."""
+    from . import bucket_access
+
+    caller = bucket_access.caller_principal(sts, iam) if sts is not None else None
+    admins = bucket_access.administrators(existing.get("BucketAdministrators", ""), caller)
+    endpoint, tables = inputs.s3_gateway_endpoint, inputs.s3_endpoint_route_tables
+    if ec2 is not None and inputs.vpc_id:
+        endpoint, tables = bucket_access.s3_endpoint_plan(
+            ec2, settings.region, inputs.vpc_id, existing.get("S3GatewayEndpoint", "none")
+        )
+    return replace(inputs, bucket_administrators=admins, s3_gateway_endpoint=endpoint,
+                   s3_endpoint_route_tables=tables)  # fmt: skip
 
 
 def _refuse_foreign_stack(cfn: Any, name: str, repository: str, parameters: list[dict[str, str]]) -> None:
@@ -539,8 +576,16 @@ def bootstrap(
     if not inputs.vpc_id and ec2 is not None:  # the train role's network scope names the VPC
         inputs = replace(inputs, vpc_id=default_vpc(ec2, settings.region))
     name = stack_name(settings.project, inputs.repository)
+    _refuse_long_trust(body, stack_parameters(settings, inputs), settings.region, quotas)
+    inputs = _bucket_access(
+        settings,
+        inputs,
+        _existing_parameters(cfn, name),
+        ec2=ec2,
+        sts=identity.sts if identity else None,
+        iam=identity.iam if identity else None,
+    )
     parameters = stack_parameters(settings, inputs)
-    _refuse_long_trust(body, parameters, settings.region, quotas)
     _refuse_foreign_stack(cfn, name, inputs.repository, parameters)
     if stack_status(cfn, name) is None:
         # The Lambda's package lives in the stack's bucket: a new stack is created without the Lambda first.
