@@ -259,14 +259,16 @@ def mlflow_ui_step(project: Path, state: dict[str, Any]) -> None:
     assert latencies <= set(metrics), sorted(metrics)
     assert "exports/saved_model/saved_model.pb" in run["artifacts"], run["artifacts"]
     assert run["logged_models"] == ["model"]
-    # A fresh project: its first run is a candidate and says so in strings; training registers nothing (issue 30).
+    # A fresh project: its first run is a candidate and says so in strings; training registers nothing
+    # (issue 30).
     assert run["tags"]["champion.decision"] == "candidate", run["tags"]
     assert "registry.version" not in run["tags"]
     assert run["champion"] is None, run["champion"]
     # After `promote --run-id=<that run>` promote's copy of it is version 1 and holds the alias.
     assert promoted["champion"] is not None, promoted["tags"]
     champion = promoted["champion"]
-    assert champion["version"] == "1" and champion["tags"]["promote.candidate_run_id"] == state["run_id"], champion
+    assert champion["version"] == "1", champion
+    assert champion["tags"]["promote.candidate_run_id"] == state["run_id"], champion
     assert champion["tags"]["decision"] == "first" and len(champion["tags"]["files.manifest_sha256"]) == 64
 
 

@@ -15,7 +15,12 @@ import yaml
 from doubles.imds_double import ImdsDouble
 from mlflow.tracking import MlflowClient
 
-from {{ cookiecutter.package_name }}.checkpoints import S3Checkpoints, caller_identity, config_hash, session_prefix
+from {{ cookiecutter.package_name }}.checkpoints import (
+    S3Checkpoints,
+    caller_identity,
+    config_hash,
+    session_prefix,
+)
 from {{ cookiecutter.package_name }}.config import config_from_dict
 from {{ cookiecutter.package_name }}.errors import TrainingInterrupted
 from {{ cookiecutter.package_name }}.train import train

@@ -27,7 +27,12 @@ from {{ cookiecutter.package_name }} import (
     sweep_trial,
     train,
 )
-from {{ cookiecutter.package_name }}.checkpoints import S3Checkpoints, caller_identity, config_hash, session_prefix
+from {{ cookiecutter.package_name }}.checkpoints import (
+    S3Checkpoints,
+    caller_identity,
+    config_hash,
+    session_prefix,
+)
 from {{ cookiecutter.package_name }}.config import Config, config_from_dict
 from {{ cookiecutter.package_name }}.errors import TrainingInterrupted
 from {{ cookiecutter.package_name }}.sweep_config import SweepConfig, trial_config, validate_sweep

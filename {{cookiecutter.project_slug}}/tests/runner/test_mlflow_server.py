@@ -308,7 +308,9 @@ def test_batch_jobs_decrypt_the_ci_password_only(server: dict[str, Any], stack: 
     template = server_template()
     key_only = {
         "Parameters": {
-            k: template["Parameters"][k] for k in ("SsmPrefix", "PasswordReaderArns", "BatchExecutionRoleArn")
+            k: template["Parameters"][k]
+            # BucketName: the ServerRole's gpu-runner:bucket tag (the bucket policy admits the roles tagged so).
+            for k in ("SsmPrefix", "PasswordReaderArns", "BatchExecutionRoleArn", "BucketName")
         },
         "Conditions": {"HasBatchExecutionRole": template["Conditions"]["HasBatchExecutionRole"]},
         "Resources": {k: template["Resources"][k] for k in ("ServerRole", "PasswordKey")},
@@ -319,7 +321,12 @@ def test_batch_jobs_decrypt_the_ci_password_only(server: dict[str, Any], stack: 
         role = mlflow_server_access.batch_execution_role(cfn, iam, batch)
         assert role.startswith(f"arn:aws:iam::{ACCOUNT}:role/")
         prefix = server["parameters"]["SsmPrefix"]
-        values = {"SsmPrefix": prefix, "PasswordReaderArns": people_role(), "BatchExecutionRoleArn": role}
+        values = {
+            "SsmPrefix": prefix,
+            "PasswordReaderArns": people_role(),
+            "BatchExecutionRoleArn": role,
+            "BucketName": server["parameters"]["BucketName"],
+        }
         cfn.create_stack(StackName=rendered, TemplateBody=json.dumps(key_only), Capabilities=["CAPABILITY_IAM"],
                          Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in values.items()])  # fmt: skip
         key_arn = cfn.describe_stacks(StackName=rendered)["Stacks"][0]["Outputs"][0]["OutputValue"]
