@@ -5,6 +5,7 @@ Both bind 127.0.0.1 on free ports and are stopped at the end of the session, als
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -22,6 +23,7 @@ import botocore.loaders
 import botocore.session
 import pytest
 from doubles.amazon_images import first_amazon_image
+from doubles.mlflow_server_boot import inherited_environment
 from e2e_report import REPORT, begin_run, render, this_run
 
 # Before anything creates a boto3 client: no test may ever reach a real AWS account.
@@ -111,6 +113,41 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
+@contextlib.contextmanager
+def _tracking_uri_kept() -> Iterator[None]:
+    """MLflow's tracking URI as it was before the block, after it. mlflow.set_tracking_uri (train.py and
+    predict_tracking.py call it, as do tests and their fixtures) sets a module global, which outranks
+    MLFLOW_TRACKING_URI, and the variable itself "so that subprocess can inherit it"
+    (mlflow/tracking/_tracking_service/utils.py): one module's server then took another module's runs and models."""
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    utils = sys.modules.get("mlflow.tracking._tracking_service.utils")
+    global_before = getattr(utils, "_tracking_uri", None)
+    try:
+        yield
+    finally:
+        utils = sys.modules.get("mlflow.tracking._tracking_service.utils")
+        if utils is not None:
+            utils._tracking_uri = global_before
+        if before is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = before
+
+
+# Module-scoped too: autouse fixtures are set up before the other fixtures of their scope, so this one also undoes
+# what a module's own fixtures (a training run, `trained` in test_registry.py) set.
+@pytest.fixture(autouse=True, scope="module")
+def _module_keeps_the_tracking_uri() -> Iterator[None]:
+    with _tracking_uri_kept():
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _test_keeps_the_tracking_uri() -> Iterator[None]:
+    with _tracking_uri_kept():
+        yield
+
+
 @pytest.fixture(scope="session")
 def moto_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A moto server in its own process; every boto3 client in the tests talks to it through AWS_ENDPOINT_URL."""
@@ -158,26 +195,8 @@ def mlflow_server(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) 
     """A real tracking server: sqlite backend, artifacts proxied to the moto S3 bucket."""
     boto3.client("s3").create_bucket(Bucket=ARTIFACT_BUCKET)
     workdir = tmp_path_factory.mktemp("mlflow-server")
-    port = free_port()
-    env = {
-        **os.environ,
-        "MLFLOW_S3_ENDPOINT_URL": moto_endpoint,
-        # The job-execution workers cost ~2 GB of memory and are not needed for tracking.
-        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
-    }
-    cmd = [
-        sys.executable, "-m", "mlflow", "server",
-        "--backend-store-uri", f"sqlite:///{workdir / 'mlflow.db'}",
-        "--artifacts-destination", f"s3://{ARTIFACT_BUCKET}/mlartifacts",
-        "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-    ]  # fmt: skip
-    process = start_process(cmd, env, workdir / "server.log")
-    uri = f"http://127.0.0.1:{port}"
-    try:
-        wait_for_http(f"{uri}/health", process, workdir / "server.log")
+    with _served_mlflow(workdir, moto_endpoint, f"s3://{ARTIFACT_BUCKET}/mlartifacts", [], {}) as uri:
         yield uri
-    finally:
-        stop_process(process)
 
 
 @pytest.fixture(scope="session")
@@ -196,25 +215,38 @@ def mlflow_auth_server(
         f"admin_username = {admin['admin']}\nadmin_password = {admin['password']}\n"
         "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
     )
+    auth_env = {"MLFLOW_AUTH_CONFIG_PATH": str(ini), "MLFLOW_FLASK_SERVER_SECRET_KEY": "tests-only"}
+    artifacts = f"s3://{bucket}/mlflow-artifacts"
+    with _served_mlflow(workdir, moto_endpoint, artifacts, ["--app-name", "basic-auth"], auth_env) as uri:
+        yield {"uri": uri, **admin}
+
+
+@contextlib.contextmanager
+def _served_mlflow(
+    workdir: Path, moto_endpoint: str, artifacts: str, extra_args: list[str], extra_env: dict[str, str]
+) -> Iterator[str]:
+    """`mlflow server` on a free loopback port with a sqlite store in `workdir`, artifacts proxied to `artifacts`
+    in moto; its URI until the block ends."""
+    env = inherited_environment(
+        {
+            "MLFLOW_S3_ENDPOINT_URL": moto_endpoint,
+            # The job-execution workers cost ~2 GB of memory and are not needed for tracking.
+            "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+            **extra_env,
+        }
+    )
     port = free_port()
-    env = {
-        **os.environ,
-        "MLFLOW_AUTH_CONFIG_PATH": str(ini),
-        "MLFLOW_FLASK_SERVER_SECRET_KEY": "tests-only",
-        "MLFLOW_S3_ENDPOINT_URL": moto_endpoint,
-        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
-    }
     cmd = [
-        sys.executable, "-m", "mlflow", "server", "--app-name", "basic-auth",
+        sys.executable, "-m", "mlflow", "server", *extra_args,
         "--backend-store-uri", f"sqlite:///{workdir / 'mlflow.db'}",
-        "--artifacts-destination", f"s3://{bucket}/mlflow-artifacts",
+        "--artifacts-destination", artifacts,
         "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
     ]  # fmt: skip
     process = start_process(cmd, env, workdir / "server.log")
     uri = f"http://127.0.0.1:{port}"
     try:
         wait_for_http(f"{uri}/health", process, workdir / "server.log")
-        yield {"uri": uri, **admin}
+        yield uri
     finally:
         stop_process(process)
 

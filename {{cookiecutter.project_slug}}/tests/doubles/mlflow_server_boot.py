@@ -119,6 +119,16 @@ def stop_server(boot: Boot) -> None:
             os.killpg(pid, 9)
 
 
+# What a tracking client reads from the environment. A server the tests start inherits none of it (a server on an
+# instance has none), or it resolves `models:/<id>` sources against another test's server.
+MLFLOW_CLIENT_VARIABLES = ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+
+
+def inherited_environment(extra: dict[str, str]) -> dict[str, str]:
+    """This process's environment without MLflow's client variables, then `extra`: what a server starts with."""
+    return {**{k: v for k, v in os.environ.items() if k not in MLFLOW_CLIENT_VARIABLES}, **extra}
+
+
 def run_boot(
     script_text: str, work: Path, *, port: int, extra_env: dict[str, str], timeout: float = 240
 ) -> Boot:
@@ -136,24 +146,25 @@ def run_boot(
     systemctl.write_text(SYSTEMCTL.replace("@@PYTHON@@", sys.executable), encoding="utf-8")
     systemctl.chmod(0o755)
     calls_log = stub_dir / "calls.log"
-    env = {
-        **os.environ,
-        **extra_env,
-        # Stubs first, then this environment's tools (the real aws CLI), then the system's coreutils.
-        "PATH": f"{bin_dir}:{venv_bin}:/usr/bin:/bin",
-        "STUB_CALL_LOG": str(calls_log),
-        "STUB_DIR": str(stub_dir),
-        "STUB_PYTHON": sys.executable,
-        "STUB_MLFLOW": str(venv_bin / "mlflow"),
-        "MLFLOW_SERVER_TEST_ROOT": str(root),
-        # The mlflow user's home on the instance (useradd --home-dir /var/lib/mlflow): what MLflow writes under
-        # ~ (its assistant's configuration, telemetry) stays in the sandbox.
-        "HOME": str(root / "var" / "lib" / "mlflow"),
-        "MLFLOW_SERVER_TEST_PORT": str(port),
-        "MLFLOW_SERVER_TEST_DEVICE": str(device),
-        "MLFLOW_SERVER_TEST_DEVICE_WAIT": "4",
-        "MLFLOW_SERVER_TEST_HEALTH_WAIT": "90",
-    }
+    env = inherited_environment(
+        {
+            **extra_env,
+            # Stubs first, then this environment's tools (the real aws CLI), then the system's coreutils.
+            "PATH": f"{bin_dir}:{venv_bin}:/usr/bin:/bin",
+            "STUB_CALL_LOG": str(calls_log),
+            "STUB_DIR": str(stub_dir),
+            "STUB_PYTHON": sys.executable,
+            "STUB_MLFLOW": str(venv_bin / "mlflow"),
+            "MLFLOW_SERVER_TEST_ROOT": str(root),
+            # The mlflow user's home on the instance (useradd --home-dir /var/lib/mlflow): what MLflow writes under
+            # ~ (its assistant's configuration, telemetry) stays in the sandbox.
+            "HOME": str(root / "var" / "lib" / "mlflow"),
+            "MLFLOW_SERVER_TEST_PORT": str(port),
+            "MLFLOW_SERVER_TEST_DEVICE": str(device),
+            "MLFLOW_SERVER_TEST_DEVICE_WAIT": "4",
+            "MLFLOW_SERVER_TEST_HEALTH_WAIT": "90",
+        }
+    )
     for name in [*STUBS, "systemctl"]:
         assert shutil.which(name, path=env["PATH"]) == str(bin_dir / name), f"{name} is not stubbed"
     result = subprocess.run(

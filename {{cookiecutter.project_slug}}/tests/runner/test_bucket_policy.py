@@ -75,7 +75,8 @@ def test_the_stacks_roles_the_tagged_roles_and_the_administrators_keep_their_cal
     stack: dict[str, Any],
 ) -> None:
     """Each admitted principal with its own deployed policies, on the calls it makes: the runner role (its own
-    checkpoint), the launch role (an owners record), the sweep role (a study), the predict role (a prediction);
+    checkpoint), the launch role (an owners record), the sweep role (a study), the predict role (a prediction),
+    the promote role (the held-out set);
     a role of the project's other stacks by its tag (the MLflow server writing its artifacts); the administrator
     bootstrap ran as (moto's user) and the root, with s3:*."""
     session, policy, bucket, outputs = (
@@ -109,6 +110,11 @@ def test_the_stacks_roles_the_tagged_roles_and_the_administrators_keep_their_cal
         outputs["PredictRoleArn"]: (
             role_policies(stack, "PredictRoleArn"),
             [Request("s3:PutObject", f"{obj}/predictions/b/part-0.parquet")],
+            {},
+        ),
+        outputs["PromoteRoleArn"]: (
+            role_policies(stack, "PromoteRoleArn"),
+            [Request("s3:GetObject", f"{obj}/holdout/0/0001.png"), Request("s3:ListBucket", obj, {"s3:prefix": "holdout/"})],
             {},
         ),
     }  # fmt: skip

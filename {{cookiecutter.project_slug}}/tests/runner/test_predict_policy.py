@@ -22,10 +22,9 @@ from doubles.iam_requests import (
     record_calls,
     s3_context,
 )
-from doubles.stack_deploy import PROJECT_DIR
+from doubles.stack_deploy import PROJECT_PACKAGE
 
-# The project's own package (tests/runner is copied verbatim, so its name is looked up, not written).
-PACKAGE = next(p.name for p in (PROJECT_DIR / "src").iterdir() if (p / "__init__.py").exists())
+PACKAGE = PROJECT_PACKAGE
 BATCH = "predictions/digits-2026-12-01"
 BUCKET = "<the stack's bucket>"  # put in by each test (the bucket's name is made per session)
 # The smallest part S3 accepts in a multipart upload (all parts but the last: S3 User Guide, "Amazon S3 multipart

@@ -22,10 +22,9 @@ from doubles.iam_requests import (
     record_calls,
     s3_context,
 )
-from doubles.stack_deploy import PROJECT_DIR
+from doubles.stack_deploy import PROJECT_PACKAGE
 
-# The project's own package (tests/runner is copied verbatim, so its name is looked up, not written).
-PACKAGE = next(p.name for p in (PROJECT_DIR / "src").iterdir() if (p / "__init__.py").exists())
+PACKAGE = PROJECT_PACKAGE
 HOLDOUT = "holdout/digits-v1"
 BUCKET = "<the stack's bucket>"  # put in by each test (the bucket's name is made per session)
 

@@ -30,13 +30,12 @@ from doubles.iam_requests import (
     record_calls,
     s3_context,
 )
-from doubles.stack_deploy import PROJECT_DIR
+from doubles.stack_deploy import PROJECT_DIR, PROJECT_PACKAGE
 
 from gpu_runner import cli
 from gpu_runner.naming import RunContext, parameter_name
 
-# The project's own package (tests/runner is copied verbatim, so its name is looked up, not written).
-PACKAGE = next(p.name for p in (PROJECT_DIR / "src").iterdir() if (p / "__init__.py").exists())
+PACKAGE = PROJECT_PACKAGE
 BOOT_SCRIPT = PROJECT_DIR / "runner" / "src" / "gpu_runner" / "user_data.sh"
 # What each AWS CLI command in the boot script is authorized as.
 BOOT_SCRIPT_ACTIONS = {

@@ -23,10 +23,9 @@ from doubles.gpu_runner_stack import (
     runner_role_name,
 )
 from doubles.iam_requests import Call, Request, allowed, record_calls, s3_context
-from doubles.stack_deploy import PROJECT_DIR
+from doubles.stack_deploy import PROJECT_PACKAGE
 
-# The project's own package (tests/runner is copied verbatim, so its name is looked up, not written).
-PACKAGE = next(p.name for p in (PROJECT_DIR / "src").iterdir() if (p / "__init__.py").exists())
+PACKAGE = PROJECT_PACKAGE
 ROLES = ("runner", "sweep")
 
 

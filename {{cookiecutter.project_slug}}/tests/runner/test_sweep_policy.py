@@ -22,13 +22,12 @@ from doubles.iam_requests import (
     s3_context,
 )
 from doubles.service_quotas import quota_body
-from doubles.stack_deploy import PROJECT_DIR
+from doubles.stack_deploy import PROJECT_PACKAGE
 
 from gpu_runner import capacity, quotas
 from gpu_runner.aws import Aws
 
-# The project's own package (tests/runner is copied verbatim, so its name is looked up, not written).
-PACKAGE = next(p.name for p in (PROJECT_DIR / "src").iterdir() if (p / "__init__.py").exists())
+PACKAGE = PROJECT_PACKAGE
 STUDY = "sweeps/lr-search"
 BUCKET = "<the stack's bucket>"  # put in by each test (the bucket's name is made per session)
 

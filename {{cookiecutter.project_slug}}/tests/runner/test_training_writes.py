@@ -30,13 +30,12 @@ from doubles.gpu_runner_stack import (
     stack_vpc,
 )
 from doubles.iam_requests import ACCOUNT, Request, allowed, record_calls, s3_context
-from doubles.stack_deploy import PROJECT_DIR
+from doubles.stack_deploy import PROJECT_DIR, PROJECT_PACKAGE
 
 from gpu_runner import checkpoint_owners
 from gpu_runner.errors import RunnerError
 
-# The project's own package (tests/runner is copied verbatim, so its name is looked up, not written).
-PACKAGE = next(p.name for p in (PROJECT_DIR / "src").iterdir() if (p / "__init__.py").exists())
+PACKAGE = PROJECT_PACKAGE
 
 INSTANCE = "i-0aaaaaaaaaaaaaaaa"
 OTHER_INSTANCE = "i-0bbbbbbbbbbbbbbbb"
