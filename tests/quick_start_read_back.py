@@ -14,6 +14,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 
@@ -29,15 +30,27 @@ def artifact_paths(uri: str, run_id: str, path: str = "") -> Iterator[str]:
             yield entry["path"]
 
 
+def registered_aliases(client: MlflowClient, model_name: str) -> dict[str, str]:
+    """The registered model's aliases (alias -> version): an alias nobody holds yet is simply absent, where
+    get_model_version_by_alias would raise; none before the first promotion, since training registers nothing
+    and the model exists only once promote made it."""
+    if not model_name:
+        return {}
+    try:
+        return dict(client.get_registered_model(model_name).aliases)
+    except MlflowException as error:
+        if error.error_code == "RESOURCE_DOES_NOT_EXIST":
+            return {}
+        raise
+
+
 def facts(uri: str, run_id: str) -> dict[str, object]:
     client = MlflowClient(uri)
     run = client.get_run(run_id)
     tags = run.data.tags
     experiment_id = run.info.experiment_id
     model_name = tags.get("registry.model_name", "")
-    # The registered model's aliases (alias -> version): an alias nobody holds yet is simply absent, where
-    # get_model_version_by_alias would raise.
-    aliases = client.get_registered_model(model_name).aliases if model_name else {}
+    aliases = registered_aliases(client, model_name)
     champion = client.get_model_version(model_name, aliases["champion"]) if "champion" in aliases else None
     logged = client.search_logged_models(experiment_ids=[experiment_id])
     return {

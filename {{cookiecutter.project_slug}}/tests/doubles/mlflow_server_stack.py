@@ -59,8 +59,34 @@ def up(settings_file: Path, *extra: str) -> tuple[int, str, str]:
 
 
 def deployed(stack: dict[str, Any], settings_file: Path, *extra: str) -> dict[str, Any]:
-    """`up` (idempotent: a re-run updates the stack), then the stack's name, outputs and parameters."""
+    """`up` on a fresh server stack, then the stack's name, outputs and parameters.
+
+    Fresh, because the modules deploy it with different inputs (schedules, a requirements file, a batch stack
+    made since, which adds BatchExecutionRoleArn), and each such update changes the instance or PasswordKey, which
+    AWS updates or replaces; moto 5's CloudFormation sets a modified resource whose model has no
+    update_from_cloudformation_json to nothing (moto/cloudformation/parsing.py, parse_and_update_resource returns
+    None), and every DescribeStacks of the stack then answers 500. `up` run twice with the same inputs (a re-run)
+    stays an update: test_mlflow_server runs it so."""
+    name = mlflow_server.server_stack_name(stack["settings"].project, DEFAULT_REPOSITORY)
+    _delete_if_present(stack["session"], name)
     code, printed, err = up(settings_file, *extra)
     assert code == 0, err
-    name = mlflow_server.server_stack_name(stack["settings"].project, DEFAULT_REPOSITORY)
     return described(stack["session"], name, printed)
+
+
+def _delete_if_present(session: boto3.Session, name: str) -> None:
+    cfn, iam = session.client("cloudformation"), session.client("iam")
+    try:
+        resources = cfn.describe_stack_resources(StackName=name)["StackResources"]
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") == "ValidationError":  # no such stack yet
+            return
+        raise
+    # moto deletes the roles before the policies attached to them and refuses (DeleteConflict): detach first.
+    for resource in resources:
+        if resource.get("ResourceType") == "AWS::IAM::Role":
+            role = resource["PhysicalResourceId"]
+            for policy in iam.list_attached_role_policies(RoleName=role)["AttachedPolicies"]:
+                iam.detach_role_policy(RoleName=role, PolicyArn=policy["PolicyArn"])
+    cfn.delete_stack(StackName=name)
+    cfn.get_waiter("stack_delete_complete").wait(StackName=name, WaiterConfig={"Delay": 1})
