@@ -40,6 +40,7 @@ from doubles.github_double import DEFAULT_TOKEN, GitHubDouble
 from doubles.imds_double import ImdsDouble
 from doubles.simulated_instance import AWS_TEST_CREDENTIALS, LIVE, RUN_ID, Simulator
 
+from gpu_runner import naming
 from gpu_runner.workflow_contract import LABEL_NONCE
 
 HERE = Path(__file__).resolve().parent
@@ -303,11 +304,22 @@ def default_branch_workflows(repo: Path) -> list[str]:
 
 def store_github_credential(moto_endpoint: str, repo: Path, token: str) -> None:
     """What `gpu-runner bootstrap --token-file` writes: the SSM SecureString the start and stop workflows read
-    with the launch role (moto enforces no IAM: that part is proven by tests/runner/test_train_policy.py)."""
+    with the launch role (moto enforces no IAM: that part is proven by tests/runner/test_train_policy.py), under
+    the key the stack's alias names (GitHubCredentialKeyAlias), which every reader checks before using it."""
     settings = yaml.safe_load((repo / "configs" / "gpu-runner.yaml").read_text())
     ssm = boto3.client("ssm", region_name=settings["region"], endpoint_url=moto_endpoint)
-    name = settings.get("ssm_prefix", "/gpu-runner").rstrip("/") + "-github-credential"
-    ssm.put_parameter(Name=name, Value=json.dumps({"token": token}), Type="SecureString", Overwrite=True)
+    kms = boto3.client("kms", region_name=settings["region"], endpoint_url=moto_endpoint)
+    prefix = settings.get("ssm_prefix", "/gpu-runner")
+    alias = naming.github_credential_key_alias(prefix)
+    aliases = {
+        a["AliasName"] for page in kms.get_paginator("list_aliases").paginate() for a in page["Aliases"]
+    }
+    if alias not in aliases:
+        key = kms.create_key(Description="the stack's GitHub credential key (e2e)")["KeyMetadata"]["KeyId"]
+        kms.create_alias(AliasName=alias, TargetKeyId=key)
+    name = prefix.rstrip("/") + "-github-credential"
+    ssm.put_parameter(Name=name, Value=json.dumps({"token": token}), Type="SecureString", KeyId=alias,
+                      Overwrite=True)  # fmt: skip
 
 
 OnRecord = Callable[[dict[str, Any], subprocess.Popen], None]
