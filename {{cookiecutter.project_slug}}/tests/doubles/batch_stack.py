@@ -21,7 +21,7 @@ import yaml
 from doubles.github_double import DEFAULT_REPOSITORY
 from doubles.gpu_runner_stack import REGION, CfnLoader
 from doubles.mlflow_server_stack import run_cli
-from doubles.stack_deploy import PROJECT_DIR, described
+from doubles.stack_deploy import PROJECT_DIR, delete_if_present, described
 from gpu_runner import batch_stack, cli
 from gpu_runner.aws import Aws
 
@@ -87,8 +87,35 @@ def up(settings_file: Path, *extra: str) -> tuple[int, str, str]:
 
 
 def deployed(stack: dict[str, Any], settings_file: Path, *extra: str) -> dict[str, Any]:
-    """`up`, then the stack's name, outputs and parameters."""
+    """`up` on a fresh batch stack, then the stack's name, outputs and parameters.
+
+    Fresh, because each module deploys it with a service role of its own: an update replaces the compute
+    environment, which moto's CloudFormation leaves as nothing, and the stack then lacks its outputs (seen: the job
+    definitions missing in test_training_writes after test_mlflow_server deployed the server stack, whose CI user
+    the job definitions name; see stack_deploy.delete_if_present)."""
+    name = batch_stack.batch_stack_name(stack["settings"].project, DEFAULT_REPOSITORY)
+    delete_if_present(stack["session"], name)
+    _delete_batch_resources(stack["session"], name)
     code, printed, err = up(settings_file, *extra)
     assert code == 0, err
-    name = batch_stack.batch_stack_name(stack["settings"].project, DEFAULT_REPOSITORY)
     return described(stack["session"], name, printed)
+
+
+def _delete_batch_resources(session: boto3.Session, stack_name: str) -> None:
+    """What deleting the stack deletes on AWS and moto 5.2.5 leaves (its Batch models define no
+    delete_from_cloudformation_json): the queues, then the environments they use, then the job definitions, all named
+    `<stack>-...` (infra/batch.yaml). Left, they make the next create fail (InvalidParameterValue, 'A compute
+    environment already exists'). By name, not by the stack's resources: an update may have dropped them from it."""
+    batch, own = session.client("batch"), f"{stack_name}-"
+    for queue in batch.describe_job_queues()["jobQueues"]:
+        if queue["jobQueueName"].startswith(own):
+            batch.update_job_queue(jobQueue=queue["jobQueueArn"], state="DISABLED")
+            batch.delete_job_queue(jobQueue=queue["jobQueueArn"])
+    for environment in batch.describe_compute_environments()["computeEnvironments"]:
+        if environment["computeEnvironmentName"].startswith(own):
+            arn = environment["computeEnvironmentArn"]
+            batch.update_compute_environment(computeEnvironment=arn, state="DISABLED")
+            batch.delete_compute_environment(computeEnvironment=arn)
+    for definition in batch.describe_job_definitions(status="ACTIVE")["jobDefinitions"]:
+        if definition["jobDefinitionName"].startswith(own):
+            batch.deregister_job_definition(jobDefinition=definition["jobDefinitionArn"])

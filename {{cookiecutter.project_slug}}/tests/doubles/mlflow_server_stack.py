@@ -17,7 +17,7 @@ import boto3
 from botocore.exceptions import ClientError
 
 from doubles.github_double import DEFAULT_REPOSITORY
-from doubles.stack_deploy import PROJECT_DIR, described
+from doubles.stack_deploy import PROJECT_DIR, delete_if_present, described
 from gpu_runner import cli, mlflow_server
 
 SERVER_TEMPLATE = PROJECT_DIR / "infra" / "mlflow-server.yaml"
@@ -68,25 +68,7 @@ def deployed(stack: dict[str, Any], settings_file: Path, *extra: str) -> dict[st
     None), and every DescribeStacks of the stack then answers 500. `up` run twice with the same inputs (a re-run)
     stays an update: test_mlflow_server runs it so."""
     name = mlflow_server.server_stack_name(stack["settings"].project, DEFAULT_REPOSITORY)
-    _delete_if_present(stack["session"], name)
+    delete_if_present(stack["session"], name)
     code, printed, err = up(settings_file, *extra)
     assert code == 0, err
     return described(stack["session"], name, printed)
-
-
-def _delete_if_present(session: boto3.Session, name: str) -> None:
-    cfn, iam = session.client("cloudformation"), session.client("iam")
-    try:
-        resources = cfn.describe_stack_resources(StackName=name)["StackResources"]
-    except ClientError as error:
-        if error.response.get("Error", {}).get("Code") == "ValidationError":  # no such stack yet
-            return
-        raise
-    # moto deletes the roles before the policies attached to them and refuses (DeleteConflict): detach first.
-    for resource in resources:
-        if resource.get("ResourceType") == "AWS::IAM::Role":
-            role = resource["PhysicalResourceId"]
-            for policy in iam.list_attached_role_policies(RoleName=role)["AttachedPolicies"]:
-                iam.detach_role_policy(RoleName=role, PolicyArn=policy["PolicyArn"])
-    cfn.delete_stack(StackName=name)
-    cfn.get_waiter("stack_delete_complete").wait(StackName=name, WaiterConfig={"Delay": 1})

@@ -12,6 +12,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 
 from gpu_runner import cli
 from gpu_runner.stack import stack_name as name_of_stack
@@ -87,3 +88,26 @@ def described(session: boto3.Session, name: str, printed: str) -> dict:
         "printed": printed,
         "session": session,
     }
+
+
+def delete_if_present(session: boto3.Session, name: str) -> None:
+    """Delete the stack `name` if it exists, so the next `up` creates it.
+
+    moto 5's CloudFormation sets a modified resource whose model has no update_from_cloudformation_json to nothing
+    (moto/cloudformation/parsing.py, parse_and_update_resource returns None), and every DescribeStacks of the stack
+    then answers 500 or lacks its outputs: the modules that deploy a stack with inputs of their own start fresh."""
+    cfn, iam = session.client("cloudformation"), session.client("iam")
+    try:
+        resources = cfn.describe_stack_resources(StackName=name)["StackResources"]
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") == "ValidationError":  # no such stack yet
+            return
+        raise
+    # moto deletes the roles before the policies attached to them and refuses (DeleteConflict): detach first.
+    for resource in resources:
+        if resource.get("ResourceType") == "AWS::IAM::Role":
+            role = resource["PhysicalResourceId"]
+            for policy in iam.list_attached_role_policies(RoleName=role)["AttachedPolicies"]:
+                iam.detach_role_policy(RoleName=role, PolicyArn=policy["PolicyArn"])
+    cfn.delete_stack(StackName=name)
+    cfn.get_waiter("stack_delete_complete").wait(StackName=name, WaiterConfig={"Delay": 1})
