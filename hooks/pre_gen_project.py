@@ -27,7 +27,7 @@ ANSWERS: dict[str, object] = json.loads({{ cookiecutter | tojson | tojson }})
 
 # Must stay equal to the "license" choices in cookiecutter.json (a template test compares them).
 LICENSES = ("MIT", "Apache-2.0", "BSD-3-Clause", "Proprietary")
-# configs/gpu-runner.yaml `backend` (runner/src/gpu_runner/settings.py BACKENDS, which refuses anything else).
+# configs/gpu-runner.yaml `backend` (runner/src/gpu_runner/core/settings.py BACKENDS, which refuses anything else).
 GPU_BACKENDS = ("runner", "batch")
 
 # Import names the generated project (or its tooling) already uses; a package with one of these names would
@@ -52,14 +52,14 @@ DIGITS = re.compile(r"[0-9]+")
 BUCKET_CHARS = re.compile(r"[a-z0-9.-]+")
 
 GPU_FAMILY_PREFIXES = ("g", "p")
-# Must stay equal to DLAMI_GPU_FAMILIES in runner/src/gpu_runner/settings.py (a template test compares them): the GPU
+# Must stay equal to DLAMI_GPU_FAMILIES in runner/src/gpu_runner/core/settings.py (a template test compares them): the GPU
 # families the default AMI (Deep Learning Base OSS Nvidia Driver GPU AMI, Ubuntu 22.04) lists as supported in its
 # release notes of 2026-01-30. P3 is not one of them.
 DLAMI_GPU_FAMILIES = (
     "g4dn", "g5", "g6", "gr6", "g6e", "g7e", "p4d", "p4de", "p5", "p5e", "p5en", "p6-b200", "p6-b300",
 )  # fmt: skip
 # The bundled, dated table of the GPU types AWS offers per region (DescribeInstanceTypeOfferings, see its "source").
-OFFERINGS_GLOB = "*/runner/src/gpu_runner/offerings.json"
+OFFERINGS_GLOB = "*/runner/src/gpu_runner/core/offerings.json"
 BUCKET_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
 BUCKET_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
 # Control characters and Unicode line/paragraph separators: they break a one-line answer (and YAML).

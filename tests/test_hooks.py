@@ -559,14 +559,13 @@ def test_hook_backend_choices_match_cookiecutter_json_and_the_runner_settings() 
     settings = OFFERINGS.with_name("settings.py").read_text(encoding="utf-8")
     declared = re.search(r"^BACKENDS = (\(.*\))$", settings, flags=re.MULTILINE)
 
-    assert declared, "runner/src/gpu_runner/settings.py no longer declares BACKENDS = (...)"
+    assert declared, "runner/src/gpu_runner/core/settings.py no longer declares BACKENDS = (...)"
     assert list(backends) == template_config()["gpu_backend"] == list(ast.literal_eval(declared[1]))
     assert backends[0] == "runner"
 
 
-OFFERINGS = (
-    TEMPLATE_ROOT / "{{cookiecutter.project_slug}}" / "runner" / "src" / "gpu_runner" / "offerings.json"
-)
+RUNNER_PACKAGE = TEMPLATE_ROOT / "{{cookiecutter.project_slug}}" / "runner" / "src" / "gpu_runner"
+OFFERINGS = RUNNER_PACKAGE / "core" / "offerings.json"
 
 
 def test_default_instance_types_are_offered_in_the_default_region() -> None:

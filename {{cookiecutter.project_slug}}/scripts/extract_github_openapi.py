@@ -29,40 +29,40 @@ OUTPUT = PROJECT / "tests" / "contracts" / "github-openapi.json"
 # (then rerun this script) before the client uses it or the double serves it: the double refuses a route that
 # is not in the extracted file.
 OPERATIONS = (
-    # Runner lifecycle (gpu_runner.github.GitHubRunners)
+    # Runner lifecycle (gpu_runner.core.github.GitHubRunners)
     "actions/generate-runner-jitconfig-for-repo",
     "actions/list-self-hosted-runners-for-repo",
     "actions/get-self-hosted-runner-for-repo",
     "actions/delete-self-hosted-runner-from-repo",
-    # Resume after a spot interruption (gpu_runner.github.dispatch_workflow)
+    # Resume after a spot interruption (gpu_runner.core.github.dispatch_workflow)
     "actions/create-workflow-dispatch",
     # GitHub App authentication (PyGithub's GithubIntegration / AppInstallationAuth)
     "apps/get-repo-installation",
     "apps/create-installation-access-token",
-    # Bootstrap (gpu_runner.oidc_subject): the OIDC `sub` template that names the reusable workflow
+    # Bootstrap (gpu_runner.setup.oidc_subject): the OIDC `sub` template that names the reusable workflow
     "actions/get-custom-oidc-sub-claim-for-repo",
     "actions/set-custom-oidc-sub-claim-for-repo",
-    # Preflight (gpu_runner.doctor_github): the token's role on the repository, the settings' names
+    # Preflight (gpu_runner.doctor.doctor_github): the token's role on the repository, the settings' names
     "repos/get",
     "actions/list-repo-variables",
     "actions/list-repo-secrets",
-    # Launch: the dispatch input `commit` must be in the history of the dispatched branch (gpu_runner.github.
+    # Launch: the dispatch input `commit` must be in the history of the dispatched branch (gpu_runner.core.github.
     # check_commit_on_branch)
     "repos/compare-commits-with-basehead",
-    # The pull-request comment of train.yml / sweep.yml (gpu_runner.pr_comment): the branch's open pull
+    # The pull-request comment of train.yml / sweep.yml (gpu_runner.pr_comment.pr_comment): the branch's open pull
     # requests, their comments, and the one comment it creates once and then edits
     "pulls/list",
     "issues/list-comments",
     "issues/create-comment",
     "issues/update-comment",
-    # Preflight (gpu_runner.doctor_branch): what guards the default branch the roles trust. The rules active
+    # Preflight (gpu_runner.doctor.doctor_branch): what guards the default branch the roles trust. The rules active
     # rulesets apply to it, each contributing ruleset's bypass list, classic branch protection, and whether
     # GitHub Actions may approve pull requests (an approval that counts as a review)
     "repos/get-branch-rules",
     "repos/get-repo-ruleset",
     "repos/get-branch-protection",
     "actions/get-github-actions-default-workflow-permissions-repository",
-    # Preflight (gpu_runner.doctor_repository): promote.yml's `production` environment (its reviewers and
+    # Preflight (gpu_runner.doctor.doctor_repository): promote.yml's `production` environment (its reviewers and
     # deployment branches) and who may run a fork's pull request workflows
     "repos/get-environment",
     "repos/list-deployment-branch-policies",

@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gpu_runner.mlflow_server_project import (
+from gpu_runner.mlflow_server.mlflow_server_project import (
     DEFAULT_REQUIREMENTS,
     REGENERATE,
     checked_requirements,

@@ -9,7 +9,7 @@ they were read; an entry with `sha_in_snapshot: false` could not be read at the 
 contract is that of the newest release the snapshot had: evidence, not proof.
 
 A `run:` step's outputs are the contract of the code it runs: a workflow may read only the keys that code writes
-(the constants of gpu_runner.workflow_contract and of the ML package's workflow_contract) or that the step's own
+(the constants of gpu_runner.core.workflow_contract and of the ML package's workflow_contract) or that the step's own
 script appends to $GITHUB_OUTPUT.
 
 The act doubles in tests/e2e/actions/ stand in for the real actions in the offline story, so they may only declare
@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
-import gpu_runner.workflow_contract as runner_contract
+import gpu_runner.core.workflow_contract as runner_contract
 from {{ cookiecutter.package_name }} import workflow_contract as training_contract
 
 PROJECT = Path(__file__).resolve().parents[1]

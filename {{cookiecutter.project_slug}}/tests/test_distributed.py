@@ -509,7 +509,7 @@ def test_a_two_node_batch_job_trains_the_digits_through_the_batch_host(
     this machine's loopback, so each node range gets its own worker port (on AWS every node has its own host)."""
     import boto3
 
-    from gpu_runner import batch_jobs, batch_wait
+    from gpu_runner.batch import batch_jobs, batch_wait
 
     config = tmp_path / "train.yaml"
     config.write_text(
@@ -573,7 +573,7 @@ def test_the_secret_gpu_runner_draws_is_the_one_the_nodes_read() -> None:
     """`gpu-runner batch submit --multinode` sets the variable the nodes read, long enough for them to accept."""
     import secrets
 
-    from gpu_runner import batch_jobs
+    from gpu_runner.batch import batch_jobs
 
     assert batch_jobs.RENDEZVOUS_SECRET == distributed.RENDEZVOUS_SECRET
     assert len(secrets.token_urlsafe(batch_jobs.RENDEZVOUS_SECRET_BYTES)) >= distributed.MIN_SECRET_LENGTH

@@ -22,15 +22,68 @@ CONTRACTS = tomllib.loads((PROJECT / "pyproject.toml").read_text(encoding="utf-8
 # One planted import per contract (module, line appended to it, what the report then says), each breaking only
 # its own contract, written into a temporary copy of the packages.
 PLANTED = {
-    # stack imports credential (same layer): a cycle, no upward import.
-    "acyclic": ("gpu_runner/credential.py", "from . import stack", "No cycles are allowed in gpu_runner."),
+    # naming imports workflow_contract, which imports naming: a cycle.
+    "acyclic": (
+        "gpu_runner/core/naming.py",
+        "from gpu_runner.core import workflow_contract",
+        "No cycles are allowed in gpu_runner.core.",
+    ),
     "tensorflow": (f"{PACKAGE}/tracking.py", "import tensorflow", f"{PACKAGE}.tracking -> tensorflow"),
-    "distributions": ("gpu_runner/settings.py", f"import {PACKAGE}", f"gpu_runner.settings -> {PACKAGE}"),
+    "distributions": (
+        "gpu_runner/core/settings.py",
+        f"import {PACKAGE}",
+        f"gpu_runner.core.settings -> {PACKAGE}",
+    ),
     "ml-layers": (f"{PACKAGE}/errors.py", "from . import config", f"{PACKAGE}.errors -> {PACKAGE}.config"),
-    "runner-layers": (
-        "gpu_runner/errors.py",
-        "from . import naming",
-        "gpu_runner.errors -> gpu_runner.naming",
+    "runner-rooms": (
+        "gpu_runner/core/errors.py",
+        "from gpu_runner.cost import record",
+        "gpu_runner.core.errors -> gpu_runner.cost.record",
+    ),
+    "backends": (
+        "gpu_runner/batch/batch_jobs.py",
+        "from gpu_runner.ec2_runner import ec2",
+        "gpu_runner.batch.batch_jobs -> gpu_runner.ec2_runner.ec2",
+    ),
+    "core-layers": (
+        "gpu_runner/core/aws.py",
+        "from gpu_runner.core import naming",
+        "gpu_runner.core.aws -> gpu_runner.core.naming",
+    ),
+    "ec2-runner-layers": (
+        "gpu_runner/ec2_runner/ec2.py",
+        "from gpu_runner.ec2_runner import ssm",
+        "gpu_runner.ec2_runner.ec2 -> gpu_runner.ec2_runner.ssm",
+    ),
+    "batch-layers": (
+        "gpu_runner/batch/batch_run.py",
+        "from gpu_runner.batch import batch_source",
+        "gpu_runner.batch.batch_run -> gpu_runner.batch.batch_source",
+    ),
+    "mlflow-server-layers": (
+        "gpu_runner/mlflow_server/mlflow_server_access.py",
+        "from gpu_runner.mlflow_server import mlflow_server_project",
+        "gpu_runner.mlflow_server.mlflow_server_access -> gpu_runner.mlflow_server.mlflow_server_project",
+    ),
+    "doctor-layers": (
+        "gpu_runner/doctor/doctor_aws.py",
+        "from gpu_runner.doctor import doctor_mlflow",
+        "gpu_runner.doctor.doctor_aws -> gpu_runner.doctor.doctor_mlflow",
+    ),
+    "setup-layers": (
+        "gpu_runner/setup/trust_size.py",
+        "from gpu_runner.setup import lambda_zip",
+        "gpu_runner.setup.trust_size -> gpu_runner.setup.lambda_zip",
+    ),
+    "pr-comment-layers": (
+        "gpu_runner/pr_comment/pr_report.py",
+        "from gpu_runner.pr_comment import pr_comment",
+        "gpu_runner.pr_comment.pr_report -> gpu_runner.pr_comment.pr_comment",
+    ),
+    "cost-layers": (
+        "gpu_runner/cost/record.py",
+        "from gpu_runner.cost import chart",
+        "gpu_runner.cost.record -> gpu_runner.cost.chart",
     ),
 }
 

@@ -22,8 +22,9 @@ from doubles.github_double import DEFAULT_REPOSITORY
 from doubles.gpu_runner_stack import REGION, CfnLoader
 from doubles.mlflow_server_stack import run_cli
 from doubles.stack_deploy import PROJECT_DIR, delete_if_present, described
-from gpu_runner import batch_stack, cli
-from gpu_runner.aws import Aws
+from gpu_runner import cli
+from gpu_runner.batch import batch_stack
+from gpu_runner.core.aws import Aws
 
 BATCH_TEMPLATE = PROJECT_DIR / "infra" / "batch.yaml"
 # A digest-pinned image of the account's registry (never pulled: moto runs no container).

@@ -114,7 +114,7 @@ REQUIRED_PERMISSIONS: dict[str, tuple[str, str]] = {
     # "Compare two commits" (docs.github.com/rest/commits/commits#compare-two-commits, its "Fine-grained access
     # tokens" section, read 2026-12-01): "Contents" repository permissions (read).
     "repos/compare-commits-with-basehead": ("contents", "read"),
-    # The pull-request comment (gpu_runner.pr_comment): "List pull requests" asks "Pull requests" (read)
+    # The pull-request comment (gpu_runner.pr_comment.pr_comment): "List pull requests" asks "Pull requests" (read)
     # (docs.github.com/rest/pulls/pulls#list-pull-requests, its fine-grained token section).
     "pulls/list": ("pull_requests", "read"),
     # gpu-runner doctor's guards, from GitHub's own table (github/docs src/github-apps/data/fpt-2026-03-10/

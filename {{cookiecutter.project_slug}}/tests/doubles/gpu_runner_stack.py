@@ -28,8 +28,8 @@ from doubles.iam_requests import (
 )
 from doubles.stack_deploy import OIDC_URL, TEMPLATE
 from gpu_runner import cli
-from gpu_runner.aws import Aws
-from gpu_runner.settings import load_settings
+from gpu_runner.core.aws import Aws
+from gpu_runner.core.settings import load_settings
 
 # A region of its own: reading AWS's public parameters makes moto list them beside ours in that region, which
 # the other runner tests (counting what is left under their prefix) must not see.

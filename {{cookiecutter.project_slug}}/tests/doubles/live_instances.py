@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from gpu_runner import lifecycle
-from gpu_runner.naming import MANAGED_BY_KEY, RunContext
-from gpu_runner.settings import Settings
+from gpu_runner.core.naming import MANAGED_BY_KEY, RunContext
+from gpu_runner.core.settings import Settings
+from gpu_runner.ec2_runner import lifecycle
 
 LIVE_STATES = ["pending", "running"]
 

@@ -18,7 +18,8 @@ from botocore.exceptions import ClientError
 
 from doubles.github_double import DEFAULT_REPOSITORY
 from doubles.stack_deploy import PROJECT_DIR, delete_if_present, described
-from gpu_runner import cli, mlflow_server
+from gpu_runner import cli
+from gpu_runner.mlflow_server import mlflow_server
 
 SERVER_TEMPLATE = PROJECT_DIR / "infra" / "mlflow-server.yaml"
 LOCK = PROJECT_DIR / "uv.lock"

@@ -26,9 +26,10 @@ from doubles.github_double import (
     app_private_key_pem,
 )
 from doubles.live_instances import run_as_launched
-from gpu_runner import cli, naming
-from gpu_runner.aws import Aws
-from gpu_runner.settings import Settings
+from gpu_runner import cli
+from gpu_runner.core import naming
+from gpu_runner.core.aws import Aws
+from gpu_runner.core.settings import Settings
 
 PROJECT = "demo"  # cli_env's settings
 SSM_PREFIX = "/gpu-runner/demo/"

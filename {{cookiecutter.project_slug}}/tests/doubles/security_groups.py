@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from doubles.aws_constants import REGION
-from gpu_runner.aws import Aws
+from gpu_runner.core.aws import Aws
 
 
 def runner_security_group(aws: Aws, region: str = REGION) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 
 from doubles.aws_constants import REGION
 from doubles.aws_faults import AwsFaults
-from gpu_runner import quotas
+from gpu_runner.core import quotas
 
 QUOTA_NAMES = dict([quotas.ON_DEMAND_QUOTA, quotas.SPOT_QUOTA])
 

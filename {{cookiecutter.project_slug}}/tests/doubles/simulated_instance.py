@@ -28,7 +28,7 @@ import boto3
 
 from doubles import boot_sandbox
 from doubles.github_double import GitHubDouble, decode_jit_config
-from gpu_runner.naming import TAG_SLOT
+from gpu_runner.core.naming import TAG_SLOT
 
 RUN_ID = "777"
 LIVE = ("pending", "running", "stopping", "stopped")

@@ -15,7 +15,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from gpu_runner import cli
-from gpu_runner.stack import stack_name as name_of_stack
+from gpu_runner.setup.stack import stack_name as name_of_stack
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 # The project's own package: tests/runner is copied verbatim into every bake, so its name is looked up, not written.

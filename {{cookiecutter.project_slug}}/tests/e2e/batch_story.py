@@ -15,7 +15,7 @@ from doubles.git_repository import git
 from harness import PROJECT, _edit_yaml, image_python
 from stories import Stack, make_stack
 
-from gpu_runner.batch_stack import batch_stack_name, job_targets
+from gpu_runner.batch.batch_stack import batch_stack_name, job_targets
 
 # What the commit holds: the package, the lock and the project file (no tests or docs: smaller, same story).
 SHIPPED = ("src", "pyproject.toml", "uv.lock")

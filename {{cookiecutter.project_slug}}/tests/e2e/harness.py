@@ -40,8 +40,8 @@ from doubles.github_double import DEFAULT_TOKEN, GitHubDouble
 from doubles.imds_double import ImdsDouble
 from doubles.simulated_instance import AWS_TEST_CREDENTIALS, LIVE, RUN_ID, Simulator
 
-from gpu_runner import naming
-from gpu_runner.workflow_contract import LABEL_NONCE
+from gpu_runner.core import naming
+from gpu_runner.core.workflow_contract import LABEL_NONCE
 
 HERE = Path(__file__).resolve().parent
 PROJECT = HERE.parent.parent

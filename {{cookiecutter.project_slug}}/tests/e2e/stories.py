@@ -46,8 +46,8 @@ from harness import (
     run_workflow,
 )
 
+from gpu_runner.core.workflow_contract import LaunchOutput
 from gpu_runner.cost import pricing
-from gpu_runner.workflow_contract import LaunchOutput
 
 PACKAGE = next(p.name for p in (PROJECT / "src").iterdir() if (p / "__init__.py").exists())
 EPOCH = re.compile(r"Epoch (\d+)/(\d+)")

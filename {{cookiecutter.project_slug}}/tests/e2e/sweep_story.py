@@ -49,7 +49,7 @@ from stories import (
     typical_spot_history,
 )
 
-from gpu_runner import quotas
+from gpu_runner.core import quotas
 
 SWEEP_BRANCH = "sweep/demo"
 # The story's search: 4 trials, 2 at once, short trainings on the embedded digits data. No pruner: with 1-2 epochs

@@ -86,7 +86,7 @@ def test_a_sweep_wave_runs_as_one_array_job(
     source = outputs(github_output)
     job_env = {**aws, "MLFLOW_TRACKING_URI": mlflow_server, "PYTHONPATH": "src", "TF_CPP_MIN_LOG_LEVEL": "2"}
     command = [
-        sys.executable, "-m", "gpu_runner.batch_source", "run", "--source-uri", source["source-uri"],
+        sys.executable, "-m", "gpu_runner.batch.batch_source", "run", "--source-uri", source["source-uri"],
         "--sha256", source["source-sha256"], "--dest", "code", "--",
         *ml, "trial", "--trials", ",".join(map(str, trials)), *sweep_args,
         "--checkpoint-root", f"s3://{bucket}/checkpoints",

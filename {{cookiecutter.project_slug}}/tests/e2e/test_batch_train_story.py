@@ -1,7 +1,7 @@
 """The training story on the batch backend, step by step as a workflow job would run it, without the workflow file
 (the workflows do not submit to Batch yet: docs/batch-jobs.md). The project's own commit is shipped with
 `gpu-runner batch ship`, submitted with `batch submit` to moto's Batch backend (doubles/batch_host.py: the job's
-container is a local process), where `python -m gpu_runner.batch_source run` fetches and checks it and the
+container is a local process), where `python -m gpu_runner.batch.batch_source run` fetches and checks it and the
 project's real `train` trains the digits from the SHIPPED tree: its config, its code, checkpoints to the batch
 host's S3, the run to the real MLflow server. `batch wait` streams the job's lines and logs the attempt's cost to
 the run, which the cost report then reads as it reads a runner's run.
@@ -81,7 +81,7 @@ def test_a_branch_trains_on_batch_from_its_shipped_commit(
         **job_credentials(batch_world), "TF_CPP_MIN_LOG_LEVEL": "2",
     }  # fmt: skip
     command = [
-        sys.executable, "-m", "gpu_runner.batch_source", "run", "--source-uri", source["source-uri"],
+        sys.executable, "-m", "gpu_runner.batch.batch_source", "run", "--source-uri", source["source-uri"],
         "--sha256", source["source-sha256"], "--dest", "code", "--",
         sys.executable, "-m", PACKAGE, "train", "--config", "configs/train.yaml",
         "--checkpoint-uri", f"s3://{bucket}/checkpoints",

@@ -18,7 +18,7 @@ from harness import BRANCH
 from mlflow.tracking import MlflowClient
 from stories import Scenario, Stack, Story, cancel_workflow, run_story, workflow_run_ids
 
-from gpu_runner.batch_jobs import CANCEL_REASON
+from gpu_runner.batch.batch_jobs import CANCEL_REASON
 
 pytestmark = pytest.mark.e2e
 RUN_ID = "1818"

@@ -13,7 +13,7 @@ from harness import REAPER_ROLE_ARN, ROLE_ARN
 from mlflow.tracking import MlflowClient
 from stories import FAST_TRAIN, HOSTILE_RUN_ID, SCENARIOS, Stack, Story, assert_start_tore_down, run_story
 
-from gpu_runner.workflow_contract import LaunchOutput
+from gpu_runner.core.workflow_contract import LaunchOutput
 
 pytestmark = pytest.mark.e2e
 

@@ -22,7 +22,7 @@ from e2e_report import record
 from harness import LIVE, REUSABLE, run_workflow
 from stories import FAST_TRAIN, Scenario, Stack, Story, run_story
 
-from gpu_runner.workflow_contract import LaunchOutput
+from gpu_runner.core.workflow_contract import LaunchOutput
 
 pytestmark = pytest.mark.e2e
 RUN_ID = "5252"

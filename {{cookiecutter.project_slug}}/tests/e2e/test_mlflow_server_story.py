@@ -32,9 +32,9 @@ from harness import PROJECT
 from mlflow.tracking import MlflowClient
 from stories import Scenario, Stack, run_story, workflow_run_ids
 
-from gpu_runner import mlflow_server, mlflow_server_access, mlflow_server_project, mlflow_wake
-from gpu_runner import stack as runner_stack
-from gpu_runner.settings import load_settings
+from gpu_runner.core.settings import load_settings
+from gpu_runner.mlflow_server import mlflow_server, mlflow_server_access, mlflow_server_project, mlflow_wake
+from gpu_runner.setup import stack as runner_stack
 
 pytestmark = pytest.mark.e2e
 RUN_ID = "818"

@@ -42,7 +42,7 @@ RUN_ID = "4242"
 HOSTILE_BRANCH = "train/$(touch${IFS}pwned)"
 # checkpoints.checkpoint_prefix: each run of characters outside [A-Za-z0-9._-] becomes "-", then "-" is stripped.
 CHECKPOINT_BRANCH = "train-touch-IFS-pwned"
-# gpu_runner.naming.tag_value: characters EC2 tag values do not allow become "_".
+# gpu_runner.core.naming.tag_value: characters EC2 tag values do not allow become "_".
 EC2_TAG_BRANCH = "train/__touch__IFS_pwned_"
 MARKER = "pwned"
 

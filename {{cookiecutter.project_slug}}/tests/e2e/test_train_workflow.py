@@ -16,8 +16,8 @@ from harness import BRANCH, act_time
 from mlflow.tracking import MlflowClient
 from stories import Scenario, Stack, run_story, story_prices, workflow_run_ids
 
+from gpu_runner.core.workflow_contract import LaunchOutput
 from gpu_runner.cost.pricing import load_table
-from gpu_runner.workflow_contract import LaunchOutput
 
 pytestmark = pytest.mark.e2e
 RUN_ID = "777"

@@ -23,10 +23,10 @@ from doubles.gpu_runner_stack import ami_for_infra, recorded, settings_file, sta
 from doubles.security_groups import runner_security_group
 from doubles.stack_deploy import oidc_provider_arn
 
-from gpu_runner.aws import Aws
-from gpu_runner.github import GitHubRunners
-from gpu_runner.naming import RunContext
-from gpu_runner.settings import Settings
+from gpu_runner.core.aws import Aws
+from gpu_runner.core.github import GitHubRunners
+from gpu_runner.core.naming import RunContext
+from gpu_runner.core.settings import Settings
 
 
 @pytest.fixture
@@ -169,7 +169,7 @@ def logged(caplog: pytest.LogCaptureFixture) -> Iterator[Callable[[], list[str]]
     INFO up; the GitHub client's INFO lines stay hidden, as in log_output.to_stdout). Until issue 14 the tests
     collected them with `log=lines.append`; every module now logs to its own logger."""
     caplog.set_level(logging.INFO, logger="gpu_runner")
-    github = logging.getLogger("gpu_runner.github")
+    github = logging.getLogger("gpu_runner.core.github")
     level = github.level
     github.setLevel(logging.WARNING)
     yield lambda: [record.getMessage() for record in caplog.records if record.name.startswith("gpu_runner.")]

@@ -20,7 +20,7 @@ from doubles.github_double import GitHubDouble
 from doubles.runner_bad_input_triggers import CLAIMS, TRIGGERS, Case
 
 from gpu_runner import cli
-from gpu_runner.aws import Aws
+from gpu_runner.core.aws import Aws
 
 
 @pytest.mark.parametrize("row", [r for r in table_rows() if r.id in TRIGGERS], ids=lambda r: r.id)

@@ -26,9 +26,9 @@ from doubles.batch_host import RECLAIM_WHEN
 from doubles.batch_world import PY, REGION, RESOURCES
 from mlflow.tracking import MlflowClient
 
-from gpu_runner import batch_jobs, batch_wait, cli
-from gpu_runner.aws import Aws
-from gpu_runner.batch_cost import (
+from gpu_runner import cli
+from gpu_runner.batch import batch_jobs, batch_wait
+from gpu_runner.batch.batch_cost import (
     SweepLeg,
     SweepMatrixError,
     billed_seconds,
@@ -37,8 +37,11 @@ from gpu_runner.batch_cost import (
     sweep_legs,
     wave_request,
 )
-from gpu_runner.batch_jobs import BatchInputError, JobRequest
-from gpu_runner.batch_stack import JOB_TAG_KEY, batch_stack_name
+from gpu_runner.batch.batch_jobs import BatchInputError, JobRequest
+from gpu_runner.batch.batch_stack import JOB_TAG_KEY, batch_stack_name
+from gpu_runner.core.aws import Aws
+from gpu_runner.core.errors import SettingsError
+from gpu_runner.core.settings import Settings
 from gpu_runner.cost.record import (
     BILLED_SECONDS,
     COST_USD,
@@ -48,8 +51,6 @@ from gpu_runner.cost.record import (
     TRAINING_SECONDS,
 )
 from gpu_runner.cost.report import read_gpu_runs
-from gpu_runner.errors import SettingsError
-from gpu_runner.settings import Settings
 
 # Long enough for moto's thread to walk SUBMITTED..RUNNING (0.5 s steps) and a process to start on 2 busy cores.
 JOB_TIMEOUT = 120.0

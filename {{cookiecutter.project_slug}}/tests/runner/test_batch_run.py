@@ -13,9 +13,9 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from gpu_runner import cli
-from gpu_runner.batch_run import config_in, experiment_name
-from gpu_runner.errors import RunnerError
-from gpu_runner.mlflow_rest import MlflowRest
+from gpu_runner.batch.batch_run import config_in, experiment_name
+from gpu_runner.core.errors import RunnerError
+from gpu_runner.core.mlflow_rest import MlflowRest
 
 
 @pytest.fixture

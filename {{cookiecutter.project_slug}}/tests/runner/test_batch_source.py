@@ -1,4 +1,4 @@
-"""The code of a Batch job (gpu_runner.batch_source): the submitting job ships the commit to the
+"""The code of a Batch job (gpu_runner.batch.batch_source): the submitting job ships the commit to the
 moto server's S3, the container fetches, checks and unpacks it. The attacks: an archive replaced or planted in the
 bucket by code inside another job, and an archive whose entries leave their directory."""
 
@@ -18,8 +18,8 @@ from doubles.aws_constants import REGION
 from doubles.batch_world import job_credentials
 from doubles.git_repository import FILES, committed_repository, git
 
-from gpu_runner import batch_source
-from gpu_runner.batch_source import BatchSourceError
+from gpu_runner.batch import batch_source
+from gpu_runner.batch.batch_source import BatchSourceError
 
 
 @pytest.fixture
@@ -174,9 +174,9 @@ def on_batch_host(batch_world: str, monkeypatch: pytest.MonkeyPatch) -> dict[str
 
 def _run_shipped(host: dict[str, Any], shipped: batch_source.Shipped) -> tuple[Any, list[str]]:
     """A Batch job whose command is the fetch-and-run entry, then the shipped tree's own script."""
-    from gpu_runner import batch_jobs, batch_wait
+    from gpu_runner.batch import batch_jobs, batch_wait
 
-    command = (sys.executable, "-m", "gpu_runner.batch_source", "run", "--source-uri", shipped.uri,
+    command = (sys.executable, "-m", "gpu_runner.batch.batch_source", "run", "--source-uri", shipped.uri,
                "--sha256", shipped.sha256, "--dest", "code", "--", "bash", "scripts/run.sh")  # fmt: skip
     request = batch_jobs.JobRequest(name="shipped", queue="gpu", definition="train", command=command,
                                     environment=host["env"])  # fmt: skip

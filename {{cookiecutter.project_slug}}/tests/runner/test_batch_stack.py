@@ -56,9 +56,12 @@ from doubles.makefile import make_command
 from doubles.stack_deploy import OIDC_URL, PROJECT_DIR, bootstrap
 from parliament import analyze_policy_string
 
-from gpu_runner import batch_stack, cli, mlflow_server, naming
-from gpu_runner.aws import Aws
-from gpu_runner.settings import PINNED_IMAGE, load_settings
+from gpu_runner import cli
+from gpu_runner.batch import batch_stack
+from gpu_runner.core import naming
+from gpu_runner.core.aws import Aws
+from gpu_runner.core.settings import PINNED_IMAGE, load_settings
+from gpu_runner.mlflow_server import mlflow_server
 
 BATCH_MODEL = botocore.session.get_session().get_service_model("batch")
 

@@ -21,7 +21,7 @@ from doubles.gpu_runner_stack import (
 )
 from doubles.iam_requests import ACCOUNT, Request, resource_policy_allows, s3_context
 
-from gpu_runner import bucket_access
+from gpu_runner.setup import bucket_access
 
 COMMIT = "c" * 40
 EVERYTHING = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}

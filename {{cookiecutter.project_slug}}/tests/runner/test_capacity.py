@@ -13,10 +13,12 @@ from doubles.aws_constants import REGION
 from doubles.aws_faults import AwsFaults
 from doubles.service_quotas import answer_quotas
 
-from gpu_runner import capacity, cli, quotas
-from gpu_runner.aws import Aws
-from gpu_runner.settings import Settings
-from gpu_runner.workflow_contract import CapacityOutput, workflow_command
+from gpu_runner import cli
+from gpu_runner.core import quotas
+from gpu_runner.core.aws import Aws
+from gpu_runner.core.settings import Settings
+from gpu_runner.core.workflow_contract import CapacityOutput, workflow_command
+from gpu_runner.ec2_runner import capacity
 
 ON_DEMAND, SPOT = quotas.ON_DEMAND_QUOTA[0], quotas.SPOT_QUOTA[0]
 

@@ -17,11 +17,11 @@ from doubles.aws_faults import AwsFaults
 from doubles.price_answers import get_products_answer, price_list_product, spot_history_xml
 from mlflow.tracking import MlflowClient
 
-from gpu_runner import lifecycle
-from gpu_runner.aws import Aws
+from gpu_runner.core.aws import Aws
 from gpu_runner.cost import accounting, pricing
 from gpu_runner.cost.record import Cost
-from gpu_runner.ownership import RunScope
+from gpu_runner.ec2_runner import lifecycle
+from gpu_runner.ec2_runner.ownership import RunScope
 
 
 class Said:

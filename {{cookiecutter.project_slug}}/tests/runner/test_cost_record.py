@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from doubles.aws_constants import REGION
 
-from gpu_runner import lifecycle
 from gpu_runner.cost import pricing, record
 from gpu_runner.cost.record import Cost
+from gpu_runner.ec2_runner import lifecycle
 
 TABLE_SOURCE = f"bundled-table-{pricing.load_table()['as_of']}"
 

@@ -18,7 +18,8 @@ from doubles.github_double import DEFAULT_TOKEN, GitHubDouble
 from doubles.gpu_runner_stack import REGION, wire_settings
 from doubles.iam_requests import Call
 
-from gpu_runner import cli, credential
+from gpu_runner import cli
+from gpu_runner.core import credential
 
 REPLACEMENTS = {
     "a plain String": {"Type": "String"},

@@ -12,8 +12,8 @@ from doubles.aws_constants import REGION
 from doubles.github_double import DEFAULT_REPOSITORY, START_JOB_TOKEN, WORKFLOW_TOKEN, GitHubDouble
 from doubles.live_instances import live
 
-from gpu_runner.aws import Aws
 from gpu_runner.cli import main
+from gpu_runner.core.aws import Aws
 
 BRANCH = "train/x"
 

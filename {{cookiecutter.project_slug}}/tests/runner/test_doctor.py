@@ -43,10 +43,11 @@ from doubles.github_settings import setup_guards
 from doubles.makefile import make_command
 from doubles.stack_deploy import OIDC_URL, PROJECT_DIR
 
-from gpu_runner import cli, doctor, doctor_aws, doctor_checks, doctor_github, doctor_mlflow
-from gpu_runner.aws import Aws
-from gpu_runner.doctor_checks import Outcome, Target
-from gpu_runner.settings import Settings, settings_from_mapping
+from gpu_runner import cli
+from gpu_runner.core.aws import Aws
+from gpu_runner.core.settings import Settings, settings_from_mapping
+from gpu_runner.doctor import doctor, doctor_aws, doctor_checks, doctor_github, doctor_mlflow
+from gpu_runner.doctor.doctor_checks import Outcome, Target
 
 # A region of its own: the other runner tests count what is left in theirs. moto's offerings there (from AWS's
 # published data): g4dn.xlarge and g5.xlarge in the region; ap-northeast-1d offers g4dn.xlarge but not g5.xlarge.

@@ -27,10 +27,10 @@ from doubles.github_settings import (
     setup_guards,
 )
 
-from gpu_runner import doctor, doctor_branch, doctor_repository
-from gpu_runner.aws import Aws
-from gpu_runner.doctor_checks import Outcome, Target
-from gpu_runner.settings import settings_from_mapping
+from gpu_runner.core.aws import Aws
+from gpu_runner.core.settings import settings_from_mapping
+from gpu_runner.doctor import doctor, doctor_branch, doctor_repository
+from gpu_runner.doctor.doctor_checks import Outcome, Target
 
 PROJECT = Path(__file__).resolve().parents[2]
 NO_AWS = cast(Aws, None)  # these checks never touch AWS: a call would fail the test at once

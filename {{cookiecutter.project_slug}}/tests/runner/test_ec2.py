@@ -9,9 +9,9 @@ from doubles.aws_constants import REGION
 from doubles.aws_faults import AwsFaults
 from doubles.live_instances import live
 
-from gpu_runner import ec2
-from gpu_runner.aws import Aws
-from gpu_runner.errors import CapacityError, LaunchBlockedError, SettingsError
+from gpu_runner.core.aws import Aws
+from gpu_runner.core.errors import CapacityError, LaunchBlockedError, SettingsError
+from gpu_runner.ec2_runner import ec2
 
 TAGS = {"gpu-runner:managed-by": "gpu-runner", "gpu-runner:project": "demo", "Name": "gpu-runner-1-1"}
 

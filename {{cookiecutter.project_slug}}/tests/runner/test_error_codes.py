@@ -1,4 +1,4 @@
-"""Every error code gpu_runner.ec2 classifies is one AWS documents: EC2's error-code list (encoded in
+"""Every error code gpu_runner.ec2_runner.ec2 classifies is one AWS documents: EC2's error-code list (encoded in
 tests/doubles/ec2_error_codes.json, with its URL and date) or, for throttling, botocore's own retry configuration, read from the
 installed botocore here (machine-readable, so it cannot drift unnoticed)."""
 
@@ -12,7 +12,7 @@ import botocore
 import pytest
 from botocore.retries.standard import ThrottledRetryableChecker
 
-from gpu_runner import ec2
+from gpu_runner.ec2_runner import ec2
 
 DATA = json.loads((resources.files("doubles") / "ec2_error_codes.json").read_text(encoding="utf-8"))
 EC2_DOCUMENTED = frozenset(DATA["seen"]) | frozenset(DATA["listed"])

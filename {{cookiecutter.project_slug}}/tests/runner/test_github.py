@@ -1,4 +1,4 @@
-"""gpu_runner.github with real PyGithub over real HTTP against the local GitHub double."""
+"""gpu_runner.core.github with real PyGithub over real HTTP against the local GitHub double."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from doubles.github_double import (
 )
 from github import Auth
 
-from gpu_runner.errors import RegistrationTimeout, RunnerError, SettingsError
-from gpu_runner.github import GitHubRunners, JitConfig, Runner, dispatch_workflow
+from gpu_runner.core.errors import RegistrationTimeout, RunnerError, SettingsError
+from gpu_runner.core.github import GitHubRunners, JitConfig, Runner, dispatch_workflow
 
 RUNNERS_PATH = f"/repos/{DEFAULT_REPOSITORY}/actions/runners"
 JIT_PATH = f"{RUNNERS_PATH}/generate-jitconfig"

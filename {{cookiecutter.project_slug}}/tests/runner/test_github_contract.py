@@ -34,8 +34,8 @@ from doubles.github_settings import (
 )
 from github import Auth, Github, GithubException
 
-from gpu_runner.errors import RunnerError
-from gpu_runner.github import GitHubRunners
+from gpu_runner.core.errors import RunnerError
+from gpu_runner.core.github import GitHubRunners
 
 PROJECT = Path(__file__).resolve().parents[2]
 RUNNERS_PATH = f"/repos/{DEFAULT_REPOSITORY}/actions/runners"

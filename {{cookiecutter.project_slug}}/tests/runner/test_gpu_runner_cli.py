@@ -11,9 +11,10 @@ import pytest
 from doubles.aws_constants import REGION
 from mlflow.tracking import MlflowClient
 
-from gpu_runner import cli, log_output
-from gpu_runner.aws import Aws
+from gpu_runner import cli
 from gpu_runner.cli import main
+from gpu_runner.core import log_output
+from gpu_runner.core.aws import Aws
 from gpu_runner.cost.pricing import load_table
 
 
@@ -220,7 +221,7 @@ def test_log_lines_reach_stdout_as_the_prints_they_replaced(capsys) -> None:
     log_output.to_stdout()
     handlers = logging.getLogger("gpu_runner").handlers
     assert len([handler for handler in handlers if isinstance(handler, log_output.PrintHandler)]) == 1
-    logging.getLogger("gpu_runner.lifecycle").info("billed seconds: 60")
-    logging.getLogger("gpu_runner.github").info("deleted runner 7")
+    logging.getLogger("gpu_runner.ec2_runner.lifecycle").info("billed seconds: 60")
+    logging.getLogger("gpu_runner.core.github").info("deleted runner 7")
     captured = capsys.readouterr()
     assert (captured.out, captured.err) == ("billed seconds: 60\n", "")

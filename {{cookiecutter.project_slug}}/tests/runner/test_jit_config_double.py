@@ -9,7 +9,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from doubles.github_double import DEFAULT_REPOSITORY, decode_jit_config
 from doubles.jit_config_double import encoded_jit_config
 
-from gpu_runner.github import GitHubRunners
+from gpu_runner.core.github import GitHubRunners
 
 NAME = "gpu-runner-777-1"
 # Measured (2026-12-01) with the default test repository and this runner name: 4,140-4,144 characters (the

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from gpu_runner import naming
-from gpu_runner.errors import SettingsError
-from gpu_runner.naming import RunContext
-from gpu_runner.user_data import render_job_started_hook
+from gpu_runner.core import naming
+from gpu_runner.core.errors import SettingsError
+from gpu_runner.core.naming import RunContext
+from gpu_runner.ec2_runner.user_data import render_job_started_hook
 
 REPOSITORY = "octo-org/octo-repo"
 WORKFLOW_REF = f"{REPOSITORY}/.github/workflows/train.yml@refs/heads/train/demo"

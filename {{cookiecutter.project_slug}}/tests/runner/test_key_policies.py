@@ -20,8 +20,8 @@ from doubles.iam_requests import (
     ssm_kms_request,
 )
 
-from gpu_runner import credential, naming
-from gpu_runner.naming import RunContext, parameter_name
+from gpu_runner.core import credential, naming
+from gpu_runner.core.naming import RunContext, parameter_name
 
 
 def test_only_the_launch_and_reaper_roles_can_read_the_github_credential(stack: dict[str, Any]) -> None:

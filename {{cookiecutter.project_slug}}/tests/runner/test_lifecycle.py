@@ -17,19 +17,20 @@ from doubles.github_double import GitHubDouble, decode_jit_config
 from doubles.live_instances import live
 from doubles.security_groups import runner_security_group
 
-from gpu_runner import lifecycle, naming
-from gpu_runner.aws import Aws
-from gpu_runner.errors import (
+from gpu_runner.core import naming
+from gpu_runner.core.aws import Aws
+from gpu_runner.core.errors import (
     CapacityError,
     LaunchBlockedError,
     RegistrationTimeout,
     RunnerError,
     SettingsError,
 )
-from gpu_runner.github import GitHubRunners
-from gpu_runner.ownership import RunScope
-from gpu_runner.settings import Settings
-from gpu_runner.workflow_contract import LaunchOutput, WaitOutput
+from gpu_runner.core.github import GitHubRunners
+from gpu_runner.core.settings import Settings
+from gpu_runner.core.workflow_contract import LaunchOutput, WaitOutput
+from gpu_runner.ec2_runner import lifecycle
+from gpu_runner.ec2_runner.ownership import RunScope
 
 
 def live_instances(aws: Aws, region: str = REGION) -> list[dict]:

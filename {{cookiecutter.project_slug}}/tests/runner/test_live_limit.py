@@ -18,12 +18,13 @@ from doubles.gpu_runner_stack import authorizations, role_policies, wire_setting
 from doubles.iam_requests import Call, allowed
 from doubles.live_instances import run_as_launched
 
-from gpu_runner import cli, lifecycle, live_limit
-from gpu_runner.aws import Aws
-from gpu_runner.errors import LaunchBlockedError, SettingsError
-from gpu_runner.github import GitHubRunners
-from gpu_runner.naming import RunContext
-from gpu_runner.settings import Settings
+from gpu_runner import cli
+from gpu_runner.core.aws import Aws
+from gpu_runner.core.errors import LaunchBlockedError, SettingsError
+from gpu_runner.core.github import GitHubRunners
+from gpu_runner.core.naming import RunContext
+from gpu_runner.core.settings import Settings
+from gpu_runner.ec2_runner import lifecycle, live_limit
 
 
 def other_run(ctx: RunContext, run_id: str, **changes: str) -> RunContext:

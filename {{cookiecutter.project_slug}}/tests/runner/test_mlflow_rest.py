@@ -20,7 +20,7 @@ from doubles.mlflow_server_boot import free_port
 from mlflow.server.auth.client import AuthServiceClient
 from mlflow.tracking import MlflowClient
 
-from gpu_runner.mlflow_rest import MlflowError, MlflowRest
+from gpu_runner.core.mlflow_rest import MlflowError, MlflowRest
 
 
 class _Recorder(BaseHTTPRequestHandler):

@@ -44,9 +44,9 @@ from doubles.price_answers import get_products_answer, price_list_product
 from doubles.stack_deploy import PROJECT_DIR
 from parliament import analyze_policy_string
 
-from gpu_runner import mlflow_server, mlflow_server_access, mlflow_server_project, mlflow_wake
-from gpu_runner.aws import Aws
+from gpu_runner.core.aws import Aws
 from gpu_runner.cost import server as server_cost
+from gpu_runner.mlflow_server import mlflow_server, mlflow_server_access, mlflow_server_project, mlflow_wake
 
 STOP = "cron(0 20 ? * MON-FRI *)"
 START = "cron(0 7 ? * MON-FRI *)"

@@ -41,7 +41,7 @@ from doubles.local_http import LocalHttpServer
 from doubles.mlflow_server_stack import REQUIREMENTS, TRAIN_CONFIG, deployed
 from mlflow.tracking import MlflowClient
 
-from gpu_runner import mlflow_server
+from gpu_runner.mlflow_server import mlflow_server
 
 pytestmark = pytest.mark.slow  # a real MLflow server with basic auth, shared by the module
 ALIAS = "champion"

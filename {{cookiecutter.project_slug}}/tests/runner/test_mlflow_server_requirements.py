@@ -11,8 +11,12 @@ from pathlib import Path
 import pytest
 from doubles.mlflow_server_stack import LOCK, REQUIREMENTS
 
-from gpu_runner.mlflow_server_project import checked_requirements, locked_version, requirement_lines
-from gpu_runner.mlflow_wake import MlflowServerError
+from gpu_runner.mlflow_server.mlflow_server_project import (
+    checked_requirements,
+    locked_version,
+    requirement_lines,
+)
+from gpu_runner.mlflow_server.mlflow_wake import MlflowServerError
 
 MLFLOW, BOTO3 = locked_version(LOCK, "mlflow"), locked_version(LOCK, "boto3")
 

@@ -44,9 +44,9 @@ from doubles.stack_deploy import OIDC_URL
 from mlflow.tracking import MlflowClient
 from parliament import analyze_policy_string
 
-from gpu_runner import mlflow_server, mlflow_tunnel
-from gpu_runner.mlflow_wake import MlflowServerError
-from gpu_runner.settings import load_settings
+from gpu_runner.core.settings import load_settings
+from gpu_runner.mlflow_server import mlflow_server, mlflow_tunnel
+from gpu_runner.mlflow_server.mlflow_wake import MlflowServerError
 
 _O, _N = DEFAULT_REPOSITORY.split("/")
 _WF = f"{_O}/{_N}/.github/workflows"

@@ -11,12 +11,12 @@ import pytest
 from doubles.github_double import GitHubDouble
 from doubles.iam_requests import record_calls
 
-from gpu_runner import lifecycle
-from gpu_runner.aws import Aws
-from gpu_runner.errors import SettingsError
-from gpu_runner.github import GitHubRunners
-from gpu_runner.naming import RunContext
-from gpu_runner.settings import Settings
+from gpu_runner.core.aws import Aws
+from gpu_runner.core.errors import SettingsError
+from gpu_runner.core.github import GitHubRunners
+from gpu_runner.core.naming import RunContext
+from gpu_runner.core.settings import Settings
+from gpu_runner.ec2_runner import lifecycle
 
 
 def test_launch_without_a_security_group_is_refused_before_any_call(

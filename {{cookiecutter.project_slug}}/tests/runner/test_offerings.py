@@ -11,9 +11,9 @@ import pytest
 from doubles.aws_constants import OTHER_REGION, REGION
 from doubles.iam_requests import record_calls
 
-from gpu_runner import offerings
+from gpu_runner.core import offerings
+from gpu_runner.core.errors import SettingsError
 from gpu_runner.cost import pricing
-from gpu_runner.errors import SettingsError
 
 TABLE = offerings.load_table()
 
@@ -44,7 +44,7 @@ def test_bundled_table_matches_the_published_offerings(moto_endpoint: str, tmp_p
     """refresh-table against the moto server (which answers from AWS's published offerings) reproduces the
     bundled table exactly: the table cannot drift from its named source unnoticed."""
     path = tmp_path / "offerings.json"
-    path.write_text(resources.files("gpu_runner").joinpath(offerings.TABLE_FILE).read_text())
+    path.write_text(resources.files("gpu_runner.core").joinpath(offerings.TABLE_FILE).read_text())
     offerings.refresh_table(boto3.Session(), path)
     assert offerings.load_table(path)["regions"] == TABLE["regions"]
     assert (

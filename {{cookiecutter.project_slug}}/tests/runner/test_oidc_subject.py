@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from doubles.github_double import DEFAULT_REPOSITORY, DEFAULT_TOKEN, RUNNERS_TOKEN, GitHubDouble
 
-from gpu_runner import oidc_subject, stack
-from gpu_runner.errors import RunnerError
+from gpu_runner.core.errors import RunnerError
+from gpu_runner.setup import oidc_subject, stack
 
 TEMPLATE = {"use_default": False, "include_claim_keys": ["repo", "context", "job_workflow_ref"]}
 

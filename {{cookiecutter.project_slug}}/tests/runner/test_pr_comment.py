@@ -22,10 +22,10 @@ from doubles.github_double import (
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
-from gpu_runner import pr_report
 from gpu_runner.cli import main
-from gpu_runner.mlflow_rest import MlflowRest
-from gpu_runner.pr_comment import BOT_LOGIN, CommentError, publish
+from gpu_runner.core.mlflow_rest import MlflowRest
+from gpu_runner.pr_comment import pr_report
+from gpu_runner.pr_comment.pr_comment import BOT_LOGIN, CommentError, publish
 
 BRANCH = "train/pr-comment"
 MARKER = pr_report.MARKERS["train"]

@@ -19,7 +19,7 @@ from doubles.aws_constants import REGION
 from doubles.aws_faults import AwsFaults
 from doubles.price_answers import get_products_answer, price_list_product, spot_history_xml
 
-from gpu_runner.aws import Aws
+from gpu_runner.core.aws import Aws
 from gpu_runner.cost import pricing
 
 TABLE = pricing.load_table()

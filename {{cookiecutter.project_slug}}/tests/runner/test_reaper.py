@@ -9,9 +9,10 @@ import pytest
 from doubles.aws_constants import REGION
 from doubles.github_double import GitHubDouble
 
-from gpu_runner import lifecycle, naming, reaper
-from gpu_runner.aws import Aws
-from gpu_runner.naming import RunContext
+from gpu_runner.core import naming
+from gpu_runner.core.aws import Aws
+from gpu_runner.core.naming import RunContext
+from gpu_runner.ec2_runner import lifecycle, reaper
 
 
 def launch_raw(aws: Aws, ami: str, tags: dict[str, str]) -> str:

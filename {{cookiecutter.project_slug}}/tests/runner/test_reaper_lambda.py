@@ -36,12 +36,15 @@ from doubles.iam_requests import ACCOUNT, Request, allowed, granted_actions, rec
 from doubles.stack_deploy import TEMPLATE
 from parliament import analyze_policy_string
 
-from gpu_runner import cli, lambda_zip, lifecycle, naming, reaper_lambda
-from gpu_runner.aws import Aws
-from gpu_runner.errors import SettingsError
-from gpu_runner.naming import RunContext
-from gpu_runner.settings import Settings, load_settings
-from gpu_runner.stack import stack_name
+from gpu_runner import cli
+from gpu_runner.core import naming
+from gpu_runner.core.aws import Aws
+from gpu_runner.core.errors import SettingsError
+from gpu_runner.core.naming import RunContext
+from gpu_runner.core.settings import Settings, load_settings
+from gpu_runner.ec2_runner import lifecycle, reaper_lambda
+from gpu_runner.setup import lambda_zip
+from gpu_runner.setup.stack import stack_name
 
 # A region of its own: every instance and parameter here belongs to this module.
 REGION = "ap-southeast-2"
@@ -73,7 +76,7 @@ def test_each_reaper_policy_names_its_own_role() -> None:
 def test_bootstrap_deploys_the_function_from_the_package_it_built(stack: dict[str, Any]) -> None:
     config, settings = stack["function"], stack["settings"]
     data = lambda_zip.build_zip()
-    assert config["Handler"] == lambda_zip.HANDLER == "gpu_runner.reaper_lambda.handler"
+    assert config["Handler"] == lambda_zip.HANDLER == "gpu_runner.ec2_runner.reaper_lambda.handler"
     assert config["Runtime"] == "python3.13"
     assert config["CodeSha256"] == lambda_zip.code_sha256(data)
     assert data == lambda_zip.build_zip(), (
@@ -90,7 +93,7 @@ def test_bootstrap_deploys_the_function_from_the_package_it_built(stack: dict[st
            "instance_types": reaper_lambda.NEVER_LAUNCHED}
     )  # fmt: skip
     names = zipfile.ZipFile(io.BytesIO(data)).namelist()
-    assert "gpu_runner/reaper_lambda.py" in names and not [n for n in names if "__pycache__" in n]
+    assert "gpu_runner/ec2_runner/reaper_lambda.py" in names and not [n for n in names if "__pycache__" in n]
     # The package sits in the stack's bucket under its content key.
     bucket = stack["deployed"].outputs["BucketName"]
     body = (
@@ -124,7 +127,7 @@ def test_bootstrap_refuses_a_package_swapped_in_the_bucket_before_deploy(
     evil = io.BytesIO()
     with zipfile.ZipFile(evil, "w") as archive:
         archive.writestr(
-            "gpu_runner/reaper_lambda.py", "def handler(event, context):\n    pass  # anything\n"
+            "gpu_runner/ec2_runner/reaper_lambda.py", "def handler(event, context):\n    pass  # anything\n"
         )
 
     def swap(params: Any, model: Any, **_: Any) -> None:
@@ -206,7 +209,7 @@ class NotInLambda(importlib.abc.MetaPathFinder):
 BLOCKED = set(json.loads(os.environ["NOT_IN_LAMBDA"]))
 sys.meta_path.insert(0, NotInLambda())
 sys.path.insert(0, os.environ["PACKAGE_DIR"])
-from gpu_runner import reaper_lambda
+from gpu_runner.ec2_runner import reaper_lambda
 
 # As Lambda's Python runtime sets up logging without AWS_LAMBDA_LOG_LEVEL: its handler on the root logger, whose
 # level stays Python's WARNING (awslambdaric bootstrap.py _setup_logging).
@@ -270,7 +273,10 @@ def test_the_package_fails_loudly_when_github_would_be_imported(tmp_path: Path) 
     """The import blocker above can fail: the CLI's module imports PyGithub at its top."""
     package = tmp_path / "package"
     zipfile.ZipFile(io.BytesIO(lambda_zip.build_zip())).extractall(package)
-    script = HANDLER_RUN.split("from gpu_runner import reaper_lambda")[0] + "from gpu_runner import cli\n"
+    script = (
+        HANDLER_RUN.split("from gpu_runner.ec2_runner import reaper_lambda")[0]
+        + "from gpu_runner import cli\n"
+    )
     env = {**os.environ, "PACKAGE_DIR": str(package), "NOT_IN_LAMBDA": json.dumps(NOT_IN_LAMBDA)}
     result = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False

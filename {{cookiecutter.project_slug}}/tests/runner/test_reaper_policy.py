@@ -20,10 +20,12 @@ from doubles.iam_requests import (
     granted_actions,
 )
 
-from gpu_runner import cli, credential, reaper
-from gpu_runner.aws import Aws
-from gpu_runner.github import GitHubRunners
-from gpu_runner.settings import load_settings
+from gpu_runner import cli
+from gpu_runner.core import credential
+from gpu_runner.core.aws import Aws
+from gpu_runner.core.github import GitHubRunners
+from gpu_runner.core.settings import load_settings
+from gpu_runner.ec2_runner import reaper
 
 
 def test_reaper_needs_exactly_the_reaper_policy(

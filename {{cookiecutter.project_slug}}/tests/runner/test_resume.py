@@ -9,9 +9,9 @@ import pytest
 from doubles.github_double import DEFAULT_TOKEN, READ_ONLY_TOKEN
 
 from gpu_runner.cli import main
-from gpu_runner.errors import SettingsError
-from gpu_runner.resume import SPOT_RECLAIM, decide, interruption_reason
-from gpu_runner.settings import Settings
+from gpu_runner.core.errors import SettingsError
+from gpu_runner.core.settings import Settings
+from gpu_runner.ec2_runner.resume import SPOT_RECLAIM, decide, interruption_reason
 
 COMMIT = "c" * 40
 

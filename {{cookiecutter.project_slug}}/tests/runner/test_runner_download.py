@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from doubles.local_http import LocalHttpServer
 
-from gpu_runner.user_data import template
+from gpu_runner.ec2_runner.user_data import template
 
 GOOD = b"the runner tarball GitHub published\n" * 64
 TAMPERED = GOOD.replace(b"published", b"backdoored")

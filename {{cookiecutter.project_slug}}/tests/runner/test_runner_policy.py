@@ -33,10 +33,10 @@ from doubles.iam_requests import (
 from doubles.stack_deploy import PROJECT_DIR, PROJECT_PACKAGE
 
 from gpu_runner import cli
-from gpu_runner.naming import RunContext, parameter_name
+from gpu_runner.core.naming import RunContext, parameter_name
 
 PACKAGE = PROJECT_PACKAGE
-BOOT_SCRIPT = PROJECT_DIR / "runner" / "src" / "gpu_runner" / "user_data.sh"
+BOOT_SCRIPT = PROJECT_DIR / "runner" / "src" / "gpu_runner" / "ec2_runner" / "user_data.sh"
 # What each AWS CLI command in the boot script is authorized as.
 BOOT_SCRIPT_ACTIONS = {
     ("ssm", "get-parameter"): "ssm:GetParameter",

@@ -16,13 +16,15 @@ from doubles.github_double import RUNNER_NAME_MAX, GitHubDouble
 from doubles.live_instances import live
 from doubles.price_answers import get_products_answer, price_list_product
 
-from gpu_runner import cli, lifecycle, naming, reaper
-from gpu_runner.aws import Aws
-from gpu_runner.errors import RunnerError
-from gpu_runner.github import GitHubRunners
-from gpu_runner.naming import RunContext
-from gpu_runner.ownership import RunScope
-from gpu_runner.settings import Settings
+from gpu_runner import cli
+from gpu_runner.core import naming
+from gpu_runner.core.aws import Aws
+from gpu_runner.core.errors import RunnerError
+from gpu_runner.core.github import GitHubRunners
+from gpu_runner.core.naming import RunContext
+from gpu_runner.core.settings import Settings
+from gpu_runner.ec2_runner import lifecycle, reaper
+from gpu_runner.ec2_runner.ownership import RunScope
 
 # Not trial numbers: letters, a sign, a leading zero, 7 digits, an Arabic-Indic 3 (str.isdigit() accepts it),
 # whitespace, an exponent, a value that would be an option.

@@ -16,12 +16,13 @@ from doubles.aws_faults import AwsFaults
 from doubles.github_double import GitHubDouble
 from doubles.live_instances import live
 
-from gpu_runner import lifecycle, naming, ssm
-from gpu_runner.aws import Aws
-from gpu_runner.errors import LaunchBlockedError
-from gpu_runner.github import GitHubRunners
-from gpu_runner.naming import RunContext
-from gpu_runner.settings import Settings
+from gpu_runner.core import naming
+from gpu_runner.core.aws import Aws
+from gpu_runner.core.errors import LaunchBlockedError
+from gpu_runner.core.github import GitHubRunners
+from gpu_runner.core.naming import RunContext
+from gpu_runner.core.settings import Settings
+from gpu_runner.ec2_runner import lifecycle, ssm
 
 NAME = "/gpu-runner/demo/777-1/jitconfig"
 INSTANCE_ARN = f"arn:aws:ec2:{REGION}:123456789012:instance/i-0123456789abcdef0"

@@ -27,9 +27,9 @@ from doubles.makefile import make_command
 from doubles.stack_deploy import PROJECT_DIR, TEMPLATE
 
 from gpu_runner import cli
-from gpu_runner.aws import Aws
-from gpu_runner.settings import load_settings
-from gpu_runner.stack import (
+from gpu_runner.core.aws import Aws
+from gpu_runner.core.settings import load_settings
+from gpu_runner.setup.stack import (
     BootstrapError,
     StackInputs,
     credential_writer,

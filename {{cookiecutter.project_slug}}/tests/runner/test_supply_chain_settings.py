@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_runner.errors import SettingsError
-from gpu_runner.settings import Settings
+from gpu_runner.core.errors import SettingsError
+from gpu_runner.core.settings import Settings
 
 SHA = "a" * 64
 DIGEST = "sha256:" + "0" * 64

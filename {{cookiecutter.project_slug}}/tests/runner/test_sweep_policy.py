@@ -24,8 +24,9 @@ from doubles.iam_requests import (
 from doubles.service_quotas import quota_body
 from doubles.stack_deploy import PROJECT_PACKAGE
 
-from gpu_runner import capacity, quotas
-from gpu_runner.aws import Aws
+from gpu_runner.core import quotas
+from gpu_runner.core.aws import Aws
+from gpu_runner.ec2_runner import capacity
 
 PACKAGE = PROJECT_PACKAGE
 STUDY = "sweeps/lr-search"

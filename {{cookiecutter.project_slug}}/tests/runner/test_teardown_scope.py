@@ -20,13 +20,14 @@ from doubles.aws_faults import AwsFaults
 from doubles.github_double import DEFAULT_REPOSITORY, GitHubDouble
 from doubles.live_instances import run_as_launched
 
-from gpu_runner import cli, lifecycle
-from gpu_runner.aws import Aws
-from gpu_runner.errors import RunnerError
-from gpu_runner.github import GitHubRunners
-from gpu_runner.naming import RunContext
-from gpu_runner.ownership import RunScope
-from gpu_runner.settings import Settings
+from gpu_runner import cli
+from gpu_runner.core.aws import Aws
+from gpu_runner.core.errors import RunnerError
+from gpu_runner.core.github import GitHubRunners
+from gpu_runner.core.naming import RunContext
+from gpu_runner.core.settings import Settings
+from gpu_runner.ec2_runner import lifecycle
+from gpu_runner.ec2_runner.ownership import RunScope
 
 CALLER_RUN, CALLER_ATTEMPT = "4321", "2"  # cli_env's GITHUB_RUN_ID and GITHUB_RUN_ATTEMPT
 OTHER_REPOSITORY = "octo-org/other-repo"

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from gpu_runner import lifecycle, timeline
-from gpu_runner.aws import Aws
-from gpu_runner.ownership import RunScope
+from gpu_runner.core import timeline
+from gpu_runner.core.aws import Aws
+from gpu_runner.ec2_runner import lifecycle
+from gpu_runner.ec2_runner.ownership import RunScope
 
 
 def test_phases_from_the_workflow_are_checked(logged) -> None:

@@ -27,8 +27,10 @@ from doubles.iam_requests import (
     requests_for,
 )
 
-from gpu_runner import cli, lifecycle, mlflow_wake
-from gpu_runner.naming import RunContext
+from gpu_runner import cli
+from gpu_runner.core.naming import RunContext
+from gpu_runner.ec2_runner import lifecycle
+from gpu_runner.mlflow_server import mlflow_wake
 
 # A tag key launch never writes (one a reaper or an operator might trust).
 EXTRA_TAG = {"Key": "gpu-runner:keep-until", "Value": "2099-01-01T00:00:00Z"}

@@ -32,8 +32,8 @@ from doubles.gpu_runner_stack import (
 from doubles.iam_requests import ACCOUNT, Request, allowed, record_calls, s3_context
 from doubles.stack_deploy import PROJECT_DIR, PROJECT_PACKAGE
 
-from gpu_runner import checkpoint_owners
-from gpu_runner.errors import RunnerError
+from gpu_runner.core import checkpoint_owners
+from gpu_runner.core.errors import RunnerError
 
 PACKAGE = PROJECT_PACKAGE
 

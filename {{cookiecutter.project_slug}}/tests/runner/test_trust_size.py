@@ -16,8 +16,9 @@ from doubles.gpu_runner_stack import REGION, role_of, write_settings
 from doubles.iam_requests import record_calls
 from doubles.stack_deploy import TEMPLATE
 
-from gpu_runner import cli, trust_size
-from gpu_runner.aws import Aws
+from gpu_runner import cli
+from gpu_runner.core.aws import Aws
+from gpu_runner.setup import trust_size
 
 ROLES = {
     "TrainRole": "TrainRoleArn",

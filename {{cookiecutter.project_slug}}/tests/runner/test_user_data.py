@@ -39,10 +39,15 @@ from doubles.boot_sandbox import (
     write_stubs,
 )
 
-from gpu_runner.errors import SettingsError
-from gpu_runner.naming import RunContext
-from gpu_runner.settings import Settings
-from gpu_runner.user_data import MAX_USER_DATA_BYTES, render_job_started_hook, render_user_data, template
+from gpu_runner.core.errors import SettingsError
+from gpu_runner.core.naming import RunContext
+from gpu_runner.core.settings import Settings
+from gpu_runner.ec2_runner.user_data import (
+    MAX_USER_DATA_BYTES,
+    render_job_started_hook,
+    render_user_data,
+    template,
+)
 
 # Unique per session, so a match can only come from a leak of this value.
 JIT = f"GPURUNNERFAKEJIT{uuid.uuid4().hex}"
@@ -64,7 +69,7 @@ STUBS = {**MACHINE_STUBS, **RECORDING_STUBS}
 
 def test_template_ships_in_the_package() -> None:
     assert template().startswith("#!/bin/bash\n")
-    assert (resources.files("gpu_runner") / "user_data.sh").is_file()
+    assert (resources.files("gpu_runner.ec2_runner") / "user_data.sh").is_file()
 
 
 def test_values_are_quoted_data_and_no_secret_is_rendered() -> None:

@@ -9,8 +9,8 @@ import pytest
 from doubles.aws_constants import REGION
 from doubles.github_double import DEFAULT_TOKEN
 
-from gpu_runner import workflow_contract as values
 from gpu_runner.cli import main
+from gpu_runner.core import workflow_contract as values
 
 COMMIT = "c" * 40
 HOSTILE = "--x"

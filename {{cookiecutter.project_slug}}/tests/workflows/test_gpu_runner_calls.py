@@ -21,7 +21,7 @@ from workflow_files import (
     tool,
 )
 
-from gpu_runner.workflow_contract import (
+from gpu_runner.core.workflow_contract import (
     BatchOutput,
     CapacityOutput,
     LaunchOutput,
@@ -133,7 +133,7 @@ def test_every_value_reaches_a_cli_as_opt_equals_value(project: Path, tmp_path: 
                         "--",
                         "python",
                         "-m",
-                        "gpu_runner.batch_source",
+                        "gpu_runner.batch.batch_source",
                         "run",
                         package,
                         "train",
@@ -218,7 +218,7 @@ def written_step_outputs(package: Path) -> set[str]:
         for member in enum
     }
     keys: set[str] = set()
-    for path in package.glob("*.py"):
+    for path in package.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == (
                 "write_outputs"

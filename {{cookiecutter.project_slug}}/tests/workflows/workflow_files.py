@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpu_runner.workflow_contract import LaunchOutput, SettingsOutput, WaitOutput
+from gpu_runner.core.workflow_contract import LaunchOutput, SettingsOutput, WaitOutput
 
 PROJECT = Path(__file__).resolve().parents[2]
 # The pinned actions, each with its version: the same table the action contracts come from (one source). The

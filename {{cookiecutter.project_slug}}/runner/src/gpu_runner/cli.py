@@ -17,13 +17,14 @@ from typing import Any, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from . import ec2, log_output, naming
-from . import workflow_contract as contract
-from .aws import Aws
-from .errors import RunnerError
-from .github import GitHubRunners
-from .naming import RunContext
-from .settings import Settings, load_settings
+from gpu_runner.core import log_output, naming
+from gpu_runner.core import workflow_contract as contract
+from gpu_runner.core.aws import Aws
+from gpu_runner.core.errors import RunnerError
+from gpu_runner.core.github import GitHubRunners
+from gpu_runner.core.naming import RunContext
+from gpu_runner.core.settings import Settings, load_settings
+from gpu_runner.ec2_runner import ec2
 
 DEFAULT_SETTINGS = Path("configs/gpu-runner.yaml")
 T = TypeVar("T")
@@ -349,7 +350,7 @@ def _add_pr_comment(commands: argparse._SubParsersAction) -> None:
 def _pr_comment(args: argparse.Namespace) -> int:
     """Exit 1 with an ::error:: annotation when GitHub or MLflow refuses: the workflow step continues on error, so
     the annotation and the job summary say it while the run's result stays the training's."""
-    from .pr_comment import comment
+    from gpu_runner.pr_comment.pr_comment import comment
 
     try:
         posted = comment(
@@ -417,7 +418,7 @@ def _add_cost_report(commands: argparse._SubParsersAction) -> None:
 
 def _cost_report(args: argparse.Namespace) -> int:
     """The report on stdout (it is this command's output, not a log line), also written with its chart."""
-    from .cost import chart, files, report
+    from gpu_runner.cost import chart, files, report
 
     experiments = args.experiment or [report.experiment_from_config(args.config)]
     cpu_usd, cpu_basis = args.cpu_monthly_usd, "--cpu-monthly-usd"
@@ -442,8 +443,8 @@ def _cost_report(args: argparse.Namespace) -> int:
 
 def _mlflow_server_cost(args: argparse.Namespace) -> Any:
     """The team server's monthly cost, or None (with a warning) when its stack cannot be read."""
-    from .cost import server
-    from .mlflow_server import ServerInputs, server_stack_name
+    from gpu_runner.cost import server
+    from gpu_runner.mlflow_server.mlflow_server import ServerInputs, server_stack_name
 
     settings = load_settings(args.settings)
     name = server_stack_name(settings.project, ServerInputs(args.mlflow_server_of).repository)
@@ -464,7 +465,8 @@ def _raise_on_sigterm(signum: int, frame: FrameType | None) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     """Run one command; returns its exit status (non-zero only from doctor and capacity, the others raise)."""
     # Imported lazily so `--help` stays fast.
-    from . import lifecycle, reaper, timeline
+    from gpu_runner.core import timeline
+    from gpu_runner.ec2_runner import lifecycle, reaper
 
     ctx = RunContext.from_env()
     aws = Aws()
@@ -487,11 +489,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         _next_wave(args, ctx)
         return 0
     if args.command == "capacity":
-        from . import capacity
+        from gpu_runner.ec2_runner import capacity
 
         wanted = contract.wanted(args.wanted)
         return capacity.report(settings, capacity.capacity(settings, aws, wanted))
-    from . import credential
+    from gpu_runner.core import credential
 
     # Before any AWS call (the credential below is read from SSM): the train job would have nowhere to keep its
     # checkpoints, and nothing must be asked of AWS for a launch that cannot train.
@@ -533,7 +535,7 @@ def _record_checkpoint_owner(
 ) -> None:
     """The session just started trains this run's branch at `commit` (the one its job checks out): the record a
     later attempt's resume reads (checkpoint_owners.py)."""
-    from . import checkpoint_owners
+    from gpu_runner.core import checkpoint_owners
 
     detail = {
         "repository": ctx.repository,
@@ -546,7 +548,7 @@ def _record_checkpoint_owner(
 
 
 def _mlflow_server(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
-    from . import mlflow_server, mlflow_wake
+    from gpu_runner.mlflow_server import mlflow_server, mlflow_wake
 
     region = settings.region
     if args.action == "wake":
@@ -554,7 +556,7 @@ def _mlflow_server(args: argparse.Namespace, settings: Settings, aws: Aws) -> in
                          ssm_prefix=settings.ssm_prefix)  # fmt: skip
         return 0
     if args.action == "connect":
-        from . import mlflow_tunnel
+        from gpu_runner.mlflow_server import mlflow_tunnel
 
         tunnel = mlflow_tunnel.connect(
             aws.client("ec2", region), aws.client("ssm", region), settings, log_file=args.log_file,
@@ -574,7 +576,7 @@ def _mlflow_server(args: argparse.Namespace, settings: Settings, aws: Aws) -> in
             stop_schedule=args.stop_schedule, start_schedule=args.start_schedule, timezone=args.timezone,
             password_readers=tuple(args.password_reader),
         )  # fmt: skip
-        from .batch_stack import batch_stack_name
+        from gpu_runner.batch.batch_stack import batch_stack_name
 
         mlflow_server.up(
             settings, lambda service: aws.client(service, region), inputs,
@@ -602,11 +604,11 @@ def _mlflow_server(args: argparse.Namespace, settings: Settings, aws: Aws) -> in
 def _batch(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
     if args.action in ("up", "down"):
         return _batch_stack(args, settings, aws)
-    from . import batch_jobs, batch_wait
+    from gpu_runner.batch import batch_jobs, batch_wait
 
     client = aws.client("batch", settings.region)
     if args.action == "submit":
-        from .batch_stack import JOB_TAG_KEY, batch_stack_name, job_targets
+        from gpu_runner.batch.batch_stack import JOB_TAG_KEY, batch_stack_name, job_targets
 
         # run() has already required GITHUB_REPOSITORY (RunContext.from_env).
         repository = args.repository or os.environ["GITHUB_REPOSITORY"]
@@ -627,7 +629,7 @@ def _batch(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
         batch_jobs.cancel(client, args.job_id)
         return 0
     if args.action == "sweep-wave":
-        from .batch_cost import SweepMatrixError, wave_request
+        from gpu_runner.batch.batch_cost import SweepMatrixError, wave_request
 
         try:
             trials, array_size = wave_request(args.sweep_matrix)
@@ -638,14 +640,14 @@ def _batch(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
         )
         return 0
     if args.action == "open-run":
-        from . import batch_run
+        from gpu_runner.batch import batch_run
 
         config = batch_run.config_in(args.source_dir, args.config)
         run_id = batch_run.open_run(config, os.environ, {"gpu.backend": "batch"})
         contract.write_outputs({contract.BatchOutput.MLFLOW_RUN_ID: run_id})
         return 0
     if args.action == "ship":
-        from . import batch_source
+        from gpu_runner.batch import batch_source
 
         shipped = batch_source.ship(
             aws.client("s3", settings.region),
@@ -692,9 +694,9 @@ def _commit_to_ship(commit: str) -> str:
 def _log_batch_costs(args: argparse.Namespace, settings: Settings, aws: Aws, job: dict) -> None:
     """Print each attempt's cost; log a single job's to --mlflow-run-id, and with --sweep-matrix an array job's
     children's to their trials' child runs under that (parent) run, at the trial's attempt of the wave."""
-    from . import batch_cost
-    from .cost import accounting
-    from .mlflow_rest import MlflowError, MlflowRest
+    from gpu_runner.batch import batch_cost
+    from gpu_runner.core.mlflow_rest import MlflowError, MlflowRest
+    from gpu_runner.cost import accounting
 
     fallback = settings.instance_types[0] if len(settings.instance_types) == 1 else ""
     costs = batch_cost.job_costs(aws, job, region=settings.region, volume_gb=settings.root_volume_gb,
@@ -731,7 +733,7 @@ def _log_batch_costs(args: argparse.Namespace, settings: Settings, aws: Aws, job
 
 
 def _batch_stack(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
-    from . import batch_stack
+    from gpu_runner.batch import batch_stack
 
     cfn = aws.client("cloudformation", settings.region)
     if args.action == "up":
@@ -756,7 +758,7 @@ def _check_dispatch_inputs(args: argparse.Namespace, settings: Settings, ctx: Ru
 def _check_dispatch_commit(commit: str, ctx: RunContext) -> None:
     """A dispatch input `commit` must be in the dispatched branch's history (GitHub's compare), for launch and for
     `batch ship` alike."""
-    from .github import DEFAULT_BASE_URL, check_commit_on_branch
+    from gpu_runner.core.github import DEFAULT_BASE_URL, check_commit_on_branch
 
     contract.commit(commit)
     token = os.environ.get(contract.GITHUB_TOKEN, "")
@@ -786,7 +788,7 @@ def _teardown(
     this run's is refused, naming it and why, after everything of this run's was torn down. Each value is checked
     on its own: a bad run id or attempt (the train job's output, a dispatch input) costs the MLflow cost logging,
     never the terminate or deregister."""
-    from . import lifecycle, ownership
+    from gpu_runner.ec2_runner import lifecycle, ownership
 
     refused: list[str] = []
 
@@ -856,7 +858,7 @@ def _from_settings(flag: str, given: str, key: str, configured: str, settings_fi
 
 
 def _bootstrap(args: argparse.Namespace, settings: Settings, aws: Aws) -> None:
-    from . import stack
+    from gpu_runner.setup import stack
 
     bucket = _from_settings("--bucket", args.bucket, "bucket", settings.bucket, args.settings)
     prefix = _from_settings(
@@ -897,8 +899,9 @@ def _bootstrap(args: argparse.Namespace, settings: Settings, aws: Aws) -> None:
 
 
 def _doctor(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
-    from . import doctor, stack
-    from .doctor_checks import Target
+    from gpu_runner.doctor import doctor
+    from gpu_runner.doctor.doctor_checks import Target
+    from gpu_runner.setup import stack
 
     if not stack.REPOSITORY.fullmatch(args.repository):
         print(f"✗ repository: '{args.repository}' is not owner/name; fix: pass --repository owner/name")
@@ -913,8 +916,8 @@ def _doctor(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
 
 
 def _resume(args: argparse.Namespace, settings: Settings, ctx: RunContext, aws: Aws) -> None:
-    from . import resume
-    from .github import DEFAULT_BASE_URL, dispatch_workflow
+    from gpu_runner.core.github import DEFAULT_BASE_URL, dispatch_workflow
+    from gpu_runner.ec2_runner import resume
 
     mode = contract.resume_mode(args.mode)
     token = os.environ.get(contract.GITHUB_TOKEN, "")
@@ -947,7 +950,7 @@ SWEEP_WORKFLOW = "sweep.yml"
 def _next_wave(args: argparse.Namespace, ctx: RunContext) -> None:
     """One workflow_dispatch of sweep.yml with the next wave's number, as `resume` dispatches train.yml: with the
     run's GITHUB_TOKEN (actions: write), through the same request (dispatch_workflow)."""
-    from .github import DEFAULT_BASE_URL, dispatch_workflow
+    from gpu_runner.core.github import DEFAULT_BASE_URL, dispatch_workflow
 
     wave = contract.wave(args.wave)
     token = os.environ.get(contract.GITHUB_TOKEN, "")
@@ -980,7 +983,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     log_output.to_stdout()
     if args.command == "cost-report":  # reads MLflow only: no settings, no AWS, no workflow environment
-        from .cost.report import CostReportError
+        from gpu_runner.cost.report import CostReportError
 
         try:
             return _cost_report(args)

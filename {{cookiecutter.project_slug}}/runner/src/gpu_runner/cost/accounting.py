@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from ..aws import Aws
-from ..mlflow_rest import MlflowError, MlflowRest
+from gpu_runner.core.aws import Aws
+from gpu_runner.core.mlflow_rest import MlflowError, MlflowRest
+
 from . import pricing
 from .record import (
     BILLED_SECONDS,

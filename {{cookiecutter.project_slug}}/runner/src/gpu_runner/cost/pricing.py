@@ -21,8 +21,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from .. import log_output
-from ..aws import Aws
+from gpu_runner.core import log_output
+from gpu_runner.core.aws import Aws
 
 log = logging.getLogger(__name__)
 TABLE_FILE = "prices.json"

@@ -29,7 +29,8 @@ from typing import Any
 
 import yaml
 
-from ..mlflow_rest import MlflowError, MlflowRest
+from gpu_runner.core.mlflow_rest import MlflowError, MlflowRest
+
 from .record import (
     BILLED_SECONDS,
     COST_USD,

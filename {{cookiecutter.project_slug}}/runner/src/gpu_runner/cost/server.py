@@ -14,7 +14,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ..aws import Aws
+from gpu_runner.core.aws import Aws
+
 from . import pricing
 from .record import HOURS_PER_MONTH
 

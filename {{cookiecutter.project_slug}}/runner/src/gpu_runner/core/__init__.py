@@ -1,0 +1,1 @@
+"""What every family shares: settings, names, errors, AWS sessions, the GitHub and MLflow clients, the workflow contract, offerings, quotas, the timeline, the GitHub credential and the checkpoint owners."""

@@ -1,0 +1,1 @@
+"""`gpu-runner pr-comment`: the report of a training branch's runs on its pull request."""
