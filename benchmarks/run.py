@@ -34,6 +34,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from composition import rows as composition_rows
 from cookiecutter.main import cookiecutter
 
 TEMPLATE_ROOT = Path(__file__).resolve().parents[1]
@@ -525,6 +526,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             bake_rows, project = bench_bakes(workdir, args.repeats)
             rows += bake_rows
+            rows += composition_rows(project)
             rows += bench_install(project, uv)
             if not args.skip_tests:
                 rows += bench_tests(project, uv)

@@ -58,7 +58,7 @@ from parliament import analyze_policy_string
 
 from gpu_runner import cli
 from gpu_runner.batch import batch_stack
-from gpu_runner.core import naming
+from gpu_runner.core import naming, stack_names
 from gpu_runner.core.aws import Aws
 from gpu_runner.core.settings import PINNED_IMAGE, load_settings
 from gpu_runner.mlflow_server import mlflow_server
@@ -888,12 +888,12 @@ def test_submits_default_queue_and_definition_are_the_deployed_ones(batch: dict[
 
 def test_stack_names_leave_room_for_queue_and_definition_names() -> None:
     name = batch_stack.batch_stack_name("p" * 300, DEFAULT_REPOSITORY)
-    assert len(name) == batch_stack.STACK_NAME_MAX and name.startswith("batch-ppp")
+    assert len(name) == stack_names.BATCH_STACK_NAME_MAX and name.startswith("batch-ppp")
     # Batch's 128-character name limit holds for the longest name the template derives from it.
-    assert len(name + batch_stack.LONGEST_SUFFIX) == 128
-    assert batch_stack.LONGEST_SUFFIX == "-train-multinode"
+    assert len(name + stack_names.BATCH_LONGEST_SUFFIX) == 128
+    assert stack_names.BATCH_LONGEST_SUFFIX == "-train-multinode"
     assert double.template()["Resources"]["MultiNodeJobDefinition"]["Properties"]["JobDefinitionName"] == {
-        "Fn::Sub": "${AWS::StackName}" + batch_stack.LONGEST_SUFFIX
+        "Fn::Sub": "${AWS::StackName}" + stack_names.BATCH_LONGEST_SUFFIX
     }
     # Different repositories of one project get different stacks (and queues).
     assert name != batch_stack.batch_stack_name("p" * 300, "other/repo")
@@ -904,7 +904,7 @@ def test_the_make_targets_are_commands_the_cli_accepts(target: str, action: str)
     """`make batch-up` / `make batch-down` as a person runs them (BATCH_ARGS empty), parsed by the CLI's parser:
     this repository, the settings file and, for up, a template that exists."""
     words = [w for w in make_command(PROJECT_DIR / "Makefile", target) if w != "$(BATCH_ARGS)"]
-    args = cli._parser().parse_args(words[words.index("gpu-runner") + 1 :])
+    args = cli.parser().parse_args(words[words.index("gpu-runner") + 1 :])
     assert (args.command, args.action) == ("batch", action)
     assert str(args.settings) == "configs/gpu-runner.yaml" and stack_repository() == args.repository
     if action == "up":
@@ -918,7 +918,7 @@ def stack_repository() -> str:
 
 
 def test_the_batch_command_group_has_up_and_down() -> None:
-    parser = cli._parser()
+    parser = cli.parser()
     with pytest.raises(SystemExit):
         parser.parse_args(["batch", "launch", "--repository", DEFAULT_REPOSITORY])
     args = parser.parse_args(["batch", "up", "--repository", DEFAULT_REPOSITORY])

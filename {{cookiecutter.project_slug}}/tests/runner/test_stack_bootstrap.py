@@ -29,12 +29,12 @@ from doubles.stack_deploy import PROJECT_DIR, TEMPLATE
 from gpu_runner import cli
 from gpu_runner.core.aws import Aws
 from gpu_runner.core.settings import load_settings
+from gpu_runner.core.stack_names import repository_key
 from gpu_runner.setup.stack import (
     BootstrapError,
     StackInputs,
     credential_writer,
     prefix_problem,
-    repository_key,
     stack_name,
     trust_conflicts,
 )
@@ -270,7 +270,7 @@ def test_make_bootstrap_passes_the_bucket_and_branches_the_workflows_use() -> No
     prefix and default branch it deploys are the ones train.yml uses (bucket and prefix: the settings file's,
     the one source that launch hands on to the train job as the start job's `bucket` output)."""
     words = make_command(PROJECT_DIR / "Makefile", "bootstrap")
-    args = cli._parser().parse_args(words[words.index("gpu-runner") + 1 :])
+    args = cli.parser().parse_args(words[words.index("gpu-runner") + 1 :])
     assert args.command == "bootstrap" and str(args.settings) == "configs/gpu-runner.yaml"
     # So bootstrap takes them from the settings.
     assert (args.bucket, args.branch_prefix, args.sweep_branch_prefix) == ("", "", "")

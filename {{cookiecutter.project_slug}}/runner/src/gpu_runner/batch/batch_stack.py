@@ -18,6 +18,7 @@ from typing import Any
 
 from gpu_runner.core.errors import RunnerError
 from gpu_runner.core.settings import Settings
+from gpu_runner.core.stack_names import batch_stack_name, server_stack_name, stack_name
 from gpu_runner.setup import stack
 
 log = logging.getLogger(__name__)
@@ -28,12 +29,6 @@ OUTPUTS = frozenset(
     {"JobQueue", "MultiNodeJobQueue", "JobDefinition", "MultiNodeJobDefinition", "JobRoleArn", "SubmitRoleArn",
      "LogGroup"}
 )  # fmt: skip
-# The template names queues <stack>-gpu / <stack>-multinode and job definitions <stack>-train /
-# <stack>-train-multinode. Job queue and job definition names: up to 128 letters, numbers, hyphens and underscores
-# (botocore 1.44.8's batch model, CreateJobQueue jobQueueName, RegisterJobDefinition jobDefinitionName), so the
-# stack name keeps 16 characters for the longest suffix. CloudFormation's own limit (128) is looser.
-LONGEST_SUFFIX = "-train-multinode"
-STACK_NAME_MAX = 128 - len(LONGEST_SUFFIX)
 # ECS_AL2023_NVIDIA, the compute environments' image type, "doesn't support p3 and g3 instance types" (botocore
 # 1.44.8's batch model, Ec2Configuration imageType).
 AL2023_NVIDIA_UNSUPPORTED = ("p3", "g3")
@@ -105,14 +100,10 @@ class BatchInputs:
             raise BatchStackError("invalid batch input:\n  " + "\n  ".join(problems))
 
 
-def batch_stack_name(project: str, repository: str) -> str:
-    """`batch-<project>-<repository key>`, beside the gpu-runner stack of the same repository."""
-    return stack.named_stack("batch", project, repository, STACK_NAME_MAX)
-
-
 def job_targets(stack_name: str, *, multinode: bool = False) -> tuple[str, str]:
-    """The queue and job definition the template names for a stack (see LONGEST_SUFFIX): what `batch submit`
-    uses unless it is told others. SubmitJob takes either by name (the definition's latest active revision)."""
+    """The queue and job definition the template names for a stack (stack_names.BATCH_LONGEST_SUFFIX): what
+    `batch submit` uses unless it is told others. SubmitJob takes either by name (the definition's latest active
+    revision)."""
     if multinode:
         return f"{stack_name}-multinode", f"{stack_name}-train-multinode"
     return f"{stack_name}-gpu", f"{stack_name}-train"
@@ -157,8 +148,6 @@ def mlflow_parameters(cfn: Any, settings: Settings, repository: str) -> dict[str
     """The team MLflow server's CI user and the SSM name of its password (that stack's CiUsername and
     CiPasswordParameter outputs) when the server is deployed, so jobs log in as the runners do; empty without it
     (`make batch-up` again after `make mlflow-server-up` adds them)."""
-    from gpu_runner.mlflow_server.mlflow_server import server_stack_name
-
     name = server_stack_name(settings.project, repository)
     outputs = stack.stack_outputs(cfn, name) if stack.stack_status(cfn, name) is not None else {}
     return {
@@ -221,7 +210,7 @@ def up(
         raise BatchStackError(f"--template: {template} not found (run from the project root)") from None
     runner, runner_parameters = stack.runner_stack(
         cfn,
-        stack.stack_name(settings.project, inputs.repository),
+        stack_name(settings.project, inputs.repository),
         "Batch reuses its bucket, VPC, runner security group and OIDC provider",
         BatchStackError,
     )

@@ -31,6 +31,7 @@ from urllib.parse import quote
 from botocore.exceptions import BotoCoreError, ClientError
 
 from gpu_runner.core.errors import RunnerError
+from gpu_runner.core.naming import RunContext
 
 log = logging.getLogger(__name__)
 
@@ -88,3 +89,15 @@ def record_or_warn(
             f"::warning title=checkpoint owner not recorded::{session}: {error}. Its checkpoints "
             "train on; a later attempt will not restore them and starts from the first epoch"
         )
+
+
+def record_for_run(s3: Any, bucket: str, ctx: RunContext, *, commit: str, session: str) -> None:
+    """The session just started (an instance, a Batch task) trains this run's branch at `commit`, the one its job
+    checks out: the record a later attempt's resume reads, with the run that started it (record_or_warn)."""
+    detail = {
+        "repository": ctx.repository,
+        "run_id": ctx.run_id,
+        "run_attempt": ctx.run_attempt,
+        "slot": ctx.slot,
+    }
+    record_or_warn(s3, bucket, branch=ctx.branch, commit=commit, session=session, detail=detail)

@@ -21,8 +21,8 @@ from botocore.exceptions import ClientError
 from gpu_runner.core import quotas
 from gpu_runner.core.aws import Aws
 from gpu_runner.core.offerings import offered_types
+from gpu_runner.core.stack_names import stack_name
 from gpu_runner.doctor.doctor_checks import Check, Outcome, Target, failed, passed
-from gpu_runner.setup.stack import stack_name
 
 OIDC_HOST = "token.actions.githubusercontent.com"
 OIDC_AUDIENCE = "sts.amazonaws.com"

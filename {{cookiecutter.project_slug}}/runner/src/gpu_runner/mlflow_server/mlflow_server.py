@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gpu_runner.core.settings import Settings
+from gpu_runner.core.stack_names import server_stack_name, stack_name
 from gpu_runner.mlflow_server.mlflow_server_access import (
     batch_execution_role,
     parameter_names,
@@ -84,11 +85,6 @@ class ServerInputs:
             )
         if problems:
             raise MlflowServerError("invalid mlflow-server input:\n  " + "\n  ".join(problems))
-
-
-def server_stack_name(project: str, repository: str) -> str:
-    """`mlflow-server-<project>-<repository key>`, beside the gpu-runner stack of the same repository."""
-    return stack.named_stack("mlflow-server", project, repository)
 
 
 def tunnel_document_name(project: str) -> str:
@@ -178,7 +174,7 @@ def up(
     cfn, iam = aws("cloudformation"), aws("iam")
     runner, runner_parameters = stack.runner_stack(
         cfn,
-        stack.stack_name(settings.project, inputs.repository),
+        stack_name(settings.project, inputs.repository),
         "the server reuses its bucket, VPC and runner security group",
         MlflowServerError,
     )

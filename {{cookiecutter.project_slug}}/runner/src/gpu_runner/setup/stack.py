@@ -6,7 +6,6 @@ what launch, teardown and the reaper use. Re-running it updates the stack (or re
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 import shlex
@@ -21,6 +20,7 @@ from gpu_runner.core import naming
 from gpu_runner.core.errors import RunnerError
 from gpu_runner.core.github import DEFAULT_BASE_URL
 from gpu_runner.core.settings import BRANCH_PREFIX, BUCKET, Settings, prefixes_overlap
+from gpu_runner.core.stack_names import REPOSITORY, stack_name
 from gpu_runner.setup import lambda_zip, trust_size
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,6 @@ log = logging.getLogger(__name__)
 DEFAULT_TEMPLATE = Path("infra/gpu-runner.yaml")
 # The roles get generated names, so CAPABILITY_IAM suffices (no CAPABILITY_NAMED_IAM).
 CAPABILITIES = ["CAPABILITY_IAM"]
-REPOSITORY = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*/[A-Za-z0-9._-]+")
 OIDC_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:oidc-provider/token\.actions\.githubusercontent\.com")
 # What aws:PrincipalArn holds for a caller: the root, a user or a role (for a role's sessions, the role's ARN with its
 # path: IAM User Guide, "AWS global condition context keys"). IAM names: [\w+=,.@-] (IAM API Reference, CreateRole).
@@ -168,33 +167,6 @@ def default_vpc(ec2: Any, region: str) -> str:
     if not vpcs:
         raise BootstrapError(f"--vpc-id: {region} has no default VPC; pass the VPC of your runner subnets")
     return str(vpcs[0]["VpcId"])
-
-
-# "A stack name can contain only alphanumeric characters (case sensitive) and hyphens. It must start with an
-# alphabetical character and can't be longer than 128 characters" (botocore 1.44.8's CloudFormation model,
-# CreateStack StackName). The roles, policies and profile get names CloudFormation generates from it and fits to
-# IAM's limits (role names 64 characters: botocore's IAM model, roleNameType max 64), so none is named here.
-STACK_NAME_MAX = 128
-# GitHub owner and repository names are case-insensitive: one repository, one key, however it is spelled.
-REPOSITORY_KEY_HEX = 8
-
-
-def repository_key(repository: str) -> str:
-    """A short stable hash of owner/name: two repositories baked with the same project slug get different names."""
-    return hashlib.sha256(repository.lower().encode("utf-8")).hexdigest()[:REPOSITORY_KEY_HEX]
-
-
-def named_stack(kind: str, project: str, repository: str, max_length: int = STACK_NAME_MAX) -> str:
-    """`<kind>-<project>-<repository key>` within CloudFormation's name rules, cut to `max_length`: the name of
-    each of a repository's stacks (gpu-runner, mlflow-server, batch)."""
-    suffix = f"-{repository_key(repository)}"
-    base = f"{kind}-" + re.sub(r"[^A-Za-z0-9-]", "-", project)
-    return base[: max_length - len(suffix)] + suffix
-
-
-def stack_name(project: str, repository: str) -> str:
-    """`gpu-runner-<project>-<repository key>`."""
-    return named_stack("gpu-runner", project, repository)
 
 
 def prefix_problem(ssm_prefix: str, repository: str) -> str | None:
