@@ -18,7 +18,7 @@ from typing import Any
 
 from gpu_runner.core.errors import RunnerError
 from gpu_runner.core.settings import Settings
-from gpu_runner.core.stack_names import batch_stack_name, server_stack_name, stack_name
+from gpu_runner.core.stack_names import REPOSITORY, batch_stack_name, server_stack_name, stack_name
 from gpu_runner.setup import stack
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ class BatchInputs:
 
     def __post_init__(self) -> None:
         problems = []
-        if not stack.REPOSITORY.fullmatch(self.repository):
+        if not REPOSITORY.fullmatch(self.repository):
             problems.append(f"--repository: '{self.repository}' is not owner/name (e.g. your-org/ml-project)")
         if self.max_vcpus < 1:
             problems.append(

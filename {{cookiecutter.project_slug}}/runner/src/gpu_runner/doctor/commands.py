@@ -7,6 +7,7 @@ import argparse
 from gpu_runner.core.aws import Aws
 from gpu_runner.core.command_line import Command, SubParsers, add_command
 from gpu_runner.core.settings import Settings
+from gpu_runner.core.stack_names import REPOSITORY
 
 
 def register(commands: SubParsers) -> None:
@@ -26,9 +27,8 @@ def register(commands: SubParsers) -> None:
 def _doctor(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
     from gpu_runner.doctor import doctor
     from gpu_runner.doctor.doctor_checks import Target
-    from gpu_runner.setup import stack
 
-    if not stack.REPOSITORY.fullmatch(args.repository):
+    if not REPOSITORY.fullmatch(args.repository):
         print(f"✗ repository: '{args.repository}' is not owner/name; fix: pass --repository owner/name")
         return 1
     target = Target(

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gpu_runner.core.settings import Settings
-from gpu_runner.core.stack_names import server_stack_name, stack_name
+from gpu_runner.core.stack_names import REPOSITORY, server_stack_name, stack_name
 from gpu_runner.mlflow_server.mlflow_server_access import (
     batch_execution_role,
     parameter_names,
@@ -69,7 +69,7 @@ class ServerInputs:
 
     def __post_init__(self) -> None:
         problems = []
-        if not stack.REPOSITORY.fullmatch(self.repository):
+        if not REPOSITORY.fullmatch(self.repository):
             problems.append(f"--repository: '{self.repository}' is not owner/name (e.g. your-org/ml-project)")
         for flag, value in (
             ("--stop-schedule", self.stop_schedule),
