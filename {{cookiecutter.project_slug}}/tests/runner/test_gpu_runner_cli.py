@@ -95,6 +95,32 @@ def test_bad_instance_type_override_is_rejected_before_any_call(cli_env: Path, g
     assert github_double.calls == []
 
 
+@pytest.mark.parametrize(
+    ("argv", "narrowed"),
+    [
+        (["launch", "--instance-type", "g5.xlarge"], {"instance_types": "g5.xlarge"}),
+        (
+            ["resume", "--ref", "train/x", "--commit", "c" * 40, "--instance-type", "g5.xlarge"],
+            {"instance_types": "g5.xlarge"},
+        ),
+        # The server's own EC2 type: never the GPU types launch tries (t3.small passes their format check).
+        (["mlflow-server", "up", "--repository", "octo-org/octo-repo", "--instance-type", "t3.small"], {}),
+    ],
+)
+def test_only_a_gpu_commands_instance_type_narrows_the_settings(
+    cli_env: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str], narrowed: dict[str, str]
+) -> None:
+    seen: list[dict[str, str]] = []
+
+    def load(path: Path, overrides: dict[str, str] | None = None) -> None:
+        seen.append(dict(overrides or {}))
+        raise cli.RunnerError("stop after loading the settings")
+
+    monkeypatch.setattr(cli, "load_settings", load)
+    assert main(["--settings", str(cli_env), *argv]) == 1
+    assert seen == [narrowed]
+
+
 def test_workflow_settings_writes_the_settings_files_region_and_prefix_as_step_outputs(
     cli_env: Path, capsys
 ) -> None:

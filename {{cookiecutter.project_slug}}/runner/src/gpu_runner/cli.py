@@ -81,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     region = ""
     try:
-        overrides = {"instance_types": args.instance_type} if getattr(args, "instance_type", "") else {}
+        narrowed = command.narrows_instance_types and args.instance_type
+        overrides = {"instance_types": args.instance_type} if narrowed else {}
         settings = load_settings(args.settings, overrides)
         region = settings.region
         if command.in_workflow and not os.environ.get("GITHUB_REPOSITORY"):

@@ -50,7 +50,7 @@ def _register_stack(actions: SubParsers) -> None:
 
 
 def _register_jobs(actions: SubParsers) -> None:
-    submit = add_command(actions, "submit", Command(run=_submit),
+    submit = add_command(actions, "submit", Command(run=_submit, narrows_instance_types=True),
                          help="check the request, submit the job, write the step output job-id")  # fmt: skip
     submit.add_argument("--queue", default="", help="default: the stack's <stack>-gpu (-multinode) queue")
     submit.add_argument(

@@ -28,12 +28,15 @@ class Command:
     in_workflow: needs GITHUB_REPOSITORY, which GitHub Actions sets (a command a person runs from a laptop names
         the repository with a flag instead).
     check_lines: its errors are printed as a failed check line (doctor speaks in check lines).
+    narrows_instance_types: its `--instance-type` replaces the settings' instance_types (launch tries only that
+        GPU type); any other command's flag of that name is its own (the MLflow server's EC2 type).
     """
 
     run: Callable[[argparse.Namespace, Settings, Aws], int] | None = None
     standalone: Callable[[argparse.Namespace], int] | None = None
     in_workflow: bool = True
     check_lines: bool = False
+    narrows_instance_types: bool = False
 
     def __post_init__(self) -> None:
         if (self.run is None) == (self.standalone is None):

@@ -25,7 +25,7 @@ T = TypeVar("T")
 
 
 def register(commands: SubParsers) -> None:
-    launch = add_command(commands, "launch", Command(run=_launch),
+    launch = add_command(commands, "launch", Command(run=_launch, narrows_instance_types=True),
                          help="register a JIT runner and launch its GPU instance")  # fmt: skip
     launch.add_argument("--instance-type", default="", help="try only this type (overrides instance_types)")
     launch.add_argument("--spot", type=bool_value, default=None, help="true/false: override use_spot")
@@ -69,7 +69,7 @@ def register(commands: SubParsers) -> None:
     )  # fmt: skip
     add_slot(teardown)
 
-    resume = add_command(commands, "resume", Command(run=_resume),
+    resume = add_command(commands, "resume", Command(run=_resume, narrows_instance_types=True),
                          help="after a spot interruption: dispatch the next attempt of train.yml")  # fmt: skip
     resume.add_argument("--ref", required=True, help="branch to dispatch on")
     resume.add_argument("--attempt", default="1", help="this attempt's number (1 for a push)")
