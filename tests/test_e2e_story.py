@@ -14,7 +14,9 @@ from cookiecutter.main import cookiecutter
 from test_generated_project import make
 
 ROOT = Path(__file__).resolve().parent.parent
-SCENARIOS = 16  # fault scenarios 1-15 (stories.py) + the hijack story (16, test_hijack_story.py)
+# Fault scenarios 1-15 (stories.py), the hijack story (16, test_hijack_story.py) and the foreign stop story
+# (17, test_foreign_stop_story.py).
+SCENARIOS = 17
 
 pytestmark = pytest.mark.e2e
 
