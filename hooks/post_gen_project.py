@@ -37,7 +37,7 @@ CRUFT_FILE = ".cruft.json"
 # cruft's context has none of them, and an absolute output path has no place in the repository.
 LOCAL_KEYS = ("_output_dir", "_repo_dir", "_checkout")
 # Comma-separated answers, recorded as the templates render them (spaces around the commas dropped, as
-# pre_gen_project.py's comma_list accepts them), so .cookiecutter.json agrees with configs/ and infra/.
+# pre_gen_project.py's comma_list accepts them), so .cookiecutter.json agrees with configs/.
 COMMA_SEPARATED = ("gpu_instance_types",)
 
 

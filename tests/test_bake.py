@@ -45,7 +45,10 @@ UNRENDERED = re.compile(r"(?<!\$)\{[{%#]")
 # And Systems Manager's own parameter syntax, `{{ name }}` in an SSM document's content (Systems Manager User
 # Guide, "Session document schema": properties refer to parameters so): the team MLflow server's Session
 # document, where exactly this line may hold one.
-SSM_DOCUMENT_PARAMETER = ("infra/mlflow-server.yaml", 'localPortNumber: "{{ localPortNumber }}"')
+SSM_DOCUMENT_PARAMETER = (
+    "runner/src/gpu_runner/mlflow_server/mlflow-server.yaml",
+    'localPortNumber: "{{ localPortNumber }}"',
+)
 
 
 def matrix() -> list[Any]:

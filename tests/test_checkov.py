@@ -16,6 +16,10 @@ from conftest import write_config
 from cookiecutter.main import cookiecutter
 from workflow_files import offline_env
 
+# The CloudFormation templates, package data of gpu_runner, as checkov names them (from the scanned bake).
+STACK = "/runner/src/gpu_runner/setup/gpu-runner.yaml"
+SERVER_STACK = "/runner/src/gpu_runner/mlflow_server/mlflow-server.yaml"
+BATCH_STACK = "/runner/src/gpu_runner/batch/batch.yaml"
 ROOT = Path(__file__).resolve().parents[1]
 CHECKOV = Path(sys.executable).with_name("checkov")
 FRAMEWORKS = ("cloudformation", "github_actions")
@@ -24,15 +28,15 @@ BAKES = {"defaults": {}, "batch": {"gpu_backend": "batch"}}
 # test_every_skip_says_why holds it to a sentence. A new finding is fixed, or skipped in place and added here:
 # never skipped by configuration.
 EXPECTED_SKIPS = {
-    # The reaper Lambda: scheduled, no payload, AWS APIs only (infra/gpu-runner.yaml says why at each skip).
-    ("CKV_AWS_115", "/infra/gpu-runner.yaml", "AWS::Lambda::Function.ReaperFunction"),
-    ("CKV_AWS_116", "/infra/gpu-runner.yaml", "AWS::Lambda::Function.ReaperFunction"),
-    ("CKV_AWS_117", "/infra/gpu-runner.yaml", "AWS::Lambda::Function.ReaperFunction"),
-    ("CKV_AWS_173", "/infra/gpu-runner.yaml", "AWS::Lambda::Function.ReaperFunction"),
-    ("CKV_AWS_158", "/infra/gpu-runner.yaml", "AWS::Logs::LogGroup.ReaperLogGroup"),
-    ("CKV_AWS_18", "/infra/gpu-runner.yaml", "AWS::S3::Bucket.Bucket"),
+    # The reaper Lambda: scheduled, no payload, AWS APIs only (the stack's template says why at each skip).
+    ("CKV_AWS_115", STACK, "AWS::Lambda::Function.ReaperFunction"),
+    ("CKV_AWS_116", STACK, "AWS::Lambda::Function.ReaperFunction"),
+    ("CKV_AWS_117", STACK, "AWS::Lambda::Function.ReaperFunction"),
+    ("CKV_AWS_173", STACK, "AWS::Lambda::Function.ReaperFunction"),
+    ("CKV_AWS_158", STACK, "AWS::Logs::LogGroup.ReaperLogGroup"),
+    ("CKV_AWS_18", STACK, "AWS::S3::Bucket.Bucket"),
     # Session Manager's channel actions on the MLflow server define no resource type (the skip says so).
-    ("CKV_AWS_111", "/infra/mlflow-server.yaml", "AWS::IAM::ManagedPolicy.ServerPolicy"),
+    ("CKV_AWS_111", SERVER_STACK, "AWS::IAM::ManagedPolicy.ServerPolicy"),
     # workflow_dispatch inputs: the next attempt's dispatch (train.yml), a sweep's next wave, predict's model
     # and files, promote's run; each input is checked before use (docs/security.md).
     ("CKV_GHA_7", "/.github/workflows/train.yml", "on(Train on a GPU)"),
@@ -90,7 +94,7 @@ def test_checkov_passes_or_skips_every_check(scanned: dict[str, Any]) -> None:
     assert skipped == EXPECTED_SKIPS
     # What it scanned: the three stacks and the workflows, hundreds of checks (not an empty directory).
     files = {c["file_path"] for c in entries(scanned, "passed_checks")}
-    assert {"/infra/gpu-runner.yaml", "/infra/mlflow-server.yaml", "/infra/batch.yaml"} <= files, files
+    assert {STACK, SERVER_STACK, BATCH_STACK} <= files, files
     assert {"/.github/workflows/train.yml", "/.github/workflows/batch.yml"} <= files, files
     assert all(report["summary"]["parsing_errors"] == 0 for report in scanned.values())
 

@@ -1,5 +1,5 @@
 """`make mlflow-server-requirements`: write infra/mlflow-server-requirements.txt, what the team MLflow server's
-first boot installs with `pip install --require-hashes --only-binary=:all:` (infra/mlflow-server.yaml).
+first boot installs with `pip install --require-hashes --only-binary=:all:` (gpu_runner/mlflow_server/mlflow-server.yaml).
 
 mlflow[auth] and boto3 at the versions uv.lock pins, with their whole dependency closure, every other package held
 to uv.lock's version too where the lock has it (`uv export` as constraints: the server runs what the tests ran),

@@ -48,7 +48,9 @@ def test_checkpoint_uri_must_be_s3_with_a_bucket() -> None:
 
 def test_missing_bucket_names_the_field_and_the_fix(moto_endpoint: str, tmp_path: Path) -> None:
     store = S3Checkpoints("s3://no-such-bucket-here/x", tmp_path)
-    with pytest.raises(DataError, match=r"training\.checkpoint_uri .*does not exist.*infra/"):
+    with pytest.raises(
+        DataError, match=r"training\.checkpoint_uri .*does not exist.*make bootstrap creates it"
+    ):
         store.restore()
 
 

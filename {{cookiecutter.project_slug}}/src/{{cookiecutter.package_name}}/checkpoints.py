@@ -7,7 +7,7 @@ right epoch. A finished training marks its prefix complete: a later run of the s
 fresh instead of resuming a finished fit.
 
 Where (issue 30, High 2): `<checkpoint_uri>/<aws:userid>/[<scope>/]<branch>/<commit>-<config hash>/`. The
-training roles may write under their own session's `aws:userid` only (infra/: RunnerPolicy, the Batch JobPolicy),
+training roles may write under their own session's `aws:userid` only (gpu_runner's stacks: RunnerPolicy, the Batch JobPolicy),
 so one run's code can never write where another run restores from. A later attempt runs in another session (a new
 instance, a Batch retry's new task), so it restores from its predecessors' prefixes: those of the sessions the
 default branch's launch code recorded, under `<checkpoint_uri>/owners/<branch>/<commit>/<session>`, for THIS
@@ -122,7 +122,7 @@ class S3Checkpoints:
             if code == "NoSuchBucket":
                 raise DataError(
                     f"training.checkpoint_uri '{self.uri}': bucket '{self.bucket}' does not exist "
-                    "(create it with infra/, or clear checkpoint_uri to keep checkpoints on local disk)"
+                    "(make bootstrap creates it, or clear checkpoint_uri to keep checkpoints on local disk)"
                 ) from None
             raise
         return reply["LastModified"], json.loads(reply["Body"].read())
@@ -201,7 +201,7 @@ def session_prefix(
     base_uri: str, user_id: str, branch: str, commit: str, digest: str, scope: str = ""
 ) -> str:
     """`<base>/<user id>/[<scope>/]<branch>/<commit>-<digest>`: the checkpoint of a training of that branch, commit
-    and config in that AWS session (the only one that may write it, infra/ RunnerPolicy and JobPolicy)."""
+    and config in that AWS session (the only one that may write it: RunnerPolicy and JobPolicy of gpu_runner's stacks)."""
     within = f"/{scope.strip('/')}" if scope.strip("/") else ""
     return checkpoint_prefix(f"{base_uri.rstrip('/')}/{user_id}{within}", branch, commit, digest)
 

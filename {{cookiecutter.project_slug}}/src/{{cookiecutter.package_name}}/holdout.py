@@ -1,7 +1,7 @@
 """The held-out set promote measures candidate and champion on (`registry.holdout` of the default branch's config).
 
 - `s3://<bucket>/holdout/<folder>/`: an image folder (one sub-folder per class) that admins write and the promote
-  role reads; no training role may write there (infra/gpu-runner.yaml), and no training reads it. This is the
+  role reads; no training role may write there (gpu_runner/setup/gpu-runner.yaml), and no training reads it. This is the
   real thing: images no branch trained on, labels no branch chose.
 - `digits` (the packaged default): the test split the DEFAULT branch's config makes of the packaged digits
   (its data fractions and seed). Weaker, and only a demo: the digits ship inside the package, so a branch can

@@ -163,7 +163,7 @@ def _s3_error(error: ClientError, where: StudyLocation, operation: str) -> Excep
     if code == "NoSuchBucket":
         return StudyStorageError(
             f"study storage '{where.uri}': bucket '{where.bucket}' does not exist; fix the bucket name in the "
-            f"URI or create the bucket (the project's stack in infra/ makes it)"
+            f"URI or create the bucket (the gpu-runner stack makes it: make bootstrap)"
         )
     if code in {"AccessDenied", "AllAccessDisabled"} or _status(error) == "403":
         action = _IAM_ACTION.get(operation, f"s3:{operation}")

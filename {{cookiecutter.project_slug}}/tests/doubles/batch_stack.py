@@ -4,7 +4,7 @@ bootstrap stack (doubles.gpu_runner_stack), and what it deployed.
 One adaptation for moto 5.2.5, whose CloudFormation registers every AWS::Batch::JobDefinition as type `container`
 and then requires ContainerProperties (moto/batch/models.py, JobDefinition.create_from_cloudformation_json hard-codes
 _type="container"): on the way to moto, a `multinode` definition's single node range container is handed over as
-its ContainerProperties. Everything else reaches moto as infra/batch.yaml says; what only a multi-node definition
+its ContainerProperties. Everything else reaches moto as gpu_runner/batch/batch.yaml says; what only a multi-node definition
 has (NumNodes, MainNode, the node range) is asserted on the template (tests/runner/test_batch_stack.py)."""
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ import yaml
 from doubles.github_double import DEFAULT_REPOSITORY
 from doubles.gpu_runner_stack import REGION, CfnLoader
 from doubles.mlflow_server_stack import run_cli
-from doubles.stack_deploy import PROJECT_DIR, delete_if_present, described
+from doubles.stack_deploy import delete_if_present, described
 from gpu_runner import cli
+from gpu_runner.batch import TEMPLATE as BATCH_TEMPLATE
 from gpu_runner.batch import batch_stack
 from gpu_runner.core.aws import Aws
 
-BATCH_TEMPLATE = PROJECT_DIR / "infra" / "batch.yaml"
 # A digest-pinned image of the account's registry (never pulled: moto runs no container).
 IMAGE = f"123456789012.dkr.ecr.{REGION}.amazonaws.com/ml-project:1.0@sha256:{'5' * 64}"
 
@@ -105,7 +105,7 @@ def deployed(stack: dict[str, Any], settings_file: Path, *extra: str) -> dict[st
 def _delete_batch_resources(session: boto3.Session, stack_name: str) -> None:
     """What deleting the stack deletes on AWS and moto 5.2.5 leaves (its Batch models define no
     delete_from_cloudformation_json): the queues, then the environments they use, then the job definitions, all named
-    `<stack>-...` (infra/batch.yaml). Left, they make the next create fail (InvalidParameterValue, 'A compute
+    `<stack>-...` (gpu_runner/batch/batch.yaml). Left, they make the next create fail (InvalidParameterValue, 'A compute
     environment already exists'). By name, not by the stack's resources: an update may have dropped them from it."""
     batch, own = session.client("batch"), f"{stack_name}-"
     for queue in batch.describe_job_queues()["jobQueues"]:

@@ -19,9 +19,9 @@ from botocore.exceptions import ClientError
 from doubles.github_double import DEFAULT_REPOSITORY
 from doubles.stack_deploy import PROJECT_DIR, delete_if_present, described
 from gpu_runner import cli
+from gpu_runner.mlflow_server import TEMPLATE as SERVER_TEMPLATE
 from gpu_runner.mlflow_server import mlflow_server
 
-SERVER_TEMPLATE = PROJECT_DIR / "infra" / "mlflow-server.yaml"
 LOCK = PROJECT_DIR / "uv.lock"
 TRAIN_CONFIG = PROJECT_DIR / "configs" / "train.yaml"
 REQUIREMENTS = PROJECT_DIR / "infra" / "mlflow-server-requirements.txt"

@@ -1,4 +1,4 @@
-"""The runner's security group in moto, as infra/gpu-runner.yaml makes it (no inbound rule)."""
+"""The runner's security group in moto, as gpu_runner/setup/gpu-runner.yaml makes it (no inbound rule)."""
 
 from __future__ import annotations
 

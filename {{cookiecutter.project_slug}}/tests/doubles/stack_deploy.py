@@ -15,12 +15,12 @@ import pytest
 from botocore.exceptions import ClientError
 
 from gpu_runner import cli
+from gpu_runner.setup import TEMPLATE
 from gpu_runner.setup.stack import stack_name as name_of_stack
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 # The project's own package: tests/runner is copied verbatim into every bake, so its name is looked up, not written.
 PROJECT_PACKAGE = next(p.name for p in (PROJECT_DIR / "src").iterdir() if (p / "__init__.py").exists())
-TEMPLATE = PROJECT_DIR / "infra" / "gpu-runner.yaml"
 OIDC_URL = "token.actions.githubusercontent.com"
 
 

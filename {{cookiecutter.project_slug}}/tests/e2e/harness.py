@@ -56,11 +56,11 @@ COMMENT_JOB = "comment"
 
 BRANCH = "train/demo"
 ROLE_ARN = "arn:aws:iam::123456789012:role/gpu-runner"
-# reap.yml assumes its own role (infra/: default branch only, cannot launch).
+# reap.yml assumes its own role (setup/gpu-runner.yaml: default branch only, cannot launch).
 REAPER_ROLE_ARN = "arn:aws:iam::123456789012:role/gpu-runner-reaper"
-# sweep.yml's plan and collect jobs assume the sweep role (infra/gpu-runner.yaml, SweepRole).
+# sweep.yml's plan and collect jobs assume the sweep role (gpu_runner/setup/gpu-runner.yaml, SweepRole).
 SWEEP_ROLE_ARN = "arn:aws:iam::123456789012:role/gpu-runner-sweep"
-# predict.yml's resolve and CPU jobs assume the predict role (infra/gpu-runner.yaml, PredictRole).
+# predict.yml's resolve and CPU jobs assume the predict role (gpu_runner/setup/gpu-runner.yaml, PredictRole).
 PREDICT_ROLE_ARN = "arn:aws:iam::123456789012:role/gpu-runner-predict"
 # predict.yml's start and stop (the default branch's gpu-runner-start/stop.yml) assume the predict launch role.
 PREDICT_LAUNCH_ROLE_ARN = "arn:aws:iam::123456789012:role/gpu-runner-predict-launch"

@@ -103,7 +103,7 @@ def make_stack(moto_endpoint: str, mlflow_uri: str, image_bin: Path) -> Stack:
     bucket = stack.checkpoint_uri[5:].split("/")[0]
     s3 = boto3.client("s3", region_name="us-east-1", endpoint_url=moto_endpoint)
     if bucket not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
-        s3.create_bucket(Bucket=bucket)  # infra/ creates it in a real account
+        s3.create_bucket(Bucket=bucket)  # make bootstrap creates it in a real account
     return stack
 
 

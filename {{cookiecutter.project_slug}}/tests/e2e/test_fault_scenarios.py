@@ -77,7 +77,7 @@ def check_5(story: Story) -> None:
     assert "shutdown -h now failed" in _console(story)
     assert story.reap_run and story.reap_run.results.get("reap") == "success"
     assert "its runner is gone" in story.reap_run.log.read_text()
-    # Each workflow assumes its own role (infra/gpu-runner.yaml): the reaper's cannot launch.
+    # Each workflow assumes its own role (gpu_runner/setup/gpu-runner.yaml): the reaper's cannot launch.
     assert f"assumed {REAPER_ROLE_ARN} as gpu-runner-reap-" in story.reap_run.log.read_text()
     assert f"assumed {ROLE_ARN} as gpu-runner-start-" in story.run.log.read_text()
 

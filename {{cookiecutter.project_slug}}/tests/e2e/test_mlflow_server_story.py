@@ -1,4 +1,4 @@
-"""`make e2e`: the team MLflow server (infra/mlflow-server.yaml) in a story. Its stack is deployed to the moto
+"""`make e2e`: the team MLflow server (gpu_runner/mlflow_server/mlflow-server.yaml) in a story. Its stack is deployed to the moto
 server, its user-data (as moto's CloudFormation rendered it) boots it in the sandbox: a real `mlflow server` with
 basic auth on 127.0.0.1, artifacts into the moto bucket. Its schedule has stopped it for the night. A push to a
 train branch then runs the real train.yml under act with MLFLOW_TRACKING_URI on that server and the ci user's
@@ -33,6 +33,7 @@ from mlflow.tracking import MlflowClient
 from stories import Scenario, Stack, run_story, workflow_run_ids
 
 from gpu_runner.core.settings import load_settings
+from gpu_runner.mlflow_server import TEMPLATE as SERVER_TEMPLATE
 from gpu_runner.mlflow_server import mlflow_server, mlflow_server_access, mlflow_server_project, mlflow_wake
 from gpu_runner.setup import stack as runner_stack
 
@@ -76,7 +77,7 @@ def team_server(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Itera
         version, mlflow_server_project.served_layout(PROJECT / "configs" / "train.yaml"), requirements,
         (_people_role(stack.client("iam")),),
     )  # fmt: skip
-    body = (PROJECT / "infra" / "mlflow-server.yaml").read_text(encoding="utf-8")
+    body = SERVER_TEMPLATE.read_text(encoding="utf-8")
     name = mlflow_server.server_stack_name(settings.project, stack.repository)
     repository_parameters = {"GitHubOwner": owner, "GitHubRepository": repository}
     parameters = mlflow_server.stack_parameters(settings, inputs, runner, repository_parameters, deployment)

@@ -1,4 +1,4 @@
-"""The Batch instances' user data (infra/batch.yaml LaunchTemplate): MIME multi-part as Batch merges it, each part a
+"""The Batch instances' user data (gpu_runner/batch/batch.yaml LaunchTemplate): MIME multi-part as Batch merges it, each part a
 shell script shellcheck accepts, and its firewall part run for real, with iptables, in network namespaces.
 
 Single-node Batch jobs share the instance's network (`host` mode), so the firewall is all that stands between a

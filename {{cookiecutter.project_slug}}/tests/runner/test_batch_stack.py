@@ -1,4 +1,4 @@
-"""AWS Batch (infra/batch.yaml): `gpu-runner batch up` against the moto server after `bootstrap`, what it built,
+"""AWS Batch (gpu_runner/batch/batch.yaml): `gpu-runner batch up` against the moto server after `bootstrap`, what it built,
 and who may submit, end and read what (the IAM evaluator, call by call).
 
 moto's CloudFormation creates the node security group and its rule, the roles, policies, instance profile, launch
@@ -30,7 +30,7 @@ import pytest
 from botocore.exceptions import ClientError
 from botocore.validate import validate_parameters
 from doubles import batch_stack as double
-from doubles import batch_world, gpu_runner_stack
+from doubles import batch_world
 from doubles.git_repository import committed_repository
 from doubles.github_double import DEFAULT_REPOSITORY
 from doubles.gpu_runner_stack import (
@@ -57,6 +57,7 @@ from doubles.stack_deploy import OIDC_URL, PROJECT_DIR, bootstrap
 from parliament import analyze_policy_string
 
 from gpu_runner import cli
+from gpu_runner.batch import TEMPLATE as BATCH_TEMPLATE
 from gpu_runner.batch import batch_stack
 from gpu_runner.core import naming, stack_names
 from gpu_runner.core.aws import Aws
@@ -908,13 +909,13 @@ def test_the_make_targets_are_commands_the_cli_accepts(target: str, action: str)
     assert (args.command, args.action) == ("batch", action)
     assert str(args.settings) == "configs/gpu-runner.yaml" and stack_repository() == args.repository
     if action == "up":
-        assert (PROJECT_DIR / args.template).is_file()
+        assert args.template == BATCH_TEMPLATE and BATCH_TEMPLATE.is_file()
 
 
 def stack_repository() -> str:
-    """The repository the bake's infra/gpu-runner.yaml trusts by default (the Makefile's REPOSITORY)."""
-    parameters = gpu_runner_stack.template()["Parameters"]
-    return f"{parameters['GitHubOwner']['Default']}/{parameters['GitHubRepository']['Default']}"
+    """The repository the bake answered (.cookiecutter.json): what `make bootstrap` passes its stack to trust."""
+    answers = json.loads((PROJECT_DIR / ".cookiecutter.json").read_text(encoding="utf-8"))["cookiecutter"]
+    return f"{answers['github_owner']}/{answers['github_repo']}"
 
 
 def test_the_batch_command_group_has_up_and_down() -> None:
@@ -926,7 +927,7 @@ def test_the_batch_command_group_has_up_and_down() -> None:
         "batch",
         "up",
         16,
-        Path("infra/batch.yaml"),
+        BATCH_TEMPLATE,
     )
 
 
@@ -1011,7 +1012,7 @@ def test_jobs_get_the_mlflow_password_from_ssm_never_in_their_request(
     password = f"pw-{uuid.uuid4().hex}"
     ssm = session.client("ssm")
     ssm.put_parameter(Name=ci_parameter, Value=password, Type="SecureString")
-    # The MLflow server stack's two outputs batch up reads (infra/mlflow-server.yaml CiUsername, CiPasswordParameter).
+    # The MLflow server stack's two outputs batch up reads (gpu_runner/mlflow_server/mlflow-server.yaml CiUsername, CiPasswordParameter).
     server = mlflow_server.server_stack_name(settings.project, DEFAULT_REPOSITORY)
     server_template = {
         "Resources": {"Handle": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},

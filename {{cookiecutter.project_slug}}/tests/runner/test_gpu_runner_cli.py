@@ -225,7 +225,7 @@ def test_bad_boolean_flag(cli_env: Path, capsys) -> None:
     ("code", "status", "expected"),
     [
         ("AuthFailure", 401, "AWS refused DescribeInstances: AuthFailure: AWS rejected the credentials (expired or unknown)"),
-        ("UnauthorizedOperation", 403, "AWS refused DescribeInstances: UnauthorizedOperation: injected UnauthorizedOperation (the roles' permissions are in infra/gpu-runner.yaml"),
+        ("UnauthorizedOperation", 403, "AWS refused DescribeInstances: UnauthorizedOperation: injected UnauthorizedOperation (the roles' permissions are in gpu_runner/setup/gpu-runner.yaml"),
     ],
 )  # fmt: skip
 def test_aws_refusals_outside_launch_are_one_line(

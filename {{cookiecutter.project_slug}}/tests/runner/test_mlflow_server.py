@@ -1,4 +1,4 @@
-"""The team MLflow server (infra/mlflow-server.yaml): `gpu-runner mlflow-server up` against the moto server after
+"""The team MLflow server (gpu_runner/mlflow_server/mlflow-server.yaml): `gpu-runner mlflow-server up` against the moto server after
 `bootstrap`, what it built, who may reach it, its first boot (the user-data moto's CloudFormation rendered, run in
 the boot sandbox, starting a real `mlflow server` with basic auth), `wake` and the tunnel command.
 
@@ -44,6 +44,7 @@ from doubles.price_answers import get_products_answer, price_list_product
 from doubles.stack_deploy import PROJECT_DIR
 from parliament import analyze_policy_string
 
+from gpu_runner.batch import TEMPLATE as BATCH_TEMPLATE
 from gpu_runner.core.aws import Aws
 from gpu_runner.cost import server as server_cost
 from gpu_runner.mlflow_server import mlflow_server, mlflow_server_access, mlflow_server_project, mlflow_wake
@@ -297,15 +298,13 @@ def test_server_policy_is_parliament_clean_and_scoped(server: dict[str, Any]) ->
 
 
 def test_batch_jobs_decrypt_the_ci_password_only(server: dict[str, Any], stack: dict[str, Any]) -> None:
-    """With a batch stack, `up` finds its job execution role (infra/batch.yaml ExecutionRole, which resolves the
+    """With a batch stack, `up` finds its job execution role (gpu_runner/batch/batch.yaml ExecutionRole, which resolves the
     ci password into a job's environment) and the key lets that role decrypt the ci password through SSM, no
     other. batch.yaml stays as it is: a role the key policy names needs no IAM grant for the key.
 
     moto's CloudFormation cannot update an AWS::KMS::Key (it has no update for it), so the key is checked as
     CloudFormation renders the template's own PasswordKey (and the ServerRole it names) in a stack of its own."""
-    batch_template = yaml.load(
-        (PROJECT_DIR / "infra" / "batch.yaml").read_text(encoding="utf-8"), Loader=CfnLoader
-    )
+    batch_template = yaml.load(BATCH_TEMPLATE.read_text(encoding="utf-8"), Loader=CfnLoader)
     assert batch_template["Resources"]["ExecutionRole"]["Type"] == "AWS::IAM::Role"
     session = server["session"]
     cfn, iam = session.client("cloudformation"), session.client("iam")

@@ -1,6 +1,6 @@
 """The team MLflow server as its first boot makes it, and who may do what on it.
 
-The user-data moto's CloudFormation rendered from infra/mlflow-server.yaml runs in the boot sandbox
+The user-data moto's CloudFormation rendered from gpu_runner/mlflow_server/mlflow-server.yaml runs in the boot sandbox
 (doubles/mlflow_server_boot.py): it fetches and checks the hash-pinned requirements, writes the stack's own
 basic_auth.ini and units, and starts a real `mlflow server --app-name basic-auth` (artifacts into the moto bucket)
 whose every-boot bootstrap (ready.py) makes the experiments, the served model, the promotions experiment, the ci and

@@ -23,6 +23,7 @@ from gpu_runner.core.github import GitHubRunners
 from gpu_runner.core.naming import RunContext
 from gpu_runner.core.settings import Settings
 from gpu_runner.ec2_runner import lifecycle, ssm
+from gpu_runner.setup import TEMPLATE as STACK_TEMPLATE
 
 NAME = "/gpu-runner/demo/777-1/jitconfig"
 INSTANCE_ARN = f"arn:aws:ec2:{REGION}:123456789012:instance/i-0123456789abcdef0"
@@ -156,8 +157,8 @@ def test_a_tag_over_the_limit_set_through_the_real_launch_fails_the_launch(
 def test_no_role_may_share_the_advanced_parameter_with_another_account() -> None:
     """What the Advanced tier adds for an attacker: an Advanced parameter can be shared with other accounts through
     a resource policy (botocore ssm model, PutResourcePolicy: "To share a parameter, it must be in the advanced
-    parameter tier"). No role of infra/ may call it, and no SSM action is granted by wildcard."""
-    template = (Path(__file__).resolve().parents[2] / "infra" / "gpu-runner.yaml").read_text()
+    parameter tier"). No role of the stack may call it, and no SSM action is granted by wildcard."""
+    template = STACK_TEMPLATE.read_text()
     actions = set(re.findall(r"\bssm:[A-Za-z*]+", template))
     assert actions, "no SSM action found: the template moved, update this test"
     assert "ssm:PutResourcePolicy" not in actions

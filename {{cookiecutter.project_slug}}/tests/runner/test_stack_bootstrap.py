@@ -1,4 +1,4 @@
-"""`gpu-runner bootstrap` (and `make bootstrap`) deploying infra/gpu-runner.yaml to the moto server: what it prints,
+"""`gpu-runner bootstrap` (and `make bootstrap`) deploying gpu_runner/setup/gpu-runner.yaml to the moto server: what it prints,
 what it refuses, and a re-run."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""infra/gpu-runner.yaml as written: linted (cfn-lint, parliament) and, for what moto does not deploy, read.
+"""gpu_runner/setup/gpu-runner.yaml as written: linted (cfn-lint, parliament) and, for what moto does not deploy, read.
 
 moto's CloudFormation creates the roles, policies, instance profile, security group and the bucket with its
 encryption; it skips the OIDC provider resource and the bucket's versioning, public access block, lifecycle
@@ -23,11 +23,14 @@ from doubles.gpu_runner_stack import (
 from doubles.stack_deploy import OIDC_URL, TEMPLATE
 from parliament import analyze_policy_string
 
+from gpu_runner.batch import TEMPLATE as BATCH_TEMPLATE
+from gpu_runner.mlflow_server import TEMPLATE as SERVER_TEMPLATE
+
 
 @pytest.mark.slow  # cfn-lint loads its whole spec; `make lint` runs it too
 @pytest.mark.parametrize(
     "template_path",
-    [TEMPLATE, TEMPLATE.with_name("mlflow-server.yaml"), TEMPLATE.with_name("batch.yaml")],
+    [TEMPLATE, SERVER_TEMPLATE, BATCH_TEMPLATE],
     ids=lambda p: p.name,
 )
 def test_template_is_cfn_lint_clean(template_path: Path) -> None:

@@ -30,10 +30,11 @@ from doubles.gpu_runner_stack import (
     stack_vpc,
 )
 from doubles.iam_requests import ACCOUNT, Request, allowed, record_calls, s3_context
-from doubles.stack_deploy import PROJECT_DIR, PROJECT_PACKAGE
+from doubles.stack_deploy import PROJECT_PACKAGE
 
 from gpu_runner.core import checkpoint_owners
 from gpu_runner.core.errors import RunnerError
+from gpu_runner.mlflow_server import TEMPLATE as SERVER_TEMPLATE
 
 PACKAGE = PROJECT_PACKAGE
 
@@ -364,7 +365,7 @@ def test_training_logs_artifacts_through_the_servers_proxy_without_touching_s3(
     --artifacts-destination serves artifacts ("--serve-artifacts", on by default) and gives experiments an
     mlflow-artifacts:/ location, so the client uploads over HTTP and the server writes S3 with its own role. Here
     the client process cannot make an S3 client at all, and logging a model's file still works; the team server's
-    boot script starts it that way (infra/mlflow-server.yaml)."""
+    boot script starts it that way (gpu_runner/mlflow_server/mlflow-server.yaml)."""
     import mlflow
     import mlflow.tracking
 
@@ -381,5 +382,5 @@ def test_training_logs_artifacts_through_the_servers_proxy_without_touching_s3(
     model.write_bytes(b"weights")
     client.log_artifact(run.info.run_id, str(model), "exports")
     assert [f.path for f in client.list_artifacts(run.info.run_id, "exports")] == ["exports/model.tflite"]
-    boot = (PROJECT_DIR / "infra" / "mlflow-server.yaml").read_text(encoding="utf-8")
+    boot = SERVER_TEMPLATE.read_text(encoding="utf-8")
     assert "--serve-artifacts" in boot and "--artifacts-destination s3://$BUCKET/mlflow-artifacts" in boot

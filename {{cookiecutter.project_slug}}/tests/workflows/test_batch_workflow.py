@@ -104,7 +104,7 @@ def test_batch_yml_holds_the_submit_role_only_after_every_third_party_step(proje
 
 def test_no_password_goes_to_the_job_in_its_request(project: Path) -> None:
     """SubmitJob's environment is readable by anyone allowed batch:DescribeJobs: the password comes from the job
-    definition's secrets (infra/batch.yaml), never from a workflow secret passed with --env."""
+    definition's secrets (gpu_runner/batch/batch.yaml), never from a workflow secret passed with --env."""
     (submit,) = [s for s in _batch_job(project)["steps"] if s.get("id") == "submit"]
     assert not [value for value in submit["env"].values() if "secrets." in value], submit["env"]
     assert "PASSWORD" not in submit["run"] and "USERNAME" not in submit["run"]

@@ -28,7 +28,7 @@ from workflow_files import (
 )
 from workflow_rules import cache_problems
 
-# The caller check's verdict picks the launch role: predict.yml on the default branch has its own (infra/,
+# The caller check's verdict picks the launch role: predict.yml on the default branch has its own (setup/gpu-runner.yaml,
 # PredictLaunchRole), every other caller the train role.
 PREDICT_LAUNCH_ROLE_CHOICE = (
     "steps.caller.outputs.caller == 'predict' && vars.AWS_PREDICT_LAUNCH_ROLE_ARN || vars.AWS_ROLE_ARN"
@@ -508,9 +508,9 @@ def test_aws_jobs_use_oidc_and_no_cache(project: Path) -> None:
                 continue
             aws_jobs.append(f"{name}.{job_id}")
             (aws,) = aws_steps
-            # The reaper has its own role (infra/: default branch only, no launch rights), and so have sweep.yml's
-            # plan and collect jobs (infra/ SweepRole: the studies under sweeps/ and the quota look-ups only).
-            # batch.yml: the Batch stack's submit role (infra/batch.yaml SubmitRole).
+            # The reaper has its own role (setup/gpu-runner.yaml: default branch only, no launch rights), and so have sweep.yml's
+            # plan and collect jobs (SweepRole: the studies under sweeps/ and the quota look-ups only).
+            # batch.yml: the Batch stack's submit role (gpu_runner/batch/batch.yaml SubmitRole).
             roles = {
                 "reap": "AWS_REAPER_ROLE_ARN",
                 "sweep": "AWS_SWEEP_ROLE_ARN",

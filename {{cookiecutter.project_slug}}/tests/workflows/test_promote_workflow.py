@@ -23,7 +23,7 @@ def test_a_dispatch_on_the_default_branch_in_production_and_nothing_else(project
     assert not triggers(doc) & {*PR_EVENTS, "workflow_run", "workflow_call", "push", "schedule"}
     assert set(doc["on"]["workflow_dispatch"]["inputs"]) == {"run-id"}
     assert doc["permissions"] == {}
-    # The role's trust names this environment (infra/gpu-runner.yaml PromoteRole): the same word here.
+    # The role's trust names this environment (gpu_runner/setup/gpu-runner.yaml PromoteRole): the same word here.
     assert job["environment"] == "production"
     assert (
         job["if"] == "${{ github.ref == format('refs/heads/{0}', github.event.repository.default_branch) }}"

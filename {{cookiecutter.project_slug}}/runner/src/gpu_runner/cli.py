@@ -67,7 +67,7 @@ def aws_refusal(error: ClientError, region: str) -> str:
     message = error.response.get("Error", {}).get("Message", "")
     return (
         f"AWS refused {error.operation_name}: {ec2.error_code(error)}: {message} (the roles' permissions are in "
-        "infra/gpu-runner.yaml; make bootstrap applies changes)"
+        "gpu_runner/setup/gpu-runner.yaml; make bootstrap applies changes)"
     )
 
 

@@ -171,7 +171,7 @@ def check_placement(request: JobRequest, environments: Sequence[Mapping[str, Any
             raise BatchInputError(
                 f"instance_type: {request.instance_type} is not among the instance types of queue "
                 f"'{request.queue}' ({', '.join(allowed) or 'none'}); pick one of them or add it to the compute "
-                "environment (infra/batch.yaml)"
+                "environment (gpu_runner/batch/batch.yaml)"
             )
     if multi_node:
         spot = [ce["computeEnvironmentName"] for ce in environments

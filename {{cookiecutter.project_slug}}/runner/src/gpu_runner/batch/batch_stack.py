@@ -1,4 +1,4 @@
-"""`gpu-runner batch up | down`: the optional AWS Batch stack (infra/batch.yaml), for `backend: batch`.
+"""`gpu-runner batch up | down`: the optional AWS Batch stack (gpu_runner/batch/batch.yaml), for `backend: batch`.
 
 `up` runs after `bootstrap`: it reads the bucket, the runner security group, the VPC, the OIDC provider and the
 trusted repository from the gpu-runner stack (so the two cannot drift), takes the image, instance types, spot choice
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpu_runner.batch import TEMPLATE
 from gpu_runner.core.errors import RunnerError
 from gpu_runner.core.settings import Settings
 from gpu_runner.core.stack_names import REPOSITORY, batch_stack_name, server_stack_name, stack_name
@@ -23,7 +24,6 @@ from gpu_runner.setup import stack
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TEMPLATE = Path("infra/batch.yaml")
 # What the stack must output; the submit side reads exactly these names.
 OUTPUTS = frozenset(
     {"JobQueue", "MultiNodeJobQueue", "JobDefinition", "MultiNodeJobDefinition", "JobRoleArn", "SubmitRoleArn",
@@ -34,10 +34,10 @@ OUTPUTS = frozenset(
 AL2023_NVIDIA_UNSUPPORTED = ("p3", "g3")
 DEFAULT_MAX_VCPUS = 16
 # The tag every job must carry, valued with the stack's name: the submit role submits and ends only jobs tagged so
-# (infra/batch.yaml SubmitPolicy; its JobTagKey output is this key, tests/runner/test_batch_stack.py holds them
+# (gpu_runner/batch/batch.yaml SubmitPolicy; its JobTagKey output is this key, tests/runner/test_batch_stack.py holds them
 # equal).
 JOB_TAG_KEY = "gpu-batch:stack"
-# What the submit role's trust names: the default branch's copy of this workflow (infra/batch.yaml SubmitRole).
+# What the submit role's trust names: the default branch's copy of this workflow (gpu_runner/batch/batch.yaml SubmitRole).
 DEFAULT_SUBMIT_WORKFLOW = "batch.yml"
 # The gpu-runner stack parameters the submit role's trust and the node security group reuse.
 RUNNER_STACK_PARAMETERS = (
@@ -53,7 +53,7 @@ RUNNER_STACK_PARAMETERS = (
 
 # A private ECR image: <account>.dkr.ecr[-fips].<region>.amazonaws.com[.cn]/<repository>[:tag]@sha256:... (Amazon
 # ECR User Guide, "Private registry concepts": the registry URL; the China regions' domain ends .com.cn). The
-# instances may pull from that one repository only (infra/batch.yaml InstancePolicy).
+# instances may pull from that one repository only (gpu_runner/batch/batch.yaml InstancePolicy).
 ECR_IMAGE = re.compile(
     r"(?P<account>\d{12})\.dkr\.ecr(?:-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?P<china>\.cn)?/"
     r"(?P<repository>[a-z0-9][a-z0-9._/-]*?)(?::[A-Za-z0-9_][A-Za-z0-9_.-]*)?@sha256:[0-9a-f]{64}"
@@ -113,7 +113,7 @@ def settings_problems(settings: Settings) -> list[str]:
     """What configs/gpu-runner.yaml must fix before a Batch stack can run its image (none: an empty list)."""
     problems = []
     # An unpinned image never gets here: Settings refuses one as it is built (settings.PINNED_IMAGE, the pattern
-    # infra/batch.yaml's Image parameter repeats). Empty is valid for runners (host mode), not for Batch.
+    # gpu_runner/batch/batch.yaml's Image parameter repeats). Empty is valid for runners (host mode), not for Batch.
     if not settings.image:
         problems.append(
             "image: empty; Batch runs every job in a container: set it to the training image pinned by digest "
@@ -194,7 +194,7 @@ def up(
     ec2: Any,
     inputs: BatchInputs,
     *,
-    template: Path = DEFAULT_TEMPLATE,
+    template: Path = TEMPLATE,
     delay_seconds: int = 10,
 ) -> dict[str, str]:
     """Deploy (or update) the Batch stack; returns its outputs. Refuses before any AWS call when the settings
@@ -207,7 +207,9 @@ def up(
     try:
         body = template.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise BatchStackError(f"--template: {template} not found (run from the project root)") from None
+        raise BatchStackError(
+            f"--template: {template} not found (the default is the one gpu_runner ships)"
+        ) from None
     runner, runner_parameters = stack.runner_stack(
         cfn,
         stack_name(settings.project, inputs.repository),

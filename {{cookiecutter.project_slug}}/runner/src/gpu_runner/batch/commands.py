@@ -9,6 +9,7 @@ from pathlib import Path
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from gpu_runner.batch import TEMPLATE
 from gpu_runner.core import checkpoint_owners
 from gpu_runner.core import workflow_contract as contract
 from gpu_runner.core.aws import Aws
@@ -22,7 +23,7 @@ from gpu_runner.core.settings import Settings
 def register(commands: SubParsers) -> None:
     batch = commands.add_parser(
         "batch",
-        help="the optional AWS Batch stack (infra/batch.yaml, configs/gpu-runner.yaml backend: batch)",
+        help="the optional AWS Batch stack (gpu_runner/batch/batch.yaml, configs/gpu-runner.yaml backend: batch)",
     )
     actions = batch.add_subparsers(dest="action", required=True)
     _register_stack(actions)
@@ -46,7 +47,7 @@ def _register_stack(actions: SubParsers) -> None:
         default="batch.yml",
         help="the default-branch workflow file the submit role trusts",
     )
-    up.add_argument("--template", type=Path, default=Path("infra/batch.yaml"))
+    up.add_argument("--template", type=Path, default=TEMPLATE, help="default: the one gpu_runner ships")
 
 
 def _register_jobs(actions: SubParsers) -> None:
@@ -147,7 +148,7 @@ def _submit(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
     repository = args.repository or os.environ["GITHUB_REPOSITORY"]
     stack_name = batch_stack_name(settings.project, repository)
     queue, definition = job_targets(stack_name, multinode=args.multinode)
-    # The submit role may submit and end only jobs tagged as its stack's (infra/batch.yaml, SubmitPolicy): the
+    # The submit role may submit and end only jobs tagged as its stack's (gpu_runner/batch/batch.yaml, SubmitPolicy): the
     # tag is set here, never left to the caller, and a caller's --tag cannot replace it.
     tags = {"project": settings.project, **dict(args.tag), JOB_TAG_KEY: stack_name}
     request = batch_jobs.JobRequest(

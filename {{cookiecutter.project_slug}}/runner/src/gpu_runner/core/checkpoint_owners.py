@@ -2,7 +2,7 @@
 it may restore (issue 30, High 2).
 
 Training code writes its checkpoints under `checkpoints/<aws:userid>/` only: IAM binds the prefix to the caller's
-session (infra/gpu-runner.yaml RunnerPolicy, infra/batch.yaml JobPolicy), whose id is `<role id>:<EC2 instance
+session (gpu_runner/setup/gpu-runner.yaml RunnerPolicy, gpu_runner/batch/batch.yaml JobPolicy), whose id is `<role id>:<EC2 instance
 id>` on a GPU runner and `<role id>:<ECS task id>` in a Batch job. A spot interruption's next attempt, a Batch
 retry or a sweep's next wave runs in a new session, so it must restore a predecessor's prefix, and only one of its
 own branch: another branch's code may write anything under its own prefix, the path this branch uses included.

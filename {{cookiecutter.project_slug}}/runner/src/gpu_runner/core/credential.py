@@ -2,7 +2,7 @@
 
 A repository secret reaches any workflow a pusher writes on any branch; this credential has Administration:
 write on the repository. So it lives in an SSM SecureString `<ssm_prefix>-github-credential` under the stack's
-customer-managed KMS key (infra/gpu-runner.yaml: GitHubCredentialKey), which only the launch and reaper roles may
+customer-managed KMS key (gpu_runner/setup/gpu-runner.yaml: GitHubCredentialKey), which only the launch and reaper roles may
 decrypt, and those roles trust only the default branch's workflows. `gpu-runner bootstrap` writes it once.
 
 The value is JSON: {"app_id": "...", "private_key": "<PEM>"} for a GitHub App, or {"token": "..."} for a PAT.

@@ -42,7 +42,7 @@ LABEL_NONCE_BYTES = 8
 TAG_EXPIRES_AT = "gpu-runner:expires-at"
 TAG_RUNNER_ID = "gpu-runner:runner-id"
 # On the JIT config parameter only: the ARN of the one instance whose role may read and delete it (the runner
-# policy compares it with ec2:SourceInstanceARN; infra/gpu-runner.yaml, ReadAndDeleteOwnJitConfig).
+# policy compares it with ec2:SourceInstanceARN; gpu_runner/setup/gpu-runner.yaml, ReadAndDeleteOwnJitConfig).
 TAG_INSTANCE_ARN = "gpu-runner:instance-arn"
 
 # The slot: a trial number in canonical decimal (no sign, no leading zero: "007" and "7" would name two runners

@@ -36,7 +36,7 @@ BRANCH_PREFIX = re.compile(r"[A-Za-z0-9._/-]+")
 # the repository can point it at other bytes); the digest names exactly one manifest (OCI image spec,
 # descriptor.md "Digests"). Name and tag characters after the OCI distribution spec's rules, lower-case names.
 PINNED_IMAGE = re.compile(r"[a-z0-9][a-z0-9._/:-]*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?@sha256:[0-9a-f]{64}")
-# The only prefix of an S3 runner mirror: infra/gpu-runner.yaml denies the runner role every write under it
+# The only prefix of an S3 runner mirror: gpu_runner/setup/gpu-runner.yaml denies the runner role every write under it
 # (DenyRunnerMirrorWrites), so code on one instance cannot swap the tarball the next instance boots.
 # Where the train and sweep jobs run (issue 18): an ephemeral GitHub runner on EC2 (launch/wait/teardown), or a
 # job on an AWS Batch queue that the workflow job submits, streams and waits for (batch_jobs.py, docs/batch-jobs.md).

@@ -1,4 +1,4 @@
-"""The team MLflow server's monthly cost (infra/mlflow-server.yaml): the CPU side of `gpu-runner cost-report`.
+"""The team MLflow server's monthly cost (gpu_runner/mlflow_server/mlflow-server.yaml): the CPU side of `gpu-runner cost-report`.
 
 Instance hours from its schedules (always on without them), priced like the GPU instances (Pricing API, then the
 bundled table), plus its root and data volumes at the gp3 price. Snapshots and S3 artifacts are left out: a few
@@ -19,7 +19,7 @@ from gpu_runner.core.aws import Aws
 from . import pricing
 from .record import HOURS_PER_MONTH
 
-# infra/mlflow-server.yaml's launch template: the root volume, 8 GiB gp3 (a test holds the two together).
+# gpu_runner/mlflow_server/mlflow-server.yaml's launch template: the root volume, 8 GiB gp3 (a test holds the two together).
 ROOT_VOLUME_GB = 8
 # The form `mlflow-server up --stop-schedule / --start-schedule` suggests: minute, hour, any day of the month,
 # every month, the days of the week, every year (EventBridge Scheduler cron expressions).

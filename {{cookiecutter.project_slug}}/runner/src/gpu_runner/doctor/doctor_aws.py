@@ -43,7 +43,7 @@ STACK_OUTPUTS = (
     "RunnerSecurityGroupId",
     "BucketName",
 )
-BOOTSTRAP_FIX = "make bootstrap (it deploys infra/gpu-runner.yaml and prints the settings to use)"
+BOOTSTRAP_FIX = "make bootstrap (it deploys gpu_runner/setup/gpu-runner.yaml and prints the settings to use)"
 
 
 def check_identity(target: Target, aws: Aws) -> Iterator[Outcome]:

@@ -9,7 +9,7 @@ against L-DB2E81BA; with use_spot, spot instances count against L-3819A6DF, and 
 included: ec2.SPOT_ONLY_CODES). Open spot requests without an instance are not seen (an underestimate of use
 that launch's own quota errors still catch).
 
-IAM (the role that runs it; a SweepRole of infra/): servicequotas:GetServiceQuota,
+IAM (the role that runs it; SweepRole of setup/gpu-runner.yaml): servicequotas:GetServiceQuota,
 servicequotas:GetAWSDefaultServiceQuota, ec2:DescribeInstanceTypes, ec2:DescribeInstances. Nothing is created.
 """
 

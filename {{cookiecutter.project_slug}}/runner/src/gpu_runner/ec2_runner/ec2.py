@@ -58,7 +58,7 @@ SPOT_FALLBACK_HINTS = {
     # AWSServiceRoleForEC2Spot service-linked role with the caller's permissions.
     "AuthFailure.ServiceLinkedRoleCreationNotPermitted": (
         "the account has no AWSServiceRoleForEC2Spot role and this role may not create it: run make bootstrap "
-        "again (infra/gpu-runner.yaml grants iam:CreateServiceLinkedRole for spot.amazonaws.com only), or once "
+        "again (gpu_runner/setup/gpu-runner.yaml grants iam:CreateServiceLinkedRole for spot.amazonaws.com only), or once "
         "`aws iam create-service-linked-role --aws-service-name spot.amazonaws.com`"
     ),
     "MaxSpotInstanceCountExceeded": "the account's spot request limit is reached in {region}",
@@ -89,11 +89,11 @@ FATAL_HINTS = {
     ),
     "InstanceLimitExceeded": "the account's instance limit is reached in {region}: raise it in Service Quotas (EC2)",
     "UnauthorizedOperation": (
-        "the AWS role may not launch this instance: the infra/gpu-runner.yaml policy allows only its instance "
+        "the AWS role may not launch this instance: the gpu_runner/setup/gpu-runner.yaml policy allows only its instance "
         "types, with the gpu-runner tags, IMDSv2, encrypted volumes and its runner instance profile; after "
         "changing instance_types or instance_profile in configs/gpu-runner.yaml, run make bootstrap again"
     ),
-    "AccessDenied": "the AWS role is not allowed to launch instances (see infra/ for the policy it needs)",
+    "AccessDenied": "the AWS role is not allowed to launch instances (gpu_runner/setup/gpu-runner.yaml holds the policy it needs)",
     "InvalidAMIID.NotFound": "AMI not found in {region}: check ami_id / ami_parameter in configs/gpu-runner.yaml",
     "InvalidAMIID.Malformed": "ami_id is malformed: use an id like ami-0123456789abcdef0",
     "InvalidSubnetID.NotFound": (

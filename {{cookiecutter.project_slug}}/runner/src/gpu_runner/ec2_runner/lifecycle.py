@@ -85,7 +85,7 @@ def require_security_group(settings: Settings) -> None:
     """Refuse a launch without security_group_ids, before any API call. Without one EC2 puts the instance in the
     VPC's default security group, whose default rule "grants instances unrestricted network access to each
     other" (EC2 API Reference, CreateSecurityGroup, read 2026-12-01); the train role may use only the stack's
-    group anyway (infra/gpu-runner.yaml LaunchOnlyWithTheStackSecurityGroup)."""
+    group anyway (gpu_runner/setup/gpu-runner.yaml LaunchOnlyWithTheStackSecurityGroup)."""
     if not settings.security_group_ids:
         raise SettingsError(
             "security_group_ids: empty, so EC2 would use the VPC's default security group (open to every "

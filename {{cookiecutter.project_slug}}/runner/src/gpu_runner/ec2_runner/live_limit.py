@@ -4,7 +4,7 @@
 refuses the next one at the limit. Live: pending or running (EC2 bills a running instance, and a pending one is
 about to run: EC2 User Guide, "Instance state changes"), with gpu-runner's managed-by tag and this repository's
 `gpu-runner:repository` tag, so another project's or repository's instances in the account do not count. One
-DescribeInstances, which the launch roles already hold (infra/gpu-runner.yaml, DescribeAndPrices).
+DescribeInstances, which the launch roles already hold (gpu_runner/setup/gpu-runner.yaml, DescribeAndPrices).
 
 The count and the launch are two calls, not one transaction: launches that count at the same moment (a sweep
 wave's legs, pushes to several branches) all see the same number and may all launch, so the limit can be passed by

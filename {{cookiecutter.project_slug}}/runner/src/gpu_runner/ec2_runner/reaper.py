@@ -194,7 +194,7 @@ def reap(
             except ClientError as error:
                 if ec2.error_code(error) != "UnauthorizedOperation":
                     raise
-                # The roles may end only instances of this stack's instance profile (infra/): a look-alike with
+                # The roles may end only instances of this stack's instance profile (setup/gpu-runner.yaml): a look-alike with
                 # copied tags is refused, and must not stop the rest of the sweep.
                 log.info(
                     f"kept {instance_id} in {region}: AWS refused to end it (not this stack's instance?)"

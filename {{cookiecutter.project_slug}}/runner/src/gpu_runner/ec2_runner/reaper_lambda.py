@@ -1,4 +1,4 @@
-"""The reaper's AWS part as an AWS Lambda function, run by an EventBridge Scheduler schedule (infra/gpu-runner.yaml).
+"""The reaper's AWS part as an AWS Lambda function, run by an EventBridge Scheduler schedule (gpu_runner/setup/gpu-runner.yaml).
 
 A safety net that needs nothing from GitHub: GitHub disables a public repository's scheduled workflows after 60 days
 without activity, and a 15-minute GitHub schedule bills ~2,900 runner-minutes a month in a private repository. It
@@ -48,7 +48,7 @@ REGION_VARIABLE = "AWS_REGION"
 def settings_from_env(env: Mapping[str, str]) -> Settings:
     """The reaper's settings from the function's environment; a missing or bad variable is named."""
     raw: dict[str, Any] = {}
-    problems = [f"{name}: not set (infra/gpu-runner.yaml sets it)" for name in (*TEXT_VARIABLES, *INTEGER_VARIABLES, REGION_VARIABLE, REPOSITORY_VARIABLE) if name not in env]  # fmt: skip
+    problems = [f"{name}: not set (gpu_runner/setup/gpu-runner.yaml sets it)" for name in (*TEXT_VARIABLES, *INTEGER_VARIABLES, REGION_VARIABLE, REPOSITORY_VARIABLE) if name not in env]  # fmt: skip
     raw.update({key: env[name] for name, key in TEXT_VARIABLES.items() if name in env})
     for name, key in INTEGER_VARIABLES.items():
         if name not in env:

@@ -13,12 +13,13 @@ from gpu_runner.core.aws import Aws
 from gpu_runner.core.command_line import Command, SubParsers, add_command
 from gpu_runner.core.settings import Settings
 from gpu_runner.core.stack_names import batch_stack_name
+from gpu_runner.mlflow_server import TEMPLATE
 
 
 def register(commands: SubParsers) -> None:
     server = commands.add_parser(
         "mlflow-server",
-        help="the optional team MLflow server (infra/mlflow-server.yaml): up, down, tunnel, wake, connect",
+        help="the optional team MLflow server (gpu_runner/mlflow_server/mlflow-server.yaml): up, down, tunnel, wake, connect",
     )
     actions = server.add_subparsers(dest="action", required=True)
     # Only wake runs in a workflow that names its repository; the others take --repository or need none.
@@ -37,7 +38,7 @@ def register(commands: SubParsers) -> None:
         "--start-schedule", default="", help="e.g. 'cron(0 7 ? * MON-FRI *)' (needs a stop schedule)"
     )
     up.add_argument("--timezone", default="UTC", help="IANA time zone of both schedules")
-    up.add_argument("--template", type=Path, default=Path("infra/mlflow-server.yaml"))
+    up.add_argument("--template", type=Path, default=TEMPLATE, help="default: the one gpu_runner ships")
     up.add_argument("--lock", type=Path, default=Path("uv.lock"), help="the mlflow version the server runs")
     up.add_argument(
         "--train-config", type=Path, default=Path("configs/train.yaml"),

@@ -1,4 +1,4 @@
-"""`gpu-runner mlflow-server up | down | tunnel`: the optional team MLflow server (infra/mlflow-server.yaml).
+"""`gpu-runner mlflow-server up | down | tunnel`: the optional team MLflow server (gpu_runner/mlflow_server/mlflow-server.yaml).
 
 `up` runs after `bootstrap`, on the default branch: it reads the runner security group, the bucket and the VPC from
 the gpu-runner stack (so the two cannot drift), what the server makes from configs/train.yaml (the experiments,
@@ -22,6 +22,7 @@ from typing import Any
 
 from gpu_runner.core.settings import Settings
 from gpu_runner.core.stack_names import REPOSITORY, server_stack_name, stack_name
+from gpu_runner.mlflow_server import TEMPLATE
 from gpu_runner.mlflow_server.mlflow_server_access import (
     batch_execution_role,
     parameter_names,
@@ -42,13 +43,12 @@ from gpu_runner.setup import stack
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TEMPLATE = Path("infra/mlflow-server.yaml")
 DEFAULT_LOCK = Path("uv.lock")
 PORT = 5000
 # EventBridge Scheduler cron expressions have six fields inside cron(...) (EventBridge Scheduler User Guide,
 # "Schedule types": cron(minutes hours day-of-month month day-of-week year)).
 CRON = re.compile(r"cron\((\S+ ){5}\S+\)")
-# The stack's own Session document (infra/mlflow-server.yaml TunnelDocument): port 5000 fixed, localPortNumber
+# The stack's own Session document (gpu_runner/mlflow_server/mlflow-server.yaml TunnelDocument): port 5000 fixed, localPortNumber
 # its only parameter. SSM document names are at most 128 characters (StartSession DocumentName in botocore's ssm
 # model) and may not start with aws or amazon, which AWS reserves (CreateDocument API reference, Name).
 TUNNEL_DOCUMENT_PREFIX = "mlflow-tunnel-"
@@ -155,7 +155,7 @@ def up(
     inputs: ServerInputs,
     *,
     batch_stack: str,
-    template: Path = DEFAULT_TEMPLATE,
+    template: Path = TEMPLATE,
     lock: Path = DEFAULT_LOCK,
     train_config: Path = DEFAULT_TRAIN_CONFIG,
     requirements: Path = DEFAULT_REQUIREMENTS,
@@ -167,7 +167,9 @@ def up(
     try:
         body = template.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise MlflowServerError(f"--template: {template} not found (run from the project root)") from None
+        raise MlflowServerError(
+            f"--template: {template} not found (the default is the one gpu_runner ships)"
+        ) from None
     version = locked_mlflow_version(lock)
     pinned = checked_requirements(requirements, version, locked_version(lock, "boto3"))
     served = served_layout(train_config)

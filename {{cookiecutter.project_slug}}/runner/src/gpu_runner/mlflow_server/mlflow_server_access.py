@@ -1,6 +1,6 @@
 """Who may read the team MLflow server's passwords, and the passwords themselves.
 
-The three passwords (admin, ci, promote) are SSM SecureStrings under the stack's own KMS key (infra/mlflow-server.yaml
+The three passwords (admin, ci, promote) are SSM SecureStrings under the stack's own KMS key (gpu_runner/mlflow_server/mlflow-server.yaml
 PasswordKey), not under aws/ssm, which every principal of the account may use through SSM. Its key policy lets the
 server role decrypt them, the Batch execution role the ci one, and the people named here (who ran `up`, and any
 --password-reader) read and write them: they pipe ci's and promote's into GitHub and log in as admin."""

@@ -1,5 +1,5 @@
 """`gpu-runner mlflow-server wake`: the start job's step before a GPU launch. When the project has a team MLflow
-server (infra/mlflow-server.yaml) and its stop schedule stopped it, start it and wait until MLflow answers, so no
+server (gpu_runner/mlflow_server/mlflow-server.yaml) and its stop schedule stopped it, start it and wait until MLflow answers, so no
 GPU is billed while the tracking server boots. No server: nothing to do.
 
 The start job runs on a GitHub-hosted runner, outside the VPC: it cannot ask MLflow itself. The server marks
@@ -22,7 +22,7 @@ from gpu_runner.core.errors import RunnerError
 
 log = logging.getLogger(__name__)
 
-# The server's own tag key (infra/mlflow-server.yaml): never gpu-runner:managed-by, so the reaper and the train
+# The server's own tag key (gpu_runner/mlflow_server/mlflow-server.yaml): never gpu-runner:managed-by, so the reaper and the train
 # role's terminate grant never match it.
 PROJECT_TAG = "mlflow-server:project"
 READY_SUFFIX = "-mlflow-ready"

@@ -1,6 +1,6 @@
 """Who may use the bucket's objects, and from where: what `bootstrap` passes the stack (issue 30, Low).
 
-The bucket's policy (infra/gpu-runner.yaml, BucketTlsOnlyPolicy) refuses the objects to every principal of the
+The bucket's policy (gpu_runner/setup/gpu-runner.yaml, BucketTlsOnlyPolicy) refuses the objects to every principal of the
 account but the stack's roles, the roles tagged with the bucket and BucketAdministrators: bootstrap adds the
 principal it runs as (the person who then uploads data and the held-out set) and keeps those already there, so a
 second administrator's bootstrap locks nobody out.

@@ -1,4 +1,4 @@
-"""`gpu-runner bootstrap`: once per repository, from a laptop, deploy infra/gpu-runner.yaml and store the GitHub
+"""`gpu-runner bootstrap`: once per repository, from a laptop, deploy gpu_runner/setup/gpu-runner.yaml and store the GitHub
 credential in AWS."""
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ from gpu_runner.core.aws import Aws
 from gpu_runner.core.command_line import Command, SubParsers, add_command
 from gpu_runner.core.errors import RunnerError
 from gpu_runner.core.settings import Settings
+from gpu_runner.setup import TEMPLATE
 
 
 def register(commands: SubParsers) -> None:
     # From a laptop: the repository is a flag.
     boot = add_command(
         commands, "bootstrap", Command(run=_bootstrap, in_workflow=False),
-        help="one-time: deploy infra/gpu-runner.yaml (bucket, OIDC roles, instance profile)",
+        help="one-time: deploy gpu_runner/setup/gpu-runner.yaml (bucket, OIDC roles, instance profile)",
     )  # fmt: skip
     boot.add_argument("--repository", required=True, help="owner/name of the GitHub repository to trust")
     # Default: the settings file's bucket and branch prefixes, their one source (a different value is refused).
@@ -30,7 +31,7 @@ def register(commands: SubParsers) -> None:
     boot.add_argument("--oidc-provider-arn", default="", help="reuse the account's GitHub OIDC provider")
     boot.add_argument("--vpc-id", default="", help="VPC of the runner subnets (default VPC when empty)")
     boot.add_argument("--checkpoint-retention-days", type=int, default=30)
-    boot.add_argument("--template", type=Path, default=Path("infra/gpu-runner.yaml"))
+    boot.add_argument("--template", type=Path, default=TEMPLATE, help="default: the one gpu_runner ships")
     # One-time: the GitHub credential goes into AWS (never a repository secret a branch's workflow could print).
     boot.add_argument("--app-id", default="", help="GitHub App id, stored with --app-private-key-file in SSM")
     boot.add_argument("--app-private-key-file", type=Path, default=None, help="the App's private key (.pem)")

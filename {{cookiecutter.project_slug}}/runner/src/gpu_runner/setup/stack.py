@@ -1,4 +1,4 @@
-"""`gpu-runner bootstrap`: deploy infra/gpu-runner.yaml with CloudFormation, then say what to set on GitHub.
+"""`gpu-runner bootstrap`: deploy gpu_runner/setup/gpu-runner.yaml with CloudFormation, then say what to set on GitHub.
 
 Project, region, SSM prefix and instance types come from the settings file, so the roles are scoped to exactly
 what launch, teardown and the reaper use. Re-running it updates the stack (or reports it up to date).
@@ -21,11 +21,10 @@ from gpu_runner.core.errors import RunnerError
 from gpu_runner.core.github import DEFAULT_BASE_URL
 from gpu_runner.core.settings import BRANCH_PREFIX, BUCKET, Settings, prefixes_overlap
 from gpu_runner.core.stack_names import REPOSITORY, stack_name
-from gpu_runner.setup import lambda_zip, trust_size
+from gpu_runner.setup import TEMPLATE, lambda_zip, trust_size
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TEMPLATE = Path("infra/gpu-runner.yaml")
 # The roles get generated names, so CAPABILITY_IAM suffices (no CAPABILITY_NAMED_IAM).
 CAPABILITIES = ["CAPABILITY_IAM"]
 OIDC_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:oidc-provider/token\.actions\.githubusercontent\.com")
@@ -423,7 +422,7 @@ def next_steps(repository: str, outputs: Mapping[str, str]) -> str:
         "#    Delete any GPU_RUNNER_APP_PRIVATE_KEY / GPU_RUNNER_TOKEN repository secret left from older versions:",
         f"#    gh secret delete GPU_RUNNER_APP_PRIVATE_KEY --repo {repo}",
         "# 3. MLflow (optional; without it runs are kept as a workflow artifact): `make mlflow-server-up` deploys",
-        "#    the team server (infra/mlflow-server.yaml) and prints the MLFLOW_TRACKING_URI to set; or your own:",
+        "#    the team server (gpu_runner/mlflow_server/mlflow-server.yaml) and prints the MLFLOW_TRACKING_URI to set; or your own:",
         f'gh variable set MLFLOW_TRACKING_URI --repo {repo} --body "<https://your MLflow server>"',
         "# 4. In configs/gpu-runner.yaml:",
         f"#    instance_profile: {outputs['RunnerInstanceProfile']}",
@@ -526,7 +525,7 @@ def bootstrap(
     *,
     s3: Any,
     lambda_client: Any,
-    template: Path = DEFAULT_TEMPLATE,
+    template: Path = TEMPLATE,
     delay_seconds: int = 10,
     ec2: Any = None,
     quotas: Any = None,
@@ -538,7 +537,7 @@ def bootstrap(
         body = template.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise BootstrapError(
-            f"--template: {template} not found (run from the project root, or pass --template)"
+            f"--template: {template} not found (the default is the one gpu_runner ships)"
         ) from None
     problem = prefix_problem(settings.ssm_prefix, inputs.repository)
     if problem:

@@ -1,4 +1,4 @@
-"""How long each GitHub OIDC role's trust policy in infra/gpu-runner.yaml will be once deployed, against IAM's quota.
+"""How long each GitHub OIDC role's trust policy in gpu_runner/setup/gpu-runner.yaml will be once deployed, against IAM's quota.
 
 IAM holds a role's trust policy, white space not counted, against the quota "Role trust policy length" (Service
 Quotas: service code `iam`, quota code L-C07B4B0D), 2,048 characters unless raised (IAM User Guide, "IAM and AWS
