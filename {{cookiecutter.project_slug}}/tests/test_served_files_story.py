@@ -34,9 +34,10 @@ def test_a_promoted_model_whose_files_changed_on_disk_predicts_nothing(exports: 
     # The project's own config, as in a checkout: registry and held-out set as shipped.
     (in_tmp / "configs").mkdir()
     shutil.copy(PROJECT / "configs" / "train.yaml", in_tmp / "configs" / "train.yaml")
-    client = MlflowClient(
-        "sqlite:///mlflow.db"
-    )  # the store `make train` logs to (tracking.DEFAULT_TRACKING_URI)
+    # The store `make train` logs to (tracking.DEFAULT_TRACKING_URI, sqlite:///mlflow.db in the CLI's cwd), named
+    # by its absolute path: MLflow caches a SQLAlchemy store per URI, so the relative URI would reach the file of
+    # whichever earlier test of this worker opened it first, in its own cwd (seen under random order: "no such run").
+    client = MlflowClient(f"sqlite:///{in_tmp / 'mlflow.db'}")
     experiment = client.create_experiment("local-story", artifact_location=(in_tmp / "mlruns" / "1").as_uri())
     run_id = client.create_run(experiment).info.run_id
     client.log_artifacts(run_id, str(exports), "exports")
