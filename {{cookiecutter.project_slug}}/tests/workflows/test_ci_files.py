@@ -71,7 +71,7 @@ def test_setup_action_meaning(project: Path, tmp_path: Path) -> None:
         return code_check or code, calls
 
     assert install("project") == (0, [["sync", "--locked", "--extra", "cpu"]])
-    assert install("runner") == (0, [["sync", "--locked", "--package", "gpu-runner", "--no-dev"]])
+    assert install("runner") == (0, [["sync", "--locked", "--only-group", "runner"]])
     code, calls = install("image", uv_prints="2.15.0\n")
     assert code == 0, calls
     venv, sync, check_tf = calls

@@ -242,7 +242,7 @@ def runner_installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env = {k: v for k, v in offline_env().items() if k not in {"VIRTUAL_ENV", "UV_PROJECT"}}
     env["UV_PROJECT_ENVIRONMENT"] = str(environment)
     sync = subprocess.run(
-        [tool("uv"), "sync", "--locked", "--offline", "--package", "gpu-runner", "--no-dev"],
+        [tool("uv"), "sync", "--locked", "--offline", "--only-group", "runner"],
         cwd=PROJECT,
         env=env,
         capture_output=True,
