@@ -17,8 +17,9 @@ DOCS = PROJECT / "docs"
 LAYOUT = DOCS / "layout.md"
 SECURITY = DOCS / "security.md"
 README_MAX_LINES = 150
-# The two distributions whose every file the layout page lists: the ML package under src/ and the runner.
-PACKAGE_ROOTS = ("src", "runner/src")
+# The distribution whose every file the layout page lists: the ML package under src/ (the platform, gpu_runner,
+# is documented in the template repository's platform/).
+PACKAGE_ROOTS = ("src",)
 IGNORED = {"__pycache__"}
 
 FENCE = re.compile(r"^```.*?^```", flags=re.MULTILINE | re.DOTALL)

@@ -20,8 +20,6 @@ PROJECT = Path(__file__).resolve().parents[1]
 SETTINGS = Path("configs") / "gpu-runner.yaml"
 TRAIN = Path(".github") / "workflows" / "train.yml"
 SWEEP = Path(".github") / "workflows" / "sweep.yml"
-# The gpu-runner stack's template, package data of gpu_runner: it names no project, so no value of one.
-STACK = "runner/src/gpu_runner/setup/gpu-runner.yaml"
 # The settings keys that are written once, with where a workflow takes each from instead.
 ONE_SOURCE_KEYS = ("region", "bucket", "ssm_prefix", "train_branch_prefix", "sweep_branch_prefix")
 {% raw %}# What the workflows read instead (the settings step's output; the start job's outputs in train.yml).
@@ -37,7 +35,6 @@ def deployment_files(root: Path) -> list[Path]:
         ".github/**/*.yaml",
         "Makefile",
         "configs/*",
-        "runner/src/gpu_runner/*/*.yaml",
     )
     return sorted({p.relative_to(root) for pattern in patterns for p in root.glob(pattern) if p.is_file()})
 
@@ -102,12 +99,10 @@ def test_the_workflows_read_the_region_and_bucket_from_the_settings_outputs() ->
     [
         ("region", ".github/workflows/reap.yml", f"aws-region: {SETTINGS_REGION}", "aws-region: {value}"),
         ("bucket", "Makefile", "bootstrap \\", "bootstrap --bucket {value} \\"),
-        ("ssm_prefix", STACK, "  SsmPrefix:\n", "  SsmPrefix:\n    Default: {value}\n"),
         ("train_branch_prefix", ".github/workflows/gpu-runner-start.yml", 'TRAIN_PREFIX="refs/heads/${TRAIN_BRANCH_PREFIX}"',
          'TRAIN_PREFIX="refs/heads/{value}"'),
         ("sweep_branch_prefix", ".github/workflows/gpu-runner-stop.yml", 'SWEEP_PREFIX="refs/heads/${SWEEP_BRANCH_PREFIX}"',
          'SWEEP_PREFIX="refs/heads/{value}"'),
-        ("sweep_branch_prefix", STACK, "  SweepBranchPrefix:\n", "  SweepBranchPrefix:\n    Default: {value}\n"),
     ],
 )  # fmt: skip
 def test_a_planted_second_copy_fails(tmp_path: Path, key: str, path: str, old: str, new: str) -> None:

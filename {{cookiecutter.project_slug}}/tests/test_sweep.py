@@ -8,6 +8,7 @@ checkpoint) against the MLflow server and the moto server.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import threading
 import time
 from pathlib import Path
@@ -40,7 +41,8 @@ from {{ cookiecutter.package_name }}.sweep_study import SpaceChanged
 from {{ cookiecutter.package_name }}.sweep_trial import checkpoint_scope, run_trial
 
 EXPERIMENT = "sweep-tests"
-COST_RECORD = Path(__file__).resolve().parent.parent / "runner" / "src" / "gpu_runner" / "cost" / "record.py"
+# The installed platform's source (gpu-runner, a git dependency): found without importing it.
+COST_RECORD = Path(importlib.util.find_spec("gpu_runner.cost.record").origin)
 
 
 def base_config(tmp: Path, **training: object) -> Config:

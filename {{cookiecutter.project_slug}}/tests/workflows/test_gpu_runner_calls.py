@@ -5,6 +5,7 @@ alone, from the lock)."""
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 import subprocess
 from pathlib import Path
@@ -153,7 +154,7 @@ def test_every_value_reaches_a_cli_as_opt_equals_value(project: Path, tmp_path: 
 
 
 def test_launch_outputs_match_the_runner_sources(project: Path) -> None:
-    written = written_step_outputs(project / "runner" / "src" / "gpu_runner")
+    written = written_step_outputs(Path(importlib.util.find_spec("gpu_runner").origin).parent)
     assert written, "no write_outputs({...}) call found in the gpu_runner sources: update this test"
     # capacity's are for sweep.yml's plan job, connect's for the MLflow tunnel action, batch submit's for the
     # Batch backend's wait and cancel.
