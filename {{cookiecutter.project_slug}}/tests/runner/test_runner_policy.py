@@ -4,6 +4,7 @@ config out of another's reach."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import re
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ from gpu_runner import cli
 from gpu_runner.core.naming import RunContext, parameter_name
 
 PACKAGE = PROJECT_PACKAGE
-BOOT_SCRIPT = PROJECT_DIR / "runner" / "src" / "gpu_runner" / "ec2_runner" / "user_data.sh"
+BOOT_SCRIPT = Path(importlib.util.find_spec("gpu_runner.ec2_runner").origin).parent / "user_data.sh"
 # What each AWS CLI command in the boot script is authorized as.
 BOOT_SCRIPT_ACTIONS = {
     ("ssm", "get-parameter"): "ssm:GetParameter",
