@@ -59,7 +59,7 @@ DLAMI_GPU_FAMILIES = (
     "g4dn", "g5", "g6", "gr6", "g6e", "g7e", "p4d", "p4de", "p5", "p5e", "p5en", "p6-b200", "p6-b300",
 )  # fmt: skip
 # The bundled, dated table of the GPU types AWS offers per region (DescribeInstanceTypeOfferings, see its "source").
-OFFERINGS_GLOB = "*/runner/src/gpu_runner/core/offerings.json"
+OFFERINGS_GLOB = "platform/src/gpu_runner/core/offerings.json"
 BUCKET_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
 BUCKET_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
 # Control characters and Unicode line/paragraph separators: they break a one-line answer (and YAML).
