@@ -16,10 +16,11 @@ from conftest import write_config
 from cookiecutter.main import cookiecutter
 from workflow_files import offline_env
 
-# The CloudFormation templates, package data of gpu_runner, as checkov names them (from the scanned bake).
-STACK = "/runner/src/gpu_runner/setup/gpu-runner.yaml"
-SERVER_STACK = "/runner/src/gpu_runner/mlflow_server/mlflow-server.yaml"
-BATCH_STACK = "/runner/src/gpu_runner/batch/batch.yaml"
+# The CloudFormation templates, package data of gpu_runner, as checkov names them (scanned in platform/: a bake
+# holds no copy since issue 31, and the stacks name no project).
+STACK = "/src/gpu_runner/setup/gpu-runner.yaml"
+SERVER_STACK = "/src/gpu_runner/mlflow_server/mlflow-server.yaml"
+BATCH_STACK = "/src/gpu_runner/batch/batch.yaml"
 ROOT = Path(__file__).resolve().parents[1]
 CHECKOV = Path(sys.executable).with_name("checkov")
 FRAMEWORKS = ("cloudformation", "github_actions")
@@ -76,7 +77,9 @@ def scanned(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     project = bake(tmp_path_factory.mktemp(request.param), **BAKES[request.param])
     # Only in-place skips count: no checkov configuration file may switch a check off.
     assert not [*project.glob(".checkov.y*ml"), *project.glob(".bridgecrew.y*ml")]
-    return checkov(project)
+    reports = checkov(project)
+    reports["cloudformation"] = checkov(ROOT / "platform")["cloudformation"]
+    return reports
 
 
 def entries(reports: dict[str, dict[str, Any]], kind: str) -> list[dict[str, Any]]:

@@ -105,7 +105,7 @@ def import_every_module(project: Path) -> list[str]:
 
 def test_bake_independent_modules_are_copied_verbatim_and_read_no_rendered_file() -> None:
     verbatim = json.loads((ROOT / "cookiecutter.json").read_text())["_copy_without_render"]
-    assert "tests/runner/*" in verbatim and "runner/*" in verbatim, verbatim
+    assert "tests/runner/*" in verbatim, verbatim
     runner_tests = ROOT / "{{cookiecutter.project_slug}}" / "tests" / "runner"
     for module in BAKE_INDEPENDENT:
         source = (runner_tests / module).read_text(encoding="utf-8")

@@ -562,7 +562,7 @@ def test_hook_backend_choices_match_cookiecutter_json_and_the_runner_settings() 
     assert backends[0] == "runner"
 
 
-RUNNER_PACKAGE = TEMPLATE_ROOT / "{{cookiecutter.project_slug}}" / "runner" / "src" / "gpu_runner"
+RUNNER_PACKAGE = TEMPLATE_ROOT / "platform" / "src" / "gpu_runner"
 OFFERINGS = RUNNER_PACKAGE / "core" / "offerings.json"
 
 

@@ -262,7 +262,7 @@ def test_the_injection_test_passes_on_a_project_named_like_its_payload(tmp_path:
             "-p", "no:cacheprovider",
         ],
         cwd=project, capture_output=True, text=True, timeout=600, check=False,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(workflows), str(project / "runner" / "src")])},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(workflows), str(Path(__file__).resolve().parents[1] / "platform" / "src")])},
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert " passed" in result.stdout and "failed" not in result.stdout, result.stdout[-2000:]
