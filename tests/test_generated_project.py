@@ -58,7 +58,7 @@ BAKE_INDEPENDENT = (
     # that deploy or read them with settings made in code are bake-independent too.
     "test_stack_template.py", "test_trust_size.py", "test_ssm.py", "test_key_policies.py",
     "test_bucket_policy.py", "test_reaper_policy.py", "test_credential_check.py", "test_live_limit.py",
-    "test_capacity.py", "test_slots.py", "test_crash_kill.py", "test_batch_imds.py",
+    "test_capacity.py", "test_slots.py", "test_crash_kill.py", "test_batch_imds.py", "test_backends.py",
 )  # fmt: skip
 # The custom bake also skips the TensorFlow training modules (1 min 51 s of wall time on 2 workers, measured
 # alone): between bakes their code differs only in the package name, which import_every_module checks on
