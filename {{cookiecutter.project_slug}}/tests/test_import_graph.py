@@ -35,10 +35,11 @@ PLANTED = {
         f"gpu_runner.core.settings -> {PACKAGE}",
     ),
     "ml-layers": (f"{PACKAGE}/errors.py", "from . import config", f"{PACKAGE}.errors -> {PACKAGE}.config"),
+    # The backend interface naming one of its implementations.
     "runner-rooms": (
-        "gpu_runner/core/errors.py",
-        "from gpu_runner.cost import record",
-        "gpu_runner.core.errors -> gpu_runner.cost.record",
+        "gpu_runner/backend.py",
+        "from gpu_runner.ec2_runner import ec2",
+        "gpu_runner.backend -> gpu_runner.ec2_runner.ec2",
     ),
     "backends": (
         "gpu_runner/batch/batch_jobs.py",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from gpu_runner.backend import Handle, Work
 from gpu_runner.batch import TEMPLATE
 from gpu_runner.core import checkpoint_owners
 from gpu_runner.core import workflow_contract as contract
@@ -141,7 +142,7 @@ def _down(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
 
 
 def _submit(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
-    from gpu_runner.batch import batch_jobs
+    from gpu_runner.batch.backend import BatchJobs
     from gpu_runner.batch.batch_stack import JOB_TAG_KEY, batch_stack_name, job_targets
 
     # main has already required GITHUB_REPOSITORY (in_workflow).
@@ -151,20 +152,21 @@ def _submit(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
     # The submit role may submit and end only jobs tagged as its stack's (gpu_runner/batch/batch.yaml, SubmitPolicy): the
     # tag is set here, never left to the caller, and a caller's --tag cannot replace it.
     tags = {"project": settings.project, **dict(args.tag), JOB_TAG_KEY: stack_name}
-    request = batch_jobs.JobRequest(
-        name=args.name, queue=args.queue or queue, definition=args.job_definition or definition,
-        command=tuple(args.argv),
-        environment=dict(args.env), array_size=args.array_size, instance_type=args.instance_type, tags=tags,
+    jobs = BatchJobs(
+        settings, aws, queue=args.queue or queue, definition=args.job_definition or definition,
+        array_size=args.array_size, instance_type=args.instance_type, tags=tags,
     )  # fmt: skip
-    submitted = batch_jobs.submit(aws.client("batch", settings.region), request)
-    contract.write_outputs({contract.BatchOutput.JOB_ID: submitted.job_id})
+    handle = jobs.launch(Work(name=args.name, command=tuple(args.argv), environment=dict(args.env)))
+    contract.write_outputs({contract.BatchOutput.JOB_ID: handle.ids[contract.BatchOutput.JOB_ID]})
     return 0
 
 
 def _cancel(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
-    from gpu_runner.batch import batch_jobs
+    from gpu_runner.batch.backend import NAME, BatchJobs
 
-    batch_jobs.cancel(aws.client("batch", settings.region), args.job_id)
+    BatchJobs(settings, aws).teardown(
+        Handle(NAME, settings.region, {contract.BatchOutput.JOB_ID: args.job_id})
+    )
     return 0
 
 
@@ -241,12 +243,11 @@ def _log_costs(args: argparse.Namespace, settings: Settings, aws: Aws, job: dict
     """Print each attempt's cost; log a single job's to --mlflow-run-id, and with --sweep-matrix an array job's
     children's to their trials' child runs under that (parent) run, at the trial's attempt of the wave."""
     from gpu_runner.batch import batch_cost
+    from gpu_runner.batch.backend import BatchJobs
     from gpu_runner.core.mlflow_rest import MlflowError, MlflowRest
     from gpu_runner.cost import accounting
 
-    fallback = settings.instance_types[0] if len(settings.instance_types) == 1 else ""
-    costs = batch_cost.job_costs(aws, job, region=settings.region, volume_gb=settings.root_volume_gb,
-                                 fallback_type=fallback)  # fmt: skip
+    costs = BatchJobs(settings, aws).attempt_costs(job)
     run_id, legs = "", None
     try:
         run_id = contract.mlflow_run_id(args.mlflow_run_id) if args.mlflow_run_id else ""

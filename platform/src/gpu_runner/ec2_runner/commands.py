@@ -11,7 +11,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
-from gpu_runner.core import checkpoint_owners, credential, naming, timeline
+from gpu_runner.backend import Handle, Work
+from gpu_runner.core import checkpoint_owners, credential, timeline
 from gpu_runner.core import workflow_contract as contract
 from gpu_runner.core.aws import Aws
 from gpu_runner.core.command_line import Command, SubParsers, add_command, add_slot, bool_value
@@ -113,7 +114,7 @@ def _run_context(args: argparse.Namespace) -> RunContext:
 
 
 def _launch(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
-    from gpu_runner.ec2_runner import lifecycle
+    from gpu_runner.ec2_runner.backend import Ec2Runner
 
     # Before any AWS call (the credential is read from SSM): the train job would have nowhere to keep its
     # checkpoints, and nothing must be asked of AWS for a launch that cannot train.
@@ -130,22 +131,23 @@ def _launch(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
     if args.commit:
         check_dispatch_commit(args.commit, ctx)
     nonce = os.environ.get(contract.LABEL_NONCE) or None
-    outcome = lifecycle.launch(settings, ctx, aws, github, use_spot=args.spot, label_nonce=nonce)
+    handle = Ec2Runner(settings, aws, github, ctx, label_nonce=nonce).launch(Work(use_spot=args.spot))
     checkpoint_owners.record_for_run(aws.client("s3", settings.region), settings.bucket, ctx,
-                                     commit=args.commit or ctx.commit, session=outcome.launched.instance_id)  # fmt: skip
+                                     commit=args.commit or ctx.commit,
+                                     session=handle.ids[contract.LaunchOutput.INSTANCE_ID])  # fmt: skip
     return 0
 
 
 def _wait(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
-    from gpu_runner.ec2_runner import lifecycle
+    from gpu_runner.ec2_runner.backend import NAME, Ec2Runner
 
     ctx = _run_context(args)
-    lifecycle.wait(
-        settings, aws, _github(settings, aws, ctx), region=contract.region(args.region),
-        instance_id=contract.instance_id(args.instance_id), runner_id=contract.runner_id(args.runner_id),
-        timeout_seconds=args.timeout, runner_name=naming.runner_name(ctx),
-    )  # fmt: skip
-    return 0
+    # Each value checked before the credential is read from AWS (the first call), as launch checks its inputs.
+    ids = {contract.LaunchOutput.INSTANCE_ID: contract.instance_id(args.instance_id),
+           contract.LaunchOutput.RUNNER_ID: str(contract.runner_id(args.runner_id))}  # fmt: skip
+    handle = Handle(NAME, contract.region(args.region), {str(key): value for key, value in ids.items()})
+    backend = Ec2Runner(settings, aws, _github(settings, aws, ctx), ctx)
+    return backend.wait(handle, timeout_seconds=args.timeout)
 
 
 def _teardown(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
