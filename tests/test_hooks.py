@@ -728,8 +728,9 @@ def test_injection_makefile_still_parses(injected_project: Path) -> None:
 
 # ------------------------------------------------------------------------------------------------- post-gen
 # The only processes post-gen may start: git reading the template's own checkout for .cruft.json.
+# `cat-file -e <commit>:<path>`: whether the commit holds the path (exit status only).
 READ_ONLY_GIT = {("rev-parse", "--verify"), ("rev-parse", "--show-toplevel"), ("rev-parse", "--show-prefix"),
-                 ("status", "--porcelain"), ("remote", "get-url")}  # fmt: skip
+                 ("status", "--porcelain"), ("remote", "get-url"), ("cat-file", "-e")}  # fmt: skip
 
 
 def test_post_gen_hook_stays_offline() -> None:
