@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import urllib.parse
 from pathlib import Path
+from typing import NamedTuple
 
 ANSWERS: dict[str, object] = json.loads({{ cookiecutter | tojson | tojson }})
 
@@ -36,6 +38,17 @@ CRUFT_FILE = ".cruft.json"
 # Keys cookiecutter/main.py (2.7.1) adds to the context that describe this machine's bake, not the template:
 # cruft's context has none of them, and an absolute output path has no place in the repository.
 LOCAL_KEYS = ("_output_dir", "_repo_dir", "_checkout")
+# The gpu-runner distribution's folder in the template repository: what a bake pins by commit (issue 31).
+PLATFORM_DIR = "platform"
+# A GitHub remote as git names it: https://github.com/o/r(.git), ssh://git@github.com/o/r(.git) or
+# git@github.com:o/r(.git). Owners: letters, digits and single inner hyphens, at most 39 (GitHub's sign-up
+# validation, as collected in github.com/dead-claudia/github-limits; pre_gen_project.py's GITHUB_OWNER). Names:
+# ASCII letters, digits, '.', '-' and '_', at most 100, never ending in .wiki (docs.github.com, "Repository
+# limits", Repository name).
+GITHUB_REMOTE = re.compile(
+    r"(?:https://github\.com/|ssh://git@github\.com/|git@github\.com:)"
+    r"(?P<owner>[A-Za-z0-9]+(?:-[A-Za-z0-9]+)*)/(?P<name>[A-Za-z0-9._-]{1,100}?)(?:\.git)?/?"
+)
 # Comma-separated answers, recorded as the templates render them (spaces around the commas dropped, as
 # pre_gen_project.py's comma_list accepts them), so .cookiecutter.json agrees with configs/.
 COMMA_SEPARATED = ("gpu_instance_types",)
@@ -115,8 +128,19 @@ def without_credentials(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=host))
 
 
-def cruft_state(answers: dict[str, object]) -> tuple[dict[str, object] | None, str]:
-    """The .cruft.json content for this bake, or None and the reason the template's commit cannot be recorded."""
+# A NamedTuple, not a dataclass: the tests execute this hook in a namespace that is no module in sys.modules.
+class Checkout(NamedTuple):
+    """The template's clean git checkout this bake was rendered from."""
+
+    directory: Path
+    commit: str
+    toplevel: str
+    source: str | None  # the URL cookiecutter cloned it from (no credential); None for a local checkout
+    prefix: str  # the template's folder inside the repository ("" at its root)
+
+
+def template_checkout(answers: dict[str, object]) -> tuple[Checkout | None, str]:
+    """The checkout and commit that hold exactly what was baked, or None and the reason there is none."""
     directory = template_dir(answers)
     if directory is None:
         return None, "cookiecutter did not say which directory it rendered from"
@@ -141,6 +165,51 @@ def cruft_state(answers: dict[str, object]) -> tuple[dict[str, object] | None, s
     origin = None if local else git_output(directory, "remote", "get-url", "origin")
     source = without_credentials(origin) if origin else None
     prefix = git_output(directory, "rev-parse", "--show-prefix") or ""
+    return Checkout(directory, commit, toplevel, source, prefix), ""
+
+
+def github_repository(url: str) -> str | None:
+    """`owner/name` of a GitHub remote URL (https, ssh:// or scp-like `git@github.com:`; `.git` dropped), else
+    None. Names as GitHub allows them (GITHUB_OWNER, GITHUB_REPOSITORY_NAME)."""
+    match = GITHUB_REMOTE.fullmatch(without_credentials(url))
+    if match is None or len(match["owner"]) > 39 or match["name"].endswith(".wiki"):
+        return None
+    return f"{match['owner']}/{match['name']}"
+
+
+def platform_pin(answers: dict[str, object]) -> tuple[dict[str, str] | None, str]:
+    """The GitHub repository and commit of this template that the bake's lock and workflows pin the platform at
+    ({"repository", "commit"}), or None and what to do instead. The repository is the answer
+    `platform_repository` when given, else the GitHub repository the template was cloned from, else the `origin`
+    of a local checkout when that is on GitHub; the commit is the clean checkout's, and must hold platform/."""
+    checkout, reason = template_checkout(answers)
+    if checkout is None:
+        return None, f"{reason}: the platform is pinned by the template's commit"
+    answered = str(answers.get("platform_repository") or "")
+    origin = checkout.source or git_output(checkout.directory, "remote", "get-url", "origin") or ""
+    repository = answered or github_repository(origin)
+    if not repository:
+        where = f"from {origin}" if origin else f"from {checkout.toplevel}, which has no origin remote"
+        return None, (
+            f"the template came {where}, not from a GitHub repository, so the bake cannot name where its "
+            "platform comes from: bake from gh:<owner>/<template>, or answer platform_repository=<owner>/<name> "
+            f"(the GitHub repository that holds commit {checkout.commit}; push it there first)"
+        )
+    if not github_repository(f"https://github.com/{repository}"):
+        return None, f"platform_repository '{repository}' is not <owner>/<name> as GitHub spells them"
+    platform = f"{checkout.commit}:{checkout.prefix}{PLATFORM_DIR}/pyproject.toml"
+    if git_output(checkout.directory, "cat-file", "-e", platform) is None:
+        return None, f"commit {checkout.commit} of the template has no {PLATFORM_DIR}/pyproject.toml to pin"
+    return {"repository": repository, "commit": checkout.commit}, ""
+
+
+def cruft_state(answers: dict[str, object]) -> tuple[dict[str, object] | None, str]:
+    """The .cruft.json content for this bake, or None and the reason the template's commit cannot be recorded."""
+    checkout, reason = template_checkout(answers)
+    if checkout is None:
+        return None, reason
+    directory, commit, toplevel = checkout.directory, checkout.commit, checkout.toplevel
+    source, prefix = checkout.source, checkout.prefix
     # cruft's order: cookiecutter.json's (prompt_for_config keeps it; `tojson` above sorted the keys), then
     # `_template` and `_commit`, so the first `make template-update` does not reorder the whole file.
     order = list(json.loads((directory / "cookiecutter.json").read_text(encoding="utf-8")))

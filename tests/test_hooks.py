@@ -728,8 +728,9 @@ def test_injection_makefile_still_parses(injected_project: Path) -> None:
 
 # ------------------------------------------------------------------------------------------------- post-gen
 # The only processes post-gen may start: git reading the template's own checkout for .cruft.json.
+# `cat-file -e <commit>:<path>`: whether the commit holds the path (exit status only).
 READ_ONLY_GIT = {("rev-parse", "--verify"), ("rev-parse", "--show-toplevel"), ("rev-parse", "--show-prefix"),
-                 ("status", "--porcelain"), ("remote", "get-url")}  # fmt: skip
+                 ("status", "--porcelain"), ("remote", "get-url"), ("cat-file", "-e")}  # fmt: skip
 
 
 def test_post_gen_hook_stays_offline() -> None:
@@ -784,3 +785,102 @@ def test_post_gen_prints_numbered_next_steps(tmp_path: Path) -> None:
         assert any(text.startswith(target) for text in texts), target
     assert "git push -u origin gpu/demo" in proc.stdout
     assert "make bootstrap" in proc.stdout
+
+
+# ------------------------------------------------------------------------------ the platform pin (issue 31)
+@pytest.mark.parametrize(
+    ("url", "repository"),
+    [
+        ("https://github.com/acme/mlops-template.git", "acme/mlops-template"),
+        ("https://github.com/acme/mlops-template", "acme/mlops-template"),
+        ("https://x-access-token:ghs_secret@github.com/acme/tpl.git", "acme/tpl"),
+        ("ssh://git@github.com/acme/tpl.git", "acme/tpl"),
+        ("git@github.com:acme-labs/tpl.v2_x.git", "acme-labs/tpl.v2_x"),
+        ("https://gitlab.com/acme/tpl.git", None),
+        ("https://github.com/acme", None),
+        ("https://github.com/-acme/tpl.git", None),
+        ("https://github.com/acme/tpl.wiki.git", None),
+        (f"https://github.com/{'a' * 40}/tpl", None),
+        ("/srv/templates/tpl", None),
+    ],
+)
+def test_a_github_remote_names_its_repository(url: str, repository: str | None) -> None:
+    github_repository = load_hook("post_gen_project", default_answers())["github_repository"]
+
+    assert github_repository(url) == repository
+
+
+@dataclass
+class TemplateRepo:
+    path: Path
+    commit: str
+
+    def git(self, *args: str) -> str:
+        return subprocess.run(["git", "-C", str(self.path), *args], check=True, capture_output=True,
+                              text=True).stdout.strip()  # fmt: skip
+
+
+@pytest.fixture
+def template_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> TemplateRepo:
+    """A committed template checkout holding platform/, and a cwd outside it (where the project is baked)."""
+    path = tmp_path / "template"
+    (path / "platform").mkdir(parents=True)
+    (path / "cookiecutter.json").write_text("{}\n", encoding="utf-8")
+    (path / "platform" / "pyproject.toml").write_text('[project]\nname = "gpu-runner"\n', encoding="utf-8")
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.invalid"}  # fmt: skip
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    repo = TemplateRepo(path, "")
+    repo.git("init", "-q")
+    repo.git("add", "-A")
+    repo.git("commit", "-q", "-m", "template")
+    repo.commit = repo.git("rev-parse", "HEAD")
+    (tmp_path / "out").mkdir()
+    monkeypatch.chdir(tmp_path / "out")
+    return repo
+
+
+def pin(repo: TemplateRepo, **answers: str) -> tuple[dict[str, str] | None, str]:
+    platform_pin = load_hook("post_gen_project", default_answers())["platform_pin"]
+    # A local checkout: cookiecutter's _repo_dir is the _template string itself.
+    return platform_pin({"_repo_dir": str(repo.path), "_template": str(repo.path), **answers})
+
+
+def test_the_platform_is_pinned_at_the_templates_commit_of_its_github_repository(
+    template_repo: TemplateRepo,
+) -> None:
+    template_repo.git("remote", "add", "origin", "git@github.com:acme/mlops-template.git")
+
+    assert pin(template_repo) == ({"repository": "acme/mlops-template", "commit": template_repo.commit}, "")
+    # An answer names another repository (a fork pushed under another name): it wins.
+    assert pin(template_repo, platform_repository="acme-ml/tpl") == (
+        {"repository": "acme-ml/tpl", "commit": template_repo.commit},
+        "",
+    )
+
+
+def test_a_template_with_no_github_repository_asks_for_one(template_repo: TemplateRepo) -> None:
+    pinned, why = pin(template_repo)
+    assert pinned is None
+    assert (
+        "no origin remote" in why
+        and "platform_repository=<owner>/<name>" in why
+        and template_repo.commit in why
+    )
+    template_repo.git("remote", "add", "origin", "https://gitlab.com/acme/tpl.git")
+    pinned, why = pin(template_repo)
+    assert pinned is None and "from https://gitlab.com/acme/tpl.git, not from a GitHub repository" in why
+    pinned, why = pin(template_repo, platform_repository="acme")
+    assert pinned is None and "platform_repository 'acme' is not <owner>/<name>" in why
+
+
+def test_no_clean_commit_holding_the_platform_no_pin(template_repo: TemplateRepo) -> None:
+    template_repo.git("remote", "add", "origin", "https://github.com/acme/tpl.git")
+    (template_repo.path / "platform" / "pyproject.toml").write_text("changed\n", encoding="utf-8")
+    pinned, why = pin(template_repo)
+    assert pinned is None and "uncommitted changes" in why and "pinned by the template's commit" in why
+    template_repo.git("rm", "-q", "-r", "-f", "platform")
+    template_repo.git("commit", "-q", "-m", "no platform")
+    pinned, why = pin(template_repo)
+    assert pinned is None and "has no platform/pyproject.toml to pin" in why
