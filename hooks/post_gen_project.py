@@ -40,6 +40,10 @@ CRUFT_FILE = ".cruft.json"
 LOCAL_KEYS = ("_output_dir", "_repo_dir", "_checkout")
 # The gpu-runner distribution's folder in the template repository: what a bake pins by commit (issue 31).
 PLATFORM_DIR = "platform"
+# Where the template's files name the pin, as placeholders only this hook fills: the git source in pyproject.toml
+# and the three places uv.lock records it (scripts/relock.py writes them back after locking).
+PLATFORM_TOKENS = {"repository": "__platform_repository__", "commit": "__platform_commit__"}
+PINNED_FILES = ("pyproject.toml", "uv.lock")
 # A GitHub remote as git names it: https://github.com/o/r(.git), ssh://git@github.com/o/r(.git) or
 # git@github.com:o/r(.git). Owners: letters, digits and single inner hyphens, at most 39 (GitHub's sign-up
 # validation, as collected in github.com/dead-claudia/github-limits; pre_gen_project.py's GITHUB_OWNER). Names:
@@ -203,6 +207,19 @@ def platform_pin(answers: dict[str, object]) -> tuple[dict[str, str] | None, str
     return {"repository": repository, "commit": checkout.commit}, ""
 
 
+def write_platform_pin(root: Path, pin: dict[str, str]) -> None:
+    """Fill the placeholders of PINNED_FILES with the pin: the lock then holds exactly what uv writes for that
+    source (the lock's own record of a git source is its URL with `rev` and `#<commit>`)."""
+    for name in PINNED_FILES:
+        path = root / name
+        text = path.read_text(encoding="utf-8")
+        if PLATFORM_TOKENS["commit"] not in text:
+            raise FileNotFoundError(f"{name} has no platform pin to fill ({PLATFORM_TOKENS['commit']})")
+        for key, token in PLATFORM_TOKENS.items():
+            text = text.replace(token, pin[key])
+        path.write_text(text, encoding="utf-8")
+
+
 def cruft_state(answers: dict[str, object]) -> tuple[dict[str, object] | None, str]:
     """The .cruft.json content for this bake, or None and the reason the template's commit cannot be recorded."""
     checkout, reason = template_checkout(answers)
@@ -270,6 +287,12 @@ def main() -> int:
     except FileNotFoundError as error:
         print(f"ERROR: {error}", file=sys.stderr)
         return 1
+    # The platform the project runs is this template's own commit: no pin, no bake (never a broken reference).
+    pin, why = platform_pin(ANSWERS)
+    if pin is None:
+        print(f"ERROR: platform_repository: {why}", file=sys.stderr)
+        return 1
+    write_platform_pin(root, pin)
     write_answers(root, ANSWERS)
     note = write_cruft_state(root, ANSWERS)
     if note:

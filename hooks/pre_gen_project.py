@@ -168,6 +168,19 @@ def check_github_repo(value: object) -> str | None:
     return None
 
 
+def check_platform_repository(value: object) -> str | None:
+    """Empty (the hook takes the GitHub repository the template came from) or owner/name as GitHub spells them."""
+    if value == "":
+        return None
+    owner, _, name = value.partition("/") if isinstance(value, str) else ("", "", "")
+    if check_github_owner(owner) or check_github_repo(name):
+        return (
+            "give the template's GitHub repository as owner/name (e.g. 'your-org/mlops-template'), or leave it "
+            "empty"
+        )
+    return None
+
+
 def check_aws_region(value: object) -> str | None:
     if not isinstance(value, str) or not AWS_REGION.fullmatch(value):
         return "use an AWS region code such as 'eu-west-1', 'us-east-1' or 'us-gov-west-1'"
@@ -410,6 +423,7 @@ def validators(answers: dict[str, object]) -> dict[str, Callable[[object], str |
         "package_name": check_package_name,
         "github_repo": check_github_repo,
         "s3_bucket": check_s3_bucket,
+        "platform_repository": check_platform_repository,
         "license": check_license,
     }
 

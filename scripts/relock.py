@@ -19,27 +19,43 @@ from cookiecutter.main import cookiecutter
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE_LOCK = ROOT / "{{cookiecutter.project_slug}}" / "uv.lock"
 SLUG = "{{ cookiecutter.project_slug }}"
-TEMPLATE_PYPROJECT = ROOT / "{{cookiecutter.project_slug}}" / "pyproject.toml"
-# The bake's pin on the platform (issue 31):
-# gpu-runner = { git = "<url>", rev = "<sha>", subdirectory = "platform" }.
-PLATFORM_SOURCE = re.compile(r'^gpu-runner = \{ git = "([^"]+)", rev = "([0-9a-f]{40})"', flags=re.MULTILINE)
+# The bake's pin on the platform (issue 31): placeholders in the template that the post-generation hook fills
+# with the template's GitHub repository and commit (hooks/post_gen_project.py, PLATFORM_TOKENS). Relocking
+# fills them with this checkout's HEAD under a stand-in repository, locks, and puts the placeholders back.
+REPOSITORY_TOKEN, COMMIT_TOKEN = "__platform_repository__", "__platform_commit__"
+STAND_IN = "relock/platform"  # never fetched: git's insteadOf sends it to this checkout
+PINNED_FILES = ("pyproject.toml", "uv.lock")
+
+
+def head() -> str:
+    """The commit uv locks the platform at: HEAD, whose platform/ must be committed (its dependencies are what
+    the lock records)."""
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "platform"], check=True,
+                           capture_output=True, text=True).stdout  # fmt: skip
+    if dirty:
+        raise SystemExit("platform/ has uncommitted changes: commit them first (the lock records a commit's)")
+    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], check=True, capture_output=True,
+                          text=True).stdout.strip()  # fmt: skip
 
 
 def platform_env() -> dict[str, str]:
-    """The environment for `uv lock`: git fetches the pinned platform commit from this checkout (insteadOf),
-    so relocking needs neither network nor access to the template's GitHub repository (the commit must be
-    in this checkout's history)."""
-    found = PLATFORM_SOURCE.search(TEMPLATE_PYPROJECT.read_text(encoding="utf-8"))
-    if not found:
-        raise SystemExit(f"{TEMPLATE_PYPROJECT.relative_to(ROOT)} pins no gpu-runner git source")
-    url, rev = found.groups()
-    subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{rev}^{{commit}}"], check=True)
+    """git fetches the stand-in repository from this checkout (insteadOf): no network, no GitHub access."""
     return {
         **os.environ,
         "GIT_CONFIG_COUNT": "1",
         "GIT_CONFIG_KEY_0": f"url.file://{ROOT}.insteadOf",
-        "GIT_CONFIG_VALUE_0": url,
+        "GIT_CONFIG_VALUE_0": f"https://github.com/{STAND_IN}",
     }
+
+
+def pin(project: Path, commit: str) -> None:
+    for name in PINNED_FILES:
+        path = project / name
+        path.write_text(path.read_text().replace(REPOSITORY_TOKEN, STAND_IN).replace(COMMIT_TOKEN, commit))
+
+
+def unpin(lock_text: str, commit: str) -> str:
+    return lock_text.replace(STAND_IN, REPOSITORY_TOKEN).replace(commit, COMMIT_TOKEN)
 
 
 def templatize(lock_text: str, slug: str) -> str:
@@ -54,11 +70,15 @@ def templatize(lock_text: str, slug: str) -> str:
 
 def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
-        project = Path(cookiecutter(str(ROOT), no_input=True, output_dir=tmp))
+        # Without the hooks: the post-generation hook pins the clean commit, and relocking runs on a
+        # changed pyproject.toml, before it is committed.
+        project = Path(cookiecutter(str(ROOT), no_input=True, output_dir=tmp, accept_hooks=False))
+        commit = head()
+        pin(project, commit)
         (project / "uv.lock").unlink(missing_ok=True)
         subprocess.run(["uv", "lock"], cwd=project, check=True, env=platform_env())
         slug = project.name
-        TEMPLATE_LOCK.write_text(templatize((project / "uv.lock").read_text(), slug))
+        TEMPLATE_LOCK.write_text(templatize(unpin((project / "uv.lock").read_text(), commit), slug))
     print(f"wrote {TEMPLATE_LOCK.relative_to(ROOT)}")
     return 0
 
