@@ -40,12 +40,18 @@ format: install ## Apply ruff fixes and formatting to the template's own Python
 relock: install ## Regenerate the generated project's uv.lock after changing its pyproject.toml
 	$(UV) run --locked python scripts/relock.py
 
+# The demo bake pins the platform at this checkout's HEAD under a stand-in GitHub name, and git's insteadOf makes
+# uv fetch it from here: offline, and no GitHub repository needed (the checkout must be clean).
+DEMO_PLATFORM := your-org/mlops-template
+DEMO_GIT := GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=url.file://$(CURDIR).insteadOf \
+	GIT_CONFIG_VALUE_0=https://github.com/$(DEMO_PLATFORM)
+
 demo: install ## Bake the defaults into build/demo and run the offline story: push -> GPU runner -> MLflow -> teardown
 	rm -rf $(DEMO_DIR)
-	$(UV) run --locked cookiecutter --no-input --output-dir $(DEMO_DIR) .
+	$(UV) run --locked cookiecutter --no-input --output-dir $(DEMO_DIR) . platform_repository=$(DEMO_PLATFORM)
 	cd $(DEMO_DIR)/*/ && git init -q && git add -A \
 		&& git -c user.name=demo -c user.email=demo@example.invalid commit -q -m "baked from the template" \
-		&& $(MAKE) install UV="$(UV)" && $(MAKE) story UV="$(UV)"
+		&& $(DEMO_GIT) $(MAKE) install UV="$(UV)" && $(DEMO_GIT) $(MAKE) story UV="$(UV)"
 	@project=$$(cd $(DEMO_DIR)/*/ && pwd); printf '%s\n' "" "Demo project: $$project" \
 		"  report (timeline, MLflow run, fault table): $$project/.e2e-cache/report.json" \
 		"  every story and fault (~16 min, 2 workers): cd $$project && make e2e" \

@@ -64,7 +64,8 @@ def bake(cookies: Any) -> Bake:
     """`bake(**opts)`: bake the template in-process with `opts` as extra context; a pytest-cookies Result."""
 
     def _bake(**opts: Any) -> Any:
-        return cookies.bake(extra_context=opts, template=str(TEMPLATE_ROOT))
+        return cookies.bake(extra_context={"platform_repository": PLATFORM_REPOSITORY, **opts},
+                            template=str(TEMPLATE_ROOT))  # fmt: skip
 
     return _bake
 
@@ -121,13 +122,31 @@ def structured_files(root: Path) -> list[Path]:
     return [path for path in iter_files(root) if path.suffix in STRUCTURED_SUFFIXES]
 
 
+# The GitHub repository the tests' bakes pin the platform at (issue 31). This checkout is no clone of it, so the
+# bakes answer it (the user config's default_context below), and git's insteadOf (platform_git_env) sends every
+# fetch of it to this checkout: the bakes install the platform of its HEAD, offline. The checkout must be clean
+# (the hook pins only a commit that holds what was baked): commit before running the bake tests.
+PLATFORM_REPOSITORY = "your-org/mlops-template"
+
+
+def platform_git_env() -> dict[str, str]:
+    """Environment for a bake's uv and act: git reads PLATFORM_REPOSITORY from this checkout."""
+    return {
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": f"url.file://{TEMPLATE_ROOT}.insteadOf",
+        "GIT_CONFIG_VALUE_0": f"https://github.com/{PLATFORM_REPOSITORY}",
+    }
+
+
 def write_config(directory: Path) -> Path:
-    """A cookiecutter user config that keeps clones and replay files inside `directory` (never in $HOME)."""
+    """A cookiecutter user config that keeps clones and replay files inside `directory` (never in $HOME), and
+    answers platform_repository for the bakes (PLATFORM_REPOSITORY)."""
     directory.mkdir(parents=True, exist_ok=True)
     config = directory / "cookiecutter-config.yaml"
     settings = {
         "cookiecutters_dir": str(directory / "cookiecutters"),
         "replay_dir": str(directory / "replay"),
+        "default_context": {"platform_repository": PLATFORM_REPOSITORY},
     }
     config.write_text(yaml.safe_dump(settings), encoding="utf-8")
     return config

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import write_config
+from conftest import platform_git_env, write_config
 from cookiecutter.main import cookiecutter
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -125,7 +125,8 @@ def project_env(**extra: str) -> dict[str, str]:
     """A baked project is its own world: no outer venv, no MAKEFLAGS/MAKELEVEL from the template's make, and
     no MLFLOW_TRACKING_URI, so `make train` logs to the README's default local store."""
     inherited = ("VIRTUAL_ENV", "UV_PROJECT", "MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MLFLOW_TRACKING_URI")
-    return {**{k: v for k, v in os.environ.items() if not k.startswith(inherited)}, **extra}
+    kept = {k: v for k, v in os.environ.items() if not k.startswith(inherited)}
+    return {**kept, **platform_git_env(), **extra}  # the pinned platform from this checkout (conftest)
 
 
 def make(project: Path, *targets: str, timeout: int = 1200) -> subprocess.CompletedProcess:
