@@ -122,10 +122,10 @@ def structured_files(root: Path) -> list[Path]:
     return [path for path in iter_files(root) if path.suffix in STRUCTURED_SUFFIXES]
 
 
-# The GitHub repository the tests' bakes pin the platform at (issue 31). This checkout is no clone of it, so the
-# bakes answer it (the user config's default_context below), and git's insteadOf (platform_git_env) sends every
-# fetch of it to this checkout: the bakes install the platform of its HEAD, offline. The checkout must be clean
-# (the hook pins only a commit that holds what was baked): commit before running the bake tests.
+# The GitHub repository the tests' bakes pin the platform at (issue 31). This checkout is no clone of it, so
+# the bakes answer it (the user config's default_context below), and git's insteadOf (platform_git_env) sends
+# every fetch of it to this checkout: the bakes install the platform of its HEAD, offline. The checkout must
+# be clean (the hook pins only a commit that holds what was baked): commit before running the bake tests.
 PLATFORM_REPOSITORY = "your-org/mlops-template"
 
 

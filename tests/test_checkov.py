@@ -16,8 +16,8 @@ from conftest import write_config
 from cookiecutter.main import cookiecutter
 from workflow_files import offline_env
 
-# The CloudFormation templates, package data of gpu_runner, as checkov names them (scanned in platform/: a bake
-# holds no copy since issue 31, and the stacks name no project).
+# The CloudFormation templates, package data of gpu_runner, as checkov names them (scanned in platform/: a
+# bake holds no copy since issue 31, and the stacks name no project).
 STACK = "/src/gpu_runner/setup/gpu-runner.yaml"
 SERVER_STACK = "/src/gpu_runner/mlflow_server/mlflow-server.yaml"
 BATCH_STACK = "/src/gpu_runner/batch/batch.yaml"

@@ -43,6 +43,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 PINS_FILE = Path(__file__).with_name("action_pins.json")
 # The team's source of truth; absent in a plain clone of the template, so that check is skipped there.
 ACTIONS_MD = REPO_ROOT.parent / "shared" / "ACTIONS.md"
+# The platform's source (issue 31: in this repository, not in the bake): what the injection check imports.
+PLATFORM_SRC = Path(__file__).resolve().parents[1] / "platform" / "src"
 
 
 def load_team_pins() -> dict[tuple[str, str], str]:
@@ -262,7 +264,7 @@ def test_the_injection_test_passes_on_a_project_named_like_its_payload(tmp_path:
             "-p", "no:cacheprovider",
         ],
         cwd=project, capture_output=True, text=True, timeout=600, check=False,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(workflows), str(Path(__file__).resolve().parents[1] / "platform" / "src")])},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(workflows), str(PLATFORM_SRC)])},
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert " passed" in result.stdout and "failed" not in result.stdout, result.stdout[-2000:]
