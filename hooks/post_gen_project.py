@@ -188,7 +188,7 @@ def platform_pin(answers: dict[str, object]) -> tuple[dict[str, str] | None, str
     of a local checkout when that is on GitHub; the commit is the clean checkout's, and must hold platform/."""
     checkout, reason = template_checkout(answers)
     if checkout is None:
-        return None, f"{reason}: the platform is pinned by the template's commit"
+        return None, f"{reason} (the project pins its platform at the template's commit)"
     answered = str(answers.get("platform_repository") or "")
     origin = checkout.source or git_output(checkout.directory, "remote", "get-url", "origin") or ""
     repository = answered or github_repository(origin)

@@ -879,7 +879,7 @@ def test_no_clean_commit_holding_the_platform_no_pin(template_repo: TemplateRepo
     template_repo.git("remote", "add", "origin", "https://github.com/acme/tpl.git")
     (template_repo.path / "platform" / "pyproject.toml").write_text("changed\n", encoding="utf-8")
     pinned, why = pin(template_repo)
-    assert pinned is None and "uncommitted changes" in why and "pinned by the template's commit" in why
+    assert pinned is None and "uncommitted changes" in why and "pins its platform at the template's commit" in why
     template_repo.git("rm", "-q", "-r", "-f", "platform")
     template_repo.git("commit", "-q", "-m", "no platform")
     pinned, why = pin(template_repo)
