@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import TEMPLATE_ROOT, write_config
+from conftest import PLATFORM_REPOSITORY, TEMPLATE_ROOT, write_config
 from cookiecutter.main import cookiecutter
 
 # Installs the updated bake's locked environment, runs its ruff and some of its tests: about a minute, like
@@ -38,8 +38,9 @@ from cookiecutter.main import cookiecutter
 pytestmark = pytest.mark.generated
 
 SLUG = "{{cookiecutter.project_slug}}"
-# What cruft needs of the template: its questions, its hooks, the project directory.
-TEMPLATE_PARTS = ("cookiecutter.json", "hooks", SLUG)
+# What cruft needs of the template: its questions, its hooks, the project directory, and the platform a bake
+# pins at the template's commit (issue 31).
+TEMPLATE_PARTS = ("cookiecutter.json", "hooks", SLUG, "platform")
 COPY_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", ".ruff_cache", ".venv")
 GIT_ID = ("-c", "user.name=template-test", "-c", "user.email=template-test@example.invalid")
 
@@ -78,6 +79,16 @@ def run(command: list[str], cwd: Path, timeout: float = 300, **env: str) -> subp
     return subprocess.run(
         command, cwd=cwd, capture_output=True, text=True, env={**clean, **env}, timeout=timeout, check=False
     )
+
+
+def platform_from(template: TemplateRepo) -> dict[str, str]:
+    """git's insteadOf for the bakes' uv: the pinned platform comes from this throwaway template repository,
+    whose commits the bakes pin (conftest.PLATFORM_REPOSITORY is what they answer)."""
+    return {
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": f"url.file://{template.path}.insteadOf",
+        "GIT_CONFIG_VALUE_0": f"https://github.com/{PLATFORM_REPOSITORY}",
+    }
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -340,13 +351,14 @@ def test_update_brings_an_older_bake_to_a_fresh_bake_of_the_current_commit(
     assert differing(tree(older_bake), tree(fresh_bake)) == set()
     # The uv.lock the update wrote agrees with the pyproject.toml it wrote; the first `uv run --locked`
     # installs the project from it as `make install` does (the same sync), then its own ruff and tests run.
-    lock = run(["uv", "lock", "--check"], older_bake)
+    lock = run(["uv", "lock", "--check"], older_bake, **platform_from(template))
     assert lock.returncode == 0, lock.stderr
     for command in (["ruff", "check", "."], ["ruff", "format", "--check", "."]):
-        done = run(["uv", "run", "--locked", "--extra", "cpu", *command], older_bake, timeout=600)
+        done = run(["uv", "run", "--locked", "--extra", "cpu", *command], older_bake, timeout=600,
+                   **platform_from(template))  # fmt: skip
         assert done.returncode == 0, f"{command}: {done.stdout[-3000:]}{done.stderr[-2000:]}"
     tests = run(["uv", "run", "--locked", "--extra", "cpu", "pytest", "-q", "-p", "no:cacheprovider",
-                 *PROJECT_TESTS], older_bake)  # fmt: skip
+                 *PROJECT_TESTS], older_bake, **platform_from(template))  # fmt: skip
     assert tests.returncode == 0, tests.stdout[-3000:]
     assert " passed" in tests.stdout and " failed" not in tests.stdout
     # Committed, a second run has nothing left to do.
