@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -16,6 +17,7 @@ import yaml
 from cookiecutter.generate import generate_context
 from cookiecutter.prompt import prompt_for_config
 from cookiecutter.utils import create_env_with_context
+from template_snapshot import bakeable_template
 from workflow_files import iter_strings  # noqa: F401 (re-exported: the same walk the project's workflow checks use)
 
 TEMPLATE_ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +67,7 @@ def bake(cookies: Any) -> Bake:
 
     def _bake(**opts: Any) -> Any:
         return cookies.bake(extra_context={"platform_repository": PLATFORM_REPOSITORY, **opts},
-                            template=str(TEMPLATE_ROOT))  # fmt: skip
+                            template=str(bake_template()))  # fmt: skip
 
     return _bake
 
@@ -130,12 +132,21 @@ PLATFORM_REPOSITORY = "your-org/mlops-template"
 
 
 def platform_git_env() -> dict[str, str]:
-    """Environment for a bake's uv and act: git reads PLATFORM_REPOSITORY from this checkout."""
+    """Environment for a bake's uv and act: git reads PLATFORM_REPOSITORY from this checkout, including the
+    snapshot commit of uncommitted changes that no ref names (template_snapshot.py)."""
     return {
-        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_COUNT": "2",
         "GIT_CONFIG_KEY_0": f"url.file://{TEMPLATE_ROOT}.insteadOf",
         "GIT_CONFIG_VALUE_0": f"https://github.com/{PLATFORM_REPOSITORY}",
+        "GIT_CONFIG_KEY_1": "uploadpack.allowAnySHA1InWant",
+        "GIT_CONFIG_VALUE_1": "true",
     }
+
+
+@functools.cache
+def bake_template() -> Path:
+    """What the tests bake: a clean checkout of the working tree's snapshot (template_snapshot.py)."""
+    return bakeable_template(TEMPLATE_ROOT)
 
 
 def write_config(directory: Path) -> Path:
@@ -188,10 +199,10 @@ def run_cli(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def cli_no_input(workdir: Path, **answers: str) -> subprocess.CompletedProcess[str]:
     """`cookiecutter --no-input <template> key=value ...` (values are rendered by Jinja, as on a terminal)."""
     pairs = [f"{key}={value}" for key, value in answers.items()]
-    return run_cli(workdir, "--no-input", str(TEMPLATE_ROOT), *pairs)
+    return run_cli(workdir, "--no-input", str(bake_template()), *pairs)
 
 
 def cli_replay(workdir: Path, answers: Mapping[str, Any]) -> subprocess.CompletedProcess[str]:
     """`cookiecutter --replay-file <file> <template>`: every answer delivered verbatim, as data."""
     replay = write_replay(workdir / "replay.json", answers)
-    return run_cli(workdir, "--replay-file", str(replay), str(TEMPLATE_ROOT))
+    return run_cli(workdir, "--replay-file", str(replay), str(bake_template()))

@@ -22,6 +22,7 @@ from conftest import (
     ANSWERS_FILE,
     TEMPLATE_ROOT,
     Bake,
+    bake_template,
     iter_files,
     load_hook,
     parse_structured,
@@ -151,7 +152,7 @@ def test_replaying_recorded_answers_rebuilds_the_same_project(bake: Bake, tmp_pa
     first, _ = check_bake(bake(**opts))
 
     again = cookiecutter(
-        str(TEMPLATE_ROOT),
+        str(bake_template()),
         replay=str(first / ANSWERS_FILE),
         output_dir=str(tmp_path / "again"),
         config_file=str(write_config(tmp_path / "user")),

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import write_config
+from conftest import bake_template, write_config
 from cookiecutter.main import cookiecutter
 from workflow_files import offline_env
 
@@ -66,7 +66,7 @@ def checkov(directory: Path) -> dict[str, dict[str, Any]]:
 def bake(out: Path, **answers: Any) -> Path:
     return Path(
         cookiecutter(
-            str(ROOT), no_input=True, output_dir=str(out / "out"), extra_context=answers or None,
+            str(bake_template()), no_input=True, output_dir=str(out / "out"), extra_context=answers or None,
             config_file=str(write_config(out / "cookiecutter")),
         )
     )  # fmt: skip

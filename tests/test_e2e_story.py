@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import write_config
+from conftest import bake_template, write_config
 from cookiecutter.main import cookiecutter
 from test_generated_project import make
 
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.e2e
 def test_baked_defaults_run_the_offline_story_and_survive_every_fault(tmp_path: Path) -> None:
     project = Path(
         cookiecutter(
-            str(ROOT), no_input=True, output_dir=str(tmp_path),
+            str(bake_template()), no_input=True, output_dir=str(tmp_path),
             config_file=str(write_config(tmp_path / "cookiecutter")),
         )
     )  # fmt: skip

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import platform_git_env, write_config
+from conftest import bake_template, platform_git_env, write_config
 from cookiecutter.main import cookiecutter
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -348,7 +348,7 @@ def test_quick_start_targets_are_read_from_the_readme() -> None:
 def test_baked_project_installs_lints_and_passes_its_own_tests(name: str, tmp_path: Path) -> None:
     project = Path(
         cookiecutter(
-            str(ROOT),
+            str(bake_template()),
             no_input=True,
             output_dir=str(tmp_path),
             extra_context=COMBINATIONS[name],

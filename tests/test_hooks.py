@@ -28,6 +28,7 @@ import yaml
 from conftest import (
     ANSWERS_FILE,
     TEMPLATE_ROOT,
+    bake_template,
     cli_no_input,
     cli_replay,
     default_answers,
@@ -428,7 +429,7 @@ def bake_interactively(workdir: Path, typed: dict[str, str]) -> subprocess.Compl
     stdin = "".join(f"{typed.get(key, '')}\n" for key in questions)
     env = {**os.environ, "HOME": str(workdir), "PYTHONIOENCODING": "utf-8"}
     return subprocess.run(
-        [sys.executable, "-m", "cookiecutter", str(TEMPLATE_ROOT), "--output-dir", str(workdir / "out")],
+        [sys.executable, "-m", "cookiecutter", str(bake_template()), "--output-dir", str(workdir / "out")],
         cwd=workdir, env=env, input=stdin, capture_output=True, text=True, encoding="utf-8", timeout=120,
         check=False,
     )  # fmt: skip
@@ -879,7 +880,11 @@ def test_no_clean_commit_holding_the_platform_no_pin(template_repo: TemplateRepo
     template_repo.git("remote", "add", "origin", "https://github.com/acme/tpl.git")
     (template_repo.path / "platform" / "pyproject.toml").write_text("changed\n", encoding="utf-8")
     pinned, why = pin(template_repo)
-    assert pinned is None and "uncommitted changes" in why and "pins its platform at the template's commit" in why
+    assert (
+        pinned is None
+        and "uncommitted changes" in why
+        and "pins its platform at the template's commit" in why
+    )
     template_repo.git("rm", "-q", "-r", "-f", "platform")
     template_repo.git("commit", "-q", "-m", "no platform")
     pinned, why = pin(template_repo)
