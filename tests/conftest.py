@@ -34,11 +34,13 @@ def template_config() -> dict[str, Any]:
 
 
 def default_answers(**overrides: Any) -> dict[str, Any]:
-    """The answers `cookiecutter --no-input key=value ...` would produce, rendered by cookiecutter itself.
+    """The answers `cookiecutter --no-input key=value ...` would produce with the tests' user config (which
+    answers platform_repository: write_config), rendered by cookiecutter itself.
 
     Includes the private `_` keys, so the result (wrapped as {"cookiecutter": ...}) is a complete replay file.
     """
-    context = generate_context(context_file=str(COOKIECUTTER_JSON), extra_context=overrides or None)
+    given = {"platform_repository": PLATFORM_REPOSITORY, **overrides}
+    context = generate_context(context_file=str(COOKIECUTTER_JSON), extra_context=given)
     return dict(prompt_for_config(context, no_input=True))
 
 

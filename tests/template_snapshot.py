@@ -3,8 +3,8 @@
 The post-generation hook pins the platform at the template's clean commit (issue 31), and a developer runs
 the tests on uncommitted changes. So the tests bake a snapshot: a commit of the working tree (tracked and
 untracked files, not ignored ones) made with a private index, so HEAD, the index and every branch stay as
-they are, checked out in a temporary worktree. On a clean checkout (CI's clone) the snapshot is HEAD itself,
-baked in place. The snapshot commit is in this repository, which is where git's insteadOf sends the bakes'
+they are, checked out in a temporary worktree (on a clean checkout, as in CI's clone, the snapshot is HEAD).
+The snapshot commit is in this repository, which is where git's insteadOf sends the bakes'
 uv (conftest.platform_git_env); upload-pack serves it although no ref names it
 (uploadpack.allowAnySHA1InWant, given in the same environment).
 """
@@ -51,10 +51,9 @@ def snapshot_commit(root: Path) -> str:
 
 
 def bakeable_template(root: Path) -> Path:
-    """A clean checkout of the snapshot: `root` itself when it is clean, else a worktree removed at exit."""
+    """A clean checkout of the snapshot, in a worktree removed at exit. Never `root` itself, even when clean:
+    an edit made while the tests run would make it dirty, and every later bake would stop."""
     commit = snapshot_commit(root)
-    if commit == git(root, "rev-parse", "HEAD"):
-        return root
     directory = Path(tempfile.mkdtemp(prefix="template-snapshot-")) / "template"
     git(root, "worktree", "add", "--detach", "--quiet", str(directory), commit)
 

@@ -27,6 +27,7 @@ import pytest
 import yaml
 from conftest import (
     ANSWERS_FILE,
+    PLATFORM_REPOSITORY,
     TEMPLATE_ROOT,
     bake_template,
     cli_no_input,
@@ -417,6 +418,7 @@ TYPED = {
     "gpu_instance_types": "g4dn.xlarge,,g5.xlarge",
     "use_spot": "n",
     "max_runtime_minutes": "240",
+    "platform_repository": PLATFORM_REPOSITORY,
     "license": "2",
 }
 CORRECTED = ("gpu_instance_types", "g4dn.xlarge, g5.xlarge")

@@ -303,10 +303,11 @@ def test_check_sees_an_older_bake_is_out_of_date(
     assert "out of date" in proc.stdout + proc.stderr
 
 
-def test_a_template_with_uncommitted_changes_records_no_commit(
+def test_a_template_with_uncommitted_changes_is_not_baked(
     template: TemplateRepo, tmp_path: Path, config: Path
 ) -> None:
-    """A commit that does not hold what was baked would make every update wrong: no .cruft.json, a note."""
+    """A commit that does not hold what was baked would pin the project's platform at the wrong code and make
+    every update wrong (issue 31): the bake stops, says why and what to do, and leaves no project behind."""
     makefile = template.path / SLUG / "Makefile"
     makefile.write_text(makefile.read_text(encoding="utf-8") + "# not committed\n", encoding="utf-8")
     try:
@@ -314,13 +315,14 @@ def test_a_template_with_uncommitted_changes_records_no_commit(
     finally:
         git(template.path, "checkout", "--", ".")
     assert git(template.path, "status", "--porcelain") == ""
-    assert proc.returncode == 0, proc.stderr
-    assert not (tmp_path / "out" / "ml-project" / ".cruft.json").exists()
-    assert ".cruft.json was not written" in proc.stderr
-    assert "uncommitted changes" in proc.stderr
+    assert proc.returncode != 0
+    assert not (tmp_path / "out" / "ml-project").exists()
+    assert "ERROR: platform_repository: the template at" in proc.stderr
+    assert "uncommitted changes" in proc.stderr and "commit them and bake again" in proc.stderr
 
 
-def test_a_template_that_is_no_git_checkout_records_no_commit(tmp_path: Path, config: Path) -> None:
+def test_a_template_that_is_no_git_checkout_is_not_baked(tmp_path: Path, config: Path) -> None:
+    """An unzipped copy has no commit to pin the platform at: the bake stops and names it."""
     copy = tmp_path / "unzipped"
     copy.mkdir()
     copy_template(copy)
@@ -329,9 +331,9 @@ def test_a_template_that_is_no_git_checkout_records_no_commit(tmp_path: Path, co
         tmp_path,
         GIT_CEILING_DIRECTORIES=str(tmp_path),  # tmp inside some other checkout must not count as one
     )
-    assert proc.returncode == 0, proc.stderr
-    assert not (tmp_path / "out" / "ml-project" / ".cruft.json").exists()
-    assert "is not a git checkout" in proc.stderr
+    assert proc.returncode != 0
+    assert not (tmp_path / "out" / "ml-project").exists()
+    assert "ERROR: platform_repository:" in proc.stderr and "is not a git checkout" in proc.stderr
 
 
 # ------------------------------------------------------------------------------------------------ updating
