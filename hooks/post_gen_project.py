@@ -185,7 +185,11 @@ def platform_pin(answers: dict[str, object]) -> tuple[dict[str, str] | None, str
     """The GitHub repository and commit of this template that the bake's lock and workflows pin the platform at
     ({"repository", "commit"}), or None and what to do instead. The repository is the answer
     `platform_repository` when given, else the GitHub repository the template was cloned from, else the `origin`
-    of a local checkout when that is on GitHub; the commit is the clean checkout's, and must hold platform/."""
+    of a local checkout when that is on GitHub; the commit is the clean checkout's, and must hold platform/.
+    Under cruft (`cruft create`, `make template-update`), whose context carries the commit it checked out
+    (`_commit`) and the template it cloned (`_template`), the pin is those two."""
+    if "_commit" in answers:
+        return cruft_pin(answers)
     checkout, reason = template_checkout(answers)
     if checkout is None:
         return None, f"{reason} (the project pins its platform at the template's commit)"
@@ -205,6 +209,20 @@ def platform_pin(answers: dict[str, object]) -> tuple[dict[str, str] | None, str
     if git_output(checkout.directory, "cat-file", "-e", platform) is None:
         return None, f"commit {checkout.commit} of the template has no {PLATFORM_DIR}/pyproject.toml to pin"
     return {"repository": repository, "commit": checkout.commit}, ""
+
+
+def cruft_pin(answers: dict[str, object]) -> tuple[dict[str, str] | None, str]:
+    """The pin of a bake cruft renders: its `_commit`, and the answer or the GitHub repository of `_template`."""
+    commit, template = str(answers.get("_commit") or ""), str(answers.get("_template") or "")
+    repository = str(answers.get("platform_repository") or "") or github_repository(template)
+    if not re.fullmatch(r"[0-9a-f]{40}", commit):
+        return None, f"cruft gave no commit of the template ({commit!r})"
+    if not repository or not github_repository(f"https://github.com/{repository}"):
+        return None, (
+            f"the template {template} names no GitHub repository: answer platform_repository=<owner>/<name> "
+            f"in .cruft.json's context (the repository that holds commit {commit})"
+        )
+    return {"repository": repository, "commit": commit}, ""
 
 
 def write_platform_pin(root: Path, pin: dict[str, str]) -> None:

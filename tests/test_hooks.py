@@ -891,3 +891,19 @@ def test_no_clean_commit_holding_the_platform_no_pin(template_repo: TemplateRepo
     template_repo.git("commit", "-q", "-m", "no platform")
     pinned, why = pin(template_repo)
     assert pinned is None and "has no platform/pyproject.toml to pin" in why
+
+
+def test_under_cruft_the_pin_is_the_commit_cruft_checked_out() -> None:
+    """`cruft create` and `make template-update` render with `_commit` and `_template` in the context and no
+    checkout the hook can read: the pin is those two (or the answered repository)."""
+    platform_pin = load_hook("post_gen_project", default_answers())["platform_pin"]
+    commit = "a" * 40
+
+    assert platform_pin({"_commit": commit, "_template": "https://github.com/acme/tpl.git"}) == (
+        {"repository": "acme/tpl", "commit": commit},
+        "",
+    )
+    answered = {"_commit": commit, "_template": "/srv/tpl", "platform_repository": "acme/x"}
+    assert platform_pin(answered) == ({"repository": "acme/x", "commit": commit}, "")
+    pinned, why = platform_pin({"_commit": commit, "_template": "/srv/tpl"})
+    assert pinned is None and "answer platform_repository=<owner>/<name> in .cruft.json's context" in why
