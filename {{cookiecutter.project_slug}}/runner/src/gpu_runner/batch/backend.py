@@ -58,9 +58,9 @@ class BatchJobs:
         return outcome.exit_code
 
     def teardown(self, handle: Handle) -> tuple[str, ...]:
-        """Terminate the job (a child or node still running ends with it); an ended job stays as it ended. The
-        submit role may end only jobs tagged as its stack's, so nothing is refused
-        here that AWS would not refuse first (batch.yaml, SubmitPolicy)."""
+        """Terminate the job (a child or node still running ends with it); an ended job stays as it ended.
+        Nothing is refused here: the submit role may end only jobs tagged as its stack's, and AWS refuses any
+        other (batch.yaml, SubmitPolicy)."""
         batch_jobs.cancel(self._batch(), self._job_id(handle))
         return ()
 
