@@ -76,9 +76,10 @@ class BatchJobs:
                                     fallback_type=types[0] if len(types) == 1 else "")  # fmt: skip
 
     def job(self, handle: Handle) -> dict[str, Any]:
-        found = batch_jobs.describe(self._batch(), [self._job_id(handle)])
+        job_id = self._job_id(handle)
+        found = batch_jobs.describe(self._batch(), [job_id])
         if not found:
-            raise RunnerError(f"job-id: no Batch job {self._job_id(handle)} in {self.settings.region}")
+            raise RunnerError(f"job-id: no Batch job {job_id} in {self.settings.region}")
         return found[0]
 
     def _batch(self) -> Any:
