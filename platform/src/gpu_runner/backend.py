@@ -1,4 +1,4 @@
-"""The one interface a GPU backend implements (CONTRIBUTING.md, "Add a backend"): the four operations every
+"""The one interface a GPU backend implements (CONTRIBUTING.md, "Adding a backend"): the four operations every
 backend's workflows run, over one handle that the start phase writes as step outputs and the later phases read.
 
     launch    start the GPU work: a runner that registers and boots (ec2_runner) or a queued job (batch)
@@ -7,8 +7,9 @@ backend's workflows run, over one handle that the start phase writes as step out
     costs     what the provider bills for it, per attempt, priced (cost/: the same record for every backend)
 
 A backend is a folder of gpu_runner with a `backend.py` whose class satisfies GpuBackend; it imports no other
-backend (the `backends` import contract), and cli.BACKENDS names it for the settings' `backend:`. What only one
-backend has (a runner's spot resume and reaper, a Batch stack's queues and array jobs) stays its own command."""
+backend (the `backends` import contract), and its name is one of settings.BACKENDS (the settings' `backend:`;
+tests/runner/test_backends.py holds every name to an implementation). What only one backend has (a runner's spot
+resume and reaper, a Batch stack's queues and array jobs) stays its own command."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ and work torn down at once, as a cancelled run's stop job does, leaves nothing r
 
 The EC2 runner against the moto server and the GitHub double (its runner is set online where a booted instance's
 runner would connect); AWS Batch on the batch host (doubles/batch_host.py: moto's Batch, each job a local process).
-A new backend adds its case here and must pass the same tests (CONTRIBUTING.md, "Add a backend")."""
+A new backend adds its case here and must pass the same tests (CONTRIBUTING.md, "Adding a backend")."""
 
 from __future__ import annotations
 

@@ -58,9 +58,9 @@ class BatchJobs:
         return outcome.exit_code
 
     def teardown(self, handle: Handle) -> tuple[str, ...]:
-        """Terminate the job (a child or node still running ends with it); an ended job stays as it ended. The
-        submit role may end only jobs tagged as its stack's, so nothing is refused
-        here that AWS would not refuse first (batch.yaml, SubmitPolicy)."""
+        """Terminate the job (a child or node still running ends with it); an ended job stays as it ended.
+        Nothing is refused here: the submit role may end only jobs tagged as its stack's, and AWS refuses any
+        other (batch.yaml, SubmitPolicy)."""
         batch_jobs.cancel(self._batch(), self._job_id(handle))
         return ()
 
@@ -76,9 +76,10 @@ class BatchJobs:
                                     fallback_type=types[0] if len(types) == 1 else "")  # fmt: skip
 
     def job(self, handle: Handle) -> dict[str, Any]:
-        found = batch_jobs.describe(self._batch(), [self._job_id(handle)])
+        job_id = self._job_id(handle)
+        found = batch_jobs.describe(self._batch(), [job_id])
         if not found:
-            raise RunnerError(f"job-id: no Batch job {self._job_id(handle)} in {self.settings.region}")
+            raise RunnerError(f"job-id: no Batch job {job_id} in {self.settings.region}")
         return found[0]
 
     def _batch(self) -> Any:
