@@ -38,6 +38,11 @@ from composition import rows as composition_rows
 from cookiecutter.main import cookiecutter
 
 TEMPLATE_ROOT = Path(__file__).resolve().parents[1]
+# The bench bakes as the tests do (issue 31): a clean snapshot of the working tree, pinning the platform at it
+# under a stand-in GitHub name that git's insteadOf sends back to this checkout.
+sys.path.insert(0, str(TEMPLATE_ROOT / "tests"))
+from template_snapshot import PLATFORM_REPOSITORY, bakeable_template, snapshot_git_env  # noqa: E402
+
 DEFAULT_JSON = TEMPLATE_ROOT / "build" / "bench.json"
 TF_EXTRA = "cpu"
 PIPELINE_SCRIPT = "benchmarks/pipeline_throughput.py"
@@ -56,11 +61,11 @@ ARTICLE_CPU_USD_PER_MONTH = 80.0
 ARTICLE_GPU_USD_PER_HOUR = 0.5
 TRAINING_HOURS_PER_MONTH = 100.0
 JOB_HOURS = 2.0  # each training job: 100 h/month -> 50 jobs, each paying the per-job overhead once
-# g4dn.xlarge (1x T4), us-east-1, Linux. Taken from the generated runner's dated price table
-# (runner/src/gpu_runner/cost/prices.json, the stop job's fallback); these are the figures when it lacks them:
+# g4dn.xlarge (1x T4), us-east-1, Linux. Taken from the platform's dated price table (PRICE_TABLE, the stop
+# job's fallback); these are the figures when it lacks them:
 # on-demand, the AWS list price ($0.526/h since the type launched, as of 2026-11); spot, an ASSUMPTION, not a
 # quote: a typical us-east-1 price, about 40 % of on-demand (spot moves hourly and per zone), 2026-11.
-PRICE_TABLE = "runner/src/gpu_runner/cost/prices.json"
+PRICE_TABLE = TEMPLATE_ROOT / "platform" / "src" / "gpu_runner" / "cost" / "prices.json"
 PRICE_REGION, PRICE_TYPE = "us-east-1", "g4dn.xlarge"
 FALLBACK_PRICES = {"on_demand": 0.526, "spot": 0.2104, "gp3": 0.08, "as_of": "2026-11 (run.py constants)"}
 # Root volume: configs/gpu-runner.yaml's root_volume_gb, billed only while the instance exists.
@@ -115,7 +120,7 @@ def project_env() -> dict[str, str]:
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "UV_PROJECT"))}
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    return env
+    return env | snapshot_git_env(TEMPLATE_ROOT)
 
 
 def timed(cmd: list[str], cwd: Path) -> tuple[float, str]:
@@ -151,11 +156,15 @@ def stdout_silenced() -> Iterator[None]:
         os.close(saved)
 
 
-def bake(output_dir: Path, config_file: Path) -> Path:
+def bake(template: Path, output_dir: Path, config_file: Path) -> Path:
     with stdout_silenced():
         return Path(
             cookiecutter(
-                str(TEMPLATE_ROOT), no_input=True, output_dir=str(output_dir), config_file=str(config_file)
+                str(template),
+                no_input=True,
+                output_dir=str(output_dir),
+                config_file=str(config_file),
+                extra_context={"platform_repository": PLATFORM_REPOSITORY},
             )
         )
 
@@ -178,10 +187,11 @@ def progress(message: str) -> None:
 def bench_bakes(workdir: Path, repeats: int) -> tuple[list[Row], Path]:
     """Median bake time over `repeats` fresh output dirs; returns the rows and the last baked project."""
     config_file = write_cookiecutter_config(workdir)
+    template = bakeable_template(TEMPLATE_ROOT)
     times, project = [], workdir
     for index in range(repeats):
         start = time.perf_counter()
-        project = bake(workdir / f"bake-{index}", config_file)
+        project = bake(template, workdir / f"bake-{index}", config_file)
         times.append(time.perf_counter() - start)
     progress(f"baked {repeats}x, median {statistics.median(times):.2f} s")
     rows: list[Row] = [
@@ -373,16 +383,16 @@ def previous_story_rows(path: Path) -> list[Row]:
     return [row for row in rows if str(row.get("figure", "")).startswith("offline story: ")]
 
 
-def list_prices(project: Path) -> dict[str, object]:
+def list_prices() -> dict[str, object]:
     """On-demand and typical spot $/h of g4dn.xlarge in us-east-1 and gp3 $/GB-month, with their date."""
     try:
-        table = json.loads((project / PRICE_TABLE).read_text(encoding="utf-8"))
+        table = json.loads(PRICE_TABLE.read_text(encoding="utf-8"))
         region = table["regions"][PRICE_REGION]
         return {
             "on_demand": float(region["on_demand_usd_per_hour"][PRICE_TYPE]),
             "spot": float(region["spot_typical_usd_per_hour"][PRICE_TYPE]),
             "gp3": float(region["gp3_usd_per_gb_month"]),
-            "as_of": f"{table.get('as_of', 'undated')} ({PRICE_TABLE})",
+            "as_of": f"{table.get('as_of', 'undated')} ({PRICE_TABLE.relative_to(TEMPLATE_ROOT)})",
         }
     except (OSError, ValueError, KeyError, TypeError):
         return dict(FALLBACK_PRICES)
@@ -394,7 +404,7 @@ def bench_cost(
     """The article's 100 GPU-hours a month, as 2-hour jobs that each pay our per-job overhead, at g4dn.xlarge
     on-demand and spot prices, against the article's $500 always-on box and against 730 h of on-demand."""
     hours_per_month, _ = cost_formula(project, uv, workdir, {})
-    prices = list_prices(project)
+    prices = list_prices()
     on_demand_price, spot_price, gp3 = float(prices["on_demand"]), float(prices["spot"]), float(prices["gp3"])
     measured = story_overhead_seconds(story_rows)
     overhead_s = (measured or 0.0) + REAL_BOOT_AND_PULL_SECONDS

@@ -27,7 +27,7 @@ ANSWERS: dict[str, object] = json.loads({{ cookiecutter | tojson | tojson }})
 
 # Must stay equal to the "license" choices in cookiecutter.json (a template test compares them).
 LICENSES = ("MIT", "Apache-2.0", "BSD-3-Clause", "Proprietary")
-# configs/gpu-runner.yaml `backend` (runner/src/gpu_runner/core/settings.py BACKENDS, which refuses anything else).
+# configs/gpu-runner.yaml `backend` (platform/src/gpu_runner/core/settings.py BACKENDS, which refuses anything else).
 GPU_BACKENDS = ("runner", "batch")
 
 # Import names the generated project (or its tooling) already uses; a package with one of these names would
@@ -52,7 +52,7 @@ DIGITS = re.compile(r"[0-9]+")
 BUCKET_CHARS = re.compile(r"[a-z0-9.-]+")
 
 GPU_FAMILY_PREFIXES = ("g", "p")
-# Must stay equal to DLAMI_GPU_FAMILIES in runner/src/gpu_runner/core/settings.py (a template test compares them): the GPU
+# Must stay equal to DLAMI_GPU_FAMILIES in platform/src/gpu_runner/core/settings.py (a template test compares them): the GPU
 # families the default AMI (Deep Learning Base OSS Nvidia Driver GPU AMI, Ubuntu 22.04) lists as supported in its
 # release notes of 2026-01-30. P3 is not one of them.
 DLAMI_GPU_FAMILIES = (

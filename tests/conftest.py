@@ -17,7 +17,7 @@ import yaml
 from cookiecutter.generate import generate_context
 from cookiecutter.prompt import prompt_for_config
 from cookiecutter.utils import create_env_with_context
-from template_snapshot import bakeable_template
+from template_snapshot import PLATFORM_REPOSITORY, bakeable_template, snapshot_git_env
 from workflow_files import iter_strings  # noqa: F401 (re-exported: the same walk the project's workflow checks use)
 
 TEMPLATE_ROOT = Path(__file__).resolve().parents[1]
@@ -126,23 +126,9 @@ def structured_files(root: Path) -> list[Path]:
     return [path for path in iter_files(root) if path.suffix in STRUCTURED_SUFFIXES]
 
 
-# The GitHub repository the tests' bakes pin the platform at (issue 31). This checkout is no clone of it, so
-# the bakes answer it (the user config's default_context below), and git's insteadOf (platform_git_env) sends
-# every fetch of it to this checkout: the bakes install the platform of its HEAD, offline. The checkout must
-# be clean (the hook pins only a commit that holds what was baked): commit before running the bake tests.
-PLATFORM_REPOSITORY = "your-org/mlops-template"
-
-
 def platform_git_env() -> dict[str, str]:
-    """Environment for a bake's uv and act: git reads PLATFORM_REPOSITORY from this checkout, including the
-    snapshot commit of uncommitted changes that no ref names (template_snapshot.py)."""
-    return {
-        "GIT_CONFIG_COUNT": "2",
-        "GIT_CONFIG_KEY_0": f"url.file://{TEMPLATE_ROOT}.insteadOf",
-        "GIT_CONFIG_VALUE_0": f"https://github.com/{PLATFORM_REPOSITORY}",
-        "GIT_CONFIG_KEY_1": "uploadpack.allowAnySHA1InWant",
-        "GIT_CONFIG_VALUE_1": "true",
-    }
+    """Environment for a bake's uv and act: fetches of PLATFORM_REPOSITORY read this checkout."""
+    return snapshot_git_env(TEMPLATE_ROOT)
 
 
 @functools.cache

@@ -5,8 +5,10 @@ the tests on uncommitted changes. So the tests bake a snapshot: a commit of the 
 untracked files, not ignored ones) made with a private index, so HEAD, the index and every branch stay as
 they are, checked out in a temporary worktree (on a clean checkout, as in CI's clone, the snapshot is HEAD).
 The snapshot commit is in this repository, which is where git's insteadOf sends the bakes'
-uv (conftest.platform_git_env); upload-pack serves it although no ref names it
+uv (snapshot_git_env); upload-pack serves it although no ref names it
 (uploadpack.allowAnySHA1InWant, given in the same environment).
+
+The benchmark (benchmarks/run.py) bakes the same way.
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+# The GitHub repository the bakes pin the platform at (issue 31). This checkout is no clone of it, so the
+# bakes answer it (platform_repository), and git's insteadOf (snapshot_git_env) sends every fetch of it to
+# this checkout: the bakes install the platform of the snapshot, offline.
+PLATFORM_REPOSITORY = "your-org/mlops-template"
 NAME, EMAIL = "template-tests", "template-tests@example.invalid"
 IDENTITY = {
     "GIT_AUTHOR_NAME": NAME,
@@ -34,6 +40,18 @@ def git(root: Path, *args: str, **env: str) -> str:
     if proc.returncode != 0:
         raise RuntimeError(f"git {' '.join(args)} in {root}: {proc.stderr.strip()}")
     return proc.stdout.strip()
+
+
+def snapshot_git_env(root: Path) -> dict[str, str]:
+    """Environment for a bake's uv and act: git reads PLATFORM_REPOSITORY from `root`, including a snapshot
+    commit that no ref names. Variables, not a file: nothing is written to the user's git config."""
+    return {
+        "GIT_CONFIG_COUNT": "2",
+        "GIT_CONFIG_KEY_0": f"url.file://{root}.insteadOf",
+        "GIT_CONFIG_VALUE_0": f"https://github.com/{PLATFORM_REPOSITORY}",
+        "GIT_CONFIG_KEY_1": "uploadpack.allowAnySHA1InWant",
+        "GIT_CONFIG_VALUE_1": "true",
+    }
 
 
 def snapshot_commit(root: Path) -> str:

@@ -43,13 +43,6 @@ FLAGS: list[str] = [key for key, value in CONFIG.items() if isinstance(value, bo
 
 # Jinja left in the output. `${{ ... }}` (GitHub Actions) and `${#var}` (bash) are legitimate.
 UNRENDERED = re.compile(r"(?<!\$)\{[{%#]")
-# And Systems Manager's own parameter syntax, `{{ name }}` in an SSM document's content (Systems Manager User
-# Guide, "Session document schema": properties refer to parameters so): the team MLflow server's Session
-# document, where exactly this line may hold one.
-SSM_DOCUMENT_PARAMETER = (
-    "runner/src/gpu_runner/mlflow_server/mlflow-server.yaml",
-    'localPortNumber: "{{ localPortNumber }}"',
-)
 
 
 def matrix() -> list[Any]:
@@ -77,8 +70,6 @@ def unrendered_spots(root: Path) -> list[str]:
     spots = [f"path {path}" for path in iter_files(root) if UNRENDERED.search(str(path.relative_to(root)))]
     for path, text in text_files(root).items():
         for number, line in enumerate(text.splitlines(), start=1):
-            if (str(path), line.strip()) == SSM_DOCUMENT_PARAMETER:
-                continue
             if UNRENDERED.search(line):
                 spots.append(f"{path}:{number}: {line.strip()}")
     return spots

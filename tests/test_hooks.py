@@ -560,7 +560,7 @@ def test_hook_backend_choices_match_cookiecutter_json_and_the_runner_settings() 
     settings = OFFERINGS.with_name("settings.py").read_text(encoding="utf-8")
     declared = re.search(r"^BACKENDS = (\(.*\))$", settings, flags=re.MULTILINE)
 
-    assert declared, "runner/src/gpu_runner/core/settings.py no longer declares BACKENDS = (...)"
+    assert declared, "platform/src/gpu_runner/core/settings.py no longer declares BACKENDS = (...)"
     assert list(backends) == template_config()["gpu_backend"] == list(ast.literal_eval(declared[1]))
     assert backends[0] == "runner"
 
