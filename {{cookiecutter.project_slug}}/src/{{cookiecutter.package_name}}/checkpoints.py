@@ -63,7 +63,7 @@ def checkpoint_prefix(base_uri: str, branch: str, commit: str, digest: str) -> s
 def owners_prefix(root_key: str, branch: str, commit: str) -> str:
     """`<root>/owners/<branch>/<commit>/`: the branch percent-encoded whole (`/` too), so no two branch names
     share a record and none reaches into another's (train/a-b and train-a/b stay apart; gpu-runner writes the
-    same keys: runner/src/gpu_runner/core/checkpoint_owners.py, a test keeps the two equal)."""
+    same keys: gpu_runner/core/checkpoint_owners.py, a test keeps the two equal)."""
     root = root_key.strip("/")
     return f"{root + '/' if root else ''}{OWNERS}/{quote(branch, safe='')}/{commit}/"
 
