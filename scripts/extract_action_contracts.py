@@ -1,11 +1,11 @@
 """Extract the contract (inputs, outputs, runs.using) of every pinned action from its own action.yml.
 
-    python scripts/extract_action_contracts.py --mirror /work/.mirror [--read-on YYYY-MM-DD]
+    python scripts/extract_action_contracts.py --mirror <dir of bare clones> [--read-on YYYY-MM-DD]
     python scripts/extract_action_contracts.py --git-dir actions/checkout=/path/to/checkout.git ...
 
 Reads each `uses: owner/repo@<sha> # <version>` of the generated workflows and composite actions, plus the
 team's allowed pins (tests/action_pins.json), from local bare git snapshots of the action repositories (the
-session's `fetch github:owner/repo` tool writes them as <mirror>/<owner>+<repo>/repo), and writes
+layout is <mirror>/<owner>+<repo>/repo, as `git clone --bare` makes it), and writes
 {{cookiecutter.project_slug}}/tests/contracts/actions.json, which the generated project's
 tests/test_action_contracts.py checks every workflow against offline.
 
