@@ -30,12 +30,12 @@ test-matrix: install ## Bake and check every option combination (slow)
 	$(UV) run --locked pytest -m matrix $(PYTEST_ARGS)
 
 lint: install ## ruff on the template's own Python (the baked project is linted by the tests)
-	$(UV) run --locked ruff check tests scripts benchmarks
-	$(UV) run --locked ruff format --check tests scripts benchmarks
+	$(UV) run --locked ruff check tests scripts benchmarks platform
+	$(UV) run --locked ruff format --check tests scripts benchmarks platform
 
 format: install ## Apply ruff fixes and formatting to the template's own Python
-	$(UV) run --locked ruff check --fix tests scripts benchmarks
-	$(UV) run --locked ruff format tests scripts benchmarks
+	$(UV) run --locked ruff check --fix tests scripts benchmarks platform
+	$(UV) run --locked ruff format tests scripts benchmarks platform
 
 relock: install ## Regenerate the generated project's uv.lock after changing its pyproject.toml
 	$(UV) run --locked python scripts/relock.py

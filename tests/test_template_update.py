@@ -50,12 +50,26 @@ NEW_WORKERS = "TEST_WORKERS ?= 2\n"
 USER_WORKERS = "TEST_WORKERS ?= 4  # this team's CI machines have 4 cores\n"
 OLD_ONLY_PAGE = "docs/release-notes.md"
 NEW_ONLY_PAGE = "docs/template-updates.md"
+# The platform (platform/, which a bake pins by commit) is older too: a lower version in its pyproject and
+# in the bake's uv.lock, its changelog without the newest release, and its setup stack with one more comment
+# line, so `make platform-update` has a release to report and a stack to deploy again.
+PLATFORM_VERSION = tomllib.loads((TEMPLATE_ROOT / "platform" / "pyproject.toml").read_text(encoding="utf-8"))[
+    "project"
+]["version"]
+OLDER_PLATFORM_VERSION = "0.0.0"
 # path in the project -> (text now, text in the older commit); each `now` occurs exactly once in its file.
 OLDER: dict[str, list[tuple[str, str]]] = {
     "Makefile": [(NEW_WORKERS, OLD_WORKERS)],
     "pyproject.toml": [('  "ruff>=0.8",\n', '  "ruff>=0.7",\n')],
-    "uv.lock": [('{ name = "ruff", specifier = ">=0.8" }', '{ name = "ruff", specifier = ">=0.7" }')],
+    "uv.lock": [
+        ('{ name = "ruff", specifier = ">=0.8" }', '{ name = "ruff", specifier = ">=0.7" }'),
+        (
+            f'name = "gpu-runner"\nversion = "{PLATFORM_VERSION}"',
+            f'name = "gpu-runner"\nversion = "{OLDER_PLATFORM_VERSION}"',
+        ),
+    ],
 }
+STACK = "src/gpu_runner/setup/gpu-runner.yaml"
 CHANGED = {*OLDER, OLD_ONLY_PAGE, NEW_ONLY_PAGE, ".cruft.json"}
 # A few fast tests of the updated project that exercise what the update touched: the docs (the new page linked
 # and reachable, layout rows against files on disk), the Makefile's targets as CI calls them, and the update
@@ -85,9 +99,12 @@ def platform_from(template: TemplateRepo) -> dict[str, str]:
     """git's insteadOf for the bakes' uv: the pinned platform comes from this throwaway template repository,
     whose commits the bakes pin (conftest.PLATFORM_REPOSITORY is what they answer)."""
     return {
-        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_COUNT": "2",
         "GIT_CONFIG_KEY_0": f"url.file://{template.path}.insteadOf",
         "GIT_CONFIG_VALUE_0": f"https://github.com/{PLATFORM_REPOSITORY}",
+        # `make platform-update` fetches both commits by SHA, which GitHub serves; so does this repository.
+        "GIT_CONFIG_KEY_1": "uploadpack.allowReachableSHA1InWant",
+        "GIT_CONFIG_VALUE_1": "true",
     }
 
 
@@ -118,6 +135,28 @@ def make_older(template: Path) -> None:
         path.write_text(text, encoding="utf-8")
     (project / NEW_ONLY_PAGE).unlink()
     (project / OLD_ONLY_PAGE).write_text("# Release notes\n\nThe older template's page.\n", encoding="utf-8")
+    make_platform_older(template / "platform")
+
+
+def newest_release(changelog: str) -> str:
+    """The changelog's first `## ` section, from its heading to the next heading or the end."""
+    first = changelog.index("\n## ")
+    after = changelog.find("\n## ", first + 1)
+    return changelog[first : after if after > 0 else len(changelog)]
+
+
+def make_platform_older(platform: Path) -> None:
+    pyproject = platform / "pyproject.toml"
+    text = pyproject.read_text(encoding="utf-8")
+    assert text.count(f'version = "{PLATFORM_VERSION}"') == 1
+    pyproject.write_text(
+        text.replace(f'version = "{PLATFORM_VERSION}"', f'version = "{OLDER_PLATFORM_VERSION}"')
+    )
+    changelog = platform / "CHANGELOG.md"
+    text = changelog.read_text(encoding="utf-8")
+    changelog.write_text(text.replace(newest_release(text), ""), encoding="utf-8")
+    stack = platform / STACK
+    stack.write_text("# the older platform's stack\n" + stack.read_text(encoding="utf-8"), encoding="utf-8")
 
 
 def build_template_repo(root: Path) -> TemplateRepo:
@@ -369,6 +408,38 @@ def test_update_brings_an_older_bake_to_a_fresh_bake_of_the_current_commit(
     again = template_update(older_bake, config)
     assert again.returncode == 0, again.stderr
     assert "nothing changed" in again.stdout
+
+
+def test_platform_update_moves_an_older_bakes_pin_to_the_current_commit(
+    older_bake: Path, fresh_bake: Path, template: TemplateRepo, timed: None
+) -> None:
+    """Item 3 of issue 31: `make platform-update` takes the older bake's platform to the template's current
+    commit (pyproject.toml and uv.lock together, as a fresh bake pins it), prints the changelog between the
+    two versions and asks for `make bootstrap`, since the setup stack changed."""
+    proc = run(["make", "platform-update", "TO=main"], older_bake, timeout=600, **platform_from(template))
+
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (
+        f"from {template.older[:12]} (version {OLDER_PLATFORM_VERSION}) to main "
+        f"({template.current[:12]}, version {PLATFORM_VERSION})"
+    ) in proc.stdout
+    current = (TEMPLATE_ROOT / "platform" / "CHANGELOG.md").read_text(encoding="utf-8")
+    assert newest_release(current).strip().splitlines()[0] in proc.stdout  # the release's heading
+    assert "Then run, in this order:\n  make bootstrap\n" in proc.stdout
+    status = git(older_bake, "status", "--porcelain", "--untracked-files=all")
+    assert sorted(line.split()[-1] for line in status.splitlines()) == ["pyproject.toml", "uv.lock"], status
+    for name in ("pyproject.toml", "uv.lock"):  # the pin reads as a fresh bake's of the current commit
+        pins = [
+            {
+                line
+                for line in (project / name).read_text(encoding="utf-8").splitlines()
+                if "gpu-runner" in line
+            }
+            for project in (older_bake, fresh_bake)
+        ]
+        assert pins[0] == pins[1], name
+    lock = run(["uv", "lock", "--check"], older_bake, **platform_from(template))
+    assert lock.returncode == 0, lock.stderr
 
 
 def test_update_refuses_a_dirty_tree_and_changes_nothing(older_bake: Path, config: Path) -> None:

@@ -76,6 +76,11 @@ PLANTED = {
         "from gpu_runner.setup import lambda_zip",
         "gpu_runner.setup.trust_size -> gpu_runner.setup.lambda_zip",
     ),
+    "pin-layers": (
+        "gpu_runner/pin/changelog.py",
+        "from gpu_runner.pin import update",
+        "gpu_runner.pin.changelog -> gpu_runner.pin.update",
+    ),
     "pr-comment-layers": (
         "gpu_runner/pr_comment/pr_report.py",
         "from gpu_runner.pr_comment import pr_comment",

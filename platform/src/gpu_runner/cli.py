@@ -28,6 +28,7 @@ from gpu_runner.doctor import commands as doctor_commands
 from gpu_runner.ec2_runner import commands as ec2_runner_commands
 from gpu_runner.ec2_runner import ec2
 from gpu_runner.mlflow_server import commands as mlflow_server_commands
+from gpu_runner.pin import commands as pin_commands
 from gpu_runner.pr_comment import commands as pr_comment_commands
 from gpu_runner.setup import commands as setup_commands
 
@@ -42,6 +43,7 @@ FAMILIES = (
     mlflow_server_commands,
     batch_commands,
     pr_comment_commands,
+    pin_commands,
 )
 
 

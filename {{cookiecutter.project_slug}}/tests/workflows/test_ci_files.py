@@ -107,6 +107,8 @@ def test_dependabot_meaning(project: Path, project_files: dict[str, list[Path]])
     action_dirs = {"/" + a.parent.relative_to(project).as_posix() for a in project_files["actions"]}
     assert {"/", *action_dirs} <= set(by_ecosystem["github-actions"]["directories"])
     assert by_ecosystem["uv"]["directory"] == "/"
+    # The platform's pin moves only with `make platform-update` (workflows, lock and changelog together).
+    assert {"dependency-name": "gpu-runner"} in by_ecosystem["uv"].get("ignore", [])
     for update in by_ecosystem.values():
         assert update["schedule"]["interval"] == "weekly"
         assert update["groups"], "updates must be grouped"
