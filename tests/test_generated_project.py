@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
 import os
@@ -83,6 +84,44 @@ READS_RENDERED = re.compile(
 )
 
 
+# Doubles those modules reach whose source matches READS_RENDERED although they read no rendered file: what
+# each match is. Any other reached double that matches fails the test below (a double that reads the bake,
+# like mlflow_server_stack's lock and configs, makes every module that imports it bake-bound).
+NOT_A_RENDERED_READ = {
+    "git_repository": "writes a synthetic commit (its own pyproject.toml, src/, configs/)",
+    "github_contract": "GitHub's REST description, tests/contracts/github-openapi.json: data without Jinja",
+    "github_double": "the word README in a comment",
+    "gpu_runner_stack": "a temporary directory named infra",
+}
+
+
+def doubles_reached(tests: Path, sources: list[Path]) -> set[str]:
+    """The tests/doubles modules that `sources` import, directly or through other doubles."""
+    reached: set[str] = set()
+    todo = list(sources)
+    while todo:
+        for node in ast.walk(ast.parse(todo.pop().read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom) or (node.module or "").split(".")[0] != "doubles":
+                continue
+            names = [node.module.split(".")[1]] if "." in str(node.module) else [a.name for a in node.names]
+            for name in names:
+                module = name if (tests / "doubles" / f"{name}.py").exists() else "__init__"
+                if module not in reached:
+                    reached.add(module)
+                    todo.append(tests / "doubles" / f"{module}.py")
+    return reached
+
+
+def rendered_reads(tests: Path, modules: list[str]) -> list[str]:
+    """The doubles the runner test `modules` reach that read a rendered file, each with the match."""
+    reached = doubles_reached(tests, [tests / "runner" / module for module in modules])
+    return sorted(
+        f"{double}: {match[0]!r}"
+        for double in reached - set(NOT_A_RENDERED_READ)
+        if (match := READS_RENDERED.search((tests / "doubles" / f"{double}.py").read_text(encoding="utf-8")))
+    )
+
+
 def suite_args(name: str) -> str:
     ignores = [] if name == "defaults" else [f"--ignore=tests/runner/{module}" for module in BAKE_INDEPENDENT]
     ignores += [] if name == "defaults" else [f"--ignore=tests/{module}" for module in TRAINING_MODULES]
@@ -119,6 +158,15 @@ def test_bake_independent_modules_are_copied_verbatim_and_read_no_rendered_file(
     assert READS_RENDERED.search((runner_tests / "test_batch_stack.py").read_text(encoding="utf-8"))
     # The fixtures they use are verbatim too, or carry no answer.
     assert "cookiecutter" not in (runner_tests.parent / "conftest.py").read_text(encoding="utf-8")
+    # Nor does a double they import, directly or not (stack_deploy looked up the bake's package at import).
+    assert rendered_reads(runner_tests.parent, list(BAKE_INDEPENDENT)) == []
+    assert set(NOT_A_RENDERED_READ) <= doubles_reached(
+        runner_tests.parent, [runner_tests / m for m in BAKE_INDEPENDENT]
+    )
+    # The check can fail: the MLflow server's tests reach the double that reads the bake's lock and configs.
+    assert rendered_reads(runner_tests.parent, ["test_mlflow_server.py"]) == [
+        "mlflow_server_stack: 'PROJECT_DIR'"
+    ]
 
 
 def project_env(**extra: str) -> dict[str, str]:

@@ -20,8 +20,7 @@ import yaml
 
 from doubles.github_double import DEFAULT_REPOSITORY
 from doubles.gpu_runner_stack import REGION, CfnLoader
-from doubles.mlflow_server_stack import run_cli
-from doubles.stack_deploy import delete_if_present, described
+from doubles.stack_deploy import delete_if_present, described, run_cli
 from gpu_runner import cli
 from gpu_runner.batch import TEMPLATE as BATCH_TEMPLATE
 from gpu_runner.batch import batch_stack

@@ -7,21 +7,20 @@ session is not an IAM role's would (the readers themselves: tests/runner/test_ml
 
 from __future__ import annotations
 
-import io
-import os
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
 import boto3
 from botocore.exceptions import ClientError
+from project_package import PROJECT_DIR
 
 from doubles.github_double import DEFAULT_REPOSITORY
-from doubles.stack_deploy import PROJECT_DIR, delete_if_present, described
-from gpu_runner import cli
+from doubles.stack_deploy import delete_if_present, described, run_cli
 from gpu_runner.mlflow_server import TEMPLATE as SERVER_TEMPLATE
 from gpu_runner.mlflow_server import mlflow_server
 
+# The bake's own files that `mlflow-server up` reads (its lock, its training config, its pinned requirements): this
+# double is about the project, not only the platform.
 LOCK = PROJECT_DIR / "uv.lock"
 TRAIN_CONFIG = PROJECT_DIR / "configs" / "train.yaml"
 REQUIREMENTS = PROJECT_DIR / "infra" / "mlflow-server-requirements.txt"
@@ -36,20 +35,6 @@ def people_role() -> str:
     except ClientError:
         trust = '{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"AWS":"123456789012"},"Action":"sts:AssumeRole"}]}'
         return str(iam.create_role(RoleName=PEOPLE_ROLE, AssumeRolePolicyDocument=trust)["Role"]["Arn"])
-
-
-def run_cli(argv: list[str], env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of `gpu-runner <argv>`, with `env` added to the environment meanwhile."""
-    out, err = io.StringIO(), io.StringIO()
-    saved = dict(os.environ)
-    os.environ.update(env or {})
-    try:
-        with redirect_stdout(out), redirect_stderr(err):
-            code = cli.main(argv)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-    return code, out.getvalue(), err.getvalue()
 
 
 def up(settings_file: Path, *extra: str) -> tuple[int, str, str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +19,21 @@ from gpu_runner import cli
 from gpu_runner.setup import TEMPLATE
 from gpu_runner.setup.stack import stack_name as name_of_stack
 
-PROJECT_DIR = Path(__file__).resolve().parents[2]
-# The project's own package: tests/runner is copied verbatim into every bake, so its name is looked up, not written.
-PROJECT_PACKAGE = next(p.name for p in (PROJECT_DIR / "src").iterdir() if (p / "__init__.py").exists())
 OIDC_URL = "token.actions.githubusercontent.com"
+
+
+def run_cli(argv: list[str], env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of `gpu-runner <argv>`, with `env` added to the environment meanwhile."""
+    out, err = io.StringIO(), io.StringIO()
+    saved = dict(os.environ)
+    os.environ.update(env or {})
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            code = cli.main(argv)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return code, out.getvalue(), err.getvalue()
 
 
 def oidc_provider_arn() -> str:

@@ -53,8 +53,9 @@ from doubles.iam_requests import (
     web_identity_allowed,
 )
 from doubles.makefile import make_command
-from doubles.stack_deploy import OIDC_URL, PROJECT_DIR, bootstrap
+from doubles.stack_deploy import OIDC_URL, bootstrap
 from parliament import analyze_policy_string
+from project_package import PROJECT_DIR
 
 from gpu_runner import cli
 from gpu_runner.batch import TEMPLATE as BATCH_TEMPLATE

@@ -41,7 +41,8 @@ from doubles.github_double import (
 )
 from doubles.github_settings import setup_guards
 from doubles.makefile import make_command
-from doubles.stack_deploy import OIDC_URL, PROJECT_DIR
+from doubles.stack_deploy import OIDC_URL
+from project_package import PROJECT_DIR
 
 from gpu_runner import cli
 from gpu_runner.core.aws import Aws

@@ -41,8 +41,8 @@ from doubles.mlflow_server_stack import (
     up,
 )
 from doubles.price_answers import get_products_answer, price_list_product
-from doubles.stack_deploy import PROJECT_DIR
 from parliament import analyze_policy_string
+from project_package import PROJECT_DIR
 
 from gpu_runner.batch import TEMPLATE as BATCH_TEMPLATE
 from gpu_runner.core.aws import Aws

@@ -38,9 +38,9 @@ from doubles.iam_requests import (
     requests_for,
     web_identity_allowed,
 )
-from doubles.mlflow_server_stack import deployed, run_cli
+from doubles.mlflow_server_stack import deployed
 from doubles.ssm_sessions import document_content
-from doubles.stack_deploy import OIDC_URL
+from doubles.stack_deploy import OIDC_URL, run_cli
 from mlflow.tracking import MlflowClient
 from parliament import analyze_policy_string
 

@@ -22,7 +22,7 @@ from doubles.iam_requests import (
     record_calls,
     s3_context,
 )
-from doubles.stack_deploy import PROJECT_PACKAGE
+from project_package import PROJECT_PACKAGE
 
 PACKAGE = PROJECT_PACKAGE
 HOLDOUT = "holdout/digits-v1"

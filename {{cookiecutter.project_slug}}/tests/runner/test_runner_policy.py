@@ -31,7 +31,7 @@ from doubles.iam_requests import (
     record_calls,
     s3_context,
 )
-from doubles.stack_deploy import PROJECT_PACKAGE
+from project_package import PROJECT_PACKAGE
 
 from gpu_runner import cli
 from gpu_runner.core.naming import RunContext, parameter_name

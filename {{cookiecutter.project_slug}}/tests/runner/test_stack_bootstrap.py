@@ -24,7 +24,8 @@ from doubles.iam_requests import (
     record_calls,
 )
 from doubles.makefile import make_command
-from doubles.stack_deploy import PROJECT_DIR, TEMPLATE
+from doubles.stack_deploy import TEMPLATE
+from project_package import PROJECT_DIR
 
 from gpu_runner import cli
 from gpu_runner.core.aws import Aws

@@ -23,7 +23,7 @@ from doubles.gpu_runner_stack import (
     runner_role_name,
 )
 from doubles.iam_requests import Call, Request, allowed, record_calls, s3_context
-from doubles.stack_deploy import PROJECT_PACKAGE
+from project_package import PROJECT_PACKAGE
 
 PACKAGE = PROJECT_PACKAGE
 ROLES = ("runner", "sweep")

@@ -22,7 +22,7 @@ from doubles.iam_requests import (
     s3_context,
 )
 from doubles.service_quotas import quota_body
-from doubles.stack_deploy import PROJECT_PACKAGE
+from project_package import PROJECT_PACKAGE
 
 from gpu_runner.core import quotas
 from gpu_runner.core.aws import Aws

@@ -30,7 +30,7 @@ from doubles.gpu_runner_stack import (
     stack_vpc,
 )
 from doubles.iam_requests import ACCOUNT, Request, allowed, record_calls, s3_context
-from doubles.stack_deploy import PROJECT_PACKAGE
+from project_package import PROJECT_PACKAGE
 
 from gpu_runner.core import checkpoint_owners
 from gpu_runner.core.errors import RunnerError
