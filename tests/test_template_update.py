@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import PLATFORM_REPOSITORY, TEMPLATE_ROOT, write_config
+from conftest import TEMPLATE_ROOT, write_config
 from cookiecutter.main import cookiecutter
+from template_snapshot import snapshot_git_env
 
 # Installs the updated bake's locked environment, runs its ruff and some of its tests: about a minute, like
 # the other baked-project tests (root `make test` runs the `generated` tier).
@@ -96,16 +97,9 @@ def run(command: list[str], cwd: Path, timeout: float = 300, **env: str) -> subp
 
 
 def platform_from(template: TemplateRepo) -> dict[str, str]:
-    """git's insteadOf for the bakes' uv: the pinned platform comes from this throwaway template repository,
-    whose commits the bakes pin (conftest.PLATFORM_REPOSITORY is what they answer)."""
-    return {
-        "GIT_CONFIG_COUNT": "2",
-        "GIT_CONFIG_KEY_0": f"url.file://{template.path}.insteadOf",
-        "GIT_CONFIG_VALUE_0": f"https://github.com/{PLATFORM_REPOSITORY}",
-        # `make platform-update` fetches both commits by SHA, which GitHub serves; so does this repository.
-        "GIT_CONFIG_KEY_1": "uploadpack.allowReachableSHA1InWant",
-        "GIT_CONFIG_VALUE_1": "true",
-    }
+    """git's insteadOf for the bakes' uv and `make platform-update`: the pinned platform comes from this
+    throwaway template repository, whose commits the bakes pin, served by SHA as GitHub serves them."""
+    return snapshot_git_env(template.path)
 
 
 def git(cwd: Path, *args: str) -> str:

@@ -85,6 +85,18 @@ def platform_commit(repo: Path, version: str, stack: str, module: str = "") -> s
     return git(repo, "rev-parse", "HEAD")
 
 
+def serve(monkeypatch: pytest.MonkeyPatch, repo: Path) -> None:
+    """Fetches of https://github.com/REPOSITORY read `repo`, which serves commits by SHA as GitHub does."""
+    for name, value in {
+        "GIT_CONFIG_COUNT": "2",
+        "GIT_CONFIG_KEY_0": f"url.file://{repo}.insteadOf",
+        "GIT_CONFIG_VALUE_0": f"https://github.com/{REPOSITORY}",
+        "GIT_CONFIG_KEY_1": "uploadpack.allowReachableSHA1InWant",
+        "GIT_CONFIG_VALUE_1": "true",
+    }.items():
+        monkeypatch.setenv(name, value)
+
+
 @pytest.fixture
 def platform_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """Three commits: 0.2.0 (pinned), 0.3.0 with a changed stack (tagged platform-v0.3.0), then an unreleased
@@ -98,15 +110,7 @@ def platform_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, 
     }
     git(repo, "tag", "-a", "platform-v0.3.0", "-m", "0.3.0")
     commits["main"] = platform_commit(repo, "0.3.0", "Resources: {Role: {}}\n", module="NAME = 1\n")
-    for name, value in {
-        "GIT_CONFIG_COUNT": "2",
-        "GIT_CONFIG_KEY_0": f"url.file://{repo}.insteadOf",
-        "GIT_CONFIG_VALUE_0": f"https://github.com/{REPOSITORY}",
-        # GitHub serves a commit by SHA; a local repository does so when it allows it.
-        "GIT_CONFIG_KEY_1": "uploadpack.allowReachableSHA1InWant",
-        "GIT_CONFIG_VALUE_1": "true",
-    }.items():
-        monkeypatch.setenv(name, value)
+    serve(monkeypatch, repo)
     return commits
 
 
@@ -242,9 +246,7 @@ def test_no_release_yet_names_the_fix(tmp_path: Path, monkeypatch: pytest.Monkey
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
     commit = platform_commit(repo, "0.2.0", "Resources: {}\n")
-    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
-    monkeypatch.setenv("GIT_CONFIG_KEY_0", f"url.file://{repo}.insteadOf")
-    monkeypatch.setenv("GIT_CONFIG_VALUE_0", f"https://github.com/{REPOSITORY}")
+    serve(monkeypatch, repo)
     project = pinned_project(tmp_path, commit)
     with pytest.raises(RunnerError, match=r"no release tag \(platform-v<version>\) yet: .*TO=main"):
         update.platform_update(project, "", uv(), check=False, allow_downgrade=False)

@@ -36,6 +36,10 @@ def parse_version(text: str) -> Version:
     return int(parts[0]), int(parts[1]), int(parts[2])
 
 
+def version_text(version: Version) -> str:
+    return ".".join(map(str, version))
+
+
 def sections(text: str) -> list[Section]:
     """Every `## ` section, in the file's order."""
     headings = list(HEADING.finditer(text))

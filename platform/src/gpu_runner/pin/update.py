@@ -94,8 +94,8 @@ def plan(project: Path, to: str, workdir: Path, allow_downgrade: bool = False) -
     old_version, new_version = version_at(remote, pin.commit, pin), version_at(remote, target, pin)
     if new_version < old_version and not allow_downgrade:
         raise RunnerError(
-            f"--to {label}: version {'.'.join(map(str, new_version))} is older than the pinned "
-            f"{'.'.join(map(str, old_version))}; to go back on purpose, add --allow-downgrade"
+            f"--to {label}: version {changelog.version_text(new_version)} is older than the pinned "
+            f"{changelog.version_text(old_version)}; to go back on purpose, add --allow-downgrade"
         )
     notes_path = f"{pin.subdirectory}/{CHANGELOG}"
     notes = changelog.taken_with(
@@ -135,7 +135,7 @@ def inert(text: str) -> str:
 
 def report(chosen: Plan, applied: bool) -> str:
     """What the update does or did: the two commits and versions, the changelog between them, what to run."""
-    version = ".".join(map(str, chosen.old_version)), ".".join(map(str, chosen.new_version))
+    version = changelog.version_text(chosen.old_version), changelog.version_text(chosen.new_version)
     if chosen.target == chosen.pin.commit:
         return f"The platform is already at {chosen.label} ({chosen.target[:12]}, version {version[1]}): nothing to do."
     verb = "Moved" if applied else "Would move"
