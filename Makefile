@@ -8,6 +8,7 @@ UV ?= $(if $(shell command -v uv 2>/dev/null),uv,$(PYTHON) -m uv)
 BUILD ?= build
 DEMO_DIR := $(BUILD)/demo
 PYTEST_ARGS ?=
+RELOCK_ARGS ?=
 
 .PHONY: help uv install test test-e2e test-matrix lint format relock demo bench clean
 
@@ -37,8 +38,8 @@ format: install ## Apply ruff fixes and formatting to the template's own Python
 	$(UV) run --locked ruff check --fix tests scripts benchmarks platform
 	$(UV) run --locked ruff format tests scripts benchmarks platform
 
-relock: install ## Regenerate the generated project's uv.lock after changing its pyproject.toml
-	$(UV) run --locked python scripts/relock.py
+relock: install ## Regenerate the generated project's uv.lock after changing its pyproject.toml (RELOCK_ARGS=--upgrade: all afresh)
+	$(UV) run --locked python scripts/relock.py $(RELOCK_ARGS)
 
 # The demo bake pins the platform at this checkout's HEAD under a stand-in GitHub name, and git's insteadOf makes
 # uv fetch it from here: offline, and no GitHub repository needed (the checkout must be clean).

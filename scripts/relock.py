@@ -3,10 +3,15 @@
 uv.lock names the project itself (and its extras in conflict markers), so the template stores it with those
 places written as Jinja: bake the defaults, lock, then put the Jinja back. `make relock` runs this; the
 template tests run `uv lock --check` inside baked projects, so a stale lock fails CI.
+
+The baked lock is the starting point, so `uv lock` keeps every pin that still satisfies pyproject.toml and only
+resolves what changed (a new extra of the platform does not move boto3); `--upgrade` (`make relock
+RELOCK_ARGS=--upgrade`) resolves everything afresh.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import subprocess
@@ -68,15 +73,18 @@ def templatize(lock_text: str, slug: str) -> str:
     return text
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--upgrade", action="store_true", help="resolve every package afresh (uv lock --upgrade)")
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         # Without the hooks: the post-generation hook pins the clean commit, and relocking runs on a
         # changed pyproject.toml, before it is committed.
         project = Path(cookiecutter(str(ROOT), no_input=True, output_dir=tmp, accept_hooks=False))
         commit = head()
         pin(project, commit)
-        (project / "uv.lock").unlink(missing_ok=True)
-        subprocess.run(["uv", "lock"], cwd=project, check=True, env=platform_env())
+        upgrade = ["--upgrade"] if args.upgrade else []
+        subprocess.run(["uv", "lock", *upgrade], cwd=project, check=True, env=platform_env())
         slug = project.name
         TEMPLATE_LOCK.write_text(templatize(unpin((project / "uv.lock").read_text(), commit), slug))
     print(f"wrote {TEMPLATE_LOCK.relative_to(ROOT)}")

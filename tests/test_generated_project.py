@@ -89,36 +89,45 @@ READS_RENDERED = re.compile(
 # like mlflow_server_stack's lock and configs, makes every module that imports it bake-bound).
 NOT_A_RENDERED_READ = {
     "git_repository": "writes a synthetic commit (its own pyproject.toml, src/, configs/)",
-    "github_contract": "GitHub's REST description, tests/contracts/github-openapi.json: data without Jinja",
     "github_double": "the word README in a comment",
     "gpu_runner_stack": "a temporary directory named infra",
 }
+# Where the doubles live: the project's own (tests/doubles, in the bake) and the platform's
+# (gpu_runner_testing, installed from the pin: no Jinja, but a double there could still look for the project).
+DOUBLE_PACKAGES = {
+    "doubles": Path("{{cookiecutter.project_slug}}") / "tests" / "doubles",
+    "gpu_runner_testing": Path("platform") / "src" / "gpu_runner_testing",
+}
 
 
-def doubles_reached(tests: Path, sources: list[Path]) -> set[str]:
-    """The tests/doubles modules that `sources` import, directly or through other doubles."""
-    reached: set[str] = set()
+def doubles_reached(sources: list[Path]) -> dict[str, Path]:
+    """The doubles (tests/doubles and gpu_runner_testing modules) that `sources` import, directly or through
+    other doubles: module name -> file."""
+    reached: dict[str, Path] = {}
     todo = list(sources)
     while todo:
         for node in ast.walk(ast.parse(todo.pop().read_text(encoding="utf-8"))):
-            if not isinstance(node, ast.ImportFrom) or (node.module or "").split(".")[0] != "doubles":
+            package = (node.module or "").split(".")[0] if isinstance(node, ast.ImportFrom) else ""
+            if package not in DOUBLE_PACKAGES:
                 continue
+            folder = ROOT / DOUBLE_PACKAGES[package]
             names = [node.module.split(".")[1]] if "." in str(node.module) else [a.name for a in node.names]
             for name in names:
-                module = name if (tests / "doubles" / f"{name}.py").exists() else "__init__"
+                module = name if (folder / f"{name}.py").exists() else "__init__"
                 if module not in reached:
-                    reached.add(module)
-                    todo.append(tests / "doubles" / f"{module}.py")
+                    reached[module] = folder / f"{module}.py"
+                    todo.append(reached[module])
     return reached
 
 
 def rendered_reads(tests: Path, modules: list[str]) -> list[str]:
     """The doubles the runner test `modules` reach that read a rendered file, each with the match."""
-    reached = doubles_reached(tests, [tests / "runner" / module for module in modules])
+    reached = doubles_reached([tests / "runner" / module for module in modules])
     return sorted(
         f"{double}: {match[0]!r}"
-        for double in reached - set(NOT_A_RENDERED_READ)
-        if (match := READS_RENDERED.search((tests / "doubles" / f"{double}.py").read_text(encoding="utf-8")))
+        for double, path in reached.items()
+        if double not in NOT_A_RENDERED_READ
+        and (match := READS_RENDERED.search(path.read_text(encoding="utf-8")))
     )
 
 
@@ -160,9 +169,10 @@ def test_bake_independent_modules_are_copied_verbatim_and_read_no_rendered_file(
     assert "cookiecutter" not in (runner_tests.parent / "conftest.py").read_text(encoding="utf-8")
     # Nor does a double they import, directly or not (stack_deploy looked up the bake's package at import).
     assert rendered_reads(runner_tests.parent, list(BAKE_INDEPENDENT)) == []
-    assert set(NOT_A_RENDERED_READ) <= doubles_reached(
-        runner_tests.parent, [runner_tests / m for m in BAKE_INDEPENDENT]
-    )
+    reached = doubles_reached([runner_tests / m for m in BAKE_INDEPENDENT])
+    assert set(NOT_A_RENDERED_READ) <= set(reached), set(NOT_A_RENDERED_READ) - set(reached)
+    # The platform's doubles are followed too.
+    assert any(path.is_relative_to(ROOT / "platform") for path in reached.values())
     # The check can fail: the MLflow server's tests reach the double that reads the bake's lock and configs.
     assert rendered_reads(runner_tests.parent, ["test_mlflow_server.py"]) == [
         "mlflow_server_stack: 'PROJECT_DIR'"

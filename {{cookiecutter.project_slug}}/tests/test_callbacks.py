@@ -12,7 +12,7 @@ from pathlib import Path
 import boto3
 import pytest
 import yaml
-from doubles.imds_double import ImdsDouble
+from gpu_runner_testing.imds_double import ImdsDouble
 from mlflow.tracking import MlflowClient
 
 from {{ cookiecutter.package_name }}.checkpoints import (

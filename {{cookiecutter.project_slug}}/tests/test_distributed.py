@@ -504,7 +504,7 @@ def test_a_two_node_batch_job_trains_the_digits_through_the_batch_host(
     tmp_path: Path, batch_world: str
 ) -> None:
     """The same training as a multi-node parallel job of AWS Batch, submitted and waited for with gpu-runner's
-    own client: moto's Batch backend starts one process per node (doubles/batch_host.py) with the variables
+    own client: moto's Batch backend starts one process per node (gpu_runner_testing/batch_host.py) with the variables
     Batch gives a node, and each node builds its TF_CONFIG from them through the rendezvous. Both nodes share
     this machine's loopback, so each node range gets its own worker port (on AWS every node has its own host)."""
     import boto3

@@ -6,7 +6,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from doubles.imds_double import ImdsDouble
+from gpu_runner_testing.imds_double import ImdsDouble
 
 from {{ cookiecutter.package_name }}.interruption import ImdsClient, InterruptionWatcher, should_watch
 
@@ -80,7 +80,7 @@ def test_each_simulated_instance_sees_only_its_own_notice() -> None:
     import subprocess
     import sys
 
-    from doubles.peer_env import peer_variable
+    from gpu_runner_testing.peer_env import peer_variable
 
     probe = (
         "import json; from {{ cookiecutter.package_name }}.interruption import ImdsClient, INSTANCE_ACTION; "

@@ -22,7 +22,7 @@ import boto3
 import optuna
 import pytest
 from botocore.exceptions import ClientError
-from doubles.aws_faults import AwsFaults
+from gpu_runner_testing.aws_faults import AwsFaults
 
 from {{ cookiecutter.package_name }} import study_storage
 from {{ cookiecutter.package_name }}.study_storage import (

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import boto3
 import pytest
-from doubles.imds_double import ImdsDouble
+from gpu_runner_testing.imds_double import ImdsDouble
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import boto3
 import pytest
-from doubles.batch_world import REGION
+from gpu_runner_testing.batch_world import REGION
 
 from {{ cookiecutter.package_name }}.config import ConfigError
 from {{ cookiecutter.package_name }}.sweep_array import ARRAY_INDEX, parse_trials, trial_of_child

@@ -1,4 +1,4 @@
-"""The calls just under and just over each AWS limit that doubles/aws_limits.py encodes, as a table of
+"""The calls just under and just over each AWS limit that gpu_runner_testing/aws_limits.py encodes, as a table of
 (limit, call just under, call just over, AWS's error code, a piece of AWS's message), and the calls they make.
 
 tests/runner/test_aws_limits.py runs every row through both doubles (the botocore hook and the fault proxy).

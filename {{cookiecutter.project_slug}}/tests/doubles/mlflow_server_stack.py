@@ -1,5 +1,5 @@
 """`make mlflow-server-up` in the runner tests: the gpu-runner CLI in-process against the moto server, after the
-session's bootstrap stack (doubles.gpu_runner_stack), and what it deployed.
+session's bootstrap stack (gpu_runner_testing.gpu_runner_stack), and what it deployed.
 
 moto's GetCallerIdentity answers `arn:aws:sts::<account>:user/moto`, a shape real AWS never returns, which `up`
 refuses as a password reader; so `up` runs with --password-reader naming a role made here, as an admin whose
@@ -12,10 +12,10 @@ from typing import Any
 
 import boto3
 from botocore.exceptions import ClientError
+from gpu_runner_testing.github_double import DEFAULT_REPOSITORY
+from gpu_runner_testing.stack_deploy import delete_if_present, described, run_cli
 from project_package import PROJECT_DIR
 
-from doubles.github_double import DEFAULT_REPOSITORY
-from doubles.stack_deploy import delete_if_present, described, run_cli
 from gpu_runner.mlflow_server import TEMPLATE as SERVER_TEMPLATE
 from gpu_runner.mlflow_server import mlflow_server
 

@@ -15,17 +15,17 @@ from typing import Any
 import boto3
 import pytest
 import yaml
-
-from doubles.aws_constants import AMI_PARAMETER, REGION
-from doubles.aws_faults import AwsFaults
-from doubles.github_double import (
+from gpu_runner_testing.aws_constants import AMI_PARAMETER, REGION
+from gpu_runner_testing.aws_faults import AwsFaults
+from gpu_runner_testing.github_double import (
     DEFAULT_APP_ID,
     DEFAULT_REPOSITORY,
     READ_ONLY_TOKEN,
     GitHubDouble,
     app_private_key_pem,
 )
-from doubles.live_instances import run_as_launched
+from gpu_runner_testing.live_instances import run_as_launched
+
 from gpu_runner import cli
 from gpu_runner.core import naming
 from gpu_runner.core.aws import Aws

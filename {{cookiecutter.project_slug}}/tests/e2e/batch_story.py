@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-from doubles.batch_world import IMAGE, RESOURCES, compute_environment, queue
-from doubles.git_repository import git
+from gpu_runner_testing.batch_world import IMAGE, RESOURCES, compute_environment, queue
+from gpu_runner_testing.git_repository import git
 from harness import PROJECT, _edit_yaml, image_python
 from stories import Stack, make_stack
 

@@ -1,11 +1,11 @@
 """Run the project's real .github/workflows/train.yml with `act`, against local doubles of everything remote.
 
 - AWS: the moto server of the test session (real HTTP, real boto3 and aws CLI).
-- GitHub REST: tests/doubles/github_double.py, in this process.
+- GitHub REST: gpu_runner_testing/github_double.py, in this process.
 - MLflow: the real `mlflow server` of the test session.
 - Remote actions: local composite doubles (tests/e2e/actions/<name>) swapped in with `--local-repository`.
 - The GPU instance: when `gpu-runner launch` creates one in moto, its REAL rendered user-data runs in the
-  boot-script sandbox the unit tests use too (tests/doubles/simulated_instance.py, boot_sandbox.py).
+  boot-script sandbox the unit tests use too (gpu_runner_testing/simulated_instance.py, boot_sandbox.py).
 - The GPU runner's TensorFlow: the default train job runs in host mode (no container) and its setup installs the
   locked `gpu` extra unless python3 already holds TensorFlow 2.15 (a TF image or pre-baked AMI). Offline there are
   no CUDA wheels, so python3 first on PATH is one whose own site-packages hold TensorFlow 2.15 (built once, cached
@@ -35,10 +35,10 @@ from typing import Any
 
 import boto3
 import yaml
-from doubles.aws_fault_proxy import AwsFaultProxy, Rule, kill_matching
-from doubles.github_double import DEFAULT_TOKEN, GitHubDouble
-from doubles.imds_double import ImdsDouble
-from doubles.simulated_instance import AWS_TEST_CREDENTIALS, LIVE, RUN_ID, Simulator
+from gpu_runner_testing.aws_fault_proxy import AwsFaultProxy, Rule, kill_matching
+from gpu_runner_testing.github_double import DEFAULT_TOKEN, GitHubDouble
+from gpu_runner_testing.imds_double import ImdsDouble
+from gpu_runner_testing.simulated_instance import AWS_TEST_CREDENTIALS, LIVE, RUN_ID, Simulator
 
 from gpu_runner.core import naming
 from gpu_runner.core.workflow_contract import LABEL_NONCE

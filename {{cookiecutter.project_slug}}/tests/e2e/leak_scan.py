@@ -11,7 +11,7 @@ import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from doubles.github_double import decode_jit_config
+from gpu_runner_testing.github_double import decode_jit_config
 
 Hit = tuple[str, str]  # (where, secret name)
 

@@ -24,9 +24,9 @@ from urllib.parse import parse_qs
 
 import boto3
 import yaml
-from doubles.amazon_images import first_amazon_image
-from doubles.github_double import ACTIONS_BOT
-from doubles.price_answers import get_products_answer, price_list_product, spot_history_xml
+from gpu_runner_testing.amazon_images import first_amazon_image
+from gpu_runner_testing.github_double import ACTIONS_BOT
+from gpu_runner_testing.price_answers import get_products_answer, price_list_product, spot_history_xml
 from harness import (
     AMI_PARAMETER,
     AWS_TEST_CREDENTIALS,

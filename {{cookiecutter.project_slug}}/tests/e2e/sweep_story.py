@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from doubles.github_double import ACTIONS_BOT
-from doubles.peer_env import peer_variable
-from doubles.service_quotas import quota_body
+from gpu_runner_testing.github_double import ACTIONS_BOT
+from gpu_runner_testing.peer_env import peer_variable
+from gpu_runner_testing.service_quotas import quota_body
 from harness import (
     DEFAULT_TOKEN,
     LIVE,
@@ -73,7 +73,7 @@ class SweepScenario:
     name: str
     sweep: dict[str, Any] = field(default_factory=dict)
     train: dict[str, Any] = field(default_factory=lambda: TRAIN)
-    # What Service Quotas answers (moto serves no EC2 quota: tests/doubles/service_quotas.py).
+    # What Service Quotas answers (moto serves no EC2 quota: gpu_runner_testing/service_quotas.py).
     quota_vcpus: AwsAnswer = (64.0, 64.0)
     trigger: Callable[[SweepStory, dict[str, Any], subprocess.Popen], None] | None = None
     max_waves: int = 6
@@ -183,7 +183,7 @@ def interrupt_trial_one_in_its_second_epoch(
 
 
 def quota_rules(region: str, on_demand: float, spot: float) -> list[Rule]:
-    """GetServiceQuota answered as Service Quotas answers it (doubles.service_quotas.quota_body), per code."""
+    """GetServiceQuota answered as Service Quotas answers it (gpu_runner_testing.service_quotas.quota_body), per code."""
     rules = []
     for code, value in ((quotas.ON_DEMAND_QUOTA[0], on_demand), (quotas.SPOT_QUOTA[0], spot)):
         body = json.dumps(quota_body(code, value, region)).encode()
@@ -217,7 +217,7 @@ def run_sweep(stack: Stack, scenario: SweepScenario, scratch: Path, run_id: str)
     with (
         GitHubDouble(repositories=(stack.repository,)) as github,
         AwsFaultProxy(stack.moto_endpoint, rules=rules, under=scratch) as proxy,
-        # One metadata service per simulated instance: a leg is the process with its TRIAL (doubles.peer_env).
+        # One metadata service per simulated instance: a leg is the process with its TRIAL (gpu_runner_testing.peer_env).
         ImdsDouble(instance_of=peer_variable("TRIAL")) as imds,
     ):
         story.github, story.imds = github, imds

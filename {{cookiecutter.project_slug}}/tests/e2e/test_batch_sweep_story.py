@@ -3,7 +3,7 @@ the plan job plans wave 1 (the real `sweep plan`: the Optuna study in S3, the ML
 job ships the commit and submits the wave as ONE array job (a child per trial, each picking its trial from
 AWS_BATCH_JOB_ARRAY_INDEX: sweep_array.py), `batch wait` follows every child, and the collect job (the real
 `sweep collect`) closes the wave. The same study, parent and child runs as the runner backend's sweep story
-(test_sweep_workflow.py) asserts; the children are local processes on moto's Batch backend (doubles/batch_host.py)
+(test_sweep_workflow.py) asserts; the children are local processes on moto's Batch backend (gpu_runner_testing/batch_host.py)
 training the digits from the shipped tree.
 """
 
@@ -21,7 +21,7 @@ import boto3
 import pytest
 import yaml
 from batch_story import commit_of_the_project, outputs
-from doubles.batch_world import REGION, job_credentials
+from gpu_runner_testing.batch_world import REGION, job_credentials
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 

@@ -1,6 +1,6 @@
 """The training story on the batch backend, step by step as a workflow job would run it, without the workflow file
 (the workflows do not submit to Batch yet: docs/batch-jobs.md). The project's own commit is shipped with
-`gpu-runner batch ship`, submitted with `batch submit` to moto's Batch backend (doubles/batch_host.py: the job's
+`gpu-runner batch ship`, submitted with `batch submit` to moto's Batch backend (gpu_runner_testing/batch_host.py: the job's
 container is a local process), where `python -m gpu_runner.batch.batch_source run` fetches and checks it and the
 project's real `train` trains the digits from the SHIPPED tree: its config, its code, checkpoints to the batch
 host's S3, the run to the real MLflow server. `batch wait` streams the job's lines and logs the attempt's cost to
@@ -19,7 +19,7 @@ import boto3
 import pytest
 import yaml
 from batch_story import commit_of_the_project, outputs
-from doubles.batch_world import REGION, job_credentials
+from gpu_runner_testing.batch_world import REGION, job_credentials
 from mlflow.tracking import MlflowClient
 
 # In the e2e tier: about 1.5 min of TensorFlow on the batch host, beside the act stories (not in make test).

@@ -2,7 +2,7 @@
 GPU work goes to AWS Batch. start (the default branch's gpu-runner-start.yml) reads the backend and launches
 nothing; the `batch` job calls the default branch's batch.yml, which ships the commit, opens the MLflow run,
 submits to the Batch stack's queue on the batch host (moto's Batch backend, each job a local process:
-doubles/batch_host.py), streams the job's lines into the workflow log, waits and logs the cost; the comment job
+gpu_runner_testing/batch_host.py), streams the job's lines into the workflow log, waits and logs the cost; the comment job
 reports the run on the pull request. No runner is registered and no instance is launched.
 """
 

@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from doubles import mlflow_server_boot, session_manager_plugin
-from doubles.aws_fault_proxy import kill_matching
+from gpu_runner_testing import mlflow_server_boot, session_manager_plugin
+from gpu_runner_testing.aws_fault_proxy import kill_matching
 from harness import PROJECT
 from mlflow.tracking import MlflowClient
 from stories import Scenario, Stack, run_story, workflow_run_ids
@@ -186,7 +186,7 @@ def test_a_stopped_team_server_is_woken_before_the_launch_and_holds_the_run(
         done.set()
         watcher.join(timeout=10)
         # act leaves a job's background processes running (GitHub's runner kills them at the job's end).
-        kill_matching("doubles.session_manager_plugin", under=tmp_path)
+        kill_matching("gpu_runner_testing.session_manager_plugin", under=tmp_path)
     run = story.run
     assert run is not None
     context = f"act log: {run.log}"

@@ -29,8 +29,8 @@ from pathlib import Path
 import boto3
 import mlflow.artifacts
 import pytest
-from doubles.github_double import decode_jit_config
 from e2e_report import REPORT
+from gpu_runner_testing.github_double import decode_jit_config
 from harness import PROJECT
 from leak_scan import Hit, jit_config_secrets, needles, random_key, scan_bytes, scan_tree
 from mlflow.tracking import MlflowClient

@@ -39,7 +39,7 @@ def test_train_workflow_end_to_end(stack: Stack, tmp_path: Path) -> None:
     console = (instance.sim_dir / "console.log").read_text()
     assert instance.process.returncode is not None, console
     # GitHub's real-size JIT config (over the 4,096 of a Standard SSM parameter) went through SSM and the boot
-    # script whole: the proxy in front of moto refuses what AWS refuses (tests/doubles/aws_limits.py).
+    # script whole: the proxy in front of moto refuses what AWS refuses (gpu_runner_testing/aws_limits.py).
     (issued,) = story.github.issued_jit_configs.values()
     assert len(issued) > 4096 and f"read the JIT config ({len(issued)} characters)" in console, console
     calls = simulator.calls(instance)

@@ -13,15 +13,15 @@ from pathlib import Path
 import boto3
 import pytest
 import yaml
-from doubles import live_instances
-from doubles.aws_constants import AMI_PARAMETER, OTHER_REGION, REGION
-from doubles.aws_faults import AwsFaults
-from doubles.github_double import DEFAULT_REPOSITORY, DEFAULT_TOKEN, GitHubDouble
+from gpu_runner_testing import live_instances
+from gpu_runner_testing.aws_constants import AMI_PARAMETER, OTHER_REGION, REGION
+from gpu_runner_testing.aws_faults import AwsFaults
+from gpu_runner_testing.github_double import DEFAULT_REPOSITORY, DEFAULT_TOKEN, GitHubDouble
 
 # The stack the infra tests (test_stack_*, test_*_policy, test_role_trust, test_key_policies) deploy, one per process.
-from doubles.gpu_runner_stack import ami_for_infra, recorded, settings_file, stack, workflow_env  # noqa: F401
-from doubles.security_groups import runner_security_group
-from doubles.stack_deploy import oidc_provider_arn
+from gpu_runner_testing.gpu_runner_stack import ami_for_infra, recorded, settings_file, stack, workflow_env  # noqa: F401
+from gpu_runner_testing.security_groups import runner_security_group
+from gpu_runner_testing.stack_deploy import oidc_provider_arn
 
 from gpu_runner.core.aws import Aws
 from gpu_runner.core.github import GitHubRunners

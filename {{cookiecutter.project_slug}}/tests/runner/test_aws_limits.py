@@ -12,11 +12,11 @@ from xml.etree import ElementTree
 import boto3
 import pytest
 from botocore.exceptions import ClientError
-from doubles import aws_limits
-from doubles.aws_constants import REGION
-from doubles.aws_fault_proxy import AwsFaultProxy
-from doubles.aws_faults import AwsFaults, ec2_error
 from doubles.aws_limit_probes import CASES, Clients, run
+from gpu_runner_testing import aws_limits
+from gpu_runner_testing.aws_constants import REGION
+from gpu_runner_testing.aws_fault_proxy import AwsFaultProxy
+from gpu_runner_testing.aws_faults import AwsFaults, ec2_error
 
 
 @pytest.mark.parametrize(("limit", "under", "over", "code", "message"), CASES, ids=[c[0] for c in CASES])

@@ -3,7 +3,7 @@ GPU has the work, teardown (twice: the stop path may run again), and its cost re
 and work torn down at once, as a cancelled run's stop job does, leaves nothing running.
 
 The EC2 runner against the moto server and the GitHub double (its runner is set online where a booted instance's
-runner would connect); AWS Batch on the batch host (doubles/batch_host.py: moto's Batch, each job a local process).
+runner would connect); AWS Batch on the batch host (gpu_runner_testing/batch_host.py: moto's Batch, each job a local process).
 A new backend adds its case here and must pass the same tests (CONTRIBUTING.md, "Adding a backend")."""
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from typing import Any
 
 import boto3
 import pytest
-from doubles.aws_constants import REGION as EC2_REGION
-from doubles.batch_world import PY
-from doubles.batch_world import REGION as BATCH_REGION
-from doubles.github_double import GitHubDouble
-from doubles.live_instances import live
+from gpu_runner_testing.aws_constants import REGION as EC2_REGION
+from gpu_runner_testing.batch_world import PY
+from gpu_runner_testing.batch_world import REGION as BATCH_REGION
+from gpu_runner_testing.github_double import GitHubDouble
+from gpu_runner_testing.live_instances import live
 
 from gpu_runner import cli
 from gpu_runner.backend import GpuBackend, Handle, Work

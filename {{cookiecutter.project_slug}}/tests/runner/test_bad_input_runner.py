@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 from bad_input_table import Row, check_row, table_rows
-from doubles.aws_faults import AwsFaults
-from doubles.github_double import GitHubDouble
 from doubles.runner_bad_input_triggers import CLAIMS, TRIGGERS, Case
+from gpu_runner_testing.aws_faults import AwsFaults
+from gpu_runner_testing.github_double import GitHubDouble
 
 from gpu_runner import cli
 from gpu_runner.core.aws import Aws

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from doubles import batch_stack as double
+from gpu_runner_testing import batch_stack as double
 
 IMDS, CREDENTIALS = "169.254.169.254", "169.254.170.2"
 # Connections from the instance namespace end within this (a dropped SYN would otherwise retry for minutes).

@@ -1,7 +1,7 @@
 """The AWS Batch backend: submit, wait (status, streamed log lines, outcome), cancel, array and multi-node jobs,
 bad input refused before SubmitJob, the cost of the attempts, and `backend` in the settings.
 
-The jobs really run: moto's Batch backend with the local container host of doubles/batch_host.py (`batch_endpoint`),
+The jobs really run: moto's Batch backend with the local container host of gpu_runner_testing/batch_host.py (`batch_endpoint`),
 each job's command a local process. What moto cannot show (a second attempt after a Spot reclaim: it ignores
 retryStrategy) is shown against DescribeJobs answers that botocore's own service model accepts (FakeBatch).
 """
@@ -22,8 +22,8 @@ import pytest
 import yaml
 from botocore.exceptions import ClientError, ParamValidationError
 from botocore.validate import validate_parameters
-from doubles.batch_host import RECLAIM_WHEN
-from doubles.batch_world import PY, REGION, RESOURCES
+from gpu_runner_testing.batch_host import RECLAIM_WHEN
+from gpu_runner_testing.batch_world import PY, REGION, RESOURCES
 from mlflow.tracking import MlflowClient
 
 from gpu_runner import cli
@@ -320,7 +320,7 @@ def test_bad_input_is_refused_before_submitting(batch: Any, request_: JobRequest
 
 
 def test_the_batch_host_refuses_a_payload_over_30_kib_as_aws_does(batch: Any) -> None:
-    """The double holds SubmitJob to AWS's 30 KiB job payload (doubles/aws_limits.py), so a submit path that skipped
+    """The double holds SubmitJob to AWS's 30 KiB job payload (gpu_runner_testing/aws_limits.py), so a submit path that skipped
     the check above would fail here, not on a user's first large sweep."""
     fits = {"jobName": "payload-fits", "jobQueue": "gpu", "jobDefinition": "train",
             "containerOverrides": {"environment": [{"name": "CONFIG", "value": "x" * 29_000}]}}  # fmt: skip

@@ -14,9 +14,9 @@ from typing import Any
 
 import boto3
 import pytest
-from doubles.aws_constants import REGION
-from doubles.batch_world import job_credentials
-from doubles.git_repository import FILES, committed_repository, git
+from gpu_runner_testing.aws_constants import REGION
+from gpu_runner_testing.batch_world import job_credentials
+from gpu_runner_testing.git_repository import FILES, committed_repository, git
 
 from gpu_runner.batch import batch_source
 from gpu_runner.batch.batch_source import BatchSourceError
@@ -163,7 +163,7 @@ def test_a_commit_that_cannot_be_packed_is_named(
 # ------------------------------------------------------------------------------------- as the container runs it
 @pytest.fixture
 def on_batch_host(batch_world: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """S3, Batch and Logs clients of the batch host (doubles/batch_host.py), a bucket there, and the job
+    """S3, Batch and Logs clients of the batch host (gpu_runner_testing/batch_host.py), a bucket there, and the job
     environment standing in for the job role's credentials (a container gets them from ECS, not from its env)."""
     monkeypatch.setenv("AWS_ENDPOINT_URL", batch_world)
     clients = {name: boto3.client(name, region_name=REGION) for name in ("s3", "batch", "logs")}

@@ -6,7 +6,7 @@ template, both compute environments, both queues and both job definitions. It do
 on the template instead (and cfn-lint checks their schema): the launch template's metadata options, volumes and
 user data (a compute environment launches nothing at MinvCpus 0), the job definitions' Timeout and
 PlatformCapabilities (moto reads `timeout` in lower case only), a multi-node definition's NodeProperties (moto
-registers every definition from CloudFormation as `container`: doubles.batch_stack hands it the node range's
+registers every definition from CloudFormation as `container`: gpu_runner_testing.batch_stack hands it the node range's
 container), resource tags on queues, and the retry strategy's enforcement (moto runs no job here). moto also
 requires a ServiceRole where AWS takes its service-linked role: the tests pass one, the template's default is
 asserted. The allowed values come from botocore's batch model, not from moto. The instance role's user-data firewall
@@ -29,11 +29,12 @@ import botocore.session
 import pytest
 from botocore.exceptions import ClientError
 from botocore.validate import validate_parameters
-from doubles import batch_stack as double
-from doubles import batch_world
-from doubles.git_repository import committed_repository
-from doubles.github_double import DEFAULT_REPOSITORY
-from doubles.gpu_runner_stack import (
+from doubles.makefile import make_command
+from gpu_runner_testing import batch_stack as double
+from gpu_runner_testing import batch_world
+from gpu_runner_testing.git_repository import committed_repository
+from gpu_runner_testing.github_double import DEFAULT_REPOSITORY
+from gpu_runner_testing.gpu_runner_stack import (
     REGION,
     managed_policies,
     role_of,
@@ -41,7 +42,7 @@ from doubles.gpu_runner_stack import (
     runner_role_name,
     write_settings,
 )
-from doubles.iam_requests import (
+from gpu_runner_testing.iam_requests import (
     ACCOUNT,
     Call,
     Request,
@@ -52,8 +53,7 @@ from doubles.iam_requests import (
     requests_for,
     web_identity_allowed,
 )
-from doubles.makefile import make_command
-from doubles.stack_deploy import OIDC_URL, bootstrap
+from gpu_runner_testing.stack_deploy import OIDC_URL, bootstrap
 from parliament import analyze_policy_string
 from project_package import PROJECT_DIR
 
@@ -192,7 +192,7 @@ def test_multinode_nodes_admit_only_their_own_group_on_the_rendezvous_and_worker
     ]
     assert group["VpcId"] == batch["parameters"]["VpcId"]
     # The ports the nodes listen on are those (the template's multi-node container: moto registers a node range's
-    # container without its environment, doubles.batch_stack).
+    # container without its environment, gpu_runner_testing.batch_stack).
     (node_range,) = double.template()["Resources"]["MultiNodeJobDefinition"]["Properties"]["NodeProperties"][
         "NodeRangeProperties"
     ]
@@ -264,7 +264,7 @@ def test_job_definitions_run_the_pinned_image_on_one_gpu_with_retries_on_spot_re
     ):
         definition = _definition(batch, output)
         assert (definition["jobDefinitionName"], definition["status"]) == (name, "ACTIVE")
-        # The multi-node definition's is its node range's container (see doubles.batch_stack).
+        # The multi-node definition's is its node range's container (see gpu_runner_testing.batch_stack).
         container = definition["containerProperties"]
         assert container["image"] == double.IMAGE
         assert container["jobRoleArn"] == outputs["JobRoleArn"]
@@ -952,7 +952,7 @@ def test_without_spot_the_gpu_queue_is_on_demand_only(
     """`use_spot: false`: no spot environment, the GPU queue on-demand only. Its own project and bootstrap stack,
     so the module's stack stays as the other tests read it. (Not `batch down` against moto: moto deletes a
     stack's resources in creation order, a role before the policy attached to it, and IAM refuses: DeleteConflict,
-    as doubles.gpu_runner_stack says of the bootstrap stack.)"""
+    as gpu_runner_testing.gpu_runner_stack says of the bootstrap stack.)"""
     runner_settings = write_settings(tmp_path / "gpu-runner.yaml")
     project = load_settings(runner_settings).project
     bootstrap(runner_settings, project=project, region=REGION, repository=DEFAULT_REPOSITORY,
@@ -1075,7 +1075,7 @@ def test_without_an_mlflow_server_jobs_get_no_secret(batch: dict[str, Any]) -> N
 # ---- Call by call: what `gpu-runner batch submit | wait | cancel` really asks, held to the deployed SubmitRole.
 def _mirror_on_the_batch_host(endpoint: str, outputs: dict[str, str]) -> None:
     """The stack's GPU queue and job definition under the same ARNs on the batch host (moto's Batch backend whose
-    jobs run as local processes: doubles/batch_host.py), on a Spot compute environment as the stack's first one."""
+    jobs run as local processes: gpu_runner_testing/batch_host.py), on a Spot compute environment as the stack's first one."""
     environment = batch_world.compute_environment(endpoint, "mirror-spot", "SPOT", ["g4dn.xlarge"], REGION)
     batch_world.queue(endpoint, outputs["JobQueue"].rsplit("/", 1)[-1], environment, REGION)
     name = outputs["JobDefinition"].rsplit("/", 1)[-1].split(":")[0]

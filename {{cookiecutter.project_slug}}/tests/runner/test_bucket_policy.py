@@ -2,7 +2,7 @@
 roles tagged with the bucket (the MLflow server's, the Batch roles) and the administrators only; the runner role's
 S3 requests count only through the stack's VPC endpoint.
 
-The IAM evaluator (doubles.iam_requests) with the DEPLOYED bucket policy and each principal's deployed identity
+The IAM evaluator (gpu_runner_testing.iam_requests) with the DEPLOYED bucket policy and each principal's deployed identity
 policies together, as IAM evaluates a same-account request; bootstrap's choices (bucket_access.py) against moto."""
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from typing import Any
 
 import boto3
 import pytest
-from doubles.gpu_runner_stack import (
+from gpu_runner_testing.gpu_runner_stack import (
     REGION,
     deployed_bucket_policy,
     managed_policies,
     role_policies,
     runner_role_name,
 )
-from doubles.iam_requests import ACCOUNT, Request, resource_policy_allows, s3_context
+from gpu_runner_testing.iam_requests import ACCOUNT, Request, resource_policy_allows, s3_context
 
 from gpu_runner.setup import bucket_access
 

@@ -1,6 +1,6 @@
 """`gpu-runner capacity --wanted=N` (sweep.yml's plan job) against the moto server: the instances holding the G and
 VT vCPU quotas are real moto instances; the quota values are answered through the botocore hook, because moto
-5.2.5 serves no ec2 quota (tests/doubles/service_quotas.py says how)."""
+5.2.5 serves no ec2 quota (gpu_runner_testing/service_quotas.py says how)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from doubles.aws_constants import REGION
-from doubles.aws_faults import AwsFaults
-from doubles.service_quotas import answer_quotas
+from gpu_runner_testing.aws_constants import REGION
+from gpu_runner_testing.aws_faults import AwsFaults
+from gpu_runner_testing.service_quotas import answer_quotas
 
 from gpu_runner import cli
 from gpu_runner.core import quotas

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from doubles.aws_constants import REGION
-from doubles.aws_faults import AwsFaults
-from doubles.price_answers import get_products_answer, price_list_product, spot_history_xml
+from gpu_runner_testing.aws_constants import REGION
+from gpu_runner_testing.aws_faults import AwsFaults
+from gpu_runner_testing.price_answers import get_products_answer, price_list_product, spot_history_xml
 from mlflow.tracking import MlflowClient
 
 from gpu_runner.core.aws import Aws

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from doubles.aws_constants import REGION
+from gpu_runner_testing.aws_constants import REGION
 
 from gpu_runner.cost import pricing, record
 from gpu_runner.cost.record import Cost

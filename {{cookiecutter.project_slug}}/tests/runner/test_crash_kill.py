@@ -1,4 +1,4 @@
-"""The e2e crash (doubles.aws_fault_proxy.kill_matching) hits the launch process of its own story, and neither act,
+"""The e2e crash (gpu_runner_testing.aws_fault_proxy.kill_matching) hits the launch process of its own story, and neither act,
 whose command line names `...:role/gpu-runner` and `...-predict-launch` in its `--var`s, nor a story beside it."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from doubles.aws_fault_proxy import kill_matching
+from gpu_runner_testing.aws_fault_proxy import kill_matching
 
 SLEEP = "import time; time.sleep(60)"
 

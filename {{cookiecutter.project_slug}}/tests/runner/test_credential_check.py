@@ -14,9 +14,9 @@ from typing import Any
 
 import boto3
 import pytest
-from doubles.github_double import DEFAULT_TOKEN, GitHubDouble
-from doubles.gpu_runner_stack import REGION, wire_settings
-from doubles.iam_requests import Call
+from gpu_runner_testing.github_double import DEFAULT_TOKEN, GitHubDouble
+from gpu_runner_testing.gpu_runner_stack import REGION, wire_settings
+from gpu_runner_testing.iam_requests import Call
 
 from gpu_runner import cli
 from gpu_runner.core import credential

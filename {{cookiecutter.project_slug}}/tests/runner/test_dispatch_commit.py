@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from doubles.aws_constants import REGION
-from doubles.github_double import DEFAULT_REPOSITORY, START_JOB_TOKEN, WORKFLOW_TOKEN, GitHubDouble
-from doubles.live_instances import live
+from gpu_runner_testing.aws_constants import REGION
+from gpu_runner_testing.github_double import DEFAULT_REPOSITORY, START_JOB_TOKEN, WORKFLOW_TOKEN, GitHubDouble
+from gpu_runner_testing.live_instances import live
 
 from gpu_runner.cli import main
 from gpu_runner.core.aws import Aws

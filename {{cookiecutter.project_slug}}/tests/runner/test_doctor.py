@@ -29,9 +29,10 @@ import botocore.session
 import pytest
 import yaml
 from botocore.exceptions import ClientError
-from doubles import service_quotas, stack_deploy
-from doubles.aws_faults import AwsFaults
-from doubles.github_double import (
+from doubles.makefile import make_command
+from gpu_runner_testing import service_quotas, stack_deploy
+from gpu_runner_testing.aws_faults import AwsFaults
+from gpu_runner_testing.github_double import (
     ADMIN_TOKEN,
     DEFAULT_APP_ID,
     DEFAULT_REPOSITORY,
@@ -39,9 +40,8 @@ from doubles.github_double import (
     GitHubDouble,
     app_private_key_pem,
 )
-from doubles.github_settings import setup_guards
-from doubles.makefile import make_command
-from doubles.stack_deploy import OIDC_URL
+from gpu_runner_testing.github_settings import setup_guards
+from gpu_runner_testing.stack_deploy import OIDC_URL
 from project_package import PROJECT_DIR
 
 from gpu_runner import cli

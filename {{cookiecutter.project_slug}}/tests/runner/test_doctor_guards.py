@@ -16,8 +16,8 @@ from typing import Any, cast
 
 import pytest
 import yaml
-from doubles.github_double import ADMIN_TOKEN, DEFAULT_REPOSITORY, GitHubDouble
-from doubles.github_settings import (
+from gpu_runner_testing.github_double import ADMIN_TOKEN, DEFAULT_REPOSITORY, GitHubDouble
+from gpu_runner_testing.github_settings import (
     ADMIN_ROLE_BYPASS,
     DELETION_RULE,
     NON_FAST_FORWARD_RULE,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from doubles.aws_constants import REGION
-from doubles.aws_faults import AwsFaults
-from doubles.live_instances import live
+from gpu_runner_testing.aws_constants import REGION
+from gpu_runner_testing.aws_faults import AwsFaults
+from gpu_runner_testing.live_instances import live
 
 from gpu_runner.core.aws import Aws
 from gpu_runner.core.errors import CapacityError, LaunchBlockedError, SettingsError

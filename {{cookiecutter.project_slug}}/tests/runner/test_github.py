@@ -9,7 +9,8 @@ from collections.abc import Iterator
 import jwt
 import pytest
 import requests
-from doubles.github_double import (
+from github import Auth
+from gpu_runner_testing.github_double import (
     DEFAULT_CLIENT_ID,
     DEFAULT_REPOSITORY,
     DEFAULT_TOKEN,
@@ -20,7 +21,6 @@ from doubles.github_double import (
     app_private_key_pem,
     decode_jit_config,
 )
-from github import Auth
 
 from gpu_runner.core.errors import RegistrationTimeout, RunnerError, SettingsError
 from gpu_runner.core.github import GitHubRunners, JitConfig, Runner, dispatch_workflow

@@ -1,4 +1,4 @@
-"""The GitHub double and client against GitHub's REST description (tests/contracts/github-openapi.json).
+"""The GitHub double and client against GitHub's REST description (the platform's gpu_runner_testing/github-openapi.json).
 
 The file is committed so the default run is offline; where npm's `@octokit/openapi` is installed (the version
 the file records), it is extracted again and must match. Each planted mismatch below is one the double must not
@@ -8,15 +8,14 @@ wrong type, a route that is not in the file.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 import requests
-from doubles.github_contract import CONTRACT_FILE, Contract, ContractViolation, default_contract
-from doubles.github_double import (
+from github import Auth, Github, GithubException
+from gpu_runner_testing import extract_github_openapi as script
+from gpu_runner_testing.github_contract import CONTRACT_FILE, Contract, ContractViolation, default_contract
+from gpu_runner_testing.github_double import (
     ADMIN_TOKEN,
     ANY_OF_PERMISSIONS,
     DEFAULT_REPOSITORY,
@@ -25,30 +24,19 @@ from doubles.github_double import (
     RUNNERS_TOKEN,
     GitHubDouble,
 )
-from doubles.github_settings import (
+from gpu_runner_testing.github_settings import (
     ADMIN_ROLE_BYPASS,
     DELETION_RULE,
     NON_FAST_FORWARD_RULE,
     Protection,
     setup_guards,
 )
-from github import Auth, Github, GithubException
 
 from gpu_runner.core.errors import RunnerError
 from gpu_runner.core.github import GitHubRunners
 
-PROJECT = Path(__file__).resolve().parents[2]
 RUNNERS_PATH = f"/repos/{DEFAULT_REPOSITORY}/actions/runners"
 AUTH = {"Authorization": f"token {DEFAULT_TOKEN}"}
-
-
-def extractor() -> ModuleType:
-    path = PROJECT / "scripts" / "extract_github_openapi.py"
-    spec = importlib.util.spec_from_file_location("extract_github_openapi", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def runners(double: GitHubDouble) -> GitHubRunners:
@@ -59,7 +47,6 @@ def runners(double: GitHubDouble) -> GitHubRunners:
 
 # ---------------------------------------------------------------------- the extracted file
 def test_committed_file_matches_a_fresh_extraction() -> None:
-    script = extractor()
     package = script.package_dir()
     committed = json.loads(CONTRACT_FILE.read_text())
     if package is None:
@@ -70,15 +57,17 @@ def test_committed_file_matches_a_fresh_extraction() -> None:
     fresh = script.extract(package)
     assert fresh["source"]["version"] == committed["source"]["version"], (
         "the installed package is another version than the committed file records: install the pinned one, or "
-        "rerun scripts/extract_github_openapi.py to move the pin"
+        "rerun `python -m gpu_runner_testing.extract_github_openapi` in the template repository to move the pin"
     )
-    assert script.render(fresh) == CONTRACT_FILE.read_text(), "rerun scripts/extract_github_openapi.py"
+    assert script.render(fresh) == CONTRACT_FILE.read_text(), (
+        "rerun `python -m gpu_runner_testing.extract_github_openapi` in the template repository"
+    )
 
 
 def test_the_file_holds_exactly_the_operations_the_script_lists() -> None:
     """Adding an operation to OPERATIONS without extracting again fails here, offline."""
     committed = json.loads(CONTRACT_FILE.read_text())
-    assert sorted(committed["operations"]) == sorted(extractor().OPERATIONS)
+    assert sorted(committed["operations"]) == sorted(script.OPERATIONS)
     assert committed["source"]["package"] == "@octokit/openapi"
     assert committed["source"]["version"] == "23.0.2"  # the pin: move it with the script, never by hand
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import boto3
 import pytest
-from doubles.aws_constants import REGION
+from gpu_runner_testing.aws_constants import REGION
 from mlflow.tracking import MlflowClient
 
 from gpu_runner import cli

@@ -6,8 +6,8 @@ import base64
 import json
 
 from cryptography.hazmat.primitives.asymmetric import rsa
-from doubles.github_double import DEFAULT_REPOSITORY, decode_jit_config
-from doubles.jit_config_double import encoded_jit_config
+from gpu_runner_testing.github_double import DEFAULT_REPOSITORY, decode_jit_config
+from gpu_runner_testing.jit_config_double import encoded_jit_config
 
 from gpu_runner.core.github import GitHubRunners
 

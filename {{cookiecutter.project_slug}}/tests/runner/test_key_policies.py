@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from doubles.github_double import DEFAULT_REPOSITORY
-from doubles.gpu_runner_stack import (
+from gpu_runner_testing.github_double import DEFAULT_REPOSITORY
+from gpu_runner_testing.gpu_runner_stack import (
     CREDENTIAL_WRITER,
     REGION,
     managed_policies,
     role_policies,
     runner_role_name,
 )
-from doubles.iam_requests import (
+from gpu_runner_testing.iam_requests import (
     Request,
     allowed,
     key_policy_allows,

@@ -10,12 +10,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from botocore.exceptions import ClientError
-from doubles.amazon_images import first_amazon_image
-from doubles.aws_constants import AMI_PARAMETER, OTHER_REGION, REGION
-from doubles.aws_faults import AwsFaults
-from doubles.github_double import GitHubDouble, decode_jit_config
-from doubles.live_instances import live
-from doubles.security_groups import runner_security_group
+from gpu_runner_testing.amazon_images import first_amazon_image
+from gpu_runner_testing.aws_constants import AMI_PARAMETER, OTHER_REGION, REGION
+from gpu_runner_testing.aws_faults import AwsFaults
+from gpu_runner_testing.github_double import GitHubDouble, decode_jit_config
+from gpu_runner_testing.live_instances import live
+from gpu_runner_testing.security_groups import runner_security_group
 
 from gpu_runner.core import naming
 from gpu_runner.core.aws import Aws

@@ -11,12 +11,12 @@ from typing import Any
 import boto3
 import pytest
 import yaml
-from doubles.aws_constants import REGION
-from doubles.github_double import DEFAULT_REPOSITORY, GitHubDouble
-from doubles.gpu_runner_stack import REGION as STACK_REGION
-from doubles.gpu_runner_stack import authorizations, role_policies, wire_settings
-from doubles.iam_requests import Call, allowed
-from doubles.live_instances import run_as_launched
+from gpu_runner_testing.aws_constants import REGION
+from gpu_runner_testing.github_double import DEFAULT_REPOSITORY, GitHubDouble
+from gpu_runner_testing.gpu_runner_stack import REGION as STACK_REGION
+from gpu_runner_testing.gpu_runner_stack import authorizations, role_policies, wire_settings
+from gpu_runner_testing.iam_requests import Call, allowed
+from gpu_runner_testing.live_instances import run_as_launched
 
 from gpu_runner import cli
 from gpu_runner.core.aws import Aws

@@ -15,8 +15,8 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any, ClassVar
 
 import pytest
-from doubles.local_http import LocalHttpServer
-from doubles.mlflow_server_boot import free_port
+from gpu_runner_testing.local_http import LocalHttpServer
+from gpu_runner_testing.mlflow_server_boot import free_port
 from mlflow.server.auth.client import AuthServiceClient
 from mlflow.tracking import MlflowClient
 

@@ -27,10 +27,6 @@ import pytest
 import yaml
 from botocore.exceptions import ClientError
 from botocore.validate import ParamValidator
-from doubles.aws_faults import AwsFaults
-from doubles.github_double import DEFAULT_REPOSITORY
-from doubles.gpu_runner_stack import REGION, CfnLoader, managed_policies, role_policies, runner_role_name
-from doubles.iam_requests import ACCOUNT, Request, allowed, key_policy_allows, ssm_kms_request
 from doubles.mlflow_server_stack import (
     LOCK,
     SERVER_TEMPLATE,
@@ -40,7 +36,17 @@ from doubles.mlflow_server_stack import (
     run_cli,
     up,
 )
-from doubles.price_answers import get_products_answer, price_list_product
+from gpu_runner_testing.aws_faults import AwsFaults
+from gpu_runner_testing.github_double import DEFAULT_REPOSITORY
+from gpu_runner_testing.gpu_runner_stack import (
+    REGION,
+    CfnLoader,
+    managed_policies,
+    role_policies,
+    runner_role_name,
+)
+from gpu_runner_testing.iam_requests import ACCOUNT, Request, allowed, key_policy_allows, ssm_kms_request
+from gpu_runner_testing.price_answers import get_products_answer, price_list_product
 from parliament import analyze_policy_string
 from project_package import PROJECT_DIR
 

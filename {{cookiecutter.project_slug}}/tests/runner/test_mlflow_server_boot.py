@@ -1,7 +1,7 @@
 """The team MLflow server as its first boot makes it, and who may do what on it.
 
 The user-data moto's CloudFormation rendered from gpu_runner/mlflow_server/mlflow-server.yaml runs in the boot sandbox
-(doubles/mlflow_server_boot.py): it fetches and checks the hash-pinned requirements, writes the stack's own
+(gpu_runner_testing/mlflow_server_boot.py): it fetches and checks the hash-pinned requirements, writes the stack's own
 basic_auth.ini and units, and starts a real `mlflow server --app-name basic-auth` (artifacts into the moto bucket)
 whose every-boot bootstrap (ready.py) makes the experiments, the served model, the promotions experiment, the ci and
 promote users and their grants. One server for the module (~40 s to boot on 2 busy cores).
@@ -34,11 +34,11 @@ from typing import Any
 import mlflow
 import pytest
 import yaml
-from doubles import mlflow_server_boot
-from doubles.aws_limits import EC2_USER_DATA_MAX_BYTES
-from doubles.gpu_runner_stack import REGION
-from doubles.local_http import LocalHttpServer
 from doubles.mlflow_server_stack import REQUIREMENTS, TRAIN_CONFIG, deployed
+from gpu_runner_testing import mlflow_server_boot
+from gpu_runner_testing.aws_limits import EC2_USER_DATA_MAX_BYTES
+from gpu_runner_testing.gpu_runner_stack import REGION
+from gpu_runner_testing.local_http import LocalHttpServer
 from mlflow.tracking import MlflowClient
 
 from gpu_runner.mlflow_server import mlflow_server
@@ -57,7 +57,7 @@ class Team:
     model: str  # configs/train.yaml registry.model_name, the served model
     script: str  # the user-data as the instance gets it
     boot: mlflow_server_boot.Boot
-    server: dict[str, Any]  # the deployed stack (doubles.stack_deploy.described)
+    server: dict[str, Any]  # the deployed stack (gpu_runner_testing.stack_deploy.described)
 
     @property
     def promotions(self) -> str:
@@ -450,7 +450,7 @@ def test_first_boot_installs_only_the_hash_pinned_requirements(team: Team) -> No
     )
     calls = [c.name for c in team.boot.calls() if c.name in ("blkid", "mkfs.xfs", "mount")]
     assert calls[:3] == ["blkid", "mkfs.xfs", "blkid"]
-    # EC2's 16 KB, before base64 (doubles/aws_limits.py [ec2-userdata]); moto's CloudFormation does not check it.
+    # EC2's 16 KB, before base64 (gpu_runner_testing/aws_limits.py [ec2-userdata]); moto's CloudFormation does not check it.
     assert len(team.script.encode()) <= EC2_USER_DATA_MAX_BYTES, len(team.script.encode())
     assert "${" not in team.script.replace(
         "${MLFLOW_SERVER_TEST_", ""

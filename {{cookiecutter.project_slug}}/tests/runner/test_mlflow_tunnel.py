@@ -1,6 +1,6 @@
 """The tunnel of the jobs on GitHub-hosted runners to the team MLflow server (`gpu-runner mlflow-server connect`,
 .github/actions/mlflow-tunnel): the stack's port-5000 Session document, the tunnel role's trust and policy, and a
-real tunnel: StartSession through the fault proxy (moto has none: doubles/ssm_sessions.py), the session handed to
+real tunnel: StartSession through the fault proxy (moto has none: gpu_runner_testing/ssm_sessions.py), the session handed to
 the plugin double as the AWS CLI hands it, and a real `mlflow server` answering through it.
 
 Attacks that must fail: a shell on the server (no document name, the default shell document), another port
@@ -25,11 +25,12 @@ import boto3
 import botocore.session
 import pytest
 from botocore.exceptions import ClientError
-from doubles import session_manager_plugin
-from doubles.aws_fault_proxy import AwsFaultProxy
-from doubles.github_double import DEFAULT_REPOSITORY
-from doubles.gpu_runner_stack import REGION, managed_policies
-from doubles.iam_requests import (
+from doubles.mlflow_server_stack import deployed
+from gpu_runner_testing import session_manager_plugin
+from gpu_runner_testing.aws_fault_proxy import AwsFaultProxy
+from gpu_runner_testing.github_double import DEFAULT_REPOSITORY
+from gpu_runner_testing.gpu_runner_stack import REGION, managed_policies
+from gpu_runner_testing.iam_requests import (
     ACCOUNT,
     Call,
     Request,
@@ -38,9 +39,8 @@ from doubles.iam_requests import (
     requests_for,
     web_identity_allowed,
 )
-from doubles.mlflow_server_stack import deployed
-from doubles.ssm_sessions import document_content
-from doubles.stack_deploy import OIDC_URL, run_cli
+from gpu_runner_testing.ssm_sessions import document_content
+from gpu_runner_testing.stack_deploy import OIDC_URL, run_cli
 from mlflow.tracking import MlflowClient
 from parliament import analyze_policy_string
 

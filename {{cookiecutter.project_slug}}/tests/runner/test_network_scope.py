@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import boto3
 import pytest
-from doubles.github_double import GitHubDouble
-from doubles.iam_requests import record_calls
+from gpu_runner_testing.github_double import GitHubDouble
+from gpu_runner_testing.iam_requests import record_calls
 
 from gpu_runner.core.aws import Aws
 from gpu_runner.core.errors import SettingsError

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from doubles.github_double import DEFAULT_TOKEN, READ_ONLY_TOKEN
+from gpu_runner_testing.github_double import DEFAULT_TOKEN, READ_ONLY_TOKEN
 
 from gpu_runner.cli import main
 

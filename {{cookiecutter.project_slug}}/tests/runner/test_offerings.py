@@ -8,8 +8,8 @@ from importlib import resources
 
 import boto3
 import pytest
-from doubles.aws_constants import OTHER_REGION, REGION
-from doubles.iam_requests import record_calls
+from gpu_runner_testing.aws_constants import OTHER_REGION, REGION
+from gpu_runner_testing.iam_requests import record_calls
 
 from gpu_runner.core import offerings
 from gpu_runner.core.errors import SettingsError

@@ -4,7 +4,7 @@ request and answer against GitHub's REST description, @octokit/openapi 23.0.2)."
 from __future__ import annotations
 
 import pytest
-from doubles.github_double import DEFAULT_REPOSITORY, DEFAULT_TOKEN, RUNNERS_TOKEN, GitHubDouble
+from gpu_runner_testing.github_double import DEFAULT_REPOSITORY, DEFAULT_TOKEN, RUNNERS_TOKEN, GitHubDouble
 
 from gpu_runner.core.errors import RunnerError
 from gpu_runner.setup import oidc_subject, stack

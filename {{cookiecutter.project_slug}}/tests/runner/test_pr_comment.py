@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from doubles.github_double import (
+from gpu_runner_testing.github_double import (
     DEFAULT_REPOSITORY,
     HUMAN,
     PR_COMMENT_TOKEN,

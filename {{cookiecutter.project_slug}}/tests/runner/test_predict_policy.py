@@ -11,9 +11,15 @@ from typing import Any
 import boto3
 import pytest
 from boto3.s3.transfer import TransferConfig
-from doubles.github_double import DEFAULT_REPOSITORY
-from doubles.gpu_runner_stack import REGION, authorizations, managed_policies, role_policies, runner_role_name
-from doubles.iam_requests import (
+from gpu_runner_testing.github_double import DEFAULT_REPOSITORY
+from gpu_runner_testing.gpu_runner_stack import (
+    REGION,
+    authorizations,
+    managed_policies,
+    role_policies,
+    runner_role_name,
+)
+from gpu_runner_testing.iam_requests import (
     ACCOUNT,
     Request,
     allowed,

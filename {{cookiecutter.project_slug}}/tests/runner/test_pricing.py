@@ -15,9 +15,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from doubles.aws_constants import REGION
-from doubles.aws_faults import AwsFaults
-from doubles.price_answers import get_products_answer, price_list_product, spot_history_xml
+from gpu_runner_testing.aws_constants import REGION
+from gpu_runner_testing.aws_faults import AwsFaults
+from gpu_runner_testing.price_answers import get_products_answer, price_list_product, spot_history_xml
 
 from gpu_runner.core.aws import Aws
 from gpu_runner.cost import pricing

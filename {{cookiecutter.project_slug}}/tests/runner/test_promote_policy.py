@@ -11,9 +11,9 @@ from typing import Any
 
 import boto3
 import pytest
-from doubles.github_double import DEFAULT_REPOSITORY
-from doubles.gpu_runner_stack import REGION, authorizations, role_policies
-from doubles.iam_requests import (
+from gpu_runner_testing.github_double import DEFAULT_REPOSITORY
+from gpu_runner_testing.gpu_runner_stack import REGION, authorizations, role_policies
+from gpu_runner_testing.iam_requests import (
     ACCOUNT,
     Request,
     allowed,

@@ -6,8 +6,8 @@ import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from doubles.aws_constants import REGION
-from doubles.github_double import GitHubDouble
+from gpu_runner_testing.aws_constants import REGION
+from gpu_runner_testing.github_double import GitHubDouble
 
 from gpu_runner.core import naming
 from gpu_runner.core.aws import Aws

@@ -29,11 +29,18 @@ import boto3
 import pytest
 import yaml
 from botocore.exceptions import ClientError
-from doubles import live_instances, stack_deploy
-from doubles.amazon_images import first_amazon_image
-from doubles.github_double import DEFAULT_REPOSITORY
-from doubles.iam_requests import ACCOUNT, Request, allowed, granted_actions, record_calls, requests_for
-from doubles.stack_deploy import TEMPLATE
+from gpu_runner_testing import live_instances, stack_deploy
+from gpu_runner_testing.amazon_images import first_amazon_image
+from gpu_runner_testing.github_double import DEFAULT_REPOSITORY
+from gpu_runner_testing.iam_requests import (
+    ACCOUNT,
+    Request,
+    allowed,
+    granted_actions,
+    record_calls,
+    requests_for,
+)
+from gpu_runner_testing.stack_deploy import TEMPLATE
 from parliament import analyze_policy_string
 
 from gpu_runner import cli
@@ -56,7 +63,7 @@ RUNTIME_LOG_ACTIONS = {"logs:CreateLogStream", "logs:PutLogEvents"}
 
 
 def test_each_reaper_policy_names_its_own_role() -> None:
-    from doubles.gpu_runner_stack import template  # the CloudFormation-tag-aware loader
+    from gpu_runner_testing.gpu_runner_stack import template  # the CloudFormation-tag-aware loader
 
     resources = template()["Resources"]
     for policy, role in (
@@ -156,7 +163,7 @@ def test_bootstrap_refuses_a_package_swapped_in_the_bucket_before_deploy(
 
 def test_the_schedule_invokes_the_function_every_15_minutes() -> None:
     """What moto does not create, asserted on the template (property names: CloudFormation Template Reference)."""
-    from doubles.gpu_runner_stack import template  # the CloudFormation-tag-aware loader
+    from gpu_runner_testing.gpu_runner_stack import template  # the CloudFormation-tag-aware loader
 
     parsed = template()
     resources = parsed["Resources"]

@@ -7,14 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-from doubles.github_double import DEFAULT_REPOSITORY, GitHubDouble
-from doubles.gpu_runner_stack import (
+from gpu_runner_testing.github_double import DEFAULT_REPOSITORY, GitHubDouble
+from gpu_runner_testing.gpu_runner_stack import (
     REGION,
     authorizations,
     role_policies,
     wire_settings,
 )
-from doubles.iam_requests import (
+from gpu_runner_testing.iam_requests import (
     Call,
     allowed,
     granted_actions,

@@ -6,15 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from doubles.github_double import DEFAULT_REPOSITORY
-from doubles.gpu_runner_stack import (
+from gpu_runner_testing.github_double import DEFAULT_REPOSITORY
+from gpu_runner_testing.gpu_runner_stack import (
     _trust_subjects,
     role_of,
 )
-from doubles.iam_requests import (
+from gpu_runner_testing.iam_requests import (
     web_identity_allowed,
 )
-from doubles.stack_deploy import OIDC_URL
+from gpu_runner_testing.stack_deploy import OIDC_URL
 
 # Item 2 of issue 13: which OIDC tokens may assume the launch (train) and reaper roles. `sub` as GitHub writes it
 # once bootstrap set the template repo, context, job_workflow_ref (GitHub docs "OpenID Connect reference" >

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
-from doubles.local_http import LocalHttpServer
+from gpu_runner_testing.local_http import LocalHttpServer
 
 from gpu_runner.ec2_runner.user_data import template
 

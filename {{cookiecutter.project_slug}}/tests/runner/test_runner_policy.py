@@ -11,8 +11,8 @@ from typing import Any
 
 import boto3
 import pytest
-from doubles.github_double import DEFAULT_REPOSITORY
-from doubles.gpu_runner_stack import (
+from gpu_runner_testing.github_double import DEFAULT_REPOSITORY
+from gpu_runner_testing.gpu_runner_stack import (
     REGION,
     as_caller,
     authorizations,
@@ -23,7 +23,7 @@ from doubles.gpu_runner_stack import (
     stack_vpc,
     wire_settings,
 )
-from doubles.iam_requests import (
+from gpu_runner_testing.iam_requests import (
     Call,
     Request,
     allowed,

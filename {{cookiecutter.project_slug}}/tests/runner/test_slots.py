@@ -10,11 +10,11 @@ from pathlib import Path
 
 import boto3
 import pytest
-from doubles.aws_constants import AMI_PARAMETER, REGION
-from doubles.aws_faults import AwsFaults
-from doubles.github_double import RUNNER_NAME_MAX, GitHubDouble
-from doubles.live_instances import live
-from doubles.price_answers import get_products_answer, price_list_product
+from gpu_runner_testing.aws_constants import AMI_PARAMETER, REGION
+from gpu_runner_testing.aws_faults import AwsFaults
+from gpu_runner_testing.github_double import RUNNER_NAME_MAX, GitHubDouble
+from gpu_runner_testing.live_instances import live
+from gpu_runner_testing.price_answers import get_products_answer, price_list_product
 
 from gpu_runner import cli
 from gpu_runner.core import naming

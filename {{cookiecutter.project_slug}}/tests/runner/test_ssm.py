@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 from botocore.exceptions import ClientError
-from doubles.aws_constants import REGION
-from doubles.aws_faults import AwsFaults
-from doubles.github_double import GitHubDouble
-from doubles.live_instances import live
+from gpu_runner_testing.aws_constants import REGION
+from gpu_runner_testing.aws_faults import AwsFaults
+from gpu_runner_testing.github_double import GitHubDouble
+from gpu_runner_testing.live_instances import live
 
 from gpu_runner.core import naming
 from gpu_runner.core.aws import Aws

@@ -12,19 +12,19 @@ from typing import Any
 import boto3
 import pytest
 import yaml
-from doubles.aws_faults import AwsFaults
-from doubles.github_double import DEFAULT_REPOSITORY
-from doubles.gpu_runner_stack import (
+from doubles.makefile import make_command
+from gpu_runner_testing.aws_faults import AwsFaults
+from gpu_runner_testing.github_double import DEFAULT_REPOSITORY
+from gpu_runner_testing.gpu_runner_stack import (
     REGION,
     _trust_subjects,
     role_of,
     write_settings,
 )
-from doubles.iam_requests import (
+from gpu_runner_testing.iam_requests import (
     record_calls,
 )
-from doubles.makefile import make_command
-from doubles.stack_deploy import TEMPLATE
+from gpu_runner_testing.stack_deploy import TEMPLATE
 from project_package import PROJECT_DIR
 
 from gpu_runner import cli

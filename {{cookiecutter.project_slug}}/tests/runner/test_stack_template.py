@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from doubles.gpu_runner_stack import (
+from gpu_runner_testing.gpu_runner_stack import (
     managed_policies,
     role_policies,
     runner_role_name,
     template,
 )
-from doubles.stack_deploy import OIDC_URL, TEMPLATE
+from gpu_runner_testing.stack_deploy import OIDC_URL, TEMPLATE
 from parliament import analyze_policy_string
 
 from gpu_runner.batch import TEMPLATE as BATCH_TEMPLATE

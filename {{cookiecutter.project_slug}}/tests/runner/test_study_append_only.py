@@ -4,7 +4,7 @@ Attack: code in a training job (RunnerRole: a train branch pusher, or a dependen
 branch's plan or collect job (SweepRole) overwrites or deletes another study's journal objects or replaces a wave
 claim, silently changing which trial is best and what the registry promotes. Each call below is made for real
 with boto3 against the stack on the moto server (moto does not enforce IAM: it accepts them all), recorded, and
-authorized against the role's deployed policy by doubles.iam_requests. The product's own writes, made by the real
+authorized against the role's deployed policy by gpu_runner_testing.iam_requests. The product's own writes, made by the real
 study store, stay allowed.
 """
 
@@ -15,14 +15,14 @@ from typing import Any
 
 import boto3
 import pytest
-from doubles.gpu_runner_stack import (
+from gpu_runner_testing.gpu_runner_stack import (
     REGION,
     authorizations,
     managed_policies,
     role_policies,
     runner_role_name,
 )
-from doubles.iam_requests import Call, Request, allowed, record_calls, s3_context
+from gpu_runner_testing.iam_requests import Call, Request, allowed, record_calls, s3_context
 from project_package import PROJECT_PACKAGE
 
 PACKAGE = PROJECT_PACKAGE
@@ -158,7 +158,7 @@ def test_runner_role_keeps_overwriting_and_deleting_its_own_checkpoints(stack: d
     assert not allowed([policy], Request("s3:PutObject", inside, {**s3_context(), "s3:if-none-match": '"x"'}))
 
 
-# --- the evaluator's Null and negated string operators (doubles.iam_requests), against the IAM User Guide ------
+# --- the evaluator's Null and negated string operators (gpu_runner_testing.iam_requests), against the IAM User Guide ------
 
 
 def _statement(operator: str, value: Any, effect: str = "Allow") -> dict[str, Any]:

@@ -9,10 +9,10 @@ from typing import Any
 
 import boto3
 import pytest
-from doubles.aws_faults import AwsFaults
-from doubles.github_double import DEFAULT_REPOSITORY
-from doubles.gpu_runner_stack import REGION, authorizations, role_policies
-from doubles.iam_requests import (
+from gpu_runner_testing.aws_faults import AwsFaults
+from gpu_runner_testing.github_double import DEFAULT_REPOSITORY
+from gpu_runner_testing.gpu_runner_stack import REGION, authorizations, role_policies
+from gpu_runner_testing.iam_requests import (
     ACCOUNT,
     Call,
     Request,
@@ -21,7 +21,7 @@ from doubles.iam_requests import (
     launch_path_requests,
     s3_context,
 )
-from doubles.service_quotas import quota_body
+from gpu_runner_testing.service_quotas import quota_body
 from project_package import PROJECT_PACKAGE
 
 from gpu_runner.core import quotas
@@ -55,7 +55,7 @@ def test_sweep_role_reaches_only_the_studies_and_the_capacity_lookups(
     assert study_storage.latest_wave(uri, client=s3) == 1
     # The plan job's capacity check, `gpu-runner capacity` (clients made from here on get the quota answers; the S3
     # client above streams its bodies, which the fault hook does not read). moto serves no ec2 quota
-    # (doubles/service_quotas.py): the on-demand quota has an applied value, the spot quota none, so Service Quotas
+    # (gpu_runner_testing/service_quotas.py): the on-demand quota has an applied value, the spot quota none, so Service Quotas
     # answers NoSuchResourceException and the default is read.
     faults = AwsFaults(session)
     on_demand, spot = quotas.ON_DEMAND_QUOTA[0], quotas.SPOT_QUOTA[0]

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from doubles.aws_constants import REGION
-from doubles.aws_faults import AwsFaults
-from doubles.github_double import DEFAULT_REPOSITORY, GitHubDouble
-from doubles.live_instances import run_as_launched
+from gpu_runner_testing.aws_constants import REGION
+from gpu_runner_testing.aws_faults import AwsFaults
+from gpu_runner_testing.github_double import DEFAULT_REPOSITORY, GitHubDouble
+from gpu_runner_testing.live_instances import run_as_launched
 
 from gpu_runner import cli
 from gpu_runner.core.aws import Aws

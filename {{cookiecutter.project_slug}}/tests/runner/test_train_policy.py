@@ -9,15 +9,15 @@ from typing import Any
 
 import boto3
 import pytest
-from doubles.github_double import DEFAULT_REPOSITORY, GitHubDouble
-from doubles.gpu_runner_stack import (
+from gpu_runner_testing.github_double import DEFAULT_REPOSITORY, GitHubDouble
+from gpu_runner_testing.gpu_runner_stack import (
     REGION,
     authorizations,
     role_policies,
     spot_role_exists,
     wire_settings,
 )
-from doubles.iam_requests import (
+from gpu_runner_testing.iam_requests import (
     SPOT_ROLE_ARN,
     SPOT_SERVICE,
     Call,

@@ -2,7 +2,7 @@
 role (AWS Batch jobs) write their checkpoints under a prefix IAM binds to the caller's own session, and the studies
 (append-only), nothing else; a resume restores only what its own branch's instances wrote.
 
-The IAM evaluator (doubles.iam_requests) against the DEPLOYED stacks' policies, call by call and prefix by prefix,
+The IAM evaluator (gpu_runner_testing.iam_requests) against the DEPLOYED stacks' policies, call by call and prefix by prefix,
 with the request context AWS builds for each caller: `aws:userid` is `<role id>:<EC2 instance id>` for a role
 assigned to an instance and `<role id>:<session name>` for an assumed role (IAM User Guide, "IAM policy elements:
 Variables and tags", "Principal key values"; an ECS task role's session name is the task id, see
@@ -18,8 +18,8 @@ from typing import Any
 
 import boto3
 import pytest
-from doubles import batch_stack as batch_double
-from doubles.gpu_runner_stack import (
+from gpu_runner_testing import batch_stack as batch_double
+from gpu_runner_testing.gpu_runner_stack import (
     REGION,
     as_caller,
     assumed_session,
@@ -29,7 +29,7 @@ from doubles.gpu_runner_stack import (
     runner_role_name,
     stack_vpc,
 )
-from doubles.iam_requests import ACCOUNT, Request, allowed, record_calls, s3_context
+from gpu_runner_testing.iam_requests import ACCOUNT, Request, allowed, record_calls, s3_context
 from project_package import PROJECT_PACKAGE
 
 from gpu_runner.core import checkpoint_owners
@@ -139,7 +139,7 @@ def test_training_roles_write_only_their_own_checkpoints_and_the_studies(
     assert not allowed(policies, Request("s3:PutObject", _object(bucket, mine), {**s3_context(), **nobody}))
 
 
-# --- the evaluator's policy variables in Resource (doubles.iam_requests), against the IAM User Guide ------------
+# --- the evaluator's policy variables in Resource (gpu_runner_testing.iam_requests), against the IAM User Guide ------------
 
 
 def _home(resource: str) -> dict[str, Any]:

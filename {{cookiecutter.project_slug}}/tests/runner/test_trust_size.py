@@ -11,10 +11,10 @@ from typing import Any
 import boto3
 import pytest
 import yaml
-from doubles.aws_faults import AwsFaults
-from doubles.gpu_runner_stack import REGION, role_of, write_settings
-from doubles.iam_requests import record_calls
-from doubles.stack_deploy import TEMPLATE
+from gpu_runner_testing.aws_faults import AwsFaults
+from gpu_runner_testing.gpu_runner_stack import REGION, role_of, write_settings
+from gpu_runner_testing.iam_requests import record_calls
+from gpu_runner_testing.stack_deploy import TEMPLATE
 
 from gpu_runner import cli
 from gpu_runner.core.aws import Aws

@@ -1,4 +1,4 @@
-"""The real rendered user-data script, run by bash in the boot-script sandbox (tests/doubles/boot_sandbox.py, the
+"""The real rendered user-data script, run by bash in the boot-script sandbox (gpu_runner_testing/boot_sandbox.py, the
 one the e2e story's simulated instance uses too): PATH starts with recording stubs.
 
 Every command the script could use to touch the machine (`shutdown`, `docker`, `curl`, `aws`, `useradd`,
@@ -27,7 +27,7 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
-from doubles.boot_sandbox import (
+from gpu_runner_testing.boot_sandbox import (
     MACHINE_STUBS,
     RECORDING_STUBS,
     SCRIPTED_RUN_SH,

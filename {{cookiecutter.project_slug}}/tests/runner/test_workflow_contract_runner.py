@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from doubles.aws_constants import REGION
-from doubles.github_double import DEFAULT_TOKEN
+from gpu_runner_testing.aws_constants import REGION
+from gpu_runner_testing.github_double import DEFAULT_TOKEN
 
 from gpu_runner.cli import main
 from gpu_runner.core import workflow_contract as values

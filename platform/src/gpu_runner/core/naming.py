@@ -53,7 +53,7 @@ SLOT_MAX_DIGITS = 6
 # Concatenated, not an f-string: doubled braces would read as Jinja to the template's unrendered-text check.
 SLOT = re.compile("0|[1-9][0-9]{0," + str(SLOT_MAX_DIGITS - 1) + "}")
 # "Runner names can only be 64 characters in length" (a GitHub maintainer, actions/runner PR #1710, 2022-02-24;
-# the REST description of generate-jitconfig, tests/contracts/github-openapi.json, states no maxLength for the
+# the REST description of generate-jitconfig, gpu_runner_testing/github-openapi.json, states no maxLength for the
 # name or a label, only 1 to 100 labels).
 MAX_RUNNER_NAME = 64
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from doubles.aws_constants import REGION
-from doubles.aws_faults import AwsFaults
 from gpu_runner.core import quotas
+from gpu_runner_testing.aws_constants import REGION
+from gpu_runner_testing.aws_faults import AwsFaults
 
 QUOTA_NAMES = dict([quotas.ON_DEMAND_QUOTA, quotas.SPOT_QUOTA])
 

@@ -6,7 +6,7 @@ points at this proxy. It forwards every request to the moto server unchanged, ex
   exactly as a real AWS answer (throttling, capacity, quota);
 - or forward it, then SIGKILL the calling command and drop the connection: a crash right after the call
   succeeded on the AWS side (the created instance exists, the caller never learns its id).
-Every request no rule answers is held against AWS's documented limits that moto ignores (tests/doubles/aws_limits.py,
+Every request no rule answers is held against AWS's documented limits that moto ignores (gpu_runner_testing/aws_limits.py,
 the same rules as the unit tests' botocore hook): one that crosses a limit gets AWS's refusal, never moto's success.
 Hand-written because no offline proxy knows EC2 and SSM actions; it binds 127.0.0.1 only.
 """
@@ -24,10 +24,10 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from doubles import aws_limits
-from doubles.aws_faults import ec2_error, json_error
-from doubles.local_http import LocalHttpServer
-from doubles.ssm_sessions import SsmSessions
+from gpu_runner_testing import aws_limits
+from gpu_runner_testing.aws_faults import ec2_error, json_error
+from gpu_runner_testing.local_http import LocalHttpServer
+from gpu_runner_testing.ssm_sessions import SsmSessions
 
 # The JSON protocol's targets of the two Session Manager calls (botocore's ssm model: targetPrefix AmazonSSM).
 SESSION_TARGETS = ("AmazonSSM.StartSession", "AmazonSSM.TerminateSession")
@@ -98,7 +98,7 @@ class AwsFaultProxy(LocalHttpServer):
     calls: list[ProxyCall] = field(default_factory=list)
     killed: list[int] = field(default_factory=list)
     under: Path | None = None  # a rule's kill reaches only processes working inside it (the story's scratch)
-    # StartSession / TerminateSession, which moto lacks: answered from moto's state (doubles/ssm_sessions.py).
+    # StartSession / TerminateSession, which moto lacks: answered from moto's state (gpu_runner_testing/ssm_sessions.py).
     sessions: SsmSessions | None = None
 
     def __post_init__(self) -> None:

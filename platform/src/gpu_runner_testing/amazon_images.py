@@ -19,6 +19,6 @@ def first_amazon_image(ec2: Any) -> str:
     if not images:
         raise LookupError(
             f"moto answered DescribeImages with no {AMAZON_LINUX_2[0]['Values'][0]} image owned by amazon in "
-            f"{ec2.meta.region_name}: pick another name in tests/doubles/amazon_images.py"
+            f"{ec2.meta.region_name}: pick another name in gpu_runner_testing/amazon_images.py"
         )
     return min(image["ImageId"] for image in images)

@@ -17,7 +17,7 @@ images/ubuntu/Ubuntu2404-Readme.md: AWS CLI Session Manager Plugin 1.2.694.0).
 
 The document is read from SSM at the endpoint, as the agent reads it: its properties (type LocalPortForwarding,
 portNumber, localPortNumber, with the parameters resolved) decide both ends. Run as `python -m
-doubles.session_manager_plugin` through the shim `install(bin_dir)` writes.
+gpu_runner_testing.session_manager_plugin` through the shim `install(bin_dir)` writes.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any
 
 import boto3
 
-from doubles.ssm_sessions import document_content, resolved_properties
+from gpu_runner_testing.ssm_sessions import document_content, resolved_properties
 
 VERSION = "1.2.694.0"
 RESPONSE_ENV = "AWS_SSM_START_SESSION_RESPONSE"
@@ -45,14 +45,12 @@ ARGC = 7  # the program and its six arguments
 
 
 def install(bin_dir: Path) -> Path:
-    """A `session-manager-plugin` on bin_dir that runs this module with this interpreter and these doubles."""
+    """A `session-manager-plugin` on bin_dir that runs this module with this interpreter (whose environment has
+    the platform's testing package installed: no PYTHONPATH needed)."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     shim = bin_dir / "session-manager-plugin"
-    tests_dir = Path(__file__).resolve().parent.parent
-    keep = "${PYTHONPATH:+:$PYTHONPATH}"  # the caller's PYTHONPATH after ours, if it has one
     shim.write_text(
-        "#!/bin/sh\n"
-        f'PYTHONPATH="{tests_dir}{keep}" exec "{sys.executable}" -m doubles.session_manager_plugin "$@"\n',
+        f'#!/bin/sh\nexec "{sys.executable}" -m gpu_runner_testing.session_manager_plugin "$@"\n',
         encoding="utf-8",
     )
     shim.chmod(0o755)

@@ -1,7 +1,7 @@
-"""GitHub's REST description for the operations we use (tests/contracts/github-openapi.json), as checks.
+"""GitHub's REST description for the operations we use (github-openapi.json beside this module), as checks.
 
 The file is extracted from GitHub's official OpenAPI description (npm `@octokit/openapi`, version recorded in
-it) by scripts/extract_github_openapi.py. The GitHub double runs every request and every response through
+it) by `python -m gpu_runner_testing.extract_github_openapi`. The GitHub double runs every request and every response through
 `Contract`, so the double cannot answer what GitHub would not, and the client cannot send what GitHub would
 refuse, without a test failing.
 
@@ -22,7 +22,8 @@ from typing import Any
 from jsonschema.exceptions import ValidationError, best_match
 from openapi_schema_validator import OAS30Validator, oas30_format_checker
 
-CONTRACT_FILE = Path(__file__).resolve().parents[1] / "contracts" / "github-openapi.json"
+# Package data of the platform (the testing package ships it): the same file in a checkout and in a bake's venv.
+CONTRACT_FILE = Path(__file__).resolve().with_name("github-openapi.json")
 
 # Error statuses GitHub can answer on any endpoint although an operation's description does not list them:
 # 403/429 for a primary or secondary rate limit and 404 for a private resource the credential cannot see

@@ -26,7 +26,7 @@ from xml.sax.saxutils import escape
 import boto3
 from botocore.awsrequest import AWSResponse
 
-from doubles import aws_limits
+from gpu_runner_testing import aws_limits
 
 Predicate = Callable[[dict[str, str]], bool]
 

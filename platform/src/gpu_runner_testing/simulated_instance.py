@@ -26,9 +26,9 @@ from pathlib import Path
 
 import boto3
 
-from doubles import boot_sandbox
-from doubles.github_double import GitHubDouble, decode_jit_config
 from gpu_runner.core.naming import TAG_SLOT
+from gpu_runner_testing import boot_sandbox
+from gpu_runner_testing.github_double import GitHubDouble, decode_jit_config
 
 RUN_ID = "777"
 LIVE = ("pending", "running", "stopping", "stopped")

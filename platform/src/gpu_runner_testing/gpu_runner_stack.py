@@ -16,9 +16,12 @@ import pytest
 import yaml
 from botocore.exceptions import ClientError
 
-from doubles import live_instances, stack_deploy
-from doubles.github_double import DEFAULT_REPOSITORY, DEFAULT_TOKEN, GitHubDouble
-from doubles.iam_requests import (
+from gpu_runner import cli
+from gpu_runner.core.aws import Aws
+from gpu_runner.core.settings import load_settings
+from gpu_runner_testing import live_instances, stack_deploy
+from gpu_runner_testing.github_double import DEFAULT_REPOSITORY, DEFAULT_TOKEN, GitHubDouble
+from gpu_runner_testing.iam_requests import (
     SPOT_ROLE_ARN,
     Call,
     Request,
@@ -26,10 +29,7 @@ from doubles.iam_requests import (
     record_calls,
     requests_for,
 )
-from doubles.stack_deploy import OIDC_URL, TEMPLATE
-from gpu_runner import cli
-from gpu_runner.core.aws import Aws
-from gpu_runner.core.settings import load_settings
+from gpu_runner_testing.stack_deploy import OIDC_URL, TEMPLATE
 
 # A region of its own: reading AWS's public parameters makes moto list them beside ours in that region, which
 # the other runner tests (counting what is left under their prefix) must not see.

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from doubles.aws_constants import REGION
 from gpu_runner.core.aws import Aws
+from gpu_runner_testing.aws_constants import REGION
 
 
 def runner_security_group(aws: Aws, region: str = REGION) -> str:

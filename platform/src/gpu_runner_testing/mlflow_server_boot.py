@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from doubles import boot_sandbox
+from gpu_runner_testing import boot_sandbox
 
 VENV_STUB = """record python3.11 "$@"
 if [[ $1 == -m && $2 == venv ]]; then

@@ -1,5 +1,5 @@
 """`make batch-up` in the runner tests: the gpu-runner CLI in-process against the moto server, after the session's
-bootstrap stack (doubles.gpu_runner_stack), and what it deployed.
+bootstrap stack (gpu_runner_testing.gpu_runner_stack), and what it deployed.
 
 One adaptation for moto 5.2.5, whose CloudFormation registers every AWS::Batch::JobDefinition as type `container`
 and then requires ContainerProperties (moto/batch/models.py, JobDefinition.create_from_cloudformation_json hard-codes
@@ -18,13 +18,13 @@ import boto3
 import pytest
 import yaml
 
-from doubles.github_double import DEFAULT_REPOSITORY
-from doubles.gpu_runner_stack import REGION, CfnLoader
-from doubles.stack_deploy import delete_if_present, described, run_cli
 from gpu_runner import cli
 from gpu_runner.batch import TEMPLATE as BATCH_TEMPLATE
 from gpu_runner.batch import batch_stack
 from gpu_runner.core.aws import Aws
+from gpu_runner_testing.github_double import DEFAULT_REPOSITORY
+from gpu_runner_testing.gpu_runner_stack import REGION, CfnLoader
+from gpu_runner_testing.stack_deploy import delete_if_present, described, run_cli
 
 # A digest-pinned image of the account's registry (never pulled: moto runs no container).
 IMAGE = f"123456789012.dkr.ecr.{REGION}.amazonaws.com/ml-project:1.0@sha256:{'5' * 64}"

@@ -2,7 +2,7 @@
 rulesets, classic branch protection, whether GitHub Actions may approve pull requests), the `production`
 environment promote.yml runs in, and who may run a fork's pull request workflows.
 
-State and answers only, in the shapes of GitHub's REST description (tests/contracts/github-openapi.json):
+State and answers only, in the shapes of GitHub's REST description (github-openapi.json in this package):
 github_double.py serves them over HTTP, after authentication, the token's permission and the request's schema
 were checked, and checks every answer against the description again. What GitHub does that the description does
 not say is cited where it is encoded.

@@ -13,7 +13,7 @@ name 1-255 -> values; errors InvalidDocument, TargetNotConnected, InternalServer
 - every parameter is declared by the document and matches its allowedPattern / allowedValues. The service's
   answer to a bad parameter is not documented for StartSession; the common ValidationException (400, "Common
   Errors" of the Systems Manager API reference) stands for it.
-IAM is not checked here (moto checks none): the policy tests evaluate StartSession with tests/doubles/iam_requests.py.
+IAM is not checked here (moto checks none): the policy tests evaluate StartSession with gpu_runner_testing/iam_requests.py.
 
 The answer has StartSessionResponse's three members within botocore's limits (SessionId 1-96 characters,
 TokenValue at most 300); StreamUrl in the form of the API reference's example (wss://ssmmessages.<region>.amazonaws

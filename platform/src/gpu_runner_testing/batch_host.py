@@ -278,14 +278,13 @@ class LocalDockerClient:
 
 def install() -> None:
     """Every moto model that asks for Docker (DockerModel.docker_client) gets the local host instead, and SubmitJob
-    is held to the limits AWS documents and moto ignores (doubles/aws_limits.py: the 30 KiB job payload)."""
+    is held to the limits AWS documents and moto ignores (gpu_runner_testing/aws_limits.py: the 30 KiB job payload)."""
     from moto.batch.exceptions import ClientException
     from moto.batch.models import Job
     from moto.batch.responses import BatchResponse
     from moto.utilities import docker_utilities
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: `doubles` is beside it
-    from doubles import aws_limits
+    from gpu_runner_testing import aws_limits
 
     client = LocalDockerClient()
     docker_utilities.DockerModel.docker_client = property(lambda _self: client)  # type: ignore[assignment]

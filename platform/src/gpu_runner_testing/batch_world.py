@@ -1,4 +1,4 @@
-"""The queues and job definitions the Batch tests submit to, created on the batch host (doubles/batch_host.py) as
+"""The queues and job definitions the Batch tests submit to, created on the batch host (gpu_runner_testing/batch_host.py) as
 `gpu-runner batch up`'s stack would: `gpu` on Spot (g5.xlarge, g4dn.xlarge), `gpu-mnp` on-demand (the g5
 family); a container definition `train` and a 2-node definition `train-mnp`. Once per session (conftest's
 `batch_world`): IAM names are account-wide, so a second creation would collide."""

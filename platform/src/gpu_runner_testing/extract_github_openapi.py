@@ -2,12 +2,12 @@
 
 The description is GitHub's own (github/rest-api-description), published on the npm registry as
 `@octokit/openapi`; this reads its dereferenced api.github.com variant, keeps only OPERATIONS, drops the prose
-(descriptions, examples) and writes tests/contracts/github-openapi.json, which the GitHub double validates every
+(descriptions, examples) and writes github-openapi.json beside this module, which the GitHub double validates every
 request and response against. The committed file is what the tests use (offline); rerun this after changing
 OPERATIONS or the pinned package version:
 
     npm install --prefix /tmp/octokit @octokit/openapi@<version>
-    python scripts/extract_github_openapi.py --package /tmp/octokit/node_modules/@octokit/openapi
+    python -m gpu_runner_testing.extract_github_openapi --package /tmp/octokit/node_modules/@octokit/openapi
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ from typing import Any
 PACKAGE = "@octokit/openapi"
 DESCRIPTION = "generated/api.github.com.deref.json"
 ENV_PACKAGE_DIR = "OCTOKIT_OPENAPI_DIR"
-PROJECT = Path(__file__).resolve().parents[1]
-OUTPUT = PROJECT / "tests" / "contracts" / "github-openapi.json"
+OUTPUT = Path(__file__).resolve().with_name("github-openapi.json")
 
 # Every GitHub REST operation the runner client sends or the test double serves, by operationId. Add one here
 # (then rerun this script) before the client uses it or the double serves it: the double refuses a route that
@@ -76,8 +75,8 @@ _SCHEMA_MAPS = frozenset({"properties", "patternProperties"})
 
 
 def package_dir(explicit: str | None = None) -> Path | None:
-    """The installed package: --package, $OCTOKIT_OPENAPI_DIR, or node_modules in the project; None if absent."""
-    candidates = [explicit, os.environ.get(ENV_PACKAGE_DIR), PROJECT / "node_modules" / PACKAGE]
+    """The installed package: --package, $OCTOKIT_OPENAPI_DIR, or node_modules in the current directory; None if absent."""
+    candidates = [explicit, os.environ.get(ENV_PACKAGE_DIR), Path.cwd() / "node_modules" / PACKAGE]
     for candidate in candidates:
         if candidate and (Path(candidate) / DESCRIPTION).is_file():
             return Path(candidate)
@@ -153,7 +152,7 @@ def extract(package: Path) -> dict[str, Any]:
             "file": DESCRIPTION,
             "openapi": description["openapi"],
             "api_version": description["info"]["version"],
-            "extracted_by": "scripts/extract_github_openapi.py",
+            "extracted_by": "python -m gpu_runner_testing.extract_github_openapi",
         },
         # For an error status an operation does not list (GitHub's generic 401/403/404/5xx answers): the
         # description's `basic-error` schema, read where the dereferenced file inlines it (a documented 404).

@@ -11,7 +11,7 @@ stored) and follow GitHub's claim rules before an installation token is issued, 
 permission GitHub asks of the token presented.
 
 Every request and every response is checked against GitHub's REST description (tests/contracts/
-github-openapi.json, extracted from npm `@octokit/openapi` by scripts/extract_github_openapi.py; see
+github-openapi.json, extracted from npm `@octokit/openapi` by extract_github_openapi.py; see
 github_contract.py): a request the description refuses is answered 422 as GitHub does, a response it does not
 allow becomes a 500, and both are recorded as violations that `stop()` raises unless a test took them with
 `take_violations()`. A route outside the description is never served.
@@ -48,9 +48,9 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from doubles.github_contract import Contract, ContractViolation, Operation, default_contract
-from doubles.github_settings import NotFound, RepositorySettings
-from doubles.jit_config_double import encoded_jit_config
+from gpu_runner_testing.github_contract import Contract, ContractViolation, Operation, default_contract
+from gpu_runner_testing.github_settings import NotFound, RepositorySettings
+from gpu_runner_testing.jit_config_double import encoded_jit_config
 
 DEFAULT_REPOSITORY = "octo-org/octo-repo"
 # Fake fine-grained PATs, each with the repository permissions GitHub would have granted it.
@@ -279,7 +279,7 @@ class GitHubDouble:
         """`tokens` maps a token to its repository permissions ({"administration": "write", ...}; a plain
         "write"/"read" is the Administration permission alone); the App is installed on `app_repositories`
         (default: all) with `app_permissions` (default: administration write). `contract` is GitHub's REST
-        description for our operations (default: tests/contracts/github-openapi.json)."""
+        description for our operations (default: github-openapi.json in this package)."""
         self._lock = threading.RLock()
         self.repositories = {r.lower(): r for r in repositories}
         self.tokens: dict[str, str | dict[str, str]] = dict(tokens or DEFAULT_TOKENS)
@@ -571,7 +571,7 @@ class GitHubDouble:
                 default = {"message": _REASONS.get(fault.status, "Error"), "documentation_url": DOCS}
                 return fault.status, fault.headers, fault.body if fault.body is not None else default
         # A route outside the description still reaches the handlers (so a route added to the double without
-        # its operation in scripts/extract_github_openapi.py is caught by handle(), not hidden behind a 404).
+        # its operation in extract_github_openapi.py is caught by handle(), not hidden behind a 404).
         if path.startswith("/app/") or re.fullmatch(r"/repos/[^/]+/[^/]+/installation", path):
             self._verify_jwt(scheme, credential)
             if op is not None:
@@ -1023,7 +1023,7 @@ class GitHubDouble:
         name, labels, group = body["name"], body["labels"], body["runner_group_id"]
         if not name:
             raise _HttpError(422, "Invalid request.\n\nname can't be blank.")
-        # GitHub's description states no maxLength for the name (tests/contracts/github-openapi.json); a GitHub
+        # GitHub's description states no maxLength for the name (gpu_runner_testing/github-openapi.json); a GitHub
         # maintainer: "Runner names can only be 64 characters in length" (actions/runner PR #1710). Wording ours.
         if len(name) > RUNNER_NAME_MAX:
             raise _HttpError(

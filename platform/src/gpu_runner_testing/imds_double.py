@@ -18,7 +18,7 @@ import secrets
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 
-from doubles.local_http import LocalHttpServer
+from gpu_runner_testing.local_http import LocalHttpServer
 
 INSTANCE_ACTION = "/latest/meta-data/spot/instance-action"
 REBALANCE = "/latest/meta-data/events/recommendations/rebalance"

@@ -1,8 +1,8 @@
 """AWS's documented request limits that moto does not enforce, as one rule set for both test doubles.
 
 `check(action, body)` looks at the raw HTTP body of one request (EC2's query string or SSM's JSON) and answers the
-refusal AWS would send, or None. Used by the botocore `before-send` hook (tests/doubles/aws_faults.py, the runner
-unit tests) and the fault proxy in front of moto (tests/doubles/aws_fault_proxy.py, the act story), so a request the code sends
+refusal AWS would send, or None. Used by the botocore `before-send` hook (gpu_runner_testing/aws_faults.py, the runner
+unit tests) and the fault proxy in front of moto (gpu_runner_testing/aws_fault_proxy.py, the act story), so a request the code sends
 later that crosses a limit fails a test in both places. The numbers are written here from the sources, never
 imported from the code under test, so the code cannot agree with its own double by construction.
 
