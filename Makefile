@@ -10,7 +10,7 @@ DEMO_DIR := $(BUILD)/demo
 PYTEST_ARGS ?=
 RELOCK_ARGS ?=
 
-.PHONY: help uv install test test-e2e test-matrix lint format relock demo bench clean
+.PHONY: help uv install test test-template-quick test-platform test-e2e test-matrix lint format relock demo bench clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -21,8 +21,20 @@ uv: ## Install uv with pip when it is not on PATH
 install: uv ## Create .venv with the template's test tools (from uv.lock)
 	$(UV) sync --locked
 
-test: install ## Run the template test suite (bakes, lints, and runs baked projects' own tests)
-	$(UV) run --locked pytest -m "not matrix and not e2e" $(PYTEST_ARGS)
+# The template's tests that install nothing (one process, about 3 minutes) beside the platform's suite (2 workers),
+# each target's output printed whole when it ends (-O); then the two baked projects' installs and suites, which
+# use both cores alone. On 2 cores the first two together take about as long as the platform's suite alone.
+test: install ## Run the template test suite (bakes, lints, baked projects' own tests) and the platform's
+	$(MAKE) --no-print-directory -j2 -O test-template-quick test-platform UV="$(UV)"
+	$(UV) run --locked pytest -m "generated and not matrix and not e2e" $(PYTEST_ARGS)
+
+test-template-quick: install ## The template's tests that install no baked project (bakes, hooks, lints, workflows)
+	$(UV) run --locked pytest -m "not generated and not matrix and not e2e" $(PYTEST_ARGS)
+
+# Its own environment (platform/uv.lock, at the versions a generated project locks), both tiers, 2 workers (each
+# starts its own moto and MLflow servers; --dist loadfile keeps a module's session fixtures in one process).
+test-platform: uv ## Run the platform's own tests (platform/tests: its doubles, stacks, runner lifecycle)
+	$(UV) run --project platform --locked pytest -n 2 --dist loadfile platform/tests $(PYTEST_ARGS)
 
 test-e2e: install ## Bake the defaults and run their `make e2e`: every offline story and the fault table (~17 min)
 	$(UV) run --locked pytest -m e2e -s $(PYTEST_ARGS)

@@ -150,7 +150,8 @@ def test_a_threat_row_naming_a_gone_test_is_found(tmp_path: Path) -> None:
         "| a | `tests/runner/test_a.py::test_kept`, `::test_taken_*`, `test_a.py` (matrix), `None` |\n"
         "| b | `test_kept[a case ...]`, `tests/runner/test_a.py -k 15`, template `test_only_in_the_template` |\n"
         "| c | `tests/runner/test_a.py::test_moved_here`, `::test_gone`, `tests/test_gone.py`, `test_renamed` |\n"
-        "| d | template `tests/test_workflows.py::test_moved_here` |\n",
+        "| d | template `tests/test_workflows.py::test_moved_here` |\n"
+        "| e | `tests/runner/test_a.py::test_kept`, template `platform/tests/test_x.py::test_y`, `::test_z` |\n",
         encoding="utf-8",
     )
     assert missing_test_references(page, tmp_path) == [
@@ -159,6 +160,7 @@ def test_a_threat_row_naming_a_gone_test_is_found(tmp_path: Path) -> None:
         "tests/test_gone.py: no such file",
         "test_renamed: no such test in tests/",
         "template test_moved_here: this project has it now (drop 'template', name its file)",
+        "::test_z after a template reference: write it in full, template `<file>::test_z`",
     ]
 
 
@@ -296,10 +298,15 @@ def names_a_test(wanted: str, defined: set[str]) -> bool:
     return name in defined
 
 
+# `source` after a template reference: a file of the template repository, not of this project.
+TEMPLATE_FILE = Path("<template>")
+
+
 def missing_test_references(page: Path, project: Path) -> list[str]:
     """What the "test" column (the last) of a threat table names that this project does not hold: a file, a test in
     that file (`path::test`, or `::test` after a path in the same cell), or a bare test name anywhere in tests/.
-    A name marked `template` must not be in this project (when it moves here, the row should say where)."""
+    A name marked `template` must not be in this project (when it moves here, the row should say where); the
+    template's own tests check that it exists there (tests/test_template_references.py)."""
     everywhere = set().union(*(defined_tests(f) for f in (project / "tests").rglob("*.py")))
     missing = []
     for cell in last_cells(page.read_text(encoding="utf-8")):
@@ -307,6 +314,8 @@ def missing_test_references(page: Path, project: Path) -> list[str]:
         for template, span in re.findall(r"(template )?`([^`]+)`", cell):
             path, _, name = span.split()[0].partition("::")
             if template:
+                # A `::test` after it would name a test of the template's file, which nothing here can check.
+                source = TEMPLATE_FILE
                 if names_a_test(name or path, everywhere):
                     missing.append(
                         f"template {name or path}: this project has it now (drop 'template', name its file)"
@@ -319,6 +328,10 @@ def missing_test_references(page: Path, project: Path) -> list[str]:
                 source = found
                 if name and not names_a_test(name, defined_tests(found)):
                     missing.append(f"{path}::{name}: no such test in that file")
+            elif not path and name and source is TEMPLATE_FILE:
+                missing.append(
+                    f"::{name} after a template reference: write it in full, template `<file>::{name}`"
+                )
             elif not path and name and source is not None:
                 if not names_a_test(name, defined_tests(source)):
                     missing.append(

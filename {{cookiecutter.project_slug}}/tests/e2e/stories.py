@@ -595,7 +595,7 @@ SCENARIOS = [
              shutdown_broken=True, gpu_runner={"reap_grace_minutes": 1}, reaper=True),
     # The train job's runner is gone by then (GitHub removes a just-in-time runner after its job): teardown's
     # GitHub calls are the list of the repository's runners and the claimed id's GET (a DELETE only while a
-    # runner of this run is still registered: tests/runner/test_lifecycle.py retries those).
+    # runner of this run is still registered: platform/tests/runner/test_lifecycle.py retries those).
     Scenario(6, "GitHub API 5xx during teardown (retried)", "teardown retries and succeeds",
              github_faults=[("GET", r"/actions/runners$", 502, 2)]),
     Scenario(7, "AWS throttling during launch and teardown", "botocore retries; all succeed",

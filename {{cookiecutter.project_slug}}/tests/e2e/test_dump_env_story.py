@@ -10,7 +10,7 @@ GITHUB_TOKEN and the MLflow repository secrets (the control that the dump worked
 
 What this story cannot show offline: that the branch's own job cannot assume the launch role (act has no OIDC
 token; the trust policy's `sub` table in tests/runner/test_role_trust.py proves it), and that the instance role cannot
-decrypt the credential (moto enforces no IAM; tests/runner/test_key_policies.py proves it). The dump
+decrypt the credential (moto enforces no IAM; platform/tests/runner/test_key_policies.py proves it). The dump
 leaves out the harness's DOUBLE_* variables: act hands its `--env` to every job, and they are the test's
 stand-ins for GitHub's OIDC exchange, which a real branch job does not have.
 """

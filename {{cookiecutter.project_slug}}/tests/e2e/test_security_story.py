@@ -163,7 +163,7 @@ def test_no_credential_reaches_any_log_output_or_artifact(
         p["Name"] for page in ssm.get_paginator("describe_parameters").paginate() for p in page["Parameters"]
     ]
     # The one place the GitHub credential is meant to be (issue 13 item 2: a SecureString under the stack's key,
-    # decrypted only by the launch and reaper roles, tests/runner/test_key_policies.py); every other parameter is scanned.
+    # decrypted only by the launch and reaper roles, platform/tests/runner/test_key_policies.py); every other parameter is scanned.
     credential = stack.settings["ssm_prefix"].rstrip("/") + "-github-credential"
     assert credential in names
     for name in (n for n in names if n != credential):

@@ -10,7 +10,7 @@ registers every definition from CloudFormation as `container`: gpu_runner_testin
 container), resource tags on queues, and the retry strategy's enforcement (moto runs no job here). moto also
 requires a ServiceRole where AWS takes its service-linked role: the tests pass one, the template's default is
 asserted. The allowed values come from botocore's batch model, not from moto. The instance role's user-data firewall
-runs for real in tests/runner/test_batch_imds.py."""
+runs for real in platform/tests/runner/test_batch_imds.py."""
 
 from __future__ import annotations
 
