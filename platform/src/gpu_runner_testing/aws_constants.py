@@ -1,4 +1,4 @@
-"""Where the runner tests' AWS world lives (shared by fixtures and tests; conftest modules are not importable)."""
+"""Where the runner tests' AWS world lives (shared by fixtures and tests)."""
 
 REGION = "us-east-1"
 OTHER_REGION = "eu-west-1"

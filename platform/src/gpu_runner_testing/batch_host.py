@@ -8,7 +8,7 @@ stderr=, timestamps=True, since=)` (bytes, one "<RFC 3339 time> <line>" a line),
 `.kill()` and `.remove()`. This double answers exactly that with a subprocess: the container's command as an argv
 list (never a shell string), in a temporary directory, with the job's environment and no image at all.
 
-`python batch_host.py --port N` installs it and starts moto's server on 127.0.0.1 (tests/runner/conftest.py,
+`python -m gpu_runner_testing.batch_host --port N` installs it and starts moto's server on 127.0.0.1 (pytest_plugin.py,
 `batch_endpoint`). What moto does not do, and so nothing here shows:
 - logs reach CloudWatch only when a container has ended (Job.run collects them after the wait), so a "live"
   stream is the whole output at once;

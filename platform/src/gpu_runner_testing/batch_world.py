@@ -1,6 +1,6 @@
 """The queues and job definitions the Batch tests submit to, created on the batch host (gpu_runner_testing/batch_host.py) as
 `gpu-runner batch up`'s stack would: `gpu` on Spot (g5.xlarge, g4dn.xlarge), `gpu-mnp` on-demand (the g5
-family); a container definition `train` and a 2-node definition `train-mnp`. Once per session (conftest's
+family); a container definition `train` and a 2-node definition `train-mnp`. Once per session (pytest_plugin's
 `batch_world`): IAM names are account-wide, so a second creation would collide."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The stack the infra tests deploy: gpu_runner/setup/gpu-runner.yaml read with CloudFormation's short tags, the stack
-`gpu-runner bootstrap` deploys to the moto server (session-scoped fixtures, registered by tests/runner/conftest.py),
+`gpu-runner bootstrap` deploys to the moto server (session-scoped fixtures, registered by runner_fixtures.py),
 its roles' policies, and the authorizations of the AWS calls a command made (moved from test_stack.py)."""
 
 from __future__ import annotations
