@@ -44,6 +44,9 @@ PLATFORM_DIR = "platform"
 # and the three places uv.lock records it (scripts/relock.py writes them back after locking).
 PLATFORM_TOKENS = {"repository": "__platform_repository__", "commit": "__platform_commit__"}
 PINNED_FILES = ("pyproject.toml", "uv.lock")
+# And the workflows that call the platform's composite actions (and, later, its reusable workflows) as
+# `<owner>/<name>/.github/...@<commit>`: filled with the same pin, so the lock and the calls name one commit.
+PINNED_GITHUB_GLOBS = (".github/workflows/*.yml", ".github/actions/*/action.yml", ".github/dependabot.yml")
 # A GitHub remote as git names it: https://github.com/o/r(.git), ssh://git@github.com/o/r(.git) or
 # git@github.com:o/r(.git). Owners: letters, digits and single inner hyphens, at most 39 (GitHub's sign-up
 # validation, as collected in github.com/dead-claudia/github-limits; pre_gen_project.py's GITHUB_OWNER). Names:
@@ -226,13 +229,15 @@ def cruft_pin(answers: dict[str, object]) -> tuple[dict[str, str] | None, str]:
 
 
 def write_platform_pin(root: Path, pin: dict[str, str]) -> None:
-    """Fill the placeholders of PINNED_FILES with the pin: the lock then holds exactly what uv writes for that
-    source (the lock's own record of a git source is its URL with `rev` and `#<commit>`)."""
+    """Fill the placeholders of PINNED_FILES and of the GitHub files that name them with the pin: the lock then
+    holds exactly what uv writes for that source (the lock's own record of a git source is its URL with `rev`
+    and `#<commit>`), and every `uses:` of the platform names the same commit."""
     for name in PINNED_FILES:
-        path = root / name
-        text = path.read_text(encoding="utf-8")
-        if PLATFORM_TOKENS["commit"] not in text:
+        if PLATFORM_TOKENS["commit"] not in (root / name).read_text(encoding="utf-8"):
             raise FileNotFoundError(f"{name} has no platform pin to fill ({PLATFORM_TOKENS['commit']})")
+    github = {path for glob in PINNED_GITHUB_GLOBS for path in root.glob(glob)}
+    for path in [*(root / name for name in PINNED_FILES), *sorted(github)]:
+        text = path.read_text(encoding="utf-8")
         for key, token in PLATFORM_TOKENS.items():
             text = text.replace(token, pin[key])
         path.write_text(text, encoding="utf-8")

@@ -33,6 +33,7 @@ from conftest import (
     write_config,
 )
 from cookiecutter.main import cookiecutter
+from workflow_files import platform_call_problems
 
 CONFIG = template_config()
 # Choice questions (lists) and yes/no questions (JSON booleans), read from cookiecutter.json.
@@ -43,6 +44,8 @@ FLAGS: list[str] = [key for key, value in CONFIG.items() if isinstance(value, bo
 
 # Jinja left in the output. `${{ ... }}` (GitHub Actions) and `${#var}` (bash) are legitimate.
 UNRENDERED = re.compile(r"(?<!\$)\{[{%#]")
+# The post-generation hook's placeholders for the platform pin (hooks/post_gen_project.py PLATFORM_TOKENS).
+UNFILLED_PIN = re.compile(r"__platform_(?:repository|commit)__")
 
 
 def matrix() -> list[Any]:
@@ -85,6 +88,10 @@ def check_bake(result: Any) -> tuple[Path, dict[str, Any]]:
     assert root.name == answers["project_slug"]
 
     assert unrendered_spots(root) == []
+    assert [
+        f"{path}: unfilled pin" for path, text in text_files(root).items() if UNFILLED_PIN.search(text)
+    ] == []
+    assert platform_call_problems(root, f"{answers['github_owner']}/{answers['github_repo']}") == []
 
     files = structured_files(root)
     assert any(path.name == "pyproject.toml" for path in files)

@@ -199,6 +199,16 @@ def tree(root: Path) -> dict[str, bytes]:
     return files
 
 
+def platform_callers(project: Path, commit: str) -> set[str]:
+    """The project's GitHub files that call the platform at `commit` (its composite actions, pinned by the
+    hook with the lock): they differ between bakes of two commits by that pin alone."""
+    return {
+        path.relative_to(project).as_posix()
+        for path in (project / ".github").rglob("*.yml")
+        if f"@{commit}" in path.read_text(encoding="utf-8")
+    }
+
+
 def differing(first: dict[str, bytes], second: dict[str, bytes]) -> set[str]:
     return {key.rsplit(" ", 1)[0] for key in first.keys() ^ second.keys()} | {
         key.rsplit(" ", 1)[0] for key in first.keys() & second.keys() if first[key] != second[key]
@@ -370,8 +380,13 @@ def test_a_template_that_is_no_git_checkout_is_not_baked(tmp_path: Path, config:
 
 
 # ------------------------------------------------------------------------------------------------ updating
-def test_the_older_bake_differs_in_exactly_the_scripted_files(older_bake: Path, fresh_bake: Path) -> None:
-    assert differing(tree(older_bake), tree(fresh_bake)) == CHANGED
+def test_the_older_bake_differs_in_exactly_the_scripted_files(
+    older_bake: Path, fresh_bake: Path, template: TemplateRepo
+) -> None:
+    callers = platform_callers(fresh_bake, template.current)
+    assert ".github/workflows/ci.yml" in callers
+    assert platform_callers(older_bake, template.older) == callers
+    assert differing(tree(older_bake), tree(fresh_bake)) == CHANGED | callers
 
 
 def test_update_brings_an_older_bake_to_a_fresh_bake_of_the_current_commit(
@@ -421,7 +436,11 @@ def test_platform_update_moves_an_older_bakes_pin_to_the_current_commit(
     assert newest_release(current).strip().splitlines()[0] in proc.stdout  # the release's heading
     assert "Then run, in this order:\n  make bootstrap\n" in proc.stdout
     status = git(older_bake, "status", "--porcelain", "--untracked-files=all")
-    assert sorted(line.split()[-1] for line in status.splitlines()) == ["pyproject.toml", "uv.lock"], status
+    callers = platform_callers(fresh_bake, template.current)
+    moved = {line.split()[-1] for line in status.splitlines()}
+    assert moved == {"pyproject.toml", "uv.lock", *callers}, status
+    for name in sorted(callers):  # the workflows call the platform where a fresh bake of that commit does
+        assert (older_bake / name).read_bytes() == (fresh_bake / name).read_bytes(), name
     for name in ("pyproject.toml", "uv.lock"):  # the pin reads as a fresh bake's of the current commit
         pins = [
             {

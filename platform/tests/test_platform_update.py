@@ -279,3 +279,26 @@ def test_a_pin_written_twice_is_refused_and_the_file_kept(tmp_path: Path) -> Non
     with pytest.raises(RunnerError, match=r"exactly once .* found it 2 times; set the rev by hand"):
         project_pin.write_pin(tmp_path, project_pin.read_pin(tmp_path), "b" * 40)
     assert (tmp_path / "pyproject.toml").read_text(encoding="utf-8") == text
+
+
+# ------------------------------------------------------------------------------- the pinned platform's tree
+def test_the_tree_is_the_pinned_commits_files_fetched_once(
+    platform_repo: dict[str, str], tmp_path: Path
+) -> None:
+    """gpu_runner_testing.platform_tree: what a project's tests read the platform's actions from, and what its act
+    stories serve as `<owner>/<template>@<commit>`. The commit's files, not the newest ones; kept by commit."""
+    from gpu_runner_testing.platform_tree import tree_at
+
+    cache = tmp_path / "cache"
+    old = tree_at(Pin(REPOSITORY, platform_repo["old"], "platform"), cache)
+    assert old == cache / "platform" / platform_repo["old"]
+    assert 'version = "0.2.0"' in (old / "platform" / "pyproject.toml").read_text(encoding="utf-8")
+    assert not (old / ".git").exists()
+    main = tree_at(Pin(REPOSITORY, platform_repo["main"], "platform"), cache)
+    assert 'version = "0.3.0"' in (main / "platform" / "pyproject.toml").read_text(encoding="utf-8")
+    # Kept: a second call fetches nothing (the served repository is gone, and the tree is still found).
+    (tmp_path / "template").rename(tmp_path / "gone")
+    assert tree_at(Pin(REPOSITORY, platform_repo["old"], "platform"), cache) == old
+    with pytest.raises(RunnerError, match="git fetch"):
+        tree_at(Pin(REPOSITORY, "f" * 40, "platform"), cache)
+    assert not (cache / "platform" / ("f" * 40)).exists()  # a failed fetch leaves no tree to be found later

@@ -27,15 +27,22 @@ from typing import Any
 
 import pytest
 import yaml
+from gpu_runner_testing.platform_tree import platform_tree
 
 import gpu_runner.core.workflow_contract as runner_contract
+from gpu_runner.pin.project_pin import read_pin
 from {{ cookiecutter.package_name }} import workflow_contract as training_contract
 
 PROJECT = Path(__file__).resolve().parents[1]
 CONTRACTS_FILE = PROJECT / "tests" / "contracts" / "actions.json"
 DOUBLES = PROJECT / "tests" / "e2e" / "actions"
 WORKFLOWS = sorted((PROJECT / ".github" / "workflows").glob("*.yml"))
+# The project's own composite actions (none in a bake: an action a team adds). The platform's are called pinned,
+# and their own steps are checked where they live, the template repository (tests/test_platform_actions.py).
 COMPOSITES = sorted((PROJECT / ".github" / "actions").glob("*/action.yml"))
+# A call of the platform's composite action: `<owner>/<template>/.github/actions/<name>@<commit>`, resolved against
+# the action.yml of the pinned platform's tree (gpu_runner_testing.platform_tree).
+PLATFORM_ACTION = re.compile(r"^(?P<repo>[\w.-]+/[\w.-]+)/\.github/actions/(?P<name>[\w.-]+)@(?P<ref>\S+)$")
 REMOTE = re.compile(r"^(?P<repo>[\w.-]+/[\w.-]+)@(?P<ref>[^@\s]+)$")
 # A job calling a reusable workflow of this repository (train.yml's start and stop, at the default branch).
 THIS_REPOSITORY = "{{ cookiecutter.github_owner }}/{{ cookiecutter.github_repo }}"
@@ -126,7 +133,6 @@ def test_every_uses_respects_the_action_contract(path: Path) -> None:
 
 def test_every_workflow_and_composite_action_is_checked() -> None:
     assert {p.name for p in WORKFLOWS} >= {"ci.yml", "train.yml", "reap.yml"}
-    assert COMPOSITES, "no .github/actions/*/action.yml found"
     assert remote_uses(), "no remote action found: the check would have nothing to check"
 
 
@@ -191,6 +197,20 @@ def test_a_planted_unknown_input_fails(tmp_path: Path) -> None:
     assert any("unknown input 'role-session-nam' (did you mean 'role-session-name'?)" in p for p in found), (
         found
     )
+
+
+def test_a_planted_unknown_input_of_a_platform_action_fails(tmp_path: Path) -> None:
+    """The platform's setup action is resolved against its action.yml at the project's pin: a misspelt input
+    fails here, and so does a call of the platform at another commit."""
+    copy = planted(tmp_path, START, "install: runner", "instal: runner")
+    found = problems(copy)
+    assert any("unknown input 'instal' (did you mean 'install'?)" in p for p in found), found
+    pin = read_pin(PROJECT)
+    copy = planted(
+        tmp_path, START, f"/.github/actions/setup@{pin.commit}", f"/.github/actions/setup@{'1' * 40}"
+    )
+    found = problems(copy)
+    assert any(f"is not the pinned platform {pin.repository}@{pin.commit}" in p for p in found), found
 
 
 def test_a_planted_missing_required_input_fails(tmp_path: Path) -> None:
@@ -282,6 +302,13 @@ def resolve(uses: str, root: Path) -> tuple[Contract | None, str]:
     if uses.startswith("./"):
         path = root / uses / "action.yml"
         return (local_contract(path), "") if path.is_file() else (None, f"no {uses}/action.yml")
+    if platform := PLATFORM_ACTION.match(uses):
+        pin = read_pin(PROJECT)
+        if (platform["repo"], platform["ref"]) != (pin.repository, pin.commit):
+            return None, f"`{uses}` is not the pinned platform {pin.repository}@{pin.commit}"
+        actions = platform_tree(PROJECT, PROJECT / ".e2e-cache") / ".github" / "actions"
+        path = actions / platform["name"] / "action.yml"
+        return (local_contract(path), "") if path.is_file() else (None, f"the pinned platform has no {uses}")
     match = REMOTE.match(uses)
     if not match:
         return None, f"`{uses}` is neither a local action nor owner/repo@sha (docker:// is not used here)"
@@ -453,7 +480,7 @@ def run_output_problems(path: Path) -> list[str]:
 
 
 def planted(tmp_path: Path, source: Path, old: str, new: str) -> Path:
-    """A copy of a real workflow with one edit (`./.github/actions/...` still resolve against PROJECT)."""
+    """A copy of a real workflow with one edit (its calls still resolve against PROJECT and its pin)."""
     text = source.read_text(encoding="utf-8")
     assert old in text, f"{source.name} no longer contains {old!r}: update the planted mismatch"
     copy = tmp_path / f"planted-{source.name}"

@@ -1,7 +1,7 @@
 """The three places the project runs name one stack: the dev container, CI and the GPU job. Python, uv and
-TensorFlow come from uv.lock and the setup action; this test reads each file and holds them to the lock, so a
-change in one place that the others do not follow fails here, not on a paid GPU. (At run time the GPU preflight
-checks the same against the lock: tests/test_env_check.py.)"""
+TensorFlow come from uv.lock and the platform's setup action (at the project's pin); this test reads each file
+and holds them to the lock, so a change in one place that the others do not follow fails here, not on a paid GPU.
+(At run time the GPU preflight checks the same against the lock: tests/test_env_check.py.)"""
 
 from __future__ import annotations
 
@@ -10,12 +10,17 @@ import re
 from pathlib import Path
 
 import yaml
+from gpu_runner_testing.platform_tree import platform_tree
 
 from {{ cookiecutter.package_name }} import env_check
 
 PROJECT = Path(__file__).resolve().parent.parent
 WORKFLOWS = PROJECT / ".github" / "workflows"
-SETUP = yaml.safe_load((PROJECT / ".github" / "actions" / "setup" / "action.yml").read_text())
+# The platform's setup action at the project's pin (gpu_runner_testing.platform_tree): what CI and the GPU job run.
+PLATFORM_ACTIONS = platform_tree(PROJECT, PROJECT / ".e2e-cache") / ".github" / "actions"
+SETUP = yaml.safe_load((PLATFORM_ACTIONS / "setup" / "action.yml").read_text())
+# The workflows call it as <owner>/<template>/.github/actions/setup@<commit> (the pin: tests/workflows).
+SETUP_CALL = re.compile(r"[\w.-]+/[\w.-]+/\.github/actions/setup@[0-9a-f]{40}")
 REQUIRES_PYTHON, LOCKED = env_check.locked_versions(PROJECT / "uv.lock")
 TF_MINOR = {env_check.minor(v) for name in env_check.TENSORFLOW for v in LOCKED[name]}
 POST_CREATE = (PROJECT / ".devcontainer" / "post-create.sh").read_text()
@@ -26,9 +31,7 @@ def _steps(workflow: str, job: str) -> list[dict]:
 
 
 def _setup(workflow: str, job: str) -> dict:
-    (step,) = [
-        s for s in _steps(workflow, job) if str(s.get("uses", "")).startswith("./.github/actions/setup")
-    ]
+    (step,) = [s for s in _steps(workflow, job) if SETUP_CALL.fullmatch(str(s.get("uses", "")))]
     return step.get("with", {})
 
 

@@ -49,7 +49,7 @@ def test_the_locked_cuda_wheels_are_the_ones_tensorflow_215_is_built_for() -> No
 def test_the_train_job_installs_the_locked_gpu_extra_or_a_digest_pinned_image() -> None:
     train = yaml.safe_load((PROJECT / ".github" / "workflows" / "train.yml").read_text(encoding="utf-8"))
     job = train["jobs"]["train"]
-    setup = next(s for s in job["steps"] if s.get("uses") == "./.github/actions/setup")
+    setup = next(s for s in job["steps"] if "/.github/actions/setup@" in s.get("uses", ""))
     assert setup["with"]["install"] == "gpu"
     container = job.get("container")
     image = (container or {}).get("image", "") if isinstance(container, dict) else (container or "")

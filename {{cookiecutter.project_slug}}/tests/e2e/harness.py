@@ -38,13 +38,16 @@ import yaml
 from gpu_runner_testing.aws_fault_proxy import AwsFaultProxy, Rule, kill_matching
 from gpu_runner_testing.github_double import DEFAULT_TOKEN, GitHubDouble
 from gpu_runner_testing.imds_double import ImdsDouble
+from gpu_runner_testing.platform_tree import platform_tree
 from gpu_runner_testing.simulated_instance import AWS_TEST_CREDENTIALS, LIVE, RUN_ID, Simulator
 
 from gpu_runner.core import naming
 from gpu_runner.core.workflow_contract import LABEL_NONCE
+from gpu_runner.pin.project_pin import read_pin
 
 HERE = Path(__file__).resolve().parent
 PROJECT = HERE.parent.parent
+PLATFORM_CACHE = PROJECT / ".e2e-cache"  # where the pinned platform's tree is kept (gitignored)
 
 __all__ = [
     "AWS_TEST_CREDENTIALS", "DEFAULT_TOKEN", "LIVE", "RUN_ID", "AwsFaultProxy", "GitHubDouble", "ImdsDouble", "Rule",
@@ -251,7 +254,7 @@ def prepare_repository(
 
 
 def action_doubles() -> list[str]:
-    """`--local-repository` for every SHA-pinned remote action of train.yml and the local setup action."""
+    """`--local-repository` for every SHA-pinned remote action of the workflows and of the platform's actions."""
     args = []
     names = (
         "train.yml",
@@ -265,13 +268,23 @@ def action_doubles() -> list[str]:
     )
     sources = [PROJECT / ".github" / "workflows" / n for n in names]
     sources = [src for src in sources if src.exists()]
-    sources.append(PROJECT / ".github" / "actions" / "setup" / "action.yml")
+    # The platform's actions run their own remote actions (setup-uv, configure-aws-credentials): doubled too.
+    sources += sorted((platform_tree(PROJECT, PLATFORM_CACHE) / ".github" / "actions").glob("*/action.yml"))
     for name, sha in sorted({m.groups() for src in sources for m in USES.finditer(src.read_text())}):
         double = HERE / "actions" / name.split("/")[1]
         if not (double / "action.yml").exists():
             raise AssertionError(f"no local double for {name} in {double}")
         args += ["--local-repository", f"{name}@{sha}={double}"]
     return args
+
+
+def platform_actions() -> list[str]:
+    """`--local-repository <owner>/<template>@<commit>=<tree>`: the workflows call the platform's composite actions
+    at the project's pin, and act serves a pinned repository from a directory (spike: act copies the whole
+    directory, as GitHub downloads the whole repository at that commit). The tree is that commit's files
+    (gpu_runner_testing.platform_tree), never the working copy of a checkout."""
+    pin = read_pin(PROJECT)
+    return ["--local-repository", f"{pin.repository}@{pin.commit}={platform_tree(PROJECT, PLATFORM_CACHE)}"]
 
 
 def default_branch() -> str:
@@ -462,6 +475,7 @@ def run_workflow(
     for key, value in (secrets or {}).items():
         cmd += ["--secret", f"{key}={value}"]
     cmd += action_doubles()
+    cmd += platform_actions()
     cmd += default_branch_workflows(repo)
     venv_bin = str(Path(sys.executable).parent)
     path = [p for p in os.environ["PATH"].split(os.pathsep) if p != venv_bin and "/shims" not in p]

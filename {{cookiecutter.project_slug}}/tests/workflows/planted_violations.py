@@ -21,7 +21,7 @@ jobs:
       - uses: actions/checkout@v4
       - uses: astral-sh/setup-uv@c18668ad3cf93ea998bef934396af7bb5c839dc7 # v9.9.9
       - uses: actions/cache@0123456789abcdef0123456789abcdef01234567 # v6.1.0
-      - uses: ./.github/actions/setup
+      - uses: ./.github/actions/bad
         with:
           bogus: "1"
       - run: echo "${{ github.head_ref }}"
@@ -35,7 +35,7 @@ jobs:
       - uses: aws-actions/configure-aws-credentials@e1253824e5c10ff9df46874f81ed3ec929e19cfd # v6.3.0
         with:
           aws-region: eu-west-1
-      - uses: ./.github/actions/setup
+      - uses: acme/mlops-template/.github/actions/setup@0123456789abcdef0123456789abcdef01234567 # the platform's
       - uses: actions/setup-python@5fda3b95a4ea91299a34e894583c3862153e4b97 # v7.0.0
         with:
           cache: pip
@@ -78,7 +78,7 @@ def plant_violations(project: Path, into: Path) -> Path:
     shutil.copytree(project / ".github", into / ".github", symlinks=True)
     subprocess.run([tool("git"), "init", "--quiet", str(into)], check=True, env=offline_env())
     (into / ".github" / "workflows" / "bad.yml").write_text(BAD_WORKFLOW, encoding="utf-8")
-    (into / ".github" / "actions" / "bad").mkdir()
+    (into / ".github" / "actions" / "bad").mkdir(parents=True)
     (into / ".github" / "actions" / "bad" / "action.yml").write_text(BAD_ACTION, encoding="utf-8")
     (into / ".github" / "dependabot.yml").write_text(BAD_DEPENDABOT, encoding="utf-8")
     return into

@@ -17,11 +17,13 @@ from workflow_files import (
     LAUNCH_OUTPUTS,
     SETUP_ACTION,
     TIMELINE_PHASES,
+    TUNNEL_ACTION,
     WAIT_OUTPUTS,
     answers_of,
     as_expression,
     gpu_workflows,
     load_yaml,
+    step_uses,
     steps_by_uses,
     tool,
     triggers,
@@ -98,7 +100,7 @@ def test_start_and_stop_run_the_default_branch_code(project: Path, tmp_path: Pat
         steps = job["steps"]
         assert steps.index(guard) < steps.index(steps_by_uses(job, AWS_CREDENTIALS)[0])
         assert all(
-            "uses" not in s or s["uses"].startswith(("actions/checkout@", SETUP_ACTION))
+            "uses" not in s or step_uses(s) in ("actions/checkout", SETUP_ACTION)
             for s in steps[: steps.index(guard)]
         )
 
@@ -502,7 +504,7 @@ def test_aws_jobs_use_oidc_and_no_cache(project: Path) -> None:
                 continue
             aws_steps = steps_by_uses(job, AWS_CREDENTIALS)
             # Or the MLflow tunnel's (its role's credentials stay inside that action: test_mlflow_tunnel_steps.py).
-            tunnel = steps_by_uses(job, "./.github/actions/mlflow-tunnel")
+            tunnel = steps_by_uses(job, TUNNEL_ACTION)
             assert ("id-token" in job["permissions"]) == bool(aws_steps or tunnel), f"{name}.{job_id}"
             if not aws_steps:
                 continue

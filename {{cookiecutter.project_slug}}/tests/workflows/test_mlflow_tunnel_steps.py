@@ -1,11 +1,9 @@
-"""Which jobs reach MLflow through the team server's SSM tunnel (.github/actions/mlflow-tunnel), and that the
-tunnel's credentials never become the job's.
+"""Which jobs reach MLflow through the team server's SSM tunnel (the platform's mlflow-tunnel action).
 
 A job on a GitHub-hosted runner is outside the VPC: every step of it that is given MLFLOW_TRACKING_URI takes the
 tunnel step's output (which is the variable itself when no tunnel role is set). A job on a GPU runner is inside
-the VPC and takes the variable directly. The tunnel role's credentials are the configure step's outputs only
-(output-env-credentials false), handed to the one connect step: a later step of the job holds exactly the
-credentials it held without the tunnel."""
+the VPC and takes the variable directly. (That the tunnel role's credentials never become the job's is a property
+of the action itself, tested where it lives: the template repository's tests/test_platform_actions.py.)"""
 
 from __future__ import annotations
 
@@ -13,17 +11,15 @@ import copy
 from pathlib import Path
 from typing import Any
 
-import pytest
 from workflow_files import (
-    AWS_CREDENTIALS,
     GITHUB_HOSTED_RE,
     SETUP_ACTION,
+    TUNNEL_ACTION,
     as_expression,
     load_yaml,
     step_uses,
 )
 
-TUNNEL_ACTION = "./.github/actions/mlflow-tunnel"
 URI = "MLFLOW_TRACKING_URI"
 THROUGH_TUNNEL = as_expression("steps.mlflow.outputs.tracking-uri")
 # The stop job's teardown: the tunnel step may be skipped (no role) or fail (continue-on-error), and the cost must
@@ -109,51 +105,3 @@ def test_the_check_catches_a_planted_direct_uri_and_a_gpu_tunnel(project: Path) 
     problems = " | ".join(tunnel_problems(docs))
     assert "sweep.plan: Plan the wave is outside the VPC but takes" in problems
     assert "train.train:" in problems and "runs inside the VPC" in problems
-
-
-def tunnel_action(project: Path) -> dict[str, Any]:
-    return load_yaml(project / ".github" / "actions" / "mlflow-tunnel" / "action.yml")
-
-
-def credential_problems(action: dict[str, Any]) -> list[str]:
-    steps = action["runs"]["steps"]
-    configure = [s for s in steps if str(s.get("uses", "")).startswith(AWS_CREDENTIALS + "@")]
-    problems = []
-    if len(configure) != 1:
-        return [f"{len(configure)} credentials steps, not one"]
-    options = configure[0].get("with", {})
-    if options.get("output-env-credentials") != "false" or options.get("output-credentials") != "true":
-        problems.append("the tunnel role's credentials reach the job's environment")
-    users = [s for s in steps if "steps.credentials.outputs" in str(s.get("env", {}))]
-    if [s.get("id") for s in users] != ["connect"]:
-        problems.append(f"the credentials reach steps {[s.get('id') for s in users]}, not connect alone")
-    if any("GITHUB_ENV" in str(s.get("run", "")) for s in steps):
-        problems.append("a step writes GITHUB_ENV")
-    return problems
-
-
-def test_the_tunnel_credentials_stay_in_the_connect_step(project: Path) -> None:
-    action = tunnel_action(project)
-    assert credential_problems(action) == []
-    assert action["outputs"]["tracking-uri"]["value"] == as_expression(
-        "steps.connect.outputs.tracking-uri || inputs.tracking-uri"
-    )
-    connect = next(s for s in action["runs"]["steps"] if s.get("id") == "connect")
-    assert "mlflow-server connect" in connect["run"]
-
-
-@pytest.mark.parametrize(
-    ("change", "problem"),
-    [
-        (lambda s: s[0]["with"].update({"output-env-credentials": "true"}), "reach the job's environment"),
-        (
-            lambda s: s[1].update({"run": s[1]["run"] + '\necho "AWS_ACCESS_KEY_ID=x" >> "$GITHUB_ENV"'}),
-            "GITHUB_ENV",
-        ),
-    ],
-    ids=["credentials exported", "written to GITHUB_ENV"],
-)
-def test_the_credential_check_catches_a_leak(project: Path, change: Any, problem: str) -> None:
-    action = copy.deepcopy(tunnel_action(project))
-    change(action["runs"]["steps"])
-    assert any(problem in p for p in credential_problems(action))

@@ -14,6 +14,7 @@ from workflow_files import (
     AWS_CREDENTIALS,
     PR_EVENTS,
     SETUP_ACTION,
+    TUNNEL_ACTION,
     answers_of,
     as_expression,
     gpu_workflows,
@@ -24,7 +25,6 @@ from workflow_files import (
 
 COMMENT_JOBS = {("train", "comment"): "train", ("sweep", "comment"): "sweep"}
 COMMENT_PERMISSIONS = {"contents": "read", "pull-requests": "write", "id-token": "write"}
-TUNNEL_ACTION = "./.github/actions/mlflow-tunnel"
 # What the comment step may read: its token, the run to report, and MLflow (read-only use).
 COMMENT_ENV = {
     "GITHUB_TOKEN", "MLFLOW_RUN_ID", "BRANCH", "COMMIT", "MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME",

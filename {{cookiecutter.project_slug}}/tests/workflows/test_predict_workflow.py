@@ -22,11 +22,13 @@ from workflow_files import (
     AWS_CREDENTIALS,
     GITHUB_HOSTED_RE,
     PR_EVENTS,
+    TUNNEL_ACTION,
     answers_of,
     as_expression,
     iter_steps,
     iter_strings,
     load_yaml,
+    step_uses,
     steps_by_uses,
     triggers,
 )
@@ -150,9 +152,7 @@ def test_expressions_over_inputs_and_outputs_appear_only_under_env(project: Path
                     # The AWS credentials action's region: the default branch's settings, no input, read by this
                     # job or by the start job (gpu-runner-start.yml at the default branch, for the GPU job); and
                     # the MLflow tunnel action's, which hands it to that action. An action input, never shell.
-                    region = key == "with" and step.get("uses", "").startswith(
-                        (AWS_CREDENTIALS, "./.github/actions/mlflow-tunnel")
-                    )
+                    region = key == "with" and step_uses(step) in (AWS_CREDENTIALS, TUNNEL_ACTION)
                     region = region and expression in {
                         "steps.settings.outputs.region",
                         "needs.start.outputs.region",

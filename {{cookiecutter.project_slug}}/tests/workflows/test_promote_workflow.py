@@ -8,7 +8,15 @@ import re
 from pathlib import Path
 from typing import Any
 
-from workflow_files import AWS_CREDENTIALS, PR_EVENTS, iter_strings, load_yaml, steps_by_uses, triggers
+from workflow_files import (
+    AWS_CREDENTIALS,
+    PR_EVENTS,
+    SETUP_ACTION,
+    iter_strings,
+    load_yaml,
+    steps_by_uses,
+    triggers,
+)
 
 
 def promote_job(project: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -52,5 +60,5 @@ def test_only_the_promote_credentials_and_the_promote_role(project: Path) -> Non
     assert promote["env"]["MLFLOW_TRACKING_USERNAME"] == "${{ secrets.MLFLOW_PROMOTE_USERNAME }}"
     assert promote["env"]["RUN_ID"] == "${{ inputs.run-id }}"
     assert 'promote --run-id="${RUN_ID}"' in promote["run"]
-    setups = [s for s in job["steps"] if s.get("uses") == "./.github/actions/setup"]
+    setups = steps_by_uses(job, SETUP_ACTION)
     assert [s["with"]["enable-cache"] for s in setups] == ["false"]  # credentials in the job: no shared cache

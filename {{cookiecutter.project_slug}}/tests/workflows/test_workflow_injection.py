@@ -17,9 +17,15 @@ from step_scripts import (
     step_env,
     substitute,
 )
-from workflow_files import AWS_CREDENTIALS, as_expression, gpu_workflows, iter_steps, iter_strings
-
-TUNNEL_ACTION = "./.github/actions/mlflow-tunnel"
+from workflow_files import (
+    AWS_CREDENTIALS,
+    TUNNEL_ACTION,
+    as_expression,
+    gpu_workflows,
+    iter_steps,
+    iter_strings,
+    step_uses,
+)
 
 
 def test_untrusted_expressions_only_under_env(project: Path) -> None:
@@ -39,9 +45,7 @@ def test_untrusted_expressions_only_under_env(project: Path) -> None:
                             checkout_ref = checkout_ref and expression == "inputs.commit || github.sha"
                             # And the region of the AWS credentials action: the default branch's settings.
                             # (also the MLflow tunnel action's, which hands it to that action too).
-                            region = key == "with" and step.get("uses", "").startswith(
-                                (AWS_CREDENTIALS, TUNNEL_ACTION)
-                            )
+                            region = key == "with" and step_uses(step) in (AWS_CREDENTIALS, TUNNEL_ACTION)
                             region = region and expression == "steps.settings.outputs.region"
                             # And the launch role chosen by the caller check's verdict (its own script's output).
                             role = key == "with" and step.get("uses", "").startswith(AWS_CREDENTIALS)

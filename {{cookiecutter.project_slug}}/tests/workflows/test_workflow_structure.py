@@ -3,10 +3,20 @@ planted violation; no self-hosted runner is reachable from a pull request; no ex
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
-from workflow_files import GITHUB_HOSTED_RE, PR_EVENTS, load_yaml, triggers
+from workflow_files import (
+    GITHUB_HOSTED_RE,
+    PR_EVENTS,
+    answers_of,
+    load_yaml,
+    platform_call_problems,
+    triggers,
+)
 from workflow_rules import expressions_in_run, uses_problems, workflow_problems
+
+from gpu_runner.pin.project_pin import read_pin
 
 
 def test_structure_of_the_workflows_and_actions(
@@ -16,6 +26,25 @@ def test_structure_of_the_workflows_and_actions(
     for action in project_files["actions"]:
         problems += [f"{action}: {msg}" for msg in uses_problems(action, load_yaml(action), pins)]
     assert not problems, "\n".join(problems)
+
+
+def test_every_platform_call_names_the_locks_pin(project: Path) -> None:
+    """The workflows call the platform's actions at the commit uv.lock installs the gpu-runner distribution from:
+    a workflow pinned elsewhere would run one platform's actions with another's code."""
+    answers = answers_of(project)
+    assert platform_call_problems(project, f"{answers['github_owner']}/{answers['github_repo']}") == []
+
+
+def test_a_platform_call_off_the_pin_fails(project: Path, tmp_path: Path) -> None:
+    copy = tmp_path / project.name
+    shutil.copytree(project / ".github", copy / ".github")
+    shutil.copy(project / "pyproject.toml", copy / "pyproject.toml")
+    ci = copy / ".github" / "workflows" / "ci.yml"
+    pin = read_pin(project)
+    ci.write_text(ci.read_text(encoding="utf-8").replace(pin.commit, "0" * 40, 1), encoding="utf-8")
+    answers = answers_of(project)
+    problems = platform_call_problems(copy, f"{answers['github_owner']}/{answers['github_repo']}")
+    assert len(problems) == 1 and f"@{'0' * 40} is not the pinned platform" in problems[0], problems
 
 
 def test_structure_negative_control(bad_project: Path, pins: dict[tuple[str, str], str]) -> None:
@@ -31,7 +60,7 @@ def test_structure_negative_control(bad_project: Path, pins: dict[tuple[str, str
         "must carry the version comment `# v10.2.0`",
         "actions/cache@0123456789abcdef0123456789abcdef01234567 is not in the pin table",
         "jobs.build.steps[4]: `${{` inside run:",
-        'jobs.aws.steps[1]: ./.github/actions/setup without enable-cache: "false"',
+        'jobs.aws.steps[1]: platform:actions/setup without enable-cache: "false"',
         "jobs.aws.steps[2]: actions/setup-python with a cache",
         "jobs.aws.steps[3]: actions/cache in a job",
     ):

@@ -8,50 +8,27 @@ import re
 from pathlib import Path
 
 import pytest
-from workflow_files import SETUP_ACTION
 from workflow_linters import describe_zizmor, inline_zizmor_ignores, zizmor, zizmor_location
 from workflow_rules import DEFAULT_BRANCH_WORKFLOW_RE
 
 # Every inline `# zizmor: ignore[...]` in the project, per file, in order. Each must carry a reason,
 # and test_zizmor_ignores_are_needed proves each suppresses a real finding on its own line and nothing else.
-# self-repository: zizmor prefers `uses: $/.github/actions/setup`, which act (the workflow tests) and GitHub
-# Enterprise Server do not understand; `./` is equivalent after actions/checkout.
+# self-repository: zizmor prefers `uses: $/.github/workflows/sweep-trial.yml` for sweep.yml's call of its own
+# trial workflow, which act (the workflow tests) and GitHub Enterprise Server do not understand; `./` is equivalent.
+# (The platform's actions are called pinned, `<owner>/<template>/.github/actions/<name>@<commit>`: nothing to ignore.)
 # unpinned-uses: train.yml's (and sweep-trial.yml's) start and stop call the default branch's reusable workflows at
 # `@<default_branch>` on purpose (the launch role trusts only that ref; issue 13 item 2), and train.yml's batch job
 # batch.yml there (the submit role trusts only that ref).
 EXPECTED_ZIZMOR_IGNORES = {
-    ".github/workflows/ci.yml": ["self-repository"] * 3,
-    # + the MLflow tunnel action in every job on a hosted runner that reaches MLflow (test_mlflow_tunnel_steps.py).
-    ".github/workflows/promote.yml": ["self-repository"] * 2,
-    ".github/workflows/gpu-runner-start.yml": ["self-repository"],
-    ".github/workflows/gpu-runner-stop.yml": ["self-repository"] * 2,
-    ".github/workflows/reap.yml": ["self-repository"],
     # + the comment job's set-up of the default branch's gpu-runner (issue 17), in train.yml and sweep.yml;
     # + the batch job's call of the default branch's batch.yml (issue 18).
-    ".github/workflows/train.yml": [
-        "unpinned-uses",
-        "self-repository",
-        "unpinned-uses",
-        "unpinned-uses",
-        "self-repository",
-        "self-repository",
-    ],
-    # batch.yml: the set-up of the default branch's gpu-runner and the MLflow tunnel.
-    ".github/workflows/batch.yml": ["self-repository"] * 2,
-    # sweep.yml's plan and collect set up the project; its trial job calls sweep-trial.yml, which calls start
-    # and stop at the default branch as train.yml does; its batch job calls the default branch's batch.yml.
-    ".github/workflows/sweep.yml": ["self-repository"] * 3 + ["unpinned-uses"] + ["self-repository"] * 4,
-    ".github/workflows/sweep-trial.yml": ["unpinned-uses", "self-repository", "unpinned-uses"],
-    # predict.yml: resolve, the CPU job and the GPU job set up the project; start and stop as train.yml's.
-    ".github/workflows/predict.yml": [
-        "self-repository",
-        "self-repository",
-        "self-repository",
-        "self-repository",
-        "unpinned-uses",
-        "self-repository",
-        "unpinned-uses",
-    ],
+    ".github/workflows/train.yml": ["unpinned-uses"] * 3,
+    # sweep.yml's trial job calls sweep-trial.yml, which calls start and stop at the default branch as train.yml
+    # does; its batch job calls the default branch's batch.yml.
+    ".github/workflows/sweep.yml": ["self-repository", "unpinned-uses"],
+    ".github/workflows/sweep-trial.yml": ["unpinned-uses"] * 2,
+    # predict.yml: start and stop as train.yml's.
+    ".github/workflows/predict.yml": ["unpinned-uses"] * 2,
 }
 
 
@@ -128,9 +105,8 @@ def test_zizmor_ignores_are_exactly_the_expected_ones(project: Path) -> None:
                 ref = re.match(r"^\s*uses: (\S+) #", line)
                 assert ref and DEFAULT_BRANCH_WORKFLOW_RE.fullmatch(ref[1]), line
                 continue
-            # self-repository: the set-up and MLflow tunnel actions, or sweep.yml's call of its own trial workflow.
-            local = (SETUP_ACTION, "./.github/actions/mlflow-tunnel", "./.github/workflows/sweep-trial.yml")
-            assert re.match(rf"^\s*uses: ({'|'.join(map(re.escape, local))}) #", line), line
+            # self-repository: sweep.yml's call of its own trial workflow, nothing else.
+            assert re.match(r"^\s*uses: \./\.github/workflows/sweep-trial\.yml #", line), line
 
 
 def test_zizmor_ignores_are_needed(project: Path, project_files: dict[str, list[Path]]) -> None:

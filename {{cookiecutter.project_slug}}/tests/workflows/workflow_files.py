@@ -19,8 +19,10 @@ from typing import Any
 
 import pytest
 import yaml
+from gpu_runner_testing.platform_tree import platform_tree
 
 from gpu_runner.core.workflow_contract import LaunchOutput, SettingsOutput, WaitOutput
+from gpu_runner.pin.project_pin import read_pin
 
 PROJECT = Path(__file__).resolve().parents[2]
 # The pinned actions, each with its version: the same table the action contracts come from (one source). The
@@ -32,7 +34,14 @@ TOOL_DIR = Path(sys.executable).parent
 
 GITHUB_HOSTED_RE = re.compile(r"^(?:ubuntu|windows|macos)-[\w.-]+$")
 PR_EVENTS = ("pull_request", "pull_request_target")
-SETUP_ACTION = "./.github/actions/setup"
+# The platform's composite actions, as a project calls them: `<owner>/<template>/.github/actions/<name>@<commit>`,
+# at the commit its uv.lock pins (platform_call_problems holds every call to that pin). step_uses names such a
+# call by these short forms, so a rule reads the same whatever repository a bake pins.
+PLATFORM_CALL = re.compile(r"^(?P<repository>[\w.-]+/[\w.-]+)/\.github/(?P<path>[\w./-]+)@(?P<ref>\S+)$")
+SETUP_ACTION = "platform:actions/setup"
+TUNNEL_ACTION = "platform:actions/mlflow-tunnel"
+# Where the tests keep the pinned platform's tree (gpu_runner_testing.platform_tree): ignored by git.
+PLATFORM_CACHE = PROJECT / ".e2e-cache"
 AWS_CREDENTIALS = "aws-actions/configure-aws-credentials"
 # The output keys are written once, in the runner's workflow_contract.py: `gpu-runner launch`'s (all mapped to
 # outputs of the start job), `gpu-runner wait`'s (the timeline's "runner online" moment) and
@@ -104,7 +113,6 @@ EXPECTED_GITHUB_FILES = {
     ".github/workflows/ci.yml",
     ".github/workflows/train.yml",
     ".github/workflows/reap.yml",
-    ".github/actions/setup/action.yml",
     ".github/dependabot.yml",
 }
 
@@ -145,8 +153,40 @@ def iter_uses(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
 
 
 def step_uses(step: dict[str, Any]) -> str:
-    """`owner/repo` (or the local path) a step uses, without the ref; "" for a `run:` step."""
-    return str(step.get("uses", "")).partition("@")[0]
+    """`owner/repo` (or the local path) a step uses, without the ref; `platform:actions/<name>` for a platform
+    action; "" for a `run:` step."""
+    uses = str(step.get("uses", ""))
+    call = PLATFORM_CALL.match(uses)
+    if call and call["path"].startswith("actions/"):
+        return f"platform:{call['path']}"
+    return uses.partition("@")[0]
+
+
+def platform_action(name: str, project: Path = PROJECT) -> Path:
+    """The action.yml of the platform's composite action `name` at the project's pin."""
+    return platform_tree(project, PLATFORM_CACHE) / ".github" / "actions" / name / "action.yml"
+
+
+def platform_call_problems(project: Path, own_repository: str) -> list[str]:
+    """Every `<owner>/<name>/.github/...@<ref>` call of the project's GitHub files that is not the project's own
+    names the repository and commit its pyproject.toml pins the gpu-runner distribution at: one pin, which the
+    post-generation hook writes and `make platform-update` moves, for the lock and the workflows together."""
+    pin = read_pin(project)
+    problems, calls = [], 0
+    for path in sorted((project / ".github").rglob("*.yml")):
+        for where, uses in iter_uses(load_yaml(path)):
+            call = PLATFORM_CALL.match(uses)
+            if call is None or call["repository"] == own_repository:
+                continue
+            calls += 1
+            if (call["repository"], call["ref"]) != (pin.repository, pin.commit):
+                problems.append(
+                    f"{path.relative_to(project)} {where}: {uses} is not the pinned platform "
+                    f"{pin.repository}@{pin.commit} (pyproject.toml [tool.uv.sources] gpu-runner)"
+                )
+    if calls == 0:
+        problems.append(f"{project / '.github'}: no call of the platform's actions (a wrong directory?)")
+    return problems
 
 
 def make_targets(makefile: Path) -> set[str]:

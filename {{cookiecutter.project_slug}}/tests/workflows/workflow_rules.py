@@ -63,6 +63,12 @@ def uses_problems(path: Path, doc: dict[str, Any], pins: dict[tuple[str, str], s
             if not (root / ".github" / "workflows" / called["file"]).is_file():
                 problems.append(f"{where}: reusable workflow {ref} does not exist in this repository")
             continue
+        if step_uses({"uses": ref}).startswith("platform:"):
+            # The platform's own actions: pinned by the lock's commit, not by the pin table
+            # (workflow_files.platform_call_problems holds every such call to pyproject.toml's pin).
+            if not SHA_RE.match(ref.rpartition("@")[2]):
+                problems.append(f"{where}: {ref} is not pinned to a full commit SHA")
+            continue
         if ref.startswith("docker://"):
             if "@sha256:" not in ref:
                 problems.append(f"{where}: docker image {ref} is not pinned by digest")

@@ -87,6 +87,11 @@ class Remote:
         proc = self._git("show", f"{commit}:{path}", check=False)
         return proc.stdout if proc.returncode == 0 else None
 
+    def export(self, commit: str, into: Path) -> None:
+        """Write the whole tree of a fetched `commit` into the directory `into` (no .git: a tree, as an action
+        download is)."""
+        self._git(f"--work-tree={into}", "checkout", "--quiet", commit, "--", ".")
+
     def changed(self, old: str, new: str, path: str) -> list[str]:
         """The files under `path` that differ between the two commits."""
         return self._git("diff", "--name-only", old, new, "--", path).stdout.split()
