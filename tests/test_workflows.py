@@ -199,8 +199,9 @@ def test_non_default_answers_reach_the_gpu_workflows(baked_custom: Path) -> None
         for job in doc["jobs"].values()
         for step in steps_by_uses(job, AWS_CREDENTIALS)
     ]
-    # start, stop, reap, sweep.yml's plan and collect, batch.yml: each the settings' region, read by its job.
-    assert regions == ["${{ steps.settings.outputs.region }}"] * 6
+    # start, stop, reap, sweep.yml's plan and collect, batch.yml, and the tunnel role's in stop and batch.yml
+    # (the platform's tunnel action written out): each the settings' region, read by its job.
+    assert regions == ["${{ steps.settings.outputs.region }}"] * 8
     settings = yaml.safe_load((baked_custom / "configs" / "gpu-runner.yaml").read_text(encoding="utf-8"))
     assert (settings["region"], settings["train_branch_prefix"]) == ("us-east-2", "gpu/")
     # The reusable workflows are called in the custom answers' repository, and guard its train branches.
@@ -219,8 +220,13 @@ def test_the_default_branch_answer_names_what_start_and_stop_run(baked_custom: P
     for name in ("start", "stop"):
         called = DEFAULT_BRANCH_WORKFLOW_RE.fullmatch(jobs[name]["uses"])
         assert called and called["branch"] == "develop", jobs[name]["uses"]
-        (checkout,) = steps_by_uses(docs[f"gpu-runner-{name}"]["jobs"][name], "actions/checkout")
-        assert checkout["with"]["ref"] == "develop"
+    # What they (and batch.yml) check out is the branch GitHub's event names: they take no answer at all, so
+    # one file can serve every project (issue 31). The bake's own suite runs that step's rows.
+    for name in ("gpu-runner-start", "gpu-runner-stop", "batch"):
+        text = (baked_custom / ".github" / "workflows" / f"{name}.yml").read_text(encoding="utf-8")
+        assert "develop" not in text and answers_of(baked_custom)["package_name"] not in text, name
+        (checkout, *_) = steps_by_uses(next(iter(docs[name]["jobs"].values())), "actions/checkout")
+        assert checkout["with"]["ref"] == "${{ steps.default.outputs.branch }}", name
     # The pull-request comment jobs run that branch's gpu-runner too (issue 17).
     for workflow in ("train", "sweep"):
         (checkout,) = steps_by_uses(docs[workflow]["jobs"]["comment"], "actions/checkout")
@@ -229,8 +235,6 @@ def test_the_default_branch_answer_names_what_start_and_stop_run(baked_custom: P
     for workflow in ("train", "sweep"):
         called = DEFAULT_BRANCH_WORKFLOW_RE.fullmatch(docs[workflow]["jobs"]["batch"]["uses"])
         assert called and (called["file"], called["branch"]) == ("batch.yml", "develop"), workflow
-    (checkout, _commit) = steps_by_uses(docs["batch"]["jobs"]["batch"], "actions/checkout")
-    assert checkout["with"]["ref"] == "develop"
     for name in ("train", "sweep", "gpu-runner-start", "gpu-runner-stop", "batch"):
         text = (baked_custom / ".github" / "workflows" / f"{name}.yml").read_text(encoding="utf-8")
         for leftover in ("@main", "ref: main", 'ref: "main"', "refs/heads/main"):

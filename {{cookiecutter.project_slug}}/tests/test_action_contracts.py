@@ -61,6 +61,8 @@ COMMAND_OUTPUTS: dict[str, set[str]] = {
     "gpu-runner launch": set(runner_contract.LaunchOutput),
     "gpu-runner wait": set(runner_contract.WaitOutput),
     "gpu-runner capacity": set(runner_contract.CapacityOutput),
+    # The tunnel's connect step, written out in the stop job and batch.yml (the platform's mlflow-tunnel action).
+    "gpu-runner mlflow-server": set(runner_contract.TunnelOutput),
     # batch.yml's (issue 18): the shipped archive, the MLflow run the job trains into, the job.
     "gpu-runner batch ship": {
         runner_contract.BatchOutput.SOURCE_URI,
@@ -202,12 +204,13 @@ def test_a_planted_unknown_input_fails(tmp_path: Path) -> None:
 def test_a_planted_unknown_input_of_a_platform_action_fails(tmp_path: Path) -> None:
     """The platform's setup action is resolved against its action.yml at the project's pin: a misspelt input
     fails here, and so does a call of the platform at another commit."""
-    copy = planted(tmp_path, START, "install: runner", "instal: runner")
+    reap = PROJECT / ".github" / "workflows" / "reap.yml"
+    copy = planted(tmp_path, reap, "install: runner", "instal: runner")
     found = problems(copy)
     assert any("unknown input 'instal' (did you mean 'install'?)" in p for p in found), found
     pin = read_pin(PROJECT)
     copy = planted(
-        tmp_path, START, f"/.github/actions/setup@{pin.commit}", f"/.github/actions/setup@{'1' * 40}"
+        tmp_path, reap, f"/.github/actions/setup@{pin.commit}", f"/.github/actions/setup@{'1' * 40}"
     )
     found = problems(copy)
     assert any(f"is not the pinned platform {pin.repository}@{pin.commit}" in p for p in found), found

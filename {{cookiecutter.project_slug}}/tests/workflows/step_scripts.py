@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from workflow_files import gpu_workflows, tool
+from workflow_files import PROJECT, answers_of, gpu_workflows, tool
 
 # A stand-in for uv: records its argv (one JSON list per line) and prints $FAKE_UV_STDOUT. Every workflow
 # script reaches the outside world through uv, so the recording is exactly what the real commands receive.
@@ -102,6 +102,12 @@ BENIGN_INPUTS = {
 }  # fmt: skip
 
 
+def project_package() -> str:
+    """The project's package: what train.yml and sweep.yml pass batch.yml as `package`, and what its caller check
+    hands the submit step (read when a scenario needs it: the template's own tests import this module too)."""
+    return str(answers_of(PROJECT)["package_name"])
+
+
 def context_value(name: str, scenario: str) -> str:
     """What an expression operand evaluates to in a scenario: `benign` (a dispatch with every input set and
     every launch output known), `empty` (a push: no inputs; or a launch that failed before any output) or
@@ -122,6 +128,18 @@ def context_value(name: str, scenario: str) -> str:
         name == "steps.caller.outputs.kind"
     ):  # batch.yml's caller check: a sweep's wave in a dispatch, else a training
         return "sweep" if scenario == "benign" else "train"
+    if name == "github.event.repository.default_branch" and scenario != "attack":
+        return "main"  # a push's and a dispatch's payload always name it
+    if name == "steps.caller.outputs.package":
+        return project_package()  # a Python name, or the caller check refused the run
+    if name == "steps.default.outputs.branch":
+        # The repository's default branch as GitHub's event names it: a ref name only an admin sets (git refuses
+        # control characters in one: git check-ref-format), never a pusher or a pull request. The step that names
+        # it hands even a hostile value on as one output line (test_workflow_injection.py).
+        return "main"
+    if name.startswith("steps.tunnel-credentials.outputs."):
+        # The tunnel role's credentials, as AWS STS returned them to configure-aws-credentials: no outsider's text.
+        return f"<{name}>"
     if name.startswith(("steps.settings.outputs.", "steps.caller.outputs.")):
         # The default branch's configs/gpu-runner.yaml, validated by gpu-runner (a failed read ends the job), and
         # the caller check's verdict (its later steps run only once it passed): neither empty nor outsider-controlled.
@@ -129,8 +147,11 @@ def context_value(name: str, scenario: str) -> str:
     if scenario == "attack":
         return PAYLOAD
     if scenario == "empty":
-        return ""
+        # batch.yml's package is a required input: GitHub refuses a call without it ("Reusing workflows").
+        return project_package() if name == "inputs.package" else ""
     key = name.rsplit(".", 1)[-1]
+    if name == "inputs.package":
+        return project_package()
     if name.startswith("inputs.") and key in BENIGN_INPUTS:
         return BENIGN_INPUTS[key]
     # The reusable stop workflow gets the start and train jobs' outputs as inputs.

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from step_scripts import PAYLOAD, run_bash
-from workflow_files import AWS_CREDENTIALS, as_expression, load_yaml, step_uses
+from workflow_files import AWS_CREDENTIALS, answers_of, as_expression, load_yaml, step_uses
 from workflow_rules import DEFAULT_BRANCH_WORKFLOW_RE
 
 CALLER_GUARD = "Refuse callers other than train.yml and sweep.yml on their branches"
@@ -25,7 +25,14 @@ def _batch_job(project: Path) -> dict[str, Any]:
 
 
 def _guard(
-    project: Path, tmp_path: Path, kind: str, event: str, ref: str, caller: str, backend: str = "batch"
+    project: Path,
+    tmp_path: Path,
+    kind: str,
+    event: str,
+    ref: str,
+    caller: str,
+    backend: str = "batch",
+    package: str = "ml_project",
 ) -> tuple[int, str, str]:
     """The caller step's exit code, what it wrote to GITHUB_OUTPUT and printed, for one run's context."""
     (step,) = [s for s in _batch_job(project)["steps"] if s.get("name") == CALLER_GUARD]
@@ -33,7 +40,7 @@ def _guard(
     env = {
         "TRAIN_BRANCH_PREFIX": "train/", "SWEEP_BRANCH_PREFIX": "sweep/", "BACKEND": backend, "KIND": kind,
         "GITHUB_EVENT_NAME": event, "GITHUB_REF": ref, "GITHUB_REPOSITORY": "o/r",
-        "GITHUB_WORKFLOW_REF": f"o/r/.github/workflows/{caller}",
+        "GITHUB_WORKFLOW_REF": f"o/r/.github/workflows/{caller}", "DEFAULT_BRANCH": "main", "PACKAGE": package,
     }  # fmt: skip
     code, calls = run_bash(step["run"], env, workdir)
     assert calls == []  # the check calls nothing
@@ -69,7 +76,7 @@ def test_only_train_yml_and_sweep_yml_on_their_branches_may_submit(project: Path
         code, output, _ = _guard(project, tmp_path, kind, event, ref, caller)
         row = (kind, event, ref, caller)
         if accepted:
-            assert code == 0 and output == f"kind={kind}\n", row
+            assert code == 0 and output == f"kind={kind}\npackage=ml_project\n", row
         else:
             assert code != 0 and output == "", row
 
@@ -78,7 +85,18 @@ def test_the_default_branch_must_say_batch_and_a_hostile_kind_is_not_printed(
     project: Path, tmp_path: Path
 ) -> None:
     code, output, printed = _guard(project, tmp_path, "train", "push", TRAIN, f"train.yml@{TRAIN}", "runner")
-    assert code != 0 and output == "" and "says backend: runner, not batch" in printed
+    assert (
+        code != 0
+        and output == ""
+        and "configs/gpu-runner.yaml on main says backend: runner, not batch" in printed
+    )
+    # The package the job runs `python -m <package>` on: a Python name, never a word the shell would split.
+    for package in ("ml project", "ml;id", "-m", f"x\n::error::{PAYLOAD}", ""):
+        code, output, printed = _guard(
+            project, tmp_path, "train", "push", TRAIN, f"train.yml@{TRAIN}", package=package
+        )
+        assert code != 0 and output == "" and "input package is not a Python package name" in printed, package
+        assert PAYLOAD not in printed
     hostile = f"train\n::error::{PAYLOAD}"
     code, output, printed = _guard(project, tmp_path, hostile, "push", TRAIN, f"train.yml@{TRAIN}")
     assert code != 0 and output == "" and "input kind is neither train nor sweep" in printed
@@ -90,7 +108,8 @@ def test_batch_yml_holds_the_submit_role_only_after_every_third_party_step(proje
     them only this project's own commands run; the last step ends the Batch job on failure, timeout or cancel."""
     job = _batch_job(project)
     steps = job["steps"]
-    (aws,) = [s for s in steps if step_uses(s) == AWS_CREDENTIALS]
+    # The submit role's; the tunnel role's credentials (its own step) are outputs for the connect step alone.
+    (aws,) = [s for s in steps if step_uses(s) == AWS_CREDENTIALS and s.get("id") != "tunnel-credentials"]
     index = steps.index(aws)
     assert aws["with"]["role-to-assume"] == as_expression("vars.AWS_BATCH_ROLE_ARN")
     assert all("run" in s for s in steps[index + 1 :]), "only our own commands hold the submit role"
@@ -133,4 +152,11 @@ def test_train_and_sweep_hand_their_gpu_work_to_the_default_branchs_batch_yml(pr
         "needs.plan.outputs.trials != '0' && needs.plan.outputs.backend != 'batch'"
     )
     assert sweep["batch"]["with"]["kind"] == "sweep" and "kind" not in train["batch"]["with"]
+    # batch.yml takes nothing from the project's answers: the package it runs comes from the caller.
+    package = answers_of(project)["package_name"]
+    assert train["batch"]["with"]["package"] == sweep["batch"]["with"]["package"] == package
+    assert package not in (project / ".github" / "workflows" / "batch.yml").read_text(encoding="utf-8")
+    # The job runs the package the caller check passed on, never the input as given.
+    (submit,) = [s for s in _batch_job(project)["steps"] if s.get("id") == "submit"]
+    assert submit["env"]["PACKAGE"] == as_expression("steps.caller.outputs.package")
     assert sweep["collect"]["needs"] == ["plan", "trial", "batch"]

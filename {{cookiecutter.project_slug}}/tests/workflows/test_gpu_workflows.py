@@ -23,6 +23,7 @@ from workflow_files import (
     as_expression,
     gpu_workflows,
     load_yaml,
+    platform_action,
     step_uses,
     steps_by_uses,
     tool,
@@ -77,7 +78,7 @@ def test_start_and_stop_run_the_default_branch_code(project: Path, tmp_path: Pat
         (checkout,) = steps_by_uses(job, "actions/checkout")
         assert checkout["with"] == {
             "persist-credentials": False,
-            "ref": answers_of(project)["default_branch"],
+            "ref": as_expression("steps.default.outputs.branch"),
         }
         assert job["steps"].index(checkout) < job["steps"].index(steps_by_uses(job, AWS_CREDENTIALS)[0])
     text = {
@@ -96,13 +97,82 @@ def test_start_and_stop_run_the_default_branch_code(project: Path, tmp_path: Pat
         assert "run" in guard and guard["env"] == {
             "TRAIN_BRANCH_PREFIX": as_expression("steps.settings.outputs.train-branch-prefix"),
             "SWEEP_BRANCH_PREFIX": as_expression("steps.settings.outputs.sweep-branch-prefix"),
+            "DEFAULT_BRANCH": as_expression("steps.default.outputs.branch"),
         }
         steps = job["steps"]
         assert steps.index(guard) < steps.index(steps_by_uses(job, AWS_CREDENTIALS)[0])
         assert all(
-            "uses" not in s or step_uses(s) in ("actions/checkout", SETUP_ACTION)
+            "uses" not in s or step_uses(s) in ("actions/checkout", "astral-sh/setup-uv")
             for s in steps[: steps.index(guard)]
         )
+
+
+DEFAULT_BRANCH_STEP = "Name the default branch"
+# The workflows bound for the template repository write the platform's setup (`install: runner`) and mlflow-tunnel
+# actions out: a file called by commit cannot call its own repository's actions at that commit.
+WRITTEN_OUT_SETUP = ("gpu-runner-start", "gpu-runner-stop", "batch")
+RUNNER_SYNC = "uv sync --locked --only-group runner"
+TUNNEL_CREDENTIALS = "tunnel-credentials"
+
+
+def test_the_written_out_setup_is_the_platform_setup_actions_runner_install(project: Path) -> None:
+    """The same uv release and Python as the platform's setup action at the project's pin, its `runner` arm's
+    command, no cache (these jobs hold AWS credentials), before anything runs gpu-runner."""
+    action = load_yaml(platform_action("setup"))
+    (install_uv,) = [s for s in action["runs"]["steps"] if step_uses(s) == "astral-sh/setup-uv"]
+    (sync,) = [s for s in action["runs"]["steps"] if "runner)" in s.get("run", "")]
+    assert RUNNER_SYNC in sync["run"]
+    for name in WRITTEN_OUT_SETUP:
+        (job,) = load_yaml(project / ".github" / "workflows" / f"{name}.yml")["jobs"].values()
+        (uv,) = steps_by_uses(job, "astral-sh/setup-uv")
+        assert uv["uses"] == install_uv["uses"], name
+        assert uv["with"] == {
+            "version": install_uv["with"]["version"],
+            "enable-cache": "false",
+            "python-version": action["inputs"]["python-version"]["default"],
+        }, name
+        runs = [s["run"] for s in job["steps"] if "run" in s]
+        first_gpu_runner = next(i for i, run in enumerate(runs) if "gpu-runner" in run)
+        assert runs.index(RUNNER_SYNC) < first_gpu_runner, name
+        assert not steps_by_uses(job, SETUP_ACTION) and not steps_by_uses(job, TUNNEL_ACTION), name
+
+
+def test_the_default_branch_is_the_events_and_nothing_else(project: Path, tmp_path: Path) -> None:
+    """start, stop and batch.yml take nothing from the project's answers: the default branch they check out and
+    guard with is the one GitHub's event names (a push's and a dispatch's `repository.default_branch`), or for
+    a schedule the run's own ref (GitHub runs schedules on the default branch only). An event that names none
+    fails the job before any checkout; the caller writes nothing this step reads."""
+    scripts = {}
+    for name in ("gpu-runner-start", "gpu-runner-stop", "batch"):
+        (job,) = load_yaml(project / ".github" / "workflows" / f"{name}.yml")["jobs"].values()
+        (step,) = [s for s in job["steps"] if s.get("name") == DEFAULT_BRANCH_STEP]
+        assert job["steps"][0] == step, name  # before anything else, the checkout included
+        assert step["env"] == {
+            "EVENT_DEFAULT_BRANCH": as_expression("github.event.repository.default_branch")
+        }
+        (checkout, *_) = steps_by_uses(job, "actions/checkout")
+        assert job["steps"].index(step) < job["steps"].index(checkout)
+        assert checkout["with"]["ref"] == as_expression("steps.default.outputs.branch"), name
+        scripts[name] = step["run"]
+    assert len(set(scripts.values())) == 1, "one script in the three workflows"
+    rows = [
+        ({"EVENT_DEFAULT_BRANCH": "develop", "GITHUB_EVENT_NAME": "push", "GITHUB_REF": "refs/heads/train/x"}, "develop"),
+        ({"EVENT_DEFAULT_BRANCH": "main", "GITHUB_EVENT_NAME": "workflow_dispatch", "GITHUB_REF": "refs/heads/sweep/y"}, "main"),
+        ({"EVENT_DEFAULT_BRANCH": "", "GITHUB_EVENT_NAME": "schedule", "GITHUB_REF": "refs/heads/main"}, "main"),
+        # An event without the payload's field, a schedule on no branch: refused, nothing guessed.
+        ({"EVENT_DEFAULT_BRANCH": "", "GITHUB_EVENT_NAME": "push", "GITHUB_REF": "refs/heads/train/x"}, None),
+        ({"EVENT_DEFAULT_BRANCH": "", "GITHUB_EVENT_NAME": "workflow_dispatch", "GITHUB_REF": "refs/heads/main"}, None),
+        ({"EVENT_DEFAULT_BRANCH": "", "GITHUB_EVENT_NAME": "schedule", "GITHUB_REF": "refs/tags/v1"}, None),
+    ]  # fmt: skip
+    for i, (env, expected) in enumerate(rows):
+        workdir = tmp_path / f"default-{i}"
+        code, calls = run_bash(scripts["gpu-runner-start"], env, workdir)
+        output = (workdir / "github_output").read_text() if (workdir / "github_output").exists() else ""
+        assert calls == [], env
+        if expected is None:
+            assert code != 0 and output == "", env
+        else:
+            assert code == 0 and output == f"branch={expected}\n", env
 
 
 def test_only_train_yml_on_a_train_branch_and_sweep_yml_on_a_sweep_branch_may_start_or_stop(
@@ -178,7 +248,8 @@ def test_only_train_yml_on_a_train_branch_and_sweep_yml_on_a_sweep_branch_may_st
             if expected == "evil":
                 workflow_ref, expected = "evil/r/.github/workflows/" + caller, None
             env = {"TRAIN_BRANCH_PREFIX": train, "SWEEP_BRANCH_PREFIX": sweep, "GITHUB_EVENT_NAME": event,
-                   "GITHUB_REF": ref, "GITHUB_REPOSITORY": "o/r", "GITHUB_WORKFLOW_REF": workflow_ref}  # fmt: skip
+                   "GITHUB_REF": ref, "GITHUB_REPOSITORY": "o/r", "GITHUB_WORKFLOW_REF": workflow_ref,
+                   "DEFAULT_BRANCH": answers_of(project)["default_branch"]}  # fmt: skip
             workdir = tmp_path / f"{name}-{i}"
             code, calls = run_bash(guard["run"], env, workdir)
             row = (name, event, ref, workflow_ref)
@@ -201,7 +272,8 @@ def test_only_train_yml_on_a_train_branch_and_sweep_yml_on_a_sweep_branch_may_st
     _, start = called_job(project, jobs["start"], "start")
     (guard,) = [s for s in start["steps"] if s.get("name") == CALLER_GUARD]
     env = {"TRAIN_BRANCH_PREFIX": train, "SWEEP_BRANCH_PREFIX": sweep, "GITHUB_EVENT_NAME": "push",
-           "GITHUB_REF": on_train, "GITHUB_REPOSITORY": "o/r", "GITHUB_WORKFLOW_REF": f"{base}sweep.yml@{on_train}"}  # fmt: skip
+           "GITHUB_REF": on_train, "GITHUB_REPOSITORY": "o/r", "GITHUB_WORKFLOW_REF": f"{base}sweep.yml@{on_train}",
+           "DEFAULT_BRANCH": on_default.removeprefix("refs/heads/")}  # fmt: skip
     proc = subprocess.run(
         [tool("bash"), "--noprofile", "--norc", "-eo", "pipefail", "-c", guard["run"]],
         env={**env, "PATH": "/usr/bin:/bin", "GITHUB_OUTPUT": str(tmp_path / "out")},
@@ -213,8 +285,12 @@ def test_only_train_yml_on_a_train_branch_and_sweep_yml_on_a_sweep_branch_may_st
         f"refs/heads/{sweep}* branch or predict.yml on {on_default} may start a GPU runner "
         f"(got {base}sweep.yml@{on_train} on {on_train})"
     ]
-    # An empty prefix (settings not read) refuses everything, also the right pair.
-    code, _ = run_bash(guard["run"], {**env, "SWEEP_BRANCH_PREFIX": ""}, tmp_path / "empty-prefix")
+    # An empty prefix (settings not read) or no default branch refuses everything, also the right pair.
+    right = {**env, "GITHUB_WORKFLOW_REF": f"{base}train.yml@{on_train}"}
+    assert run_bash(guard["run"], right, tmp_path / "right")[0] == 0
+    code, _ = run_bash(guard["run"], {**right, "SWEEP_BRANCH_PREFIX": ""}, tmp_path / "empty-prefix")
+    assert code != 0
+    code, _ = run_bash(guard["run"], {**right, "DEFAULT_BRANCH": ""}, tmp_path / "no-default-branch")
     assert code != 0
 
 
@@ -403,17 +479,20 @@ def test_train_job_graph(project: Path) -> None:
     assert all(step["if"] == "always()" for step in stop["steps"][: guard_at + 1]), stop["steps"]
     after = {step["name"]: step["if"] for step in stop["steps"][guard_at + 1 :]}
     assert after == {
-        # Only with a tunnel role set (tests/workflows/test_mlflow_tunnel_steps.py).
-        "Tunnel to the team MLflow server": (
+        # Only with a tunnel role set, and the connect step only with its credentials
+        # (tests/workflows/test_mlflow_tunnel_steps.py).
+        "Tunnel role credentials (OIDC, as step outputs only)": (
             "${{ always() && steps.caller.outcome == 'success' && vars.MLFLOW_TUNNEL_ROLE_ARN != '' }}"
+        ),
+        "Tunnel to the team MLflow server": (
+            "${{ always() && steps.caller.outcome == 'success' && steps.tunnel-credentials.outcome == 'success' }}"
         ),
         "AWS credentials (OIDC)": "${{ always() && steps.caller.outcome == 'success' }}",
         "Tear down the runner and the instance": "${{ always() && steps.caller.outcome == 'success' }}",
         "Start the next attempt after a spot interruption": "${{ always() && steps.caller.outcome == 'success' }}",
     }
-    _, _, teardown, resume = [
-        s for s in stop["steps"] if "run" in s
-    ]  # after the settings and the caller check
+    # After the default branch, the install, the settings, the caller check and the tunnel's connect step.
+    *_, teardown, resume = [s for s in stop["steps"] if "run" in s]
     assert re.search(r"gpu-runner --settings \S+ teardown ", teardown["run"])
     assert re.search(r"gpu-runner --settings \S+ resume ", resume["run"])
     assert resume["env"]["GITHUB_TOKEN"] == "${{ github.token }}"
@@ -502,9 +581,12 @@ def test_aws_jobs_use_oidc_and_no_cache(project: Path) -> None:
         for job_id, job in doc["jobs"].items():
             if "uses" in job:  # a caller of a reusable workflow: its job is checked in that file
                 continue
-            aws_steps = steps_by_uses(job, AWS_CREDENTIALS)
-            # Or the MLflow tunnel's (its role's credentials stay inside that action: test_mlflow_tunnel_steps.py).
-            tunnel = steps_by_uses(job, TUNNEL_ACTION)
+            aws_steps = [s for s in steps_by_uses(job, AWS_CREDENTIALS) if s.get("id") != TUNNEL_CREDENTIALS]
+            # Or the MLflow tunnel's (its role's credentials stay inside that action, or inside its written-out
+            # credentials step: test_mlflow_tunnel_steps.py).
+            tunnel = steps_by_uses(job, TUNNEL_ACTION) + [
+                s for s in steps_by_uses(job, AWS_CREDENTIALS) if s.get("id") == TUNNEL_CREDENTIALS
+            ]
             assert ("id-token" in job["permissions"]) == bool(aws_steps or tunnel), f"{name}.{job_id}"
             if not aws_steps:
                 continue
@@ -530,10 +612,15 @@ def test_aws_jobs_use_oidc_and_no_cache(project: Path) -> None:
                 "gpu-runner --settings configs/gpu-runner.yaml workflow-settings"
             )
             assert job["steps"].index(settings_step) < job["steps"].index(aws)
-            (setup,) = steps_by_uses(job, SETUP_ACTION)
-            # sweep.yml's jobs run the ML package (the study, MLflow) with this branch's code: the project.
-            install = {} if name == "sweep" else {"install": "runner"}
-            assert setup["with"] == {**install, "enable-cache": "false"}
+            if name in WRITTEN_OUT_SETUP:  # the setup action's `install: runner`, written out (its own test)
+                (uv,) = steps_by_uses(job, "astral-sh/setup-uv")
+                assert uv["with"]["enable-cache"] == "false"
+                (setup,) = [s for s in job["steps"] if s.get("run", "").strip() == RUNNER_SYNC]
+            else:
+                (setup,) = steps_by_uses(job, SETUP_ACTION)
+                # sweep.yml's jobs run the ML package (the study, MLflow) with this branch's code: the project.
+                install = {} if name == "sweep" else {"install": "runner"}
+                assert setup["with"] == {**install, "enable-cache": "false"}
             # Credentials exist only after the set-up, and no third-party code runs after them.
             assert job["steps"].index(setup) < job["steps"].index(aws)
             later = job["steps"][job["steps"].index(aws) + 1 :]

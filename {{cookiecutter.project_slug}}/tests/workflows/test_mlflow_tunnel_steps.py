@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_files import (
+    AWS_CREDENTIALS,
     GITHUB_HOSTED_RE,
     SETUP_ACTION,
     TUNNEL_ACTION,
@@ -32,6 +33,30 @@ def workflows(project: Path) -> dict[str, dict[str, Any]]:
     return {p.stem: load_yaml(p) for p in sorted((project / ".github" / "workflows").glob("*.yml"))}
 
 
+# The written-out tunnel of the GPU workflows bound for the template repository (gpu-runner-stop.yml, batch.yml):
+# the platform action's two steps, the credentials step and the connect step.
+CONNECT = "mlflow-server connect"
+CREDENTIALS_ID = "tunnel-credentials"
+RUNNER_SYNC = "uv sync --locked --only-group runner"
+
+
+def is_tunnel(step: dict[str, Any]) -> bool:
+    """The platform's tunnel action, or its connect step written out."""
+    return step_uses(step) == TUNNEL_ACTION or (step.get("id") == "mlflow" and CONNECT in step.get("run", ""))
+
+
+def tunnel_role(steps: list[dict[str, Any]], tunnel: dict[str, Any]) -> Any:
+    """The role the tunnel assumes: the action's input, or the written-out credentials step's."""
+    if step_uses(tunnel) == TUNNEL_ACTION:
+        return tunnel.get("with", {}).get("role-to-assume")
+    credentials = [s for s in steps if s.get("id") == CREDENTIALS_ID and step_uses(s) == AWS_CREDENTIALS]
+    return credentials[0].get("with", {}).get("role-to-assume") if len(credentials) == 1 else None
+
+
+def installs_gpu_runner(step: dict[str, Any]) -> bool:
+    return step_uses(step) == SETUP_ACTION or RUNNER_SYNC in step.get("run", "")
+
+
 def tunnel_problems(docs: dict[str, dict[str, Any]]) -> list[str]:
     """Every hosted job's MLflow step without the tunnel in front of it, every GPU job's with one."""
     problems = []
@@ -39,7 +64,7 @@ def tunnel_problems(docs: dict[str, dict[str, Any]]) -> list[str]:
         for job_id, job in doc.get("jobs", {}).items():
             steps = job.get("steps") or []
             hosted = isinstance(job.get("runs-on"), str) and bool(GITHUB_HOSTED_RE.match(job["runs-on"]))
-            tunnels = [i for i, s in enumerate(steps) if step_uses(s) == TUNNEL_ACTION]
+            tunnels = [i for i, s in enumerate(steps) if is_tunnel(s)]
             for index, step in enumerate(steps):
                 value = (step.get("env") or {}).get(URI)
                 if value is None:
@@ -57,11 +82,9 @@ def tunnel_problems(docs: dict[str, dict[str, Any]]) -> list[str]:
                     problems.append(f"{name}.{job_id}: the tunnel step's id is not `mlflow`")
             for index in tunnels:
                 tunnel = steps[index]
-                if tunnel.get("with", {}).get("role-to-assume") != as_expression(
-                    "vars.MLFLOW_TUNNEL_ROLE_ARN"
-                ):
+                if tunnel_role(steps, tunnel) != as_expression("vars.MLFLOW_TUNNEL_ROLE_ARN"):
                     problems.append(f"{name}.{job_id}: the tunnel's role is not vars.MLFLOW_TUNNEL_ROLE_ARN")
-                if not any(step_uses(s) == SETUP_ACTION for s in steps[:index]):
+                if not any(installs_gpu_runner(s) for s in steps[:index]):
                     problems.append(
                         f"{name}.{job_id}: the tunnel runs before the setup action installs gpu-runner"
                     )
@@ -82,17 +105,36 @@ def test_every_hosted_mlflow_step_goes_through_the_tunnel(project: Path) -> None
         (name, job_id)
         for name, doc in docs.items()
         for job_id, job in doc.get("jobs", {}).items()
-        if any(step_uses(s) == TUNNEL_ACTION for s in job.get("steps") or [])
+        if any(is_tunnel(s) for s in job.get("steps") or [])
     }
     assert with_tunnel == expected
 
 
+def test_a_written_out_tunnels_credentials_reach_the_connect_step_alone(project: Path) -> None:
+    """stop and batch.yml write the platform action's two steps out: as in the action, the tunnel role's
+    credentials are the credentials step's outputs (never the job's environment) and only the connect step
+    reads them; the job's later steps hold exactly the credentials they held without the tunnel."""
+    docs = workflows(project)
+    for name, job_id in (("gpu-runner-stop", "stop"), ("batch", "batch")):
+        steps = docs[name]["jobs"][job_id]["steps"]
+        (credentials,) = [s for s in steps if s.get("id") == CREDENTIALS_ID]
+        assert step_uses(credentials) == AWS_CREDENTIALS, name
+        assert credentials["with"]["output-env-credentials"] == "false", name
+        assert credentials["with"]["output-credentials"] == "true", name
+        readers = [s.get("id") for s in steps if f"steps.{CREDENTIALS_ID}.outputs" in str(s.get("env", {}))]
+        assert readers == ["mlflow"], (name, readers)
+        assert not any("GITHUB_ENV" in s.get("run", "") for s in steps), name
+
+
 def test_the_tunnel_never_delays_or_blocks_the_teardown(project: Path) -> None:
     stop = workflows(project)["gpu-runner-stop"]["jobs"]["stop"]
-    (tunnel,) = [s for s in stop["steps"] if step_uses(s) == TUNNEL_ACTION]
-    assert tunnel["continue-on-error"] is True
-    assert tunnel["with"]["wake"] == "false" and int(tunnel["with"]["timeout-seconds"]) <= 60
-    assert "always()" in tunnel["if"] and "vars.MLFLOW_TUNNEL_ROLE_ARN != ''" in tunnel["if"]
+    (tunnel,) = [s for s in stop["steps"] if is_tunnel(s)]
+    (credentials,) = [s for s in stop["steps"] if s.get("id") == CREDENTIALS_ID]
+    assert "vars.MLFLOW_TUNNEL_ROLE_ARN != ''" in credentials["if"]
+    assert "steps.tunnel-credentials.outcome == 'success'" in tunnel["if"]
+    for step in (credentials, tunnel):
+        assert step["continue-on-error"] is True and "always()" in step["if"]
+    assert "--no-wake" in tunnel["run"] and "--timeout=60 " in tunnel["run"]
     (teardown,) = [s for s in stop["steps"] if s.get("name") == "Tear down the runner and the instance"]
     assert teardown["env"][URI] == THROUGH_TUNNEL_OR_VARIABLE
 

@@ -42,7 +42,10 @@ def test_untrusted_expressions_only_under_env(project: Path) -> None:
                             checkout_ref = key == "with" and step.get("uses", "").startswith(
                                 "actions/checkout@"
                             )
-                            checkout_ref = checkout_ref and expression == "inputs.commit || github.sha"
+                            checkout_ref = checkout_ref and expression in (
+                                "inputs.commit || github.sha",
+                                "steps.default.outputs.branch",  # the branch the event names
+                            )
                             # And the region of the AWS credentials action: the default branch's settings.
                             # (also the MLflow tunnel action's, which hands it to that action too).
                             region = key == "with" and step_uses(step) in (AWS_CREDENTIALS, TUNNEL_ACTION)
@@ -85,6 +88,11 @@ def test_hostile_branch_names_and_inputs_stay_data(project: Path, tmp_path: Path
             if step.get("name") in REFUSES_A_HOSTILE_KIND:  # batch.yml's `kind` input: only train or sweep
                 assert code != 0 and not calls, f"{name}.yml {where} accepted the kind {PAYLOAD!r}"
                 continue
+            # No command: one output line, the value as data.
+            if step.get("name") == "Name the default branch":
+                output = (workdir / "github_output").read_text(encoding="utf-8")
+                assert code == 0 and not calls and output == f"branch={PAYLOAD}\n", (name, where, output)
+                continue
             assert code == 0, f"{name}.yml {where} failed"
             arguments = [a for argv in calls for a in argv]
             hostile = [a for a in arguments if MARKER in a]
@@ -100,8 +108,9 @@ def test_hostile_branch_names_and_inputs_stay_data(project: Path, tmp_path: Path
     # + the start workflow's MLflow server wake, the pull-request comment of train.yml and of sweep.yml (issue 17)
     # + the comment jobs' settings (the tunnel's region), + batch.yml's 7 (settings, caller check, ship, open-run,
     # submit, wait, terminate) and the start workflow's backend choice (issue 18), + batch.yml's wave step and the
-    # sweep arms of its submit and wait.
-    assert ran == 41
+    # sweep arms of its submit and wait; + start's, stop's and batch.yml's default branch and written-out install,
+    # and the tunnel's connect step of stop and batch.yml (issue 31: the platform's actions written out).
+    assert ran == 49
 
 
 def test_injection_harness_catches_an_expression_in_run(project: Path, tmp_path: Path) -> None:
