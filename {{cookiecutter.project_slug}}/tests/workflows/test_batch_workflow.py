@@ -8,7 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from step_scripts import PAYLOAD, run_bash
-from workflow_files import AWS_CREDENTIALS, answers_of, as_expression, load_yaml, step_uses
+from workflow_files import (
+    AWS_CREDENTIALS,
+    TUNNEL_CREDENTIALS,
+    answers_of,
+    as_expression,
+    load_yaml,
+    step_uses,
+)
 from workflow_rules import DEFAULT_BRANCH_WORKFLOW_RE
 
 CALLER_GUARD = "Refuse callers other than train.yml and sweep.yml on their branches"
@@ -109,7 +116,7 @@ def test_batch_yml_holds_the_submit_role_only_after_every_third_party_step(proje
     job = _batch_job(project)
     steps = job["steps"]
     # The submit role's; the tunnel role's credentials (its own step) are outputs for the connect step alone.
-    (aws,) = [s for s in steps if step_uses(s) == AWS_CREDENTIALS and s.get("id") != "tunnel-credentials"]
+    (aws,) = [s for s in steps if step_uses(s) == AWS_CREDENTIALS and s.get("id") != TUNNEL_CREDENTIALS]
     index = steps.index(aws)
     assert aws["with"]["role-to-assume"] == as_expression("vars.AWS_BATCH_ROLE_ARN")
     assert all("run" in s for s in steps[index + 1 :]), "only our own commands hold the submit role"

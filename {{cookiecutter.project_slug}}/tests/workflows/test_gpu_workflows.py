@@ -15,9 +15,11 @@ from step_scripts import gpu_runner_calls, run_bash, step_env, substitute
 from workflow_files import (
     AWS_CREDENTIALS,
     LAUNCH_OUTPUTS,
+    RUNNER_SYNC,
     SETUP_ACTION,
     TIMELINE_PHASES,
     TUNNEL_ACTION,
+    TUNNEL_CREDENTIALS,
     WAIT_OUTPUTS,
     answers_of,
     as_expression,
@@ -111,8 +113,6 @@ DEFAULT_BRANCH_STEP = "Name the default branch"
 # The workflows bound for the template repository write the platform's setup (`install: runner`) and mlflow-tunnel
 # actions out: a file called by commit cannot call its own repository's actions at that commit.
 WRITTEN_OUT_SETUP = ("gpu-runner-start", "gpu-runner-stop", "batch")
-RUNNER_SYNC = "uv sync --locked --only-group runner"
-TUNNEL_CREDENTIALS = "tunnel-credentials"
 
 
 def test_the_written_out_setup_is_the_platform_setup_actions_runner_install(project: Path) -> None:

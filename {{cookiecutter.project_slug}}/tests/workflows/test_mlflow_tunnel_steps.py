@@ -14,8 +14,10 @@ from typing import Any
 from workflow_files import (
     AWS_CREDENTIALS,
     GITHUB_HOSTED_RE,
+    RUNNER_SYNC,
     SETUP_ACTION,
     TUNNEL_ACTION,
+    TUNNEL_CREDENTIALS,
     as_expression,
     load_yaml,
     step_uses,
@@ -33,11 +35,8 @@ def workflows(project: Path) -> dict[str, dict[str, Any]]:
     return {p.stem: load_yaml(p) for p in sorted((project / ".github" / "workflows").glob("*.yml"))}
 
 
-# The written-out tunnel of the GPU workflows bound for the template repository (gpu-runner-stop.yml, batch.yml):
-# the platform action's two steps, the credentials step and the connect step.
+# The connect step of the tunnel written out in gpu-runner-stop.yml and batch.yml (after its credentials step).
 CONNECT = "mlflow-server connect"
-CREDENTIALS_ID = "tunnel-credentials"
-RUNNER_SYNC = "uv sync --locked --only-group runner"
 
 
 def is_tunnel(step: dict[str, Any]) -> bool:
@@ -49,7 +48,7 @@ def tunnel_role(steps: list[dict[str, Any]], tunnel: dict[str, Any]) -> Any:
     """The role the tunnel assumes: the action's input, or the written-out credentials step's."""
     if step_uses(tunnel) == TUNNEL_ACTION:
         return tunnel.get("with", {}).get("role-to-assume")
-    credentials = [s for s in steps if s.get("id") == CREDENTIALS_ID and step_uses(s) == AWS_CREDENTIALS]
+    credentials = [s for s in steps if s.get("id") == TUNNEL_CREDENTIALS and step_uses(s) == AWS_CREDENTIALS]
     return credentials[0].get("with", {}).get("role-to-assume") if len(credentials) == 1 else None
 
 
@@ -117,11 +116,13 @@ def test_a_written_out_tunnels_credentials_reach_the_connect_step_alone(project:
     docs = workflows(project)
     for name, job_id in (("gpu-runner-stop", "stop"), ("batch", "batch")):
         steps = docs[name]["jobs"][job_id]["steps"]
-        (credentials,) = [s for s in steps if s.get("id") == CREDENTIALS_ID]
+        (credentials,) = [s for s in steps if s.get("id") == TUNNEL_CREDENTIALS]
         assert step_uses(credentials) == AWS_CREDENTIALS, name
         assert credentials["with"]["output-env-credentials"] == "false", name
         assert credentials["with"]["output-credentials"] == "true", name
-        readers = [s.get("id") for s in steps if f"steps.{CREDENTIALS_ID}.outputs" in str(s.get("env", {}))]
+        readers = [
+            s.get("id") for s in steps if f"steps.{TUNNEL_CREDENTIALS}.outputs" in str(s.get("env", {}))
+        ]
         assert readers == ["mlflow"], (name, readers)
         assert not any("GITHUB_ENV" in s.get("run", "") for s in steps), name
 
@@ -129,7 +130,7 @@ def test_a_written_out_tunnels_credentials_reach_the_connect_step_alone(project:
 def test_the_tunnel_never_delays_or_blocks_the_teardown(project: Path) -> None:
     stop = workflows(project)["gpu-runner-stop"]["jobs"]["stop"]
     (tunnel,) = [s for s in stop["steps"] if is_tunnel(s)]
-    (credentials,) = [s for s in stop["steps"] if s.get("id") == CREDENTIALS_ID]
+    (credentials,) = [s for s in stop["steps"] if s.get("id") == TUNNEL_CREDENTIALS]
     assert "vars.MLFLOW_TUNNEL_ROLE_ARN != ''" in credentials["if"]
     assert "steps.tunnel-credentials.outcome == 'success'" in tunnel["if"]
     for step in (credentials, tunnel):

@@ -40,6 +40,10 @@ PR_EVENTS = ("pull_request", "pull_request_target")
 PLATFORM_CALL = re.compile(r"^(?P<repository>[\w.-]+/[\w.-]+)/\.github/(?P<path>[\w./-]+)@(?P<ref>\S+)$")
 SETUP_ACTION = "platform:actions/setup"
 TUNNEL_ACTION = "platform:actions/mlflow-tunnel"
+# Those two actions written out in the GPU workflows bound for the template repository (start, stop, batch.yml):
+# setup's `install: runner` command, and the id of the tunnel's credentials step.
+RUNNER_SYNC = "uv sync --locked --only-group runner"
+TUNNEL_CREDENTIALS = "tunnel-credentials"
 # Where the tests keep the pinned platform's tree (gpu_runner_testing.platform_tree): ignored by git.
 PLATFORM_CACHE = PROJECT / ".e2e-cache"
 AWS_CREDENTIALS = "aws-actions/configure-aws-credentials"
