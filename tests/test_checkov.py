@@ -1,11 +1,12 @@
 """checkov (an independent scanner, pinned in the template's dev group) on the CloudFormation and the
-workflows of a default bake and a batch-backend bake: every check passes, or is skipped in place (a resource's
-`Metadata.checkov`, a workflow's `# checkov:skip=` comment) with its reason, and the skips are exactly the
-ones listed here."""
+workflows of a default bake and a batch-backend bake, and on the platform's own workflows: every check passes,
+or is skipped in place (a resource's `Metadata.checkov`, a workflow's `# checkov:skip=` comment) with its
+reason, and the skips are exactly the ones listed here."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -79,6 +80,16 @@ def scanned(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     assert not [*project.glob(".checkov.y*ml"), *project.glob(".bridgecrew.y*ml")]
     reports = checkov(project)
     reports["cloudformation"] = checkov(ROOT / "platform")["cloudformation"]
+    # The platform's reusable workflows (start, stop, batch.yml) run for every project but live here, beside
+    # this repository's CI: scanned in a copy of .github alone (the template holds unrendered Jinja).
+    platform = tmp_path_factory.mktemp("platform-workflows")
+    shutil.copytree(ROOT / ".github", platform / ".github")
+    results = reports["github_actions"]["results"]
+    for kind, found in checkov(platform)["github_actions"]["results"].items():
+        results[kind] = [
+            *results.get(kind, []),
+            *({**c, "file_path": f"platform:{c['file_path']}"} for c in found),
+        ]
     return reports
 
 
@@ -98,7 +109,11 @@ def test_checkov_passes_or_skips_every_check(scanned: dict[str, Any]) -> None:
     # What it scanned: the three stacks and the workflows, hundreds of checks (not an empty directory).
     files = {c["file_path"] for c in entries(scanned, "passed_checks")}
     assert {STACK, SERVER_STACK, BATCH_STACK} <= files, files
-    assert {"/.github/workflows/train.yml", "/.github/workflows/batch.yml"} <= files, files
+    assert {"/.github/workflows/train.yml", "platform:/.github/workflows/batch.yml"} <= files, files
+    assert {
+        "platform:/.github/workflows/gpu-runner-start.yml",
+        "platform:/.github/workflows/gpu-runner-stop.yml",
+    } <= files
     assert all(report["summary"]["parsing_errors"] == 0 for report in scanned.values())
 
 

@@ -424,7 +424,8 @@ def test_platform_update_moves_an_older_bakes_pin_to_the_current_commit(
 ) -> None:
     """Item 3 of issue 31: `make platform-update` takes the older bake's platform to the template's current
     commit (pyproject.toml and uv.lock together, as a fresh bake pins it), prints the changelog between the
-    two versions and asks for `make bootstrap`, since the setup stack changed."""
+    two versions and asks for `make bootstrap`, since the launch roles trust the platform's workflows at the
+    pinned commit."""
     proc = run(["make", "platform-update", "TO=main"], older_bake, timeout=600, **platform_from(template))
 
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -434,7 +435,10 @@ def test_platform_update_moves_an_older_bakes_pin_to_the_current_commit(
     ) in proc.stdout
     current = (TEMPLATE_ROOT / "platform" / "CHANGELOG.md").read_text(encoding="utf-8")
     assert newest_release(current).strip().splitlines()[0] in proc.stdout  # the release's heading
-    assert "Then run, in this order:\n  make bootstrap\n" in proc.stdout
+    assert (
+        "Then run, in this order:\n  make bootstrap (the launch roles trust the platform's workflows"
+        in proc.stdout
+    )
     status = git(older_bake, "status", "--porcelain", "--untracked-files=all")
     callers = platform_callers(fresh_bake, template.current)
     moved = {line.split()[-1] for line in status.splitlines()}

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import write_config
+from conftest import platform_git_env, write_config
 from cookiecutter.main import cookiecutter
 from workflow_files import (
     AWS_CREDENTIALS,
@@ -33,11 +33,13 @@ from workflow_files import (
     load_pins,
     load_yaml,
     make_targets,
+    platform_call,
     steps_by_uses,
     triggers,
+    workflow_path,
 )
 from workflow_linters import actionlint, check_jsonschema, describe_actionlint, describe_zizmor, zizmor
-from workflow_rules import DEFAULT_BRANCH_WORKFLOW_RE, SHA_RE, workflow_problems
+from workflow_rules import SHA_RE, workflow_problems
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PINS_FILE = Path(__file__).with_name("action_pins.json")
@@ -186,6 +188,15 @@ def test_the_projects_pin_table_is_the_teams() -> None:
 
 
 # ---------------------------------------------------------------- non-default answers
+@pytest.fixture
+def platform_fetch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading a bake's platform workflows fetches its pinned commit (gpu_runner_testing.platform_tree): from
+    this checkout, as its uv does."""
+    for key, value in platform_git_env().items():
+        monkeypatch.setenv(key, value)
+
+
+@pytest.mark.usefixtures("platform_fetch")
 def test_non_default_answers_reach_the_gpu_workflows(baked_custom: Path) -> None:
     answers = answers_of(baked_custom)
     assert {k: str(answers[k]) for k in CUSTOM_ANSWERS} == {k: str(v) for k, v in CUSTOM_ANSWERS.items()}
@@ -204,26 +215,26 @@ def test_non_default_answers_reach_the_gpu_workflows(baked_custom: Path) -> None
     assert regions == ["${{ steps.settings.outputs.region }}"] * 8
     settings = yaml.safe_load((baked_custom / "configs" / "gpu-runner.yaml").read_text(encoding="utf-8"))
     assert (settings["region"], settings["train_branch_prefix"]) == ("us-east-2", "gpu/")
-    # The reusable workflows are called in the custom answers' repository, and guard its train branches.
-    answers = answers_of(baked_custom)
-    assert train["jobs"]["start"]["uses"].startswith(f"{answers['github_owner']}/{answers['github_repo']}/")
+    # The reusable workflows are the platform's, called at the bake's pin, and guard its train branches.
+    assert train["jobs"]["start"]["uses"] == platform_call(baked_custom, "gpu-runner-start")
     train_env = next(s for s in train["jobs"]["train"]["steps"] if s.get("id") == "train")["env"]
     assert train_env["AWS_REGION"] == train_env["AWS_DEFAULT_REGION"] == "${{ needs.start.outputs.region }}"
 
 
+@pytest.mark.usefixtures("platform_fetch")
 def test_the_default_branch_answer_names_what_start_and_stop_run(baked_custom: Path) -> None:
-    """A repository whose default branch is not `main`: train.yml calls start/stop at that branch, they (and
-    the pull-request comment jobs) check it out, and `make bootstrap` / `make doctor` give the same branch to
-    the launch and reaper roles' OIDC trust (`DefaultBranch`). No `main` is left over in the GPU workflows."""
+    """A repository whose default branch is not `main`: train.yml calls the platform's start/stop at the
+    pin, which (with the pull-request comment jobs) check that branch out, and `make bootstrap` and `make
+    doctor` give the same branch to the reaper and predict roles' OIDC trust (`DefaultBranch`). No `main` is
+    left over in the GPU workflows."""
     docs = gpu_workflows(baked_custom)
     jobs = docs["train"]["jobs"]
     for name in ("start", "stop"):
-        called = DEFAULT_BRANCH_WORKFLOW_RE.fullmatch(jobs[name]["uses"])
-        assert called and called["branch"] == "develop", jobs[name]["uses"]
+        assert jobs[name]["uses"] == platform_call(baked_custom, f"gpu-runner-{name}")
     # What they (and batch.yml) check out is the branch GitHub's event names: they take no answer at all, so
-    # one file can serve every project (issue 31). The bake's own suite runs that step's rows.
+    # one file, the platform's, serves every project (issue 31). The bake's own suite runs that step's rows.
     for name in ("gpu-runner-start", "gpu-runner-stop", "batch"):
-        text = (baked_custom / ".github" / "workflows" / f"{name}.yml").read_text(encoding="utf-8")
+        text = workflow_path(baked_custom, name).read_text(encoding="utf-8")
         assert "develop" not in text and answers_of(baked_custom)["package_name"] not in text, name
         (checkout, *_) = steps_by_uses(next(iter(docs[name]["jobs"].values())), "actions/checkout")
         assert checkout["with"]["ref"] == "${{ steps.default.outputs.branch }}", name
@@ -231,12 +242,11 @@ def test_the_default_branch_answer_names_what_start_and_stop_run(baked_custom: P
     for workflow in ("train", "sweep"):
         (checkout,) = steps_by_uses(docs[workflow]["jobs"]["comment"], "actions/checkout")
         assert checkout["with"]["ref"] == "develop", workflow
-    # The batch backend's batch.yml too: train.yml and sweep.yml call it at that branch, and it checks it out.
+    # The batch backend's batch.yml too: train.yml and sweep.yml call the platform's at the pin.
     for workflow in ("train", "sweep"):
-        called = DEFAULT_BRANCH_WORKFLOW_RE.fullmatch(docs[workflow]["jobs"]["batch"]["uses"])
-        assert called and (called["file"], called["branch"]) == ("batch.yml", "develop"), workflow
+        assert docs[workflow]["jobs"]["batch"]["uses"] == platform_call(baked_custom, "batch"), workflow
     for name in ("train", "sweep", "gpu-runner-start", "gpu-runner-stop", "batch"):
-        text = (baked_custom / ".github" / "workflows" / f"{name}.yml").read_text(encoding="utf-8")
+        text = workflow_path(baked_custom, name).read_text(encoding="utf-8")
         for leftover in ("@main", "ref: main", 'ref: "main"', "refs/heads/main"):
             assert leftover not in text, f"{name}.yml still says {leftover}"
     makefile = (baked_custom / "Makefile").read_text(encoding="utf-8")
@@ -268,7 +278,8 @@ def test_the_injection_test_passes_on_a_project_named_like_its_payload(tmp_path:
             "-p", "no:cacheprovider",
         ],
         cwd=project, capture_output=True, text=True, timeout=600, check=False,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(workflows), str(PLATFORM_SRC)])},
+        env={**os.environ, **platform_git_env(),
+             "PYTHONPATH": os.pathsep.join([str(workflows), str(PLATFORM_SRC)])},
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert " passed" in result.stdout and "failed" not in result.stdout, result.stdout[-2000:]

@@ -167,11 +167,11 @@ def test_each_stack_it_names_is_in_the_platform_and_each_step_is_a_target_of_the
     assert [path for path in update.STACKS if not (platform / path).is_file()] == []
     makefile = (platform.parent / "{{cookiecutter.project_slug}}" / "Makefile").read_text(encoding="utf-8")
     targets = {line.split(":")[0] for line in makefile.splitlines() if line[:1].isalpha() and ":" in line}
-    steps = [*update.STACKS.values(), update.REAPER]
+    steps = [*update.STACKS.values(), update.TRUST, update.BATCH_TRUST]
     assert [step for step in steps if step.split()[1] not in targets] == []
 
 
-def test_a_branch_with_only_a_module_change_asks_for_bootstrap_for_the_reaper(
+def test_a_branch_with_only_a_module_change_asks_for_bootstrap_for_the_trust(
     platform_repo: dict[str, str], tmp_path: Path
 ) -> None:
     project = pinned_project(tmp_path, platform_repo["release"])
@@ -179,7 +179,8 @@ def test_a_branch_with_only_a_module_change_asks_for_bootstrap_for_the_reaper(
     out = update.platform_update(project, "main", uv(), check=False, allow_downgrade=False)
 
     assert project_pin.read_pin(project).commit == platform_repo["main"]
-    assert f"Then run, in this order:\n  {update.REAPER}" in out
+    # No stack changed, but the roles trust the old commit: bootstrap, then the Batch stack, nothing else.
+    assert f"Then run, in this order:\n  {update.TRUST}\n  {update.BATCH_TRUST}\n" in out
     assert "(no changelog entry between the two commits)" in out
     again = update.platform_update(project, "main", uv(), check=False, allow_downgrade=False)
     assert again.startswith("The platform is already at main")

@@ -36,7 +36,13 @@ from {{ cookiecutter.package_name }} import workflow_contract as training_contra
 PROJECT = Path(__file__).resolve().parents[1]
 CONTRACTS_FILE = PROJECT / "tests" / "contracts" / "actions.json"
 DOUBLES = PROJECT / "tests" / "e2e" / "actions"
-WORKFLOWS = sorted((PROJECT / ".github" / "workflows").glob("*.yml"))
+# The platform's reusable workflows the project calls at its pin (start, stop, batch.yml): checked with the
+# project's, since what they pass to third-party actions runs for this project.
+PLATFORM_WORKFLOWS = platform_tree(PROJECT, PROJECT / ".e2e-cache") / ".github" / "workflows"
+WORKFLOWS = sorted(
+    [*(PROJECT / ".github" / "workflows").glob("*.yml")]
+    + [PLATFORM_WORKFLOWS / f"{name}.yml" for name in ("gpu-runner-start", "gpu-runner-stop", "batch")]
+)
 # The project's own composite actions (none in a bake: an action a team adds). The platform's are called pinned,
 # and their own steps are checked where they live, the template repository (tests/test_platform_actions.py).
 COMPOSITES = sorted((PROJECT / ".github" / "actions").glob("*/action.yml"))
@@ -44,7 +50,8 @@ COMPOSITES = sorted((PROJECT / ".github" / "actions").glob("*/action.yml"))
 # the action.yml of the pinned platform's tree (gpu_runner_testing.platform_tree).
 PLATFORM_ACTION = re.compile(r"^(?P<repo>[\w.-]+/[\w.-]+)/\.github/actions/(?P<name>[\w.-]+)@(?P<ref>\S+)$")
 REMOTE = re.compile(r"^(?P<repo>[\w.-]+/[\w.-]+)@(?P<ref>[^@\s]+)$")
-# A job calling a reusable workflow of this repository (train.yml's start and stop, at the default branch).
+# A job calling a reusable workflow of this repository (sweep.yml's trial) or of the platform at the pinned commit
+# (start, stop and batch.yml).
 THIS_REPOSITORY = "{{ cookiecutter.github_owner }}/{{ cookiecutter.github_repo }}"
 CALLED = re.compile(r"^(?P<repo>[\w.-]+/[\w.-]+)/\.github/workflows/(?P<file>[\w.-]+\.ya?ml)@(?P<ref>\S+)$")
 # sweep.yml's call of sweep-trial.yml: a workflow of the same repository and commit.
@@ -128,7 +135,7 @@ def remote_uses() -> list[tuple[str, dict[str, Any]]]:
 
 
 # ---------------------------------------------------------------------- the real files
-@pytest.mark.parametrize("path", [*WORKFLOWS, *COMPOSITES], ids=lambda p: str(p.relative_to(PROJECT)))
+@pytest.mark.parametrize("path", [*WORKFLOWS, *COMPOSITES], ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_uses_respects_the_action_contract(path: Path) -> None:
     assert problems(path) == []
 
@@ -188,7 +195,7 @@ def test_the_gpu_workflows_read_outputs_of_every_command_that_writes_them() -> N
 
 
 TRAIN = PROJECT / ".github" / "workflows" / "train.yml"
-START = PROJECT / ".github" / "workflows" / "gpu-runner-start.yml"
+START = PLATFORM_WORKFLOWS / "gpu-runner-start.yml"
 
 
 def test_a_planted_unknown_input_fails(tmp_path: Path) -> None:
@@ -330,13 +337,20 @@ def called_contract(uses: str, root: Path) -> tuple[Contract | None, str]:
     """A reusable workflow of this repository as a contract: its `on.workflow_call` inputs, secrets, outputs.
     GitHub refuses a call that passes an input or secret the called workflow does not declare, or omits a
     required one ("Reusing workflows", docs.github.com, read 2026-12-01)."""
-    remote = CALLED.match(uses)
-    match = remote if remote and remote["repo"] == THIS_REPOSITORY else LOCAL_CALLED.match(uses)
+    remote, pin = CALLED.match(uses), read_pin(PROJECT)
+    if remote and (remote["repo"], remote["ref"]) == (pin.repository, pin.commit):
+        match, workflows = remote, PLATFORM_WORKFLOWS
+    else:
+        match = remote if remote and remote["repo"] == THIS_REPOSITORY else LOCAL_CALLED.match(uses)
+        workflows = root / ".github" / "workflows"
     if not match:
-        return None, f"reusable workflow `{uses}` is not one of {THIS_REPOSITORY}'s own"
-    path = root / ".github" / "workflows" / match["file"]
+        return None, (
+            f"reusable workflow `{uses}` is neither one of {THIS_REPOSITORY}'s own nor the pinned platform's "
+            f"({pin.repository}@{pin.commit})"
+        )
+    path = workflows / match["file"]
     if not path.is_file():
-        return None, f"reusable workflow `{uses}`: no {path.relative_to(root)}"
+        return None, f"reusable workflow `{uses}`: no {path}"
     doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     on = doc.get("on", doc.get(True)) or {}  # PyYAML reads the bare key `on` as True
     call = on.get("workflow_call") if isinstance(on, dict) else None

@@ -4,7 +4,8 @@ outputs), `make bootstrap` and `make doctor` through `--settings`; the one repet
 and sweep.yml's `on.push.branches` (triggers are read before any code runs), which must then say the same.
 
 Where a value could be written: the files that deploy and run the project (workflows, composite actions,
-Makefile, configs/, the CloudFormation templates gpu_runner ships). Code, tests and docs may name example values (e.g. "a region like eu-west-1").
+Makefile, configs/, the CloudFormation templates gpu_runner ships). The platform's start and stop workflows are
+no file of the project: they read the settings' outputs as reap.yml does (checked below in the pinned tree). Code, tests and docs may name example values (e.g. "a region like eu-west-1").
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from gpu_runner_testing.platform_tree import platform_tree
 
 PROJECT = Path(__file__).resolve().parents[1]
 SETTINGS = Path("configs") / "gpu-runner.yaml"
@@ -82,9 +84,14 @@ def test_the_sweep_trigger_is_the_configured_prefix() -> None:
 
 def test_the_workflows_read_the_region_and_bucket_from_the_settings_outputs() -> None:
     """Where each GPU workflow takes the values at run time: the default branch's settings, through outputs."""
-    workflows = PROJECT / ".github" / "workflows"
-    for name in ("gpu-runner-start.yml", "gpu-runner-stop.yml", "reap.yml"):
-        doc = yaml.safe_load((workflows / name).read_text(encoding="utf-8"))
+    # start and stop are the platform's, at the commit the project pins (its tree as the tests keep it).
+    platform = platform_tree(PROJECT, PROJECT / ".e2e-cache") / ".github" / "workflows"
+    for path in (
+        platform / "gpu-runner-start.yml",
+        platform / "gpu-runner-stop.yml",
+        PROJECT / ".github" / "workflows" / "reap.yml",
+    ):
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
         (job,) = doc["jobs"].values()
         credentials = [s for s in job["steps"] if str(s.get("uses", "")).startswith("aws-actions/")]
         # The job's role and, in stop, the MLflow tunnel role's (the platform's tunnel action written out).
@@ -100,10 +107,8 @@ def test_the_workflows_read_the_region_and_bucket_from_the_settings_outputs() ->
     [
         ("region", ".github/workflows/reap.yml", f"aws-region: {SETTINGS_REGION}", "aws-region: {value}"),
         ("bucket", "Makefile", "bootstrap \\", "bootstrap --bucket {value} \\"),
-        ("train_branch_prefix", ".github/workflows/gpu-runner-start.yml", 'TRAIN_PREFIX="refs/heads/${TRAIN_BRANCH_PREFIX}"',
-         'TRAIN_PREFIX="refs/heads/{value}"'),
-        ("sweep_branch_prefix", ".github/workflows/gpu-runner-stop.yml", 'SWEEP_PREFIX="refs/heads/${SWEEP_BRANCH_PREFIX}"',
-         'SWEEP_PREFIX="refs/heads/{value}"'),
+        ("train_branch_prefix", ".github/workflows/predict.yml", "\njobs:\n", "\nenv:\n  TRAIN_PREFIX: refs/heads/{value}\njobs:\n"),
+        ("sweep_branch_prefix", ".github/workflows/sweep-trial.yml", "\njobs:\n", "\nenv:\n  SWEEP_PREFIX: refs/heads/{value}\njobs:\n"),
     ],
 )  # fmt: skip
 def test_a_planted_second_copy_fails(tmp_path: Path, key: str, path: str, old: str, new: str) -> None:

@@ -20,6 +20,9 @@ from gpu_runner.setup import TEMPLATE
 from gpu_runner.setup.stack import stack_name as name_of_stack
 
 OIDC_URL = "token.actions.githubusercontent.com"
+# The platform the test stacks' launch roles trust (bootstrap's --platform): a stand-in name and a fixed full SHA,
+# so the trust tables read the same wherever they run (the bake's own bootstrap test reads its real pin instead).
+TEST_PLATFORM = "your-org/mlops-template@9b325f58b6206c7f01c62d05e6b68943de218aeb"
 
 
 def run_cli(argv: list[str], env: dict[str, str] | None = None) -> tuple[int, str, str]:
@@ -61,8 +64,9 @@ def bootstrap(
     extra: tuple[str, ...] = (), github_env: dict[str, str] | None = None,
 ) -> Deployed:  # fmt: skip
     """Run the CLI's bootstrap (outside a workflow: no GITHUB_REPOSITORY) and read the stack's outputs back."""
+    platform = () if "--platform" in extra else ("--platform", TEST_PLATFORM)
     argv = ["--settings", str(settings_path), "bootstrap", "--repository", repository, "--bucket", bucket,
-            "--oidc-provider-arn", oidc_provider, *extra, "--template", str(TEMPLATE)]  # fmt: skip
+            "--oidc-provider-arn", oidc_provider, *platform, *extra, "--template", str(TEMPLATE)]  # fmt: skip
     out, err = io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as patch, redirect_stdout(out), redirect_stderr(err):
         patch.delenv("GITHUB_REPOSITORY", raising=False)

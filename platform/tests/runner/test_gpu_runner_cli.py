@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from pathlib import Path
 
@@ -14,7 +15,9 @@ from gpu_runner import cli
 from gpu_runner.cli import main
 from gpu_runner.core import log_output
 from gpu_runner.core.aws import Aws
+from gpu_runner.core.errors import RunnerError
 from gpu_runner.cost.pricing import load_table
+from gpu_runner.setup.stack import StackInputs
 from gpu_runner_testing.aws_constants import REGION
 
 
@@ -180,6 +183,64 @@ def test_bootstrap_refuses_a_bucket_that_differs_from_the_settings(cli_env: Path
         f"--bucket: 'other-bucket' differs from bucket: 'demo-bucket' in {cli_env}, which the workflows read; "
         "change bucket there and leave --bucket out"
     ) in err, err
+
+
+@pytest.mark.parametrize(
+    ("platform", "expected"),
+    [
+        (
+            "your-org/mlops-template@main",
+            "--platform: 'your-org/mlops-template@main' is not <owner>/<template>@<commit>",
+        ),
+        ("your-org/mlops-template@" + "A" * 40, "with a full commit SHA (40 lowercase hex digits)"),
+        ("mlops-template@" + "a" * 40, "--platform: 'mlops-template@"),
+        # Not given, and no pin where bootstrap runs (the template repository's root, say).
+        ("", "--platform: not given, and "),
+    ],
+    ids=["a-branch", "upper-case-hex", "no-owner", "no-pin-here"],
+)
+def test_bootstrap_refuses_a_platform_it_cannot_trust_before_any_aws_call(
+    cli_env: Path, platform: str, expected: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """The launch roles trust the platform's workflows at one commit: a branch or tag would let whoever moves it
+    choose what gets the role, so bootstrap takes a full SHA or the project's pin, and names the fix."""
+    monkeypatch.chdir(tmp_path)  # no pyproject.toml here
+    session = boto3.Session(region_name=REGION)
+    sent: list[str] = []
+    session.events.register("before-send", lambda **kwargs: sent.append(kwargs.get("event_name", "")))
+    monkeypatch.setattr(cli, "Aws", lambda: Aws(session))
+    given = ["--platform", platform] if platform else []
+    assert main(["--settings", str(cli_env), "bootstrap", "--repository", "o/r", *given]) == 1
+    err = capsys.readouterr().err
+    assert expected in err, err
+    assert sent == []
+    assert (
+        "leave it out to read the pin in pyproject.toml" in err
+        or "pass --platform <owner>/<template>@<commit>" in err
+    )
+
+
+@pytest.mark.parametrize(
+    ("repository", "commit"),
+    [
+        ("", ""),
+        ("your-org/mlops-template", "main"),
+        ("your-org/mlops-template", "a" * 39),
+        ("-org/mlops-template", "a" * 40),
+        ("your-org/mlops-template*", "a" * 40),
+    ],
+    ids=["none", "a-branch", "short-sha", "owner-with-leading-dash", "wildcard"],
+)
+def test_the_stack_inputs_refuse_a_platform_the_trust_could_not_name_exactly(
+    repository: str, commit: str
+) -> None:
+    """What bootstrap deploys names the platform's workflows in the launch roles' trust: one repository and one
+    full SHA, nothing a `*` in StringLike could widen (the same patterns as the stack parameters')."""
+    with pytest.raises(RunnerError, match=re.escape(f"--platform: '{repository}@{commit}' is not")):
+        StackInputs(
+            repository="o/r", bucket="good-bucket", train_branch_prefix="train/", sweep_branch_prefix="sweep/",
+            platform_repository=repository, platform_commit=commit,
+        )  # fmt: skip
 
 
 def test_launch_refuses_an_empty_bucket_before_any_aws_call(

@@ -18,7 +18,7 @@ from gpu_runner.setup import trust_size
 from gpu_runner_testing.aws_faults import AwsFaults
 from gpu_runner_testing.gpu_runner_stack import REGION, role_of, write_settings
 from gpu_runner_testing.iam_requests import record_calls
-from gpu_runner_testing.stack_deploy import TEMPLATE
+from gpu_runner_testing.stack_deploy import TEMPLATE, TEST_PLATFORM
 
 ROLES = {
     "TrainRole": "TrainRoleArn",
@@ -31,6 +31,9 @@ ROLES = {
 # GitHub's longest names: 39 characters for an account (GitHub Docs, "Username considerations for external
 # authentication"), 100 for a repository (the REST API's `name` limit).
 LONG_REPOSITORY = f"{'o' * 39}/{'r' * 100}"
+# The launch roles name the platform's workflows at a full commit SHA (bootstrap's --platform): the template
+# repository's name and 40 hex digits in each of their subjects.
+PLATFORM = dict(zip(("PlatformRepository", "PlatformCommit"), TEST_PLATFORM.split("@"), strict=True))
 
 
 def test_the_measured_lengths_are_the_deployed_policies(stack: dict[str, Any]) -> None:
@@ -54,9 +57,11 @@ def test_the_default_branch_launches_fit_beside_the_train_role() -> None:
     """Issue 16: predict.yml's gpu start and stop jobs run on the default branch. Four more subjects (start, stop,
     both forms) in the train role's trust would overflow the default quota even for short names; a role of their
     own leaves the train role's trust as it was (1,554 characters here, measured 2026-12; 2,142 with the four
-    subjects added) and is shorter than it (942)."""
+    subjects added) and is shorter than it (942). Since the launch workflows are the platform's at a commit
+    (issue 31), 1,794 and 1,062 with the test platform's name and SHA."""
     parameters = {"GitHubOwner": "octo-org", "GitHubRepository": "octo-repo", "GitHubOwnerId": "1" * 9,
-                  "GitHubRepositoryId": "2" * 10, "TrainBranchPrefix": "train/", "SweepBranchPrefix": "sweep/"}  # fmt: skip
+                  "GitHubRepositoryId": "2" * 10, "TrainBranchPrefix": "train/", "SweepBranchPrefix": "sweep/",
+                  **PLATFORM}  # fmt: skip
     lengths = trust_size.trust_lengths(TEMPLATE.read_text(encoding="utf-8"), parameters, REGION)
     assert max(lengths, key=lengths.__getitem__) == "TrainRole", lengths
     assert lengths["TrainRole"] <= trust_size.DEFAULT_QUOTA
@@ -81,7 +86,7 @@ def test_the_default_branch_launches_fit_beside_the_train_role() -> None:
 def test_which_roles_a_quota_refuses(owner_and_name: str, quota: float, refused: set[str]) -> None:
     owner, _, name = owner_and_name.partition("/")
     parameters = {"GitHubOwner": owner, "GitHubRepository": name, "GitHubOwnerId": "1" * 9, "GitHubRepositoryId": "2" * 10,
-                  "TrainBranchPrefix": "train/", "SweepBranchPrefix": "sweep/"}  # fmt: skip
+                  "TrainBranchPrefix": "train/", "SweepBranchPrefix": "sweep/", **PLATFORM}  # fmt: skip
     lengths = trust_size.trust_lengths(TEMPLATE.read_text(encoding="utf-8"), parameters, REGION)
     problems = trust_size.too_long(lengths, quota)
     assert {line.split("'", 1)[0] for line in problems} == refused, problems
@@ -106,7 +111,7 @@ def test_bootstrap_refuses_names_that_overflow_the_quota_before_cloudformation(
     )  # fmt: skip
     monkeypatch.setattr(cli, "Aws", lambda: Aws(session))
     argv = ["--settings", str(settings_file), "bootstrap", "--repository", LONG_REPOSITORY, "--bucket", "long-names",
-            "--template", str(TEMPLATE)]  # fmt: skip
+            "--platform", TEST_PLATFORM, "--template", str(TEMPLATE)]  # fmt: skip
     assert cli.main(argv) == 1
     err = capsys.readouterr().err
     assert "TrainRole's trust policy would be " in err and "quota (2048; the default is 2048)" in err, err

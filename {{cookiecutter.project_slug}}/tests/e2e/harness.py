@@ -256,18 +256,13 @@ def prepare_repository(
 def action_doubles() -> list[str]:
     """`--local-repository` for every SHA-pinned remote action of the workflows and of the platform's actions."""
     args = []
-    names = (
-        "train.yml",
-        "gpu-runner-start.yml",
-        "gpu-runner-stop.yml",
-        "reap.yml",
-        "sweep.yml",
-        "sweep-trial.yml",
-        "predict.yml",
-        "batch.yml",
-    )
+    names = ("train.yml", "reap.yml", "sweep.yml", "sweep-trial.yml", "predict.yml")
     sources = [PROJECT / ".github" / "workflows" / n for n in names]
     sources = [src for src in sources if src.exists()]
+    # The platform's reusable workflows the project calls at its pin (start, stop, batch.yml), served with the
+    # platform's tree by platform_actions(): their remote actions are doubled too.
+    workflows = platform_tree(PROJECT, PLATFORM_CACHE) / ".github" / "workflows"
+    sources += [workflows / n for n in ("gpu-runner-start.yml", "gpu-runner-stop.yml", "batch.yml")]
     # The platform's actions run their own remote actions (setup-uv, configure-aws-credentials): doubled too.
     sources += sorted((platform_tree(PROJECT, PLATFORM_CACHE) / ".github" / "actions").glob("*/action.yml"))
     for name, sha in sorted({m.groups() for src in sources for m in USES.finditer(src.read_text())}):
@@ -280,7 +275,9 @@ def action_doubles() -> list[str]:
 
 def platform_actions() -> list[str]:
     """`--local-repository <owner>/<template>@<commit>=<tree>`: the workflows call the platform's composite actions
-    at the project's pin, and act serves a pinned repository from a directory (spike: act copies the whole
+    and reusable workflows (start, stop, batch.yml) at the project's pin (act resolves a remote reusable workflow
+    through the same action cache, which --local-repository overrides: nektos/act pkg/runner/reusable_workflow.go
+    newActionCacheReusableWorkflowExecutor and local_repository_cache.go, read 2026-12-01), and act serves a pinned repository from a directory (spike: act copies the whole
     directory, as GitHub downloads the whole repository at that commit). The tree is that commit's files
     (gpu_runner_testing.platform_tree), never the working copy of a checkout."""
     pin = read_pin(PROJECT)
@@ -288,30 +285,10 @@ def platform_actions() -> list[str]:
 
 
 def default_branch() -> str:
-    """The repository's default branch: the one ref train.yml's start and stop call the reusable workflows at
-    (this file is copied into the project verbatim, so it reads the branch from what the template rendered)."""
-    refs = {ref for _, ref in REUSABLE.findall((PROJECT / ".github" / "workflows" / "train.yml").read_text())}
-    if len(refs) != 1:
-        raise AssertionError(f"train.yml's start and stop must call one default branch, found {sorted(refs)}")
-    return refs.pop()
-
-
-def default_branch_workflows(repo: Path) -> list[str]:
-    """`--local-repository owner/name@<branch>=<repo>` for train.yml's
-    `uses: owner/name/.github/workflows/X@<branch>` (the default branch): act resolves a remote reusable
-    workflow through its action cache, which --local-repository overrides with a directory (nektos/act pkg/runner/reusable_workflow.go newActionCacheReusableWorkflowExecutor and
-    local_repository_cache.go, matched on "<owner>/<name>@<ref>", read 2026-12-01). The directory stands for the
-    default branch: here the same commit as the branch, so the called files are the project's own."""
-    names = ("train.yml", "sweep-trial.yml", "predict.yml")
-    text = "".join(
-        (PROJECT / ".github" / "workflows" / n).read_text()
-        for n in names
-        if (PROJECT / ".github" / "workflows" / n).exists()
-    )
-    return [
-        arg
-        for m in sorted(set(REUSABLE.findall(text)))
-        for arg in ("--local-repository", f"{m[0]}@{m[1]}={repo}")
+    """The repository's default branch, as the project was baked with it (GitHub's event names it; the platform's
+    start, stop and batch.yml check it out)."""
+    return json.loads((PROJECT / ".cookiecutter.json").read_text(encoding="utf-8"))["cookiecutter"][
+        "default_branch"
     ]
 
 
@@ -476,7 +453,6 @@ def run_workflow(
         cmd += ["--secret", f"{key}={value}"]
     cmd += action_doubles()
     cmd += platform_actions()
-    cmd += default_branch_workflows(repo)
     venv_bin = str(Path(sys.executable).parent)
     path = [p for p in os.environ["PATH"].split(os.pathsep) if p != venv_bin and "/shims" not in p]
     env = {

@@ -1,6 +1,6 @@
 """The real sweep.yml with `backend: batch`, under act: the sweep story of test_sweep_workflow.py (4 trials, 2 per
 wave, the next wave dispatched by collect), with each wave run as one AWS Batch array job on the batch host
-(gpu_runner_testing/batch_host.py) by the default branch's batch.yml instead of one runner per trial. The same study, parent
+(gpu_runner_testing/batch_host.py) by the platform's batch.yml (at the pinned commit) instead of one runner per trial. The same study, parent
 and child runs and cost roll-up; no instance launched, no runner registered.
 """
 

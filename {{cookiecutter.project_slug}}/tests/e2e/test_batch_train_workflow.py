@@ -1,6 +1,6 @@
 """The real train.yml with `backend: batch`, under act: the same training story as test_train_workflow.py, but the
-GPU work goes to AWS Batch. start (the default branch's gpu-runner-start.yml) reads the backend and launches
-nothing; the `batch` job calls the default branch's batch.yml, which ships the commit, opens the MLflow run,
+GPU work goes to AWS Batch. start (the platform's gpu-runner-start.yml at the pinned commit) reads the backend and launches
+nothing; the `batch` job calls the platform's batch.yml, which ships the commit, opens the MLflow run,
 submits to the Batch stack's queue on the batch host (moto's Batch backend, each job a local process:
 gpu_runner_testing/batch_host.py), streams the job's lines into the workflow log, waits and logs the cost; the comment job
 reports the run on the pull request. No runner is registered and no instance is launched.

@@ -3,7 +3,7 @@
 The story's train.yml gets a job of the branch's own (`dump`, on a GitHub-hosted runner, `id-token: write`) and a
 first step in the train job (code on the GPU runner) that print every variable, `toJSON(secrets)` and
 `toJSON(vars)`, base64-encoded as an attacker would to get past GitHub's log masking. Start and stop still run
-the default branch's gpu-runner-start/stop.yml (act resolves the `@` ref to the repo copy). The runner
+the platform's gpu-runner-start/stop.yml at the pinned commit (act serves the platform's tree). The runner
 credential lives only in SSM and the launch role's AWS credentials only in the start and stop jobs, so a scan of
 everything the story left behind must find neither, while it does find what a branch may read: the workflow's
 GITHUB_TOKEN and the MLflow repository secrets (the control that the dump worked).

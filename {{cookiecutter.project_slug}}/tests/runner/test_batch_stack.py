@@ -53,7 +53,7 @@ from gpu_runner_testing.iam_requests import (
     requests_for,
     web_identity_allowed,
 )
-from gpu_runner_testing.stack_deploy import OIDC_URL, bootstrap
+from gpu_runner_testing.stack_deploy import OIDC_URL, TEST_PLATFORM, bootstrap
 from parliament import analyze_policy_string
 from project_package import PROJECT_DIR
 
@@ -119,7 +119,9 @@ def test_up_wires_batch_to_the_runner_stack_and_the_settings(
     assert parameters["MultiNodeInstanceType"] == "g4dn.xlarge"
     assert parameters["Image"] == double.IMAGE
     assert parameters["MaxRuntimeSeconds"] == str(settings.max_runtime_minutes * 60)
-    assert (parameters["UseSpot"], parameters["DefaultBranch"]) == ("true", "main")
+    # The submit role trusts the platform commit the gpu-runner stack trusts (bootstrap's --platform).
+    assert parameters["UseSpot"] == "true"
+    assert f"{parameters['PlatformRepository']}@{parameters['PlatformCommit']}" == TEST_PLATFORM
     # No subnet_ids in the settings: the default subnets of the runners' VPC, one per zone.
     ec2 = batch["session"].client("ec2")
     subnets = ec2.describe_subnets(SubnetIds=parameters["SubnetIds"].split(","))["Subnets"]
@@ -524,24 +526,31 @@ def test_the_submit_role_submits_watches_and_ends_only_its_own_jobs(
 
 _O, _N = DEFAULT_REPOSITORY.split("/")
 _WF = f"{_O}/{_N}/.github/workflows"
+# Issue 31: batch.yml is the platform's, trusted at the commit the project pins (job_workflow_ref <path>@<sha>).
+_PLATFORM, _C = TEST_PLATFORM.split("@")
+_PF = f"{_PLATFORM}/.github/workflows"
 SUBMIT_SUBJECTS = [
-    ("the default branch's batch.yml in a train branch's run", f"repo:{_O}/{_N}:ref:refs/heads/train/x:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", True),
-    ("the same, immutable ids", f"repo:{_O}@1001/{_N}@2002:ref:refs/heads/train/x:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", True),
-    ("the default branch's batch.yml in a sweep branch's run", f"repo:{_O}/{_N}:ref:refs/heads/sweep/y:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", True),
-    ("the same, immutable ids (sweep)", f"repo:{_O}@1001/{_N}@2002:ref:refs/heads/sweep/y:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", True),
+    ("the project's own batch.yml at the default branch (the trust before the platform held it)", f"repo:{_O}/{_N}:ref:refs/heads/train/x:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", False),
+    ("the platform's batch.yml at another commit", f"repo:{_O}/{_N}:ref:refs/heads/train/x:job_workflow_ref:{_PF}/batch.yml@{'0' * 40}", False),
+    ("a fork of the platform at the pinned commit", f"repo:{_O}/{_N}:ref:refs/heads/sweep/y:job_workflow_ref:evil/{_PLATFORM.split('/')[1]}/.github/workflows/batch.yml@{_C}", False),
+    ("the platform's batch.yml at a branch", f"repo:{_O}/{_N}:ref:refs/heads/train/x:job_workflow_ref:{_PF}/batch.yml@refs/heads/main", False),
+    ("the pinned platform's batch.yml in a train branch's run", f"repo:{_O}/{_N}:ref:refs/heads/train/x:job_workflow_ref:{_PF}/batch.yml@{_C}", True),
+    ("the same, immutable ids", f"repo:{_O}@1001/{_N}@2002:ref:refs/heads/train/x:job_workflow_ref:{_PF}/batch.yml@{_C}", True),
+    ("the pinned platform's batch.yml in a sweep branch's run", f"repo:{_O}/{_N}:ref:refs/heads/sweep/y:job_workflow_ref:{_PF}/batch.yml@{_C}", True),
+    ("the same, immutable ids (sweep)", f"repo:{_O}@1001/{_N}@2002:ref:refs/heads/sweep/y:job_workflow_ref:{_PF}/batch.yml@{_C}", True),
     ("a branch writer: a sweep branch's own batch.yml", f"repo:{_O}/{_N}:ref:refs/heads/sweep/y:job_workflow_ref:{_WF}/batch.yml@refs/heads/sweep/y", False),
     ("a branch writer: the branch's own batch.yml", f"repo:{_O}/{_N}:ref:refs/heads/train/x:job_workflow_ref:{_WF}/batch.yml@refs/heads/train/x", False),
-    ("a branch writer: the default branch's file in another branch's run", f"repo:{_O}/{_N}:ref:refs/heads/feature:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", False),
-    ("the default branch's own run (not a train branch)", f"repo:{_O}/{_N}:ref:refs/heads/main:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", False),
+    ("a branch writer: the pinned platform's file in another branch's run", f"repo:{_O}/{_N}:ref:refs/heads/feature:job_workflow_ref:{_PF}/batch.yml@{_C}", False),
+    ("the default branch's own run (not a train branch)", f"repo:{_O}/{_N}:ref:refs/heads/main:job_workflow_ref:{_PF}/batch.yml@{_C}", False),
     ("a branch writer: a train branch calling another branch's copy", f"repo:{_O}/{_N}:ref:refs/heads/train/x:job_workflow_ref:{_WF}/batch.yml@refs/heads/feature", False),
     ("a branch named like the ref", f"repo:{_O}/{_N}:ref:refs/heads/train/x:job_workflow_ref:{_WF}/batch.yml@refs/heads/x.yml@refs/heads/main", False),
     ("a fork's pull request", f"repo:{_O}/{_N}:pull_request:job_workflow_ref:{_WF}/batch.yml@refs/pull/7/merge", False),
-    ("a pull request calling the default branch's file", f"repo:{_O}/{_N}:pull_request:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", False),
+    ("a pull request calling the pinned platform's file", f"repo:{_O}/{_N}:pull_request:job_workflow_ref:{_PF}/batch.yml@{_C}", False),
     ("another workflow of the default branch", f"repo:{_O}/{_N}:ref:refs/heads/train/x:job_workflow_ref:{_WF}/train.yml@refs/heads/main", False),
-    ("an environment job", f"repo:{_O}/{_N}:environment:prod:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", False),
-    ("a tag", f"repo:{_O}/{_N}:ref:refs/tags/train/v1:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", False),
+    ("an environment job", f"repo:{_O}/{_N}:environment:prod:job_workflow_ref:{_PF}/batch.yml@{_C}", False),
+    ("a tag", f"repo:{_O}/{_N}:ref:refs/tags/train/v1:job_workflow_ref:{_PF}/batch.yml@{_C}", False),
     ("another repository", f"repo:evil/{_N}:ref:refs/heads/train/x:job_workflow_ref:evil/{_N}/.github/workflows/batch.yml@refs/heads/main", False),
-    ("a recycled owner name (other ids)", f"repo:{_O}@9999/{_N}@2002:ref:refs/heads/train/x:job_workflow_ref:{_WF}/batch.yml@refs/heads/main", False),
+    ("a recycled owner name (other ids)", f"repo:{_O}@9999/{_N}@2002:ref:refs/heads/train/x:job_workflow_ref:{_PF}/batch.yml@{_C}", False),
     ("GitHub's default subject on a train branch", f"repo:{_O}/{_N}:ref:refs/heads/train/x", False),
 ]  # fmt: skip
 

@@ -41,14 +41,17 @@ from gpu_runner_testing.github_double import (
     app_private_key_pem,
 )
 from gpu_runner_testing.github_settings import setup_guards
-from gpu_runner_testing.stack_deploy import OIDC_URL
+from gpu_runner_testing.platform_tree import platform_tree
+from gpu_runner_testing.stack_deploy import OIDC_URL, TEST_PLATFORM
 from project_package import PROJECT_DIR
 
 from gpu_runner import cli
 from gpu_runner.core.aws import Aws
 from gpu_runner.core.settings import Settings, settings_from_mapping
+from gpu_runner.core.stack_names import batch_stack_name
 from gpu_runner.doctor import doctor, doctor_aws, doctor_checks, doctor_github, doctor_mlflow
 from gpu_runner.doctor.doctor_checks import Outcome, Target
+from gpu_runner.pin.project_pin import trusted_platform
 
 # A region of its own: the other runner tests count what is left in theirs. moto's offerings there (from AWS's
 # published data): g4dn.xlarge and g5.xlarge in the region; ap-northeast-1d offers g4dn.xlarge but not g5.xlarge.
@@ -57,6 +60,11 @@ PUBLIC_AMI_PARAMETER = "/aws/service/ami-amazon-linux-latest/amzn2-ami-hvm-x86_6
 OWNER, NAME = DEFAULT_REPOSITORY.split("/")
 LINE = re.compile(r"(✓|✗|!) [A-Za-z0-9 ./-]+: \S.*")
 READ_ONLY_OPERATION = re.compile(r"(Get|List|Describe|Head)[A-Za-z]*")
+
+# The platform the doctor's test stacks trust (stack_deploy passes it to bootstrap): doctor compares the roles'
+# trust with it as with a project's pin.
+TRUSTED = trusted_platform(TEST_PLATFORM, PROJECT_DIR)
+PLATFORM_WORKFLOWS = f"{TRUSTED.repository}/.github/workflows"
 
 
 def test_quota_bodies_are_shaped_as_botocore_says() -> None:
@@ -93,7 +101,7 @@ def test_a_healthy_account_passes_every_check(world: World) -> None:
     assert all(o.ok for o in outcomes), [o.line() for o in outcomes if not o.ok]
     checks = [o.check for o in outcomes]
     assert checks == [
-        "AWS credentials", "stack", "OIDC provider", "train role trust", "reaper role trust", "sweep role trust",
+        "AWS credentials", "stack", "platform trust", "OIDC provider", "train role trust", "reaper role trust", "sweep role trust",
         "predict role trust", "predict launch role trust", "promote role trust", "spot service-linked role", "vCPU quota L-DB2E81BA", "vCPU quota L-3819A6DF", "instance types offered",
         "AMI", "security group", "bucket", "instance profile", "runner credential",
         "repository variables and secrets", "default branch protection", "production environment",
@@ -130,6 +138,10 @@ def test_make_doctor_prints_one_line_per_check_and_fails_on_any_cross(
     argv[argv.index("configs/gpu-runner.yaml")] = str(settings_path)
     argv[argv.index("--repository") + 1] = DEFAULT_REPOSITORY  # the bake's repository, served by the double
     argv[argv.index("--default-branch") + 1] = "main"
+    # The stack trusts the test platform (stack_deploy's bootstrap), not the bake's pin, which doctor reads by
+    # default: what the Makefile runs is otherwise unchanged.
+    assert "--platform" not in argv
+    argv += ["--platform", TEST_PLATFORM]
     for key, value in world.target.env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("GITHUB_REPOSITORY", raising=False)
@@ -266,12 +278,33 @@ TRAIN_TRUST_FAULTS = {
     # A stack from before sweeps: its per-trial start and stop jobs would be refused credentials.
     "the train branches only": (
         [
-            f"repo:{OWNER}/{NAME}:ref:refs/heads/train/*:job_workflow_ref:{OWNER}/{NAME}/.github/workflows/"
-            f"gpu-runner-{job}.yml@refs/heads/main"
+            f"repo:{OWNER}/{NAME}:ref:refs/heads/train/*:job_workflow_ref:{PLATFORM_WORKFLOWS}/"
+            f"gpu-runner-{job}.yml@{TRUSTED.commit}"
             for job in ("start", "stop")
         ],
         "sts.amazonaws.com",
         "does not trust repo:" + f"{OWNER}/{NAME}:ref:refs/heads/sweep/",
+    ),
+    # Issue 31: a stack from before the platform held the workflows (the project's own copies at the default
+    # branch), and one whose platform commit is another than the pin (bootstrap not run after platform-update).
+    "the project's own copies at the default branch": (
+        [
+            f"repo:{OWNER}/{NAME}:ref:refs/heads/{prefix}*:job_workflow_ref:{OWNER}/{NAME}/.github/workflows/"
+            f"gpu-runner-{job}.yml@refs/heads/main"
+            for prefix in ("train/", "sweep/")
+            for job in ("start", "stop")
+        ],
+        "sts.amazonaws.com",
+        f"does not trust repo:{OWNER}/{NAME}:ref:refs/heads/train/first:job_workflow_ref:{PLATFORM_WORKFLOWS}/",
+    ),
+    "the platform at any commit": (
+        [
+            f"repo:{OWNER}/{NAME}:ref:refs/heads/{prefix}*:job_workflow_ref:{PLATFORM_WORKFLOWS}/gpu-runner-{job}.yml@*"
+            for prefix in ("train/", "sweep/")
+            for job in ("start", "stop")
+        ],
+        "sts.amazonaws.com",
+        "also trusts",
     ),
 }
 SWEEP_WORKFLOWS = f"{OWNER}/{NAME}/.github/workflows"
@@ -333,12 +366,12 @@ PREDICT_TRUST_FAULTS = {
         "does not trust"),
     "predict launch role: any branch calling start/stop": (
         "PredictLaunchRoleArn",
-        [f"repo:{OWNER}/{NAME}:ref:refs/heads/*:job_workflow_ref:{SWEEP_WORKFLOWS}/gpu-runner-{job}.yml@refs/heads/main"
+        [f"repo:{OWNER}/{NAME}:ref:refs/heads/*:job_workflow_ref:{PLATFORM_WORKFLOWS}/gpu-runner-{job}.yml@{TRUSTED.commit}"
          for job in ("start", "stop")],
         "also trusts"),
     "predict launch role: start only": (
         "PredictLaunchRoleArn",
-        [f"repo:{OWNER}/{NAME}:ref:refs/heads/main:job_workflow_ref:{SWEEP_WORKFLOWS}/gpu-runner-start.yml@refs/heads/main"],
+        [f"repo:{OWNER}/{NAME}:ref:refs/heads/main:job_workflow_ref:{PLATFORM_WORKFLOWS}/gpu-runner-start.yml@{TRUSTED.commit}"],
         "does not trust"),
 }  # fmt: skip
 
@@ -412,7 +445,8 @@ def test_the_deployed_roles_trust_exactly_the_train_branches_and_main(world: Wor
     predict_launch = one(outcomes, "predict launch role trust")
     assert (
         predict_launch.ok
-        and "branch main (through its own gpu-runner-start/stop.yml)" in predict_launch.found
+        and f"branch main (through {TRUSTED.repository}'s gpu-runner-start/stop.yml at {TRUSTED.commit[:12]})"
+        in predict_launch.found
     )
 
 
@@ -576,7 +610,9 @@ def test_an_app_with_administration_read_fails(doctor_stack: dict[str, Any], spo
                                                faults: AwsFaults) -> None:  # fmt: skip
     with GitHubDouble(app_permissions={"administration": "read", "metadata": "read"}) as double:
         settings = settings_from_mapping(doctor_stack["raw"])
-        target = Target(settings, DEFAULT_REPOSITORY, settings.train_branch_prefix, env=app_env(double))
+        target = Target(
+            settings, DEFAULT_REPOSITORY, settings.train_branch_prefix, env=app_env(double), platform=TRUSTED
+        )
         world = World(target, Aws(session), session, faults, double, doctor_stack)
         outcome = one(run(world, [doctor_github.check_runner_credential]), "runner credential")
     assert not outcome.ok and "grants Administration: read" in outcome.found
@@ -676,6 +712,61 @@ def test_the_batch_backend_needs_its_submit_role_variable(world: World) -> None:
     world.github.set_variable("AWS_BATCH_ROLE_ARN", "arn:aws:iam::123456789012:role/batch-submit")
     outcome = one(run(world, [doctor_github.check_repository_settings]), "repository variables and secrets")
     assert outcome.ok, outcome.line()
+
+
+def test_a_pin_the_stack_does_not_trust_fails_until_bootstrap(world: World) -> None:
+    """After `make platform-update` the workflows call the new commit: the stack still trusts the old one (here
+    the pin moved, the stack did not), so every launch would be refused its credentials; doctor says bootstrap.
+    The role checks name the subject the pin needs, which the old trust lacks."""
+    world.target.platform = dataclasses.replace(TRUSTED, commit="1" * 40)
+    outcomes = run(world, [doctor_aws.check_stack, doctor_aws.check_role_trust])
+    outcome = one(outcomes, "platform trust")
+    assert not outcome.ok and f"the launch roles trust {TEST_PLATFORM}, the project pins " in outcome.found
+    assert outcome.fix.startswith("make bootstrap"), outcome.line()
+    train = one(outcomes, "train role trust")
+    assert not train.ok and f"gpu-runner-start.yml@{'1' * 40}" in train.found, train.line()
+
+
+# A Batch stack as doctor reads it: only its parameters matter (the submit role's trust names the platform commit
+# it was deployed with; tests/runner/test_batch_stack.py deploys the real one).
+BATCH_STAND_IN = {
+    "Parameters": {"PlatformRepository": {"Type": "String"}, "PlatformCommit": {"Type": "String"}},
+    "Resources": {"Nothing": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
+}
+
+
+@pytest.mark.parametrize(
+    ("batch_trusts", "says"),
+    [
+        (None, "does not exist"),
+        (f"{TRUSTED.repository}@{'0' * 40}", "submit role trusts your-org/mlops-template@0000"),
+        (TEST_PLATFORM, ""),
+    ],
+    ids=["no-batch-stack", "batch-stack-of-an-older-pin", "batch-stack-of-the-pin"],
+)
+def test_the_batch_backend_needs_its_stack_to_trust_the_pinned_platform(
+    world: World, batch_trusts: str | None, says: str
+) -> None:
+    """backend: batch after `make platform-update` and `make bootstrap` but no `make batch-up`: the submit role
+    still trusts batch.yml at the old commit and every Batch training would be refused its credentials."""
+    world.target.settings = dataclasses.replace(world.target.settings, backend="batch")
+    cfn = world.session.client("cloudformation", region_name=world.target.settings.region)
+    name = batch_stack_name(world.target.settings.project, world.target.repository)
+    if batch_trusts:
+        repository, commit = batch_trusts.split("@")
+        cfn.create_stack(StackName=name, TemplateBody=json.dumps(BATCH_STAND_IN), Parameters=[
+            {"ParameterKey": "PlatformRepository", "ParameterValue": repository},
+            {"ParameterKey": "PlatformCommit", "ParameterValue": commit},
+        ])  # fmt: skip
+    try:
+        outcome = one(run(world, [doctor_aws.check_stack]), "platform trust")
+    finally:
+        if batch_trusts:
+            cfn.delete_stack(StackName=name)
+    if says:
+        assert not outcome.ok and says in outcome.found and "make batch-up" in outcome.fix, outcome.line()
+    else:
+        assert outcome.ok, outcome.line()
 
 
 @pytest.mark.parametrize("token", ["", DEFAULT_TOKEN])
@@ -885,6 +976,7 @@ def world(
         repository=DEFAULT_REPOSITORY,
         train_branch_prefix=settings.train_branch_prefix,
         env=github_env(github_double),
+        platform=TRUSTED,
     )
     return World(target, Aws(session), session, faults, github_double, doctor_stack)
 
@@ -1001,7 +1093,10 @@ def setup_table() -> dict[str, str]:
 
 def workflow_uses() -> dict[str, str]:
     uses: dict[str, str] = {}
-    for workflow in (PROJECT_DIR / ".github" / "workflows").glob("*.yml"):
+    # The project's workflows and the platform's it calls at its pin (start, stop, batch.yml read the roles).
+    platform = platform_tree(PROJECT_DIR, PROJECT_DIR / ".e2e-cache") / ".github" / "workflows"
+    called = [platform / f"{name}.yml" for name in ("gpu-runner-start", "gpu-runner-stop", "batch")]
+    for workflow in [*(PROJECT_DIR / ".github" / "workflows").glob("*.yml"), *called]:
         text = workflow.read_text(encoding="utf-8")
         uses |= {name: "variable" for name in re.findall(r"\bvars\.([A-Z_]+)", text)}
         uses |= {

@@ -14,36 +14,61 @@ from gpu_runner_testing.gpu_runner_stack import (
 from gpu_runner_testing.iam_requests import (
     web_identity_allowed,
 )
-from gpu_runner_testing.stack_deploy import OIDC_URL
+from gpu_runner_testing.stack_deploy import OIDC_URL, TEST_PLATFORM
 
 # Item 2 of issue 13: which OIDC tokens may assume the launch (train) and reaper roles. `sub` as GitHub writes it
 # once bootstrap set the template repo, context, job_workflow_ref (GitHub docs "OpenID Connect reference" >
 # "Customizing the subject claims", example "Requiring a reusable workflow and other claims", read 2026-12-01).
 _O, _N = DEFAULT_REPOSITORY.split("/")
 _WF = f"{_O}/{_N}/.github/workflows"
+# Issue 31: start and stop are the platform's reusable workflows, trusted at the commit the project pins (bootstrap's
+# --platform; the test stacks' fixed TEST_PLATFORM). A caller that pins a reusable workflow by SHA gets
+# job_workflow_ref <path>@<sha>, without refs/ (gpu_runner/setup/gpu-runner.yaml TrainRole gives the evidence).
+_PLATFORM, _C = TEST_PLATFORM.split("@")
+_PF = f"{_PLATFORM}/.github/workflows"
+_OTHER_COMMIT = "0" * 40
 SUB_TABLE = [
     # (who, sub, may assume the launch role, the reaper role, the sweep role, the predict role, the predict launch
     # role)
-    ("the default branch's start workflow, push to a train branch",
-     f"repo:{_O}/{_N}:ref:refs/heads/train/demo:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", True, False, False, False, False),
-    ("the default branch's stop workflow, immutable ids",
-     f"repo:{_O}@1001/{_N}@2002:ref:refs/heads/train/a/b:job_workflow_ref:{_WF}/gpu-runner-stop.yml@refs/heads/main", True, False, False, False, False),
+    ("the pinned platform's start workflow, push to a train branch",
+     f"repo:{_O}/{_N}:ref:refs/heads/train/demo:job_workflow_ref:{_PF}/gpu-runner-start.yml@{_C}", True, False, False, False, False),
+    ("the pinned platform's stop workflow, immutable ids",
+     f"repo:{_O}@1001/{_N}@2002:ref:refs/heads/train/a/b:job_workflow_ref:{_PF}/gpu-runner-stop.yml@{_C}", True, False, False, False, False),
+    # Issue 31: which launch workflow a train branch's train.yml may call and still get the role.
+    ("the project's own copy of start at the default branch (the trust before the platform held it)",
+     f"repo:{_O}/{_N}:ref:refs/heads/train/demo:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", False, False, False, False, False),
+    ("the platform's start at another commit (an older release, or a fork's commit reached through its name)",
+     f"repo:{_O}/{_N}:ref:refs/heads/train/demo:job_workflow_ref:{_PF}/gpu-runner-start.yml@{_OTHER_COMMIT}", False, False, False, False, False),
+    ("a fork of the platform at the pinned commit",
+     f"repo:{_O}/{_N}:ref:refs/heads/train/demo:job_workflow_ref:evil/{_PLATFORM.split('/')[1]}/.github/workflows/gpu-runner-start.yml@{_C}", False, False, False, False, False),
+    ("the platform's start at a branch (its default branch)",
+     f"repo:{_O}/{_N}:ref:refs/heads/train/demo:job_workflow_ref:{_PF}/gpu-runner-start.yml@refs/heads/main", False, False, False, False, False),
+    ("the platform's start at a branch named like the pinned commit",
+     f"repo:{_O}/{_N}:ref:refs/heads/train/demo:job_workflow_ref:{_PF}/gpu-runner-start.yml@refs/heads/{_C}", False, False, False, False, False),
+    ("the platform's stop at another commit, immutable ids",
+     f"repo:{_O}@1001/{_N}@2002:ref:refs/heads/sweep/a:job_workflow_ref:{_PF}/gpu-runner-stop.yml@{_OTHER_COMMIT}", False, False, False, False, False),
+    ("another file of the pinned platform (a workflow it may add later)",
+     f"repo:{_O}/{_N}:ref:refs/heads/train/demo:job_workflow_ref:{_PF}/steal.yml@{_C}", False, False, False, False, False),
+    ("the project's own copy of start at main, called on main",
+     f"repo:{_O}/{_N}:ref:refs/heads/main:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", False, False, False, False, False),
+    ("the platform's start at another commit, called on main",
+     f"repo:{_O}/{_N}:ref:refs/heads/main:job_workflow_ref:{_PF}/gpu-runner-start.yml@{_OTHER_COMMIT}", False, False, False, False, False),
     ("a branch's own train.yml job (it rewrote the workflow)",
      f"repo:{_O}/{_N}:ref:refs/heads/train/demo:job_workflow_ref:{_WF}/train.yml@refs/heads/train/demo", False, False, False, False, False),
     ("the branch's own copy of the reusable workflow (uses: ./...)",
      f"repo:{_O}/{_N}:ref:refs/heads/train/demo:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/train/demo", False, False, False, False, False),
     ("a pull request calling the default branch's workflow",
-     f"repo:{_O}/{_N}:pull_request:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", False, False, False, False, False),
+     f"repo:{_O}/{_N}:pull_request:job_workflow_ref:{_PF}/gpu-runner-start.yml@{_C}", False, False, False, False, False),
     ("a branch outside the train prefix",
-     f"repo:{_O}/{_N}:ref:refs/heads/feature:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", False, False, False, False, False),
+     f"repo:{_O}/{_N}:ref:refs/heads/feature:job_workflow_ref:{_PF}/gpu-runner-start.yml@{_C}", False, False, False, False, False),
     ("a job with an environment",
-     f"repo:{_O}/{_N}:environment:prod:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", False, False, False, False, False),
+     f"repo:{_O}/{_N}:environment:prod:job_workflow_ref:{_PF}/gpu-runner-start.yml@{_C}", False, False, False, False, False),
     ("another repository's workflow of the same name",
-     f"repo:{_O}/{_N}:ref:refs/heads/train/demo:job_workflow_ref:evil/{_N}/.github/workflows/gpu-runner-start.yml@refs/heads/main", False, False, False, False, False),
+     f"repo:{_O}/{_N}:ref:refs/heads/train/demo:job_workflow_ref:evil/{_N}/.github/workflows/gpu-runner-start.yml@{_C}", False, False, False, False, False),
     ("a tag",
-     f"repo:{_O}/{_N}:ref:refs/tags/v1:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", False, False, False, False, False),
+     f"repo:{_O}/{_N}:ref:refs/tags/v1:job_workflow_ref:{_PF}/gpu-runner-start.yml@{_C}", False, False, False, False, False),
     ("a recycled owner name (other ids)",
-     f"repo:{_O}@9999/{_N}@2002:ref:refs/heads/train/demo:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", False, False, False, False, False),
+     f"repo:{_O}@9999/{_N}@2002:ref:refs/heads/train/demo:job_workflow_ref:{_PF}/gpu-runner-start.yml@{_C}", False, False, False, False, False),
     ("GitHub's default subject (template never set): any train branch's workflow",
      f"repo:{_O}/{_N}:ref:refs/heads/train/demo", False, False, False, False, False),
     ("the default branch's reap.yml",
@@ -52,16 +77,16 @@ SUB_TABLE = [
      f"repo:{_O}/{_N}:ref:refs/heads/train/demo:job_workflow_ref:{_WF}/reap.yml@refs/heads/train/demo", False, False, False, False, False),
     # The trust sees the called file and the run's ref, not the caller (AWS evaluates only `aud` and `sub`): any
     # default-branch workflow calling start/stop there gets the predict launch role; the callers' check in
-    # gpu-runner-start.yml / gpu-runner-stop.yml (default-branch code) is what names predict.yml.
-    ("the default branch's start workflow called on main (predict.yml's gpu device; also a train.yml dispatched on main)",
-     f"repo:{_O}/{_N}:ref:refs/heads/main:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", False, False, False, False, True),
+    # gpu-runner-start.yml / gpu-runner-stop.yml (the platform's code at the pinned commit) is what names predict.yml.
+    ("the pinned platform's start workflow called on main (predict.yml's gpu device; also a train.yml dispatched on main)",
+     f"repo:{_O}/{_N}:ref:refs/heads/main:job_workflow_ref:{_PF}/gpu-runner-start.yml@{_C}", False, False, False, False, True),
     ("GitHub's default subject on the default branch",
      f"repo:{_O}/{_N}:ref:refs/heads/main", False, False, False, False, False),
     # Sweeps (issue 15): per-trial start/stop jobs hold the launch role, sweep.yml's own jobs the sweep role.
-    ("the default branch's start workflow, called by a sweep branch's sweep.yml",
-     f"repo:{_O}/{_N}:ref:refs/heads/sweep/lr:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", True, False, False, False, False),
-    ("the default branch's stop workflow from a sweep branch, immutable ids",
-     f"repo:{_O}@1001/{_N}@2002:ref:refs/heads/sweep/a/b:job_workflow_ref:{_WF}/gpu-runner-stop.yml@refs/heads/main", True, False, False, False, False),
+    ("the pinned platform's start workflow, called by a sweep branch's sweep.yml",
+     f"repo:{_O}/{_N}:ref:refs/heads/sweep/lr:job_workflow_ref:{_PF}/gpu-runner-start.yml@{_C}", True, False, False, False, False),
+    ("the pinned platform's stop workflow from a sweep branch, immutable ids",
+     f"repo:{_O}@1001/{_N}@2002:ref:refs/heads/sweep/a/b:job_workflow_ref:{_PF}/gpu-runner-stop.yml@{_C}", True, False, False, False, False),
     ("sweep.yml's plan/collect job on a sweep branch",
      f"repo:{_O}/{_N}:ref:refs/heads/sweep/lr:job_workflow_ref:{_WF}/sweep.yml@refs/heads/sweep/lr", False, False, True, False, False),
     ("sweep.yml's job on a nested sweep branch, immutable ids",
@@ -102,8 +127,8 @@ SUB_TABLE = [
      f"repo:{_O}/{_N}:ref:refs/heads/main:job_workflow_ref:{_WF}/predict.yml@refs/heads/main", False, False, False, True, False),
     ("the default branch's predict.yml on main, immutable ids",
      f"repo:{_O}@1001/{_N}@2002:ref:refs/heads/main:job_workflow_ref:{_WF}/predict.yml@refs/heads/main", False, False, False, True, False),
-    ("the default branch's stop workflow called on main, immutable ids",
-     f"repo:{_O}@1001/{_N}@2002:ref:refs/heads/main:job_workflow_ref:{_WF}/gpu-runner-stop.yml@refs/heads/main", False, False, False, False, True),
+    ("the pinned platform's stop workflow called on main, immutable ids",
+     f"repo:{_O}@1001/{_N}@2002:ref:refs/heads/main:job_workflow_ref:{_PF}/gpu-runner-stop.yml@{_C}", False, False, False, False, True),
     ("a push to another branch running its predict.yml",
      f"repo:{_O}/{_N}:ref:refs/heads/feature:job_workflow_ref:{_WF}/predict.yml@refs/heads/feature", False, False, False, False, False),
     ("a train branch's predict.yml",
@@ -123,17 +148,17 @@ SUB_TABLE = [
     ("another repository's predict.yml",
      f"repo:evil/{_N}:ref:refs/heads/main:job_workflow_ref:evil/{_N}/.github/workflows/predict.yml@refs/heads/main", False, False, False, False, False),
     ("another repository calling our default branch's predict.yml and start workflow",
-     f"repo:{_O}/{_N}-fork:ref:refs/heads/main:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", False, False, False, False, False),
+     f"repo:{_O}/{_N}-fork:ref:refs/heads/main:job_workflow_ref:{_PF}/gpu-runner-start.yml@{_C}", False, False, False, False, False),
     ("a recycled owner name on main (other ids)",
      f"repo:{_O}@9999/{_N}@2002:ref:refs/heads/main:job_workflow_ref:{_WF}/predict.yml@refs/heads/main", False, False, False, False, False),
-    ("a branch calling the default branch's start workflow (not a train or sweep branch)",
-     f"repo:{_O}/{_N}:ref:refs/heads/feature:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/main", False, False, False, False, False),
+    ("a branch calling the pinned platform's start workflow (not a train or sweep branch)",
+     f"repo:{_O}/{_N}:ref:refs/heads/feature:job_workflow_ref:{_PF}/gpu-runner-start.yml@{_C}", False, False, False, False, False),
     ("main calling a branch's copy of the start workflow",
      f"repo:{_O}/{_N}:ref:refs/heads/main:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/feature", False, False, False, False, False),
     ("a branch named like the ref, its own copy (no wildcard before .yml@)",
      f"repo:{_O}/{_N}:ref:refs/heads/main:job_workflow_ref:{_WF}/gpu-runner-start.yml@refs/heads/x.yml@refs/heads/main", False, False, False, False, False),
-    ("a pull request calling the default branch's stop workflow",
-     f"repo:{_O}/{_N}:pull_request:job_workflow_ref:{_WF}/gpu-runner-stop.yml@refs/heads/main", False, False, False, False, False),
+    ("a pull request calling the pinned platform's stop workflow",
+     f"repo:{_O}/{_N}:pull_request:job_workflow_ref:{_PF}/gpu-runner-stop.yml@{_C}", False, False, False, False, False),
 ]  # fmt: skip
 ROLE_OUTPUTS = ("TrainRoleArn", "ReaperRoleArn", "SweepRoleArn", "PredictRoleArn", "PredictLaunchRoleArn")
 
@@ -145,8 +170,7 @@ def test_roles_trust_only_this_repository_in_both_subject_forms(stack: dict[str,
     assert provider == stack["oidc"]
     workflows = f"{owner}/{name}/.github/workflows"
     assert subjects == [
-        f"repo:{owner}{ids[0]}/{name}{ids[1]}:ref:refs/heads/{prefix}*:job_workflow_ref:{workflows}/gpu-runner-{job}.yml"
-        "@refs/heads/main"
+        f"repo:{owner}{ids[0]}/{name}{ids[1]}:ref:refs/heads/{prefix}*:job_workflow_ref:{_PF}/gpu-runner-{job}.yml@{_C}"
         for prefix in ("train/", "sweep/")
         for ids in (("", ""), ("@1001", "@2002"))
         for job in ("start", "stop")
@@ -172,8 +196,7 @@ def test_roles_trust_only_this_repository_in_both_subject_forms(stack: dict[str,
     provider, subjects = _trust_subjects(role_of(session, outputs["PredictLaunchRoleArn"]))
     assert provider == stack["oidc"]
     assert subjects == [
-        f"repo:{owner}{ids[0]}/{name}{ids[1]}:ref:refs/heads/main:job_workflow_ref:{workflows}/gpu-runner-{job}.yml"
-        "@refs/heads/main"
+        f"repo:{owner}{ids[0]}/{name}{ids[1]}:ref:refs/heads/main:job_workflow_ref:{_PF}/gpu-runner-{job}.yml@{_C}"
         for ids in (("", ""), ("@1001", "@2002"))
         for job in ("start", "stop")
     ]

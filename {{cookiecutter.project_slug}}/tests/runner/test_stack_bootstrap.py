@@ -31,6 +31,7 @@ from gpu_runner import cli
 from gpu_runner.core.aws import Aws
 from gpu_runner.core.settings import load_settings
 from gpu_runner.core.stack_names import repository_key
+from gpu_runner.pin.project_pin import trusted_platform
 from gpu_runner.setup.stack import (
     BootstrapError,
     StackInputs,
@@ -284,9 +285,14 @@ def test_make_bootstrap_passes_the_bucket_and_branches_the_workflows_use() -> No
     assert workflow[True]["push"]["branches"] == [f"{settings.train_branch_prefix}**"]
     answers = json.loads((PROJECT_DIR / ".cookiecutter.json").read_text())["cookiecutter"]
     assert args.repository == f"{answers['github_owner']}/{answers['github_repo']}"
-    # The default branch the roles trust (DefaultBranch) is the one train.yml calls start and stop at.
-    called = {job["uses"].rsplit("@", 1)[1] for job in (workflow["jobs"]["start"], workflow["jobs"]["stop"])}
-    assert called == {args.default_branch}
+    # The platform commit the launch roles trust: no flag, so bootstrap reads the pin in pyproject.toml (make runs
+    # it in the project's root), the commit train.yml calls start and stop at.
+    assert args.platform == ""
+    pin = trusted_platform(args.platform, PROJECT_DIR)
+    called = {job["uses"] for job in (workflow["jobs"]["start"], workflow["jobs"]["stop"])}
+    assert called == {
+        f"{pin.repository}/.github/workflows/gpu-runner-{name}.yml@{pin.commit}" for name in ("start", "stop")
+    }
 
 
 def test_the_credential_writer_is_the_iam_principal_running_bootstrap(moto_endpoint: str) -> None:

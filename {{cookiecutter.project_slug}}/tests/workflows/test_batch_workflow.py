@@ -14,16 +14,17 @@ from workflow_files import (
     answers_of,
     as_expression,
     load_yaml,
+    platform_call,
     step_uses,
+    workflow_path,
 )
-from workflow_rules import DEFAULT_BRANCH_WORKFLOW_RE
 
 CALLER_GUARD = "Refuse callers other than train.yml and sweep.yml on their branches"
 TRAIN, SWEEP = "refs/heads/train/x", "refs/heads/sweep/y"
 
 
 def _workflow(project: Path, name: str) -> dict[str, Any]:
-    return load_yaml(project / ".github" / "workflows" / f"{name}.yml")
+    return load_yaml(workflow_path(project, name))
 
 
 def _batch_job(project: Path) -> dict[str, Any]:
@@ -147,8 +148,7 @@ def test_train_and_sweep_hand_their_gpu_work_to_the_default_branchs_batch_yml(pr
         ),
     ):
         batch = jobs["batch"]
-        called = DEFAULT_BRANCH_WORKFLOW_RE.fullmatch(batch["uses"])
-        assert called and called["file"] == "batch.yml", batch["uses"]
+        assert batch["uses"] == platform_call(project, "batch")
         assert batch["needs"] == needs and batch["if"] == condition
         assert batch["permissions"] == {"contents": "read", "id-token": "write"}
         # Secrets by name, never `inherit`: the called workflow gets the MLflow login and nothing else.
@@ -162,7 +162,7 @@ def test_train_and_sweep_hand_their_gpu_work_to_the_default_branchs_batch_yml(pr
     # batch.yml takes nothing from the project's answers: the package it runs comes from the caller.
     package = answers_of(project)["package_name"]
     assert train["batch"]["with"]["package"] == sweep["batch"]["with"]["package"] == package
-    assert package not in (project / ".github" / "workflows" / "batch.yml").read_text(encoding="utf-8")
+    assert package not in workflow_path(project, "batch").read_text(encoding="utf-8")
     # The job runs the package the caller check passed on, never the input as given.
     (submit,) = [s for s in _batch_job(project)["steps"] if s.get("id") == "submit"]
     assert submit["env"]["PACKAGE"] == as_expression("steps.caller.outputs.package")

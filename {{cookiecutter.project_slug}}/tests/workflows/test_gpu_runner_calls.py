@@ -20,6 +20,7 @@ from workflow_files import (
     answers_of,
     offline_env,
     tool,
+    workflow_path,
 )
 
 from gpu_runner.core.workflow_contract import (
@@ -118,7 +119,7 @@ def test_gpu_runner_calls_follow_the_contract(project: Path, tmp_path: Path) -> 
     assert len(push_teardowns) == 2, push_teardowns
     assert all(c.argv[-1] == "--attempt=1" for c in push_teardowns), push_teardowns
     # The workflows read only outputs launch writes, and the start job passes every one of them on.
-    start = (project / ".github" / "workflows" / "gpu-runner-start.yml").read_text(encoding="utf-8")
+    start = workflow_path(project, "gpu-runner-start").read_text(encoding="utf-8")
     text = (project / ".github" / "workflows" / "train.yml").read_text(encoding="utf-8")
     assert set(re.findall(r"steps\.launch\.outputs\.([\w-]+)", start)) == set(LAUNCH_OUTPUTS)
     train_reads = set(re.findall(r"needs\.start\.outputs\.([\w-]+)", text))

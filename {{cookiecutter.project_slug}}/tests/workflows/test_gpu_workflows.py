@@ -26,10 +26,12 @@ from workflow_files import (
     gpu_workflows,
     load_yaml,
     platform_action,
+    platform_call,
     step_uses,
     steps_by_uses,
     tool,
     triggers,
+    workflow_path,
 )
 from workflow_rules import cache_problems
 
@@ -83,9 +85,7 @@ def test_start_and_stop_run_the_default_branch_code(project: Path, tmp_path: Pat
             "ref": as_expression("steps.default.outputs.branch"),
         }
         assert job["steps"].index(checkout) < job["steps"].index(steps_by_uses(job, AWS_CREDENTIALS)[0])
-    text = {
-        n: (project / ".github" / "workflows" / f"{n}.yml").read_text(encoding="utf-8") for n in workflows
-    }
+    text = {n: workflow_path(project, n).read_text(encoding="utf-8") for n in workflows}
     for name, body in text.items():
         for secret in ("GPU_RUNNER_TOKEN", "GPU_RUNNER_APP_PRIVATE_KEY", "GPU_RUNNER_APP_ID"):
             assert secret not in body, f"{name}.yml still hands {secret} to a job"
@@ -123,7 +123,7 @@ def test_the_written_out_setup_is_the_platform_setup_actions_runner_install(proj
     (sync,) = [s for s in action["runs"]["steps"] if "runner)" in s.get("run", "")]
     assert RUNNER_SYNC in sync["run"]
     for name in WRITTEN_OUT_SETUP:
-        (job,) = load_yaml(project / ".github" / "workflows" / f"{name}.yml")["jobs"].values()
+        (job,) = load_yaml(workflow_path(project, name))["jobs"].values()
         (uv,) = steps_by_uses(job, "astral-sh/setup-uv")
         assert uv["uses"] == install_uv["uses"], name
         assert uv["with"] == {
@@ -144,7 +144,7 @@ def test_the_default_branch_is_the_events_and_nothing_else(project: Path, tmp_pa
     fails the job before any checkout; the caller writes nothing this step reads."""
     scripts = {}
     for name in ("gpu-runner-start", "gpu-runner-stop", "batch"):
-        (job,) = load_yaml(project / ".github" / "workflows" / f"{name}.yml")["jobs"].values()
+        (job,) = load_yaml(workflow_path(project, name))["jobs"].values()
         (step,) = [s for s in job["steps"] if s.get("name") == DEFAULT_BRANCH_STEP]
         assert job["steps"][0] == step, name  # before anything else, the checkout included
         assert step["env"] == {
@@ -637,12 +637,9 @@ def test_aws_jobs_use_oidc_and_no_cache(project: Path) -> None:
 
 
 def called_job(project: Path, caller: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the reusable workflow, its one job) a train.yml job calls at the default branch (issue 13 item 2)."""
-    answers = answers_of(project)
-    assert caller["uses"] == (
-        f"{answers['github_owner']}/{answers['github_repo']}/.github/workflows/gpu-runner-{name}.yml"
-        f"@{answers['default_branch']}"
-    )
+    """(the reusable workflow, its one job) a train.yml job calls: the platform's, at the commit the project pins
+    (issue 13 item 2, issue 31)."""
+    assert caller["uses"] == platform_call(project, f"gpu-runner-{name}")
     doc = gpu_workflows(project)[f"gpu-runner-{name}"]
     assert triggers(doc) == {"workflow_call"} and doc["permissions"] == {}
     (job_id,) = doc["jobs"]

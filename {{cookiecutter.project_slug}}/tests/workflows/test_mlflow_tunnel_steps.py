@@ -18,8 +18,8 @@ from workflow_files import (
     SETUP_ACTION,
     TUNNEL_ACTION,
     TUNNEL_CREDENTIALS,
+    all_workflows,
     as_expression,
-    load_yaml,
     step_uses,
 )
 
@@ -32,7 +32,7 @@ DIRECT = as_expression("vars.MLFLOW_TRACKING_URI")
 
 
 def workflows(project: Path) -> dict[str, dict[str, Any]]:
-    return {p.stem: load_yaml(p) for p in sorted((project / ".github" / "workflows").glob("*.yml"))}
+    return all_workflows(project)
 
 
 # The connect step of the tunnel written out in gpu-runner-stop.yml and batch.yml (after its credentials step).

@@ -15,10 +15,10 @@ from workflow_files import (
     PR_EVENTS,
     SETUP_ACTION,
     TUNNEL_ACTION,
+    all_workflows,
     answers_of,
     as_expression,
     gpu_workflows,
-    load_yaml,
     steps_by_uses,
     triggers,
 )
@@ -30,10 +30,6 @@ COMMENT_ENV = {
     "GITHUB_TOKEN", "MLFLOW_RUN_ID", "BRANCH", "COMMIT", "MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME",
     "MLFLOW_TRACKING_PASSWORD",
 }  # fmt: skip
-
-
-def all_workflows(project: Path) -> dict[str, dict[str, Any]]:
-    return {p.stem: load_yaml(p) for p in sorted((project / ".github" / "workflows").glob("*.yml"))}
 
 
 def pull_request_write_problems(workflows: dict[str, dict[str, Any]]) -> list[str]:

@@ -28,6 +28,7 @@ from workflow_files import (
     iter_steps,
     iter_strings,
     load_yaml,
+    platform_call,
     step_uses,
     steps_by_uses,
     triggers,
@@ -63,7 +64,6 @@ def test_a_dispatch_only_with_the_issue_inputs_and_no_permission_by_default(proj
 
 def test_resolve_comes_first_and_only_the_gpu_path_reaches_a_self_hosted_runner(project: Path) -> None:
     jobs = predict_yml(project)["jobs"]
-    default = answers_of(project)["default_branch"]
     assert set(jobs) == {"resolve", "predict", "start", "train", "stop"}
     assert jobs["resolve"]["runs-on"] == "ubuntu-latest" and "needs" not in jobs["resolve"]
     assert jobs["resolve"]["outputs"] == {
@@ -72,7 +72,7 @@ def test_resolve_comes_first_and_only_the_gpu_path_reaches_a_self_hosted_runner(
     assert jobs["predict"]["needs"] == "resolve" and jobs["predict"]["if"] == "${{ inputs.device != 'gpu' }}"
     assert jobs["start"]["needs"] == "resolve" and jobs["start"]["if"] == "${{ inputs.device == 'gpu' }}"
     for name in ("start", "stop"):
-        assert jobs[name]["uses"].endswith(f"/.github/workflows/gpu-runner-{name}.yml@{default}")
+        assert jobs[name]["uses"] == platform_call(project, f"gpu-runner-{name}")
     # The runner's job-started hook accepts a job called train only; it runs the version resolve pinned.
     train = jobs["train"]
     assert train["needs"] == ["resolve", "start"] and train["runs-on"] == "${{ needs.start.outputs.label }}"

@@ -9,26 +9,17 @@ from pathlib import Path
 
 import pytest
 from workflow_linters import describe_zizmor, inline_zizmor_ignores, zizmor, zizmor_location
-from workflow_rules import DEFAULT_BRANCH_WORKFLOW_RE
 
 # Every inline `# zizmor: ignore[...]` in the project, per file, in order. Each must carry a reason,
 # and test_zizmor_ignores_are_needed proves each suppresses a real finding on its own line and nothing else.
 # self-repository: zizmor prefers `uses: $/.github/workflows/sweep-trial.yml` for sweep.yml's call of its own
 # trial workflow, which act (the workflow tests) and GitHub Enterprise Server do not understand; `./` is equivalent.
-# (The platform's actions are called pinned, `<owner>/<template>/.github/actions/<name>@<commit>`: nothing to ignore.)
-# unpinned-uses: train.yml's (and sweep-trial.yml's) start and stop call the default branch's reusable workflows at
-# `@<default_branch>` on purpose (the launch role trusts only that ref; issue 13 item 2), and train.yml's batch job
-# batch.yml there (the submit role trusts only that ref).
+# (The platform's actions and reusable workflows are called pinned, `<owner>/<template>/.github/<path>@<commit>`:
+# nothing to ignore. train.yml and predict.yml carry `secrets-outside-env` ignores only, checked below.)
 EXPECTED_ZIZMOR_IGNORES = {
-    # + the comment job's set-up of the default branch's gpu-runner (issue 17), in train.yml and sweep.yml;
-    # + the batch job's call of the default branch's batch.yml (issue 18).
-    ".github/workflows/train.yml": ["unpinned-uses"] * 3,
-    # sweep.yml's trial job calls sweep-trial.yml, which calls start and stop at the default branch as train.yml
-    # does; its batch job calls the default branch's batch.yml.
-    ".github/workflows/sweep.yml": ["self-repository", "unpinned-uses"],
-    ".github/workflows/sweep-trial.yml": ["unpinned-uses"] * 2,
-    # predict.yml: start and stop as train.yml's.
-    ".github/workflows/predict.yml": ["unpinned-uses"] * 2,
+    ".github/workflows/train.yml": [],
+    ".github/workflows/sweep.yml": ["self-repository"],
+    ".github/workflows/predict.yml": [],
 }
 
 
@@ -100,10 +91,6 @@ def test_zizmor_ignores_are_exactly_the_expected_ones(project: Path) -> None:
             if (
                 _rule == "secrets-outside-env"
             ):  # test_the_secrets_outside_an_environment_are_the_ci_credential
-                continue
-            if _rule == "unpinned-uses":  # only the default branch's reusable workflows (issue 13 item 2)
-                ref = re.match(r"^\s*uses: (\S+) #", line)
-                assert ref and DEFAULT_BRANCH_WORKFLOW_RE.fullmatch(ref[1]), line
                 continue
             # self-repository: sweep.yml's call of its own trial workflow, nothing else.
             assert re.match(r"^\s*uses: \./\.github/workflows/sweep-trial\.yml #", line), line

@@ -198,10 +198,38 @@ def make_targets(makefile: Path) -> set[str]:
 
 
 GPU_WORKFLOWS = ("train", "gpu-runner-start", "gpu-runner-stop", "reap", "sweep", "sweep-trial", "batch")
+# The GPU platform's reusable workflows: no file of the project, called at the pinned commit of the template
+# repository (`<owner>/<template>/.github/workflows/<name>.yml@<commit>`); the tests read them in its tree there.
+PLATFORM_WORKFLOWS = ("gpu-runner-start", "gpu-runner-stop", "batch")
+
+
+def workflow_path(project: Path, name: str) -> Path:
+    """Where the workflow `name` (file stem) that runs for `project` is: the platform's at the pinned commit, or
+    the project's own."""
+    if name in PLATFORM_WORKFLOWS:
+        # Kept in the project's own cache: the template's tests read their bakes through this module too.
+        return platform_tree(project, project / ".e2e-cache") / ".github" / "workflows" / f"{name}.yml"
+    return project / ".github" / "workflows" / f"{name}.yml"
+
+
+def platform_workflow_paths(project: Path) -> list[Path]:
+    return [workflow_path(project, name) for name in PLATFORM_WORKFLOWS]
+
+
+def platform_call(project: Path, name: str) -> str:
+    """The `uses:` of the platform's reusable workflow `name` at the project's pin."""
+    pin = read_pin(project)
+    return f"{pin.repository}/.github/workflows/{name}.yml@{pin.commit}"
+
+
+def all_workflows(project: Path) -> dict[str, dict[str, Any]]:
+    """Every workflow that runs for `project` by file stem: its own and the platform's it calls."""
+    paths = [*(project / ".github" / "workflows").glob("*.yml"), *platform_workflow_paths(project)]
+    return {p.stem: load_yaml(p) for p in sorted(paths, key=lambda p: p.stem)}
 
 
 def gpu_workflows(project: Path) -> dict[str, dict[str, Any]]:
-    return {name: load_yaml(project / ".github" / "workflows" / f"{name}.yml") for name in GPU_WORKFLOWS}
+    return {name: load_yaml(workflow_path(project, name)) for name in GPU_WORKFLOWS}
 
 
 def answers_of(project: Path) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Any
 from workflow_files import (
     AWS_CREDENTIALS,
     GITHUB_HOSTED_RE,
+    PLATFORM_CALL,
     PR_EVENTS,
     SETUP_ACTION,
     iter_steps,
@@ -29,11 +30,6 @@ USES_LINE_RE = re.compile(r"""^\s*(?:-\s+)?uses:\s*(['"]?)(?P<ref>[^\s'"#]+)\1\s
 # Actions that restore or save a dependency cache: the `with:` key that switches it, and whether it is on when
 # unset (setup-uv's default "auto" caches on GitHub-hosted runners).
 CACHE_ACTIONS = {"astral-sh/setup-uv": ("enable-cache", True), "actions/setup-python": ("cache", False)}
-# This repository's reusable workflow at the default branch (train.yml's start and stop jobs); the branch is
-# the `default_branch` answer, any valid branch name (no space, no '#': hooks/pre_gen_project.py).
-DEFAULT_BRANCH_WORKFLOW_RE = re.compile(
-    r"[\w.-]+/[\w.-]+/\.github/workflows/(?P<file>gpu-runner-(?:start|stop)\.yml|batch\.yml)@(?P<branch>[^\s#]+)"
-)
 
 
 def uses_problems(path: Path, doc: dict[str, Any], pins: dict[tuple[str, str], str]) -> list[str]:
@@ -56,16 +52,10 @@ def uses_problems(path: Path, doc: dict[str, Any], pins: dict[tuple[str, str], s
             ):
                 problems.append(f"{where}: local action {ref} does not exist")
             continue
-        if called := DEFAULT_BRANCH_WORKFLOW_RE.fullmatch(ref):
-            # Issue 13 item 2: start/stop call this repository's reusable workflows AT THE DEFAULT BRANCH, the
-            # ref the launch role's OIDC `sub` names (a SHA would pin old code, `./` the branch's own copy).
-            root = next(d.parent for d in path.parents if d.name == ".github")
-            if not (root / ".github" / "workflows" / called["file"]).is_file():
-                problems.append(f"{where}: reusable workflow {ref} does not exist in this repository")
-            continue
-        if step_uses({"uses": ref}).startswith("platform:"):
-            # The platform's own actions: pinned by the lock's commit, not by the pin table
-            # (workflow_files.platform_call_problems holds every such call to pyproject.toml's pin).
+        if PLATFORM_CALL.match(ref):
+            # The platform's actions and reusable workflows: pinned by the lock's commit, not by the pin table
+            # (workflow_files.platform_call_problems holds every such call to pyproject.toml's pin; the launch
+            # and submit roles trust the reusable workflows at that commit only).
             if not SHA_RE.match(ref.rpartition("@")[2]):
                 problems.append(f"{where}: {ref} is not pinned to a full commit SHA")
             continue

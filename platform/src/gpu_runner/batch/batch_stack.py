@@ -37,7 +37,8 @@ DEFAULT_MAX_VCPUS = 16
 # (gpu_runner/batch/batch.yaml SubmitPolicy; its JobTagKey output is this key, tests/runner/test_batch_stack.py holds them
 # equal).
 JOB_TAG_KEY = "gpu-batch:stack"
-# What the submit role's trust names: the default branch's copy of this workflow (gpu_runner/batch/batch.yaml SubmitRole).
+# What the submit role's trust names: this workflow of the platform at the commit the gpu-runner stack trusts
+# (gpu_runner/batch/batch.yaml SubmitRole).
 DEFAULT_SUBMIT_WORKFLOW = "batch.yml"
 # The gpu-runner stack parameters the submit role's trust and the node security group reuse.
 RUNNER_STACK_PARAMETERS = (
@@ -45,7 +46,8 @@ RUNNER_STACK_PARAMETERS = (
     "GitHubRepository",
     "GitHubOwnerId",
     "GitHubRepositoryId",
-    "DefaultBranch",
+    "PlatformRepository",
+    "PlatformCommit",
     "TrainBranchPrefix",
     "SweepBranchPrefix",
 )
@@ -216,6 +218,12 @@ def up(
         "Batch reuses its bucket, VPC, runner security group and OIDC provider",
         BatchStackError,
     )
+    if not runner_parameters.get("PlatformCommit"):
+        # A gpu-runner stack bootstrapped before the platform held the workflows trusts no platform commit.
+        raise BatchStackError(
+            f"stack {stack_name(settings.project, inputs.repository)} names no PlatformCommit: run "
+            "`make bootstrap` first (the submit role trusts the platform commit that stack trusts)"
+        )
     subnets = subnet_ids(settings, ec2, runner_parameters.get("VpcId", ""))
     mlflow = mlflow_parameters(cfn, settings, inputs.repository)
     parameters = stack_parameters(settings, inputs, runner, runner_parameters, subnets, mlflow)

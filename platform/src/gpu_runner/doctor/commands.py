@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from gpu_runner.core.aws import Aws
 from gpu_runner.core.command_line import Command, SubParsers, add_command
+from gpu_runner.core.errors import RunnerError
 from gpu_runner.core.settings import Settings
 from gpu_runner.core.stack_names import REPOSITORY
+from gpu_runner.pin.project_pin import trusted_platform
 
 
 def register(commands: SubParsers) -> None:
@@ -22,6 +25,11 @@ def register(commands: SubParsers) -> None:
         help="branches the train role must trust (default: train_branch_prefix)",
     )
     doctor.add_argument("--default-branch", default="main", help="the branch the reaper role must trust")
+    doctor.add_argument(
+        "--platform",
+        default="",
+        help="owner/template@commit the launch roles must trust (default: the pin in ./pyproject.toml)",
+    )
 
 
 def _doctor(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
@@ -31,10 +39,15 @@ def _doctor(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
     if not REPOSITORY.fullmatch(args.repository):
         print(f"✗ repository: '{args.repository}' is not owner/name; fix: pass --repository owner/name")
         return 1
+    try:
+        platform = trusted_platform(args.platform, Path.cwd())
+    except RunnerError as error:
+        print(f"✗ platform: {error}")
+        return 1
     target = Target(
         settings=settings, repository=args.repository,
         train_branch_prefix=args.branch_prefix or settings.train_branch_prefix,
-        default_branch=args.default_branch,
+        default_branch=args.default_branch, platform=platform,
     )  # fmt: skip
     outcomes = doctor.run_checks(target, aws)
     return 0 if all(outcome.ok for outcome in outcomes) else 1

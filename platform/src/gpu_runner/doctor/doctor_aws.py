@@ -21,7 +21,7 @@ from botocore.exceptions import ClientError
 from gpu_runner.core import quotas
 from gpu_runner.core.aws import Aws
 from gpu_runner.core.offerings import offered_types
-from gpu_runner.core.stack_names import stack_name
+from gpu_runner.core.stack_names import batch_stack_name, stack_name
 from gpu_runner.doctor.doctor_checks import Check, Outcome, Target, failed, passed
 
 OIDC_HOST = "token.actions.githubusercontent.com"
@@ -44,6 +44,8 @@ STACK_OUTPUTS = (
     "BucketName",
 )
 BOOTSTRAP_FIX = "make bootstrap (it deploys gpu_runner/setup/gpu-runner.yaml and prints the settings to use)"
+BATCH_FIX = "make batch-up (after make bootstrap: the submit role trusts the platform commit the gpu-runner stack trusts)"
+PLATFORM_FIX = "run doctor in the project's root (it reads pyproject.toml's pin) or pass --platform <owner>/<template>@<commit>"
 
 
 def check_identity(target: Target, aws: Aws) -> Iterator[Outcome]:
@@ -78,6 +80,51 @@ def check_stack(target: Target, aws: Aws) -> Iterator[Outcome]:
         return
     target.outputs = outputs
     yield passed("stack", f"{name} is {status}")
+    yield from _platform_trust(target, cfn, stack)
+
+
+def _trusted_platform(stack: dict[str, Any]) -> str:
+    parameters = {p["ParameterKey"]: p.get("ParameterValue", "") for p in stack.get("Parameters", [])}
+    return f"{parameters.get('PlatformRepository', '')}@{parameters.get('PlatformCommit', '')}"
+
+
+def _platform_trust(target: Target, cfn: Any, stack: dict[str, Any]) -> Iterator[Outcome]:
+    """The platform commit the stack's launch roles (and, with backend: batch, the Batch stack's submit role)
+    trust against the project's pin: after `make platform-update` the workflows call the new commit, which no
+    role trusts until bootstrap (and batch-up) run again."""
+    trusted = _trusted_platform(stack)
+    if target.platform is None:
+        yield failed("platform trust", f"the roles trust {trusted}; no pin to compare it with", PLATFORM_FIX)
+        return
+    pinned = f"{target.platform.repository}@{target.platform.commit}"
+    if trusted.lower() != pinned.lower():
+        yield failed(
+            "platform trust",
+            f"the launch roles trust {trusted}, the project pins {pinned}: its GPU workflows would be refused",
+            "make bootstrap (the roles trust the platform commit pyproject.toml pins; run it after every "
+            "`make platform-update`)",
+        )
+        return
+    if target.settings.backend == "batch":
+        name = batch_stack_name(target.settings.project, target.repository)
+        try:
+            batch = cfn.describe_stacks(StackName=name)["Stacks"]
+        except ClientError as error:
+            if "does not exist" not in error.response.get("Error", {}).get("Message", ""):
+                raise
+            batch = []
+        if not batch:
+            yield failed("platform trust", f"backend: batch, but {name} does not exist", BATCH_FIX)
+            return
+        if _trusted_platform(batch[0]).lower() != pinned.lower():
+            yield failed(
+                "platform trust",
+                f"{name}'s submit role trusts {_trusted_platform(batch[0])}, the project pins {pinned}: "
+                "batch.yml would be refused",
+                BATCH_FIX,
+            )
+            return
+    yield passed("platform trust", f"the roles trust the pinned platform {pinned}")
 
 
 def _role_name(arn: str) -> str:
@@ -184,21 +231,53 @@ def trust_problems(
     return ""
 
 
-def _subjects(repository: str, ref: str, workflow: str, workflow_ref: str) -> str:
-    """The `sub` GitHub writes once bootstrap set the template repo, context, job_workflow_ref (oidc_subject.py)."""
-    return f"repo:{repository}:ref:refs/heads/{ref}:job_workflow_ref:{repository}/.github/workflows/{workflow}@{workflow_ref}"
+def _subjects(repository: str, ref: str, workflow: str, workflow_ref: str, source: str = "") -> str:
+    """The `sub` GitHub writes once bootstrap set the template repo, context, job_workflow_ref (oidc_subject.py);
+    `source`: the repository the called workflow lives in (default: `repository`'s own)."""
+    workflows = f"{source or repository}/.github/workflows"
+    return f"repo:{repository}:ref:refs/heads/{ref}:job_workflow_ref:{workflows}/{workflow}@{workflow_ref}"
+
+
+def _other_commit(commit: str) -> str:
+    """A full SHA that is not `commit`: the platform at another commit (an older release, a fork's commit)."""
+    return ("1" if commit == "0" * 40 else "0") * 40
 
 
 def check_role_trust(target: Target, aws: Aws) -> Iterator[Outcome]:
+    if target.platform is None:
+        yield failed(
+            "role trust", "no platform commit to check the launch roles' trust against", PLATFORM_FIX
+        )
+        return
     provider = target.outputs.get("OidcProviderArn", "")
     owner, _, name = target.repository.partition("/")
     prefix, main = target.train_branch_prefix, target.default_branch
     # The settings' sweep prefix (its one source; the stack was deployed with it).
     sweep = target.settings.sweep_branch_prefix
     at_main = f"refs/heads/{main}"
+    platform, commit = target.platform.repository, target.platform.commit
+    platform_owner, _, platform_name = platform.partition("/")
 
-    def start(repository: str, ref: str, workflow_ref: str = at_main) -> str:
-        return _subjects(repository, ref, "gpu-runner-start.yml", workflow_ref)
+    def start(
+        repository: str, ref: str, workflow_ref: str = commit, source: str = platform, job: str = "start"
+    ) -> str:
+        """The platform's launch workflow (at the pinned commit unless another is named), called from `ref`."""
+        return _subjects(repository, ref, f"gpu-runner-{job}.yml", workflow_ref, source)
+
+    def own_copy(ref: str, workflow_ref: str) -> str:
+        """The project's own gpu-runner-start.yml (before the platform held it, the trusted one at the default
+        branch): never a launch role now."""
+        return _subjects(target.repository, ref, "gpu-runner-start.yml", workflow_ref)
+
+    def impostors(ref: str) -> list[str]:
+        """The launch workflow as the trust must refuse it for a run of `ref`: the platform at another commit, a
+        fork of the platform at the pinned one, the project's own copies at the default branch and at `ref`."""
+        return [
+            start(target.repository, ref, _other_commit(commit)),
+            start(target.repository, ref, source=f"{platform_owner}-fork/{platform_name}"),
+            own_copy(ref, at_main),
+            own_copy(ref, f"refs/heads/{ref}"),
+        ]
 
     def own(ref: str, workflow: str) -> str:
         """A job of the branch's own workflow file (job_workflow_ref names the file at the run's ref)."""
@@ -223,21 +302,21 @@ def check_role_trust(target: Target, aws: Aws) -> Iterator[Outcome]:
             "train role trust",
             "TrainRoleArn",
             [
-                _subjects(target.repository, f"{branches}{b}", f"gpu-runner-{job}.yml", at_main)
+                start(target.repository, f"{branches}{b}", job=job)
                 for branches in (prefix, sweep)
                 for b in ("first", "exp/lr-0.01")
                 for job in ("start", "stop")
             ],
             [
                 *foreign,
-                # A branch's own workflow, or its own copy of the reusable one: never the launch role.
+                # A branch's own workflow, or a launch workflow other than the pinned platform's: never the role.
                 own(f"{prefix}x", "train.yml"),
                 own(f"{sweep}x", "sweep.yml"),
-                start(target.repository, f"{prefix}x", f"refs/heads/{prefix}x"),
-                start(target.repository, f"{sweep}x", f"refs/heads/{sweep}x"),
+                *impostors(f"{prefix}x"),
+                *impostors(f"{sweep}x"),
                 *([] if main.startswith((prefix, sweep)) else [start(target.repository, main)]),
             ],
-            f"branches {prefix}* and {sweep}* (through the default branch's gpu-runner-start/stop.yml)",
+            f"branches {prefix}* and {sweep}* (through {platform}'s gpu-runner-start/stop.yml at {commit[:12]})",
         ),
         (
             "reaper role trust",
@@ -296,24 +375,21 @@ def check_role_trust(target: Target, aws: Aws) -> Iterator[Outcome]:
             # The gpu device's start and stop jobs of predict.yml: the launch workflows on the default branch.
             "predict launch role trust",
             "PredictLaunchRoleArn",
-            [
-                _subjects(target.repository, main, f"gpu-runner-{job}.yml", at_main)
-                for job in ("start", "stop")
-            ],
+            [start(target.repository, main, job=job) for job in ("start", "stop")],
             [
                 *foreign,
                 f"repo:{target.repository}:ref:refs/heads/{main}",
-                f"repo:{target.repository}:pull_request:job_workflow_ref:{target.repository}/.github/workflows/"
-                f"gpu-runner-start.yml@refs/heads/{main}",
+                f"repo:{target.repository}:pull_request:job_workflow_ref:{platform}/.github/workflows/"
+                f"gpu-runner-start.yml@{commit}",
                 # The train and sweep branches' launches are the train role's; a branch's own copy nobody's.
                 *([] if main.startswith((prefix, sweep)) else [start(target.repository, f"{prefix}x")]),
                 *([] if main.startswith((prefix, sweep)) else [start(target.repository, f"{sweep}x")]),
                 start(target.repository, f"{main}-x"),
-                start(target.repository, main, f"refs/heads/{main}-x"),
+                *impostors(main),
                 own(main, "predict.yml"),
                 own(main, "train.yml"),
             ],
-            f"branch {main} (through its own gpu-runner-start/stop.yml)",
+            f"branch {main} (through {platform}'s gpu-runner-start/stop.yml at {commit[:12]})",
         ),
         (
             # Issue 30: promote.yml reads the held-out set; its job names the environment `production`, whose
@@ -349,7 +425,8 @@ def check_role_trust(target: Target, aws: Aws) -> Iterator[Outcome]:
                 check,
                 f"{_role_name(arn)} {problem}",
                 f"make bootstrap BOOTSTRAP_ARGS='--default-branch {main}' restores the template's trust "
-                f"(repository {target.repository}, train branches {prefix}*, sweep branches {sweep}*)",
+                f"(repository {target.repository}, train branches {prefix}*, sweep branches {sweep}*, the "
+                f"platform's workflows at the pinned {commit[:12]})",
             )
         else:
             yield passed(check, f"{_role_name(arn)} trusts {target.repository} {what} only")

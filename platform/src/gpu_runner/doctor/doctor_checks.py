@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from gpu_runner.core.aws import Aws
 from gpu_runner.core.settings import Settings
+from gpu_runner.pin.project_pin import Pin
 
 OK, FAIL, WARN = "✓", "✗", "!"
 
@@ -60,6 +61,9 @@ class Target:
     repository: str  # owner/name
     train_branch_prefix: str  # the settings' (cli passes it), or the --branch-prefix asked for
     default_branch: str = "main"
+    # The platform's reusable workflows the launch roles must trust: the project's pin (or doctor's --platform);
+    # None when neither named one (the trust checks then fail, saying so).
+    platform: Pin | None = None
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     # Filled in by the stack check: the outputs of the bootstrap stack (role ARNs, bucket, profile, group).
     outputs: dict[str, str] = field(default_factory=dict)

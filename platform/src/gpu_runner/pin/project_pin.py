@@ -70,6 +70,31 @@ def read_pin(project: Path) -> Pin:
     return Pin(repository, commit, subdirectory)
 
 
+# What the launch, predict launch and Batch submit roles trust: the platform's reusable workflows at one commit,
+# named on the command line as owner/name@commit or read from the project's pin.
+PLATFORM_FLAG = "--platform"
+
+
+def trusted_platform(given: str, project: Path) -> Pin:
+    """`given` (owner/name@<40 hex>) when set, else the pin in `project`'s pyproject.toml; a RunnerError naming
+    the flag and the fix otherwise."""
+    if not given:
+        try:
+            return read_pin(project)
+        except RunnerError as error:
+            raise RunnerError(
+                f"{PLATFORM_FLAG}: not given, and {error}; run this in the project's root directory or pass "
+                f"{PLATFORM_FLAG} <owner>/<template>@<commit> (the commit the project's uv.lock pins)"
+            ) from error
+    repository, _, commit = given.partition("@")
+    if not REPOSITORY.fullmatch(repository) or not COMMIT.fullmatch(commit):
+        raise RunnerError(
+            f"{PLATFORM_FLAG}: '{given}' is not <owner>/<template>@<commit> with a full commit SHA (40 lowercase "
+            "hex digits); leave it out to read the pin in pyproject.toml"
+        )
+    return Pin(repository, commit, "platform")
+
+
 def write_pin(project: Path, pin: Pin, commit: str) -> None:
     """Move pyproject.toml's pin from `pin.commit` to `commit`, and check it by reading it back."""
     path = project / PYPROJECT

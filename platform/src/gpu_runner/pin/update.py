@@ -1,9 +1,10 @@
 """`gpu-runner platform-update`: move a project's pin of the platform to another commit, in pyproject.toml,
 uv.lock and the workflows together, and say what the project must do after it.
 
-What must run again is read from the two commits, not trusted to the changelog alone: a changed stack must be
-deployed again, and the reaper Lambda runs a zip of the whole package (setup/lambda_zip.py), so any change of
-the package reaches it only through `make bootstrap`.
+What must run again is read from the two commits, not trusted to the changelog alone: the roles trust the
+platform's reusable workflows at the pinned commit, so every move needs `make bootstrap` (and `make batch-up`
+for the Batch submit role), which also ships the reaper Lambda its zip of the new package
+(setup/lambda_zip.py); a changed MLflow server stack must be deployed again too.
 """
 
 from __future__ import annotations
@@ -36,7 +37,15 @@ STACKS = {
     "src/gpu_runner/batch/batch.yaml": "make batch-up (if the project uses AWS Batch)",
     "src/gpu_runner/mlflow_server/mlflow-server.yaml": "make mlflow-server-up (if the team runs the MLflow server)",
 }
-REAPER = "make bootstrap (the reaper Lambda runs a zip of the package and keeps the old code until then)"
+# Every move of the pin: the launch roles trust the platform's start and stop workflows at the pinned commit (the
+# gpu-runner stack's PlatformCommit), and the Batch submit role batch.yml there (the Batch stack copies it).
+TRUST = (
+    "make bootstrap (the launch roles trust the platform's workflows at the pinned commit: until it runs, "
+    "the GPU jobs get no AWS credentials; it also ships the reaper Lambda the new package)"
+)
+BATCH_TRUST = (
+    "make batch-up (if the project uses AWS Batch: its submit role trusts batch.yml at the pinned commit)"
+)
 LOCK_TIMEOUT_SECONDS = 600
 
 
@@ -77,11 +86,18 @@ def newest_release(remote: Remote) -> tuple[str, str]:
 
 
 def then_run(remote: Remote, pin: Pin, target: str) -> list[str]:
-    """The make targets the project must run after the update, each once, in deployment order."""
+    """The make targets the project must run after the update, each once, in deployment order: the two that
+    move the roles' trust to the new commit always, and a stack's own target when its template changed."""
+    if target == pin.commit:
+        return []
     changed = set(remote.changed(pin.commit, target, f"{pin.subdirectory}/{PACKAGE}"))
-    steps = [step for path, step in STACKS.items() if f"{pin.subdirectory}/{path}" in changed]
-    if changed and not any(step.startswith("make bootstrap") for step in steps):
-        steps.insert(0, REAPER)
+    steps = [TRUST, BATCH_TRUST]
+    steps += [
+        step
+        for path, step in STACKS.items()
+        if f"{pin.subdirectory}/{path}" in changed
+        and not step.startswith(("make bootstrap", "make batch-up"))
+    ]
     return steps
 
 

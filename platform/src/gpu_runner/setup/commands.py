@@ -11,6 +11,7 @@ from gpu_runner.core.aws import Aws
 from gpu_runner.core.command_line import Command, SubParsers, add_command
 from gpu_runner.core.errors import RunnerError
 from gpu_runner.core.settings import Settings
+from gpu_runner.pin.project_pin import trusted_platform
 from gpu_runner.setup import TEMPLATE
 
 
@@ -26,6 +27,12 @@ def register(commands: SubParsers) -> None:
     boot.add_argument("--branch-prefix", default="", help="branches that may start GPU training")
     boot.add_argument("--sweep-branch-prefix", default="", help="branches that may run GPU sweeps")
     boot.add_argument("--default-branch", default="main", help="the only branch the reaper role trusts")
+    boot.add_argument(
+        "--platform",
+        default="",
+        help="owner/template@commit whose start, stop and batch workflows the launch roles trust "
+        "(default: the pin in ./pyproject.toml)",
+    )
     boot.add_argument("--owner-id", default="", help="numeric owner id (immutable OIDC subject), optional")
     boot.add_argument("--repository-id", default="", help="numeric repository id, optional")
     boot.add_argument("--oidc-provider-arn", default="", help="reuse the account's GitHub OIDC provider")
@@ -63,9 +70,11 @@ def _bootstrap(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:
                             settings.train_branch_prefix, args.settings)  # fmt: skip
     sweep_prefix = _from_settings("--sweep-branch-prefix", args.sweep_branch_prefix, "sweep_branch_prefix",
                                   settings.sweep_branch_prefix, args.settings)  # fmt: skip
+    platform = trusted_platform(args.platform, Path.cwd())
     inputs = stack.StackInputs(
         repository=args.repository, bucket=bucket, train_branch_prefix=prefix, sweep_branch_prefix=sweep_prefix,
-        default_branch=args.default_branch, owner_id=args.owner_id, repository_id=args.repository_id,
+        default_branch=args.default_branch, platform_repository=platform.repository,
+        platform_commit=platform.commit, owner_id=args.owner_id, repository_id=args.repository_id,
         oidc_provider_arn=args.oidc_provider_arn, vpc_id=args.vpc_id,
         checkpoint_retention_days=args.checkpoint_retention_days,
         credential_writer_arn=args.credential_writer_arn,

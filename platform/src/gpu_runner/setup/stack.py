@@ -21,6 +21,7 @@ from gpu_runner.core.errors import RunnerError
 from gpu_runner.core.github import DEFAULT_BASE_URL
 from gpu_runner.core.settings import BRANCH_PREFIX, BUCKET, Settings, prefixes_overlap
 from gpu_runner.core.stack_names import REPOSITORY, stack_name
+from gpu_runner.pin.project_pin import COMMIT
 from gpu_runner.setup import TEMPLATE, lambda_zip, trust_size
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,9 @@ class StackInputs:
     train_branch_prefix: str
     sweep_branch_prefix: str
     default_branch: str = "main"
+    # The platform's reusable workflows the launch roles trust: owner/name and the full commit SHA the project pins.
+    platform_repository: str = ""
+    platform_commit: str = ""
     owner_id: str = ""
     repository_id: str = ""
     oidc_provider_arn: str = ""
@@ -82,6 +86,11 @@ class StackInputs:
         ):
             if not BRANCH_PREFIX.fullmatch(value):
                 problems.append(f"{flag}: '{value}' may only hold letters, digits and . _ / -")
+        if not REPOSITORY.fullmatch(self.platform_repository) or not COMMIT.fullmatch(self.platform_commit):
+            problems.append(
+                f"--platform: '{self.platform_repository}@{self.platform_commit}' is not "
+                "<owner>/<template>@<commit> with a full commit SHA; leave it out to read pyproject.toml's pin"
+            )
         if prefixes_overlap(self.train_branch_prefix, self.sweep_branch_prefix):
             problems.append(
                 f"--sweep-branch-prefix: '{self.sweep_branch_prefix}' overlaps the train branch prefix "
@@ -218,6 +227,8 @@ def stack_parameters(
         "TrainBranchPrefix": inputs.train_branch_prefix,
         "SweepBranchPrefix": inputs.sweep_branch_prefix,
         "DefaultBranch": inputs.default_branch,
+        "PlatformRepository": inputs.platform_repository,
+        "PlatformCommit": inputs.platform_commit,
         "BucketName": inputs.bucket,
         "CheckpointRetentionDays": str(inputs.checkpoint_retention_days),
         "SsmPrefix": settings.ssm_prefix.rstrip("/"),
