@@ -242,7 +242,7 @@ def next_steps(repository: str, outputs: Mapping[str, str]) -> str:
     repo = shlex.quote(repository)
     return "\n".join(
         [
-            "# AWS Batch is ready (nothing runs until a job is queued). The default branch's batch workflow submits:",
+            "# AWS Batch is ready (nothing runs until a job is queued). The platform's batch workflow submits:",
             f"gh variable set AWS_BATCH_ROLE_ARN --repo {repo} --body {shlex.quote(outputs['SubmitRoleArn'])}",
             "# and configs/gpu-runner.yaml `backend: batch` on the default branch.",
             f"# Queues: {outputs['JobQueue']} (spot, then on-demand), {outputs['MultiNodeJobQueue']} (on-demand).",

@@ -1,7 +1,7 @@
 """Which instances, runners and JIT-config parameters belong to the calling workflow run (issue 30, item 5).
 
 Teardown acts on nothing else. Its caller passes ids (instance-id, runner-id, parameter), but a branch's workflow
-may call the default branch's gpu-runner-stop.yml with another run's ids (a run prints them in its log): the ids
+may call the platform's gpu-runner-stop.yml (at the pinned commit) with another run's ids (a run prints them in its log): the ids
 are claims, checked here; what teardown ends it finds through the run key. That key is GitHub's, never an input:
 GITHUB_REPOSITORY, GITHUB_RUN_ID and GITHUB_RUN_ATTEMPT of the job running gpu-runner, which in a called workflow
 are the CALLER's ("When a reusable workflow is triggered by a caller workflow, the github context is always

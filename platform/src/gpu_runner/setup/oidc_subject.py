@@ -1,5 +1,5 @@
 """The repository's OIDC `sub` template: `repo`, `context` and `job_workflow_ref`, so a role can trust a reusable
-workflow at the default branch rather than any workflow of a branch (GitHub docs "OpenID Connect reference" >
+workflow at one commit of the platform (or one branch) rather than any workflow of a branch (GitHub docs "OpenID Connect reference" >
 "Customizing the subject claims for an organization or repository", example "Requiring a reusable workflow and
 other claims": sub = repo:ORG/REPO:<context>:job_workflow_ref:<path>@<ref>, read 2026-12-01).
 
