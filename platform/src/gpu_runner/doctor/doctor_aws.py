@@ -58,16 +58,10 @@ def check_identity(target: Target, aws: Aws) -> Iterator[Outcome]:
 def check_stack(target: Target, aws: Aws) -> Iterator[Outcome]:
     name = stack_name(target.settings.project, target.repository)
     cfn = aws.client("cloudformation", target.settings.region)
-    try:
-        stacks = cfn.describe_stacks(StackName=name)["Stacks"]
-    except ClientError as error:
-        if "does not exist" not in error.response.get("Error", {}).get("Message", ""):
-            raise
-        stacks = []
-    if not stacks:
+    stack = _described_stack(cfn, name)
+    if stack is None:
         yield failed("stack", f"{name} does not exist in {target.settings.region}", BOOTSTRAP_FIX)
         return
-    stack = stacks[0]
     outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
     missing = [key for key in STACK_OUTPUTS if key not in outputs]
     status = stack["StackStatus"]
@@ -81,6 +75,17 @@ def check_stack(target: Target, aws: Aws) -> Iterator[Outcome]:
     target.outputs = outputs
     yield passed("stack", f"{name} is {status}")
     yield from _platform_trust(target, cfn, stack)
+
+
+def _described_stack(cfn: Any, name: str) -> dict[str, Any] | None:
+    """The stack `name` as DescribeStacks answers it, or None when CloudFormation says it does not exist."""
+    try:
+        stacks = cfn.describe_stacks(StackName=name)["Stacks"]
+    except ClientError as error:
+        if "does not exist" not in error.response.get("Error", {}).get("Message", ""):
+            raise
+        return None
+    return stacks[0] if stacks else None
 
 
 def _trusted_platform(stack: dict[str, Any]) -> str:
@@ -107,19 +112,14 @@ def _platform_trust(target: Target, cfn: Any, stack: dict[str, Any]) -> Iterator
         return
     if target.settings.backend == "batch":
         name = batch_stack_name(target.settings.project, target.repository)
-        try:
-            batch = cfn.describe_stacks(StackName=name)["Stacks"]
-        except ClientError as error:
-            if "does not exist" not in error.response.get("Error", {}).get("Message", ""):
-                raise
-            batch = []
-        if not batch:
+        batch = _described_stack(cfn, name)
+        if batch is None:
             yield failed("platform trust", f"backend: batch, but {name} does not exist", BATCH_FIX)
             return
-        if _trusted_platform(batch[0]).lower() != pinned.lower():
+        if _trusted_platform(batch).lower() != pinned.lower():
             yield failed(
                 "platform trust",
-                f"{name}'s submit role trusts {_trusted_platform(batch[0])}, the project pins {pinned}: "
+                f"{name}'s submit role trusts {_trusted_platform(batch)}, the project pins {pinned}: "
                 "batch.yml would be refused",
                 BATCH_FIX,
             )
