@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 from cookiecutter.generate import generate_context
+from cookiecutter.main import cookiecutter
 from cookiecutter.prompt import prompt_for_config
 from cookiecutter.utils import create_env_with_context
 from template_snapshot import PLATFORM_REPOSITORY, bakeable_template, snapshot_git_env
@@ -149,6 +150,19 @@ def write_config(directory: Path) -> Path:
     }
     config.write_text(yaml.safe_dump(settings), encoding="utf-8")
     return config
+
+
+def bake_project(out: Path, **answers: Any) -> Path:
+    """The project rendered from this working tree's snapshot (with its hooks, no install) under `out`."""
+    return Path(
+        cookiecutter(
+            str(bake_template()),
+            no_input=True,
+            output_dir=str(out / "out"),
+            extra_context=answers or None,
+            config_file=str(write_config(out / "cookiecutter")),
+        )
+    )
 
 
 def write_replay(path: Path, answers: Mapping[str, Any]) -> Path:

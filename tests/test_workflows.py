@@ -4,9 +4,11 @@ files render, that non-default answers reach them, and that the pin table is the
 The checks that guard the project's workflows (actionlint, zizmor, schemas, the structural rules, what the
 GPU workflows mean, the injection harness, the gpu-runner CLI contract) ship with the project, in
 `{{cookiecutter.project_slug}}/tests/workflows/`, and run in every bake's own suite
-(tests/test_generated_project.py) on the files as they are at test time. The template's own ci.yml is checked
-here by the same modules, imported from the template's copy of that directory (copied into a bake verbatim,
-so it is the project's file; `pythonpath` in pyproject.toml).
+(tests/test_generated_project.py) on the files as they are at test time. This repository's own workflows
+(ci.yml and the platform's start, stop and batch.yml) are linted here by the same modules, imported from the
+template's copy of that directory (copied into a bake verbatim, so it is the project's file; `pythonpath` in
+pyproject.toml); what the platform's three mean and run is tests/test_platform_workflows.py's and
+tests/test_platform_workflow_scripts.py's.
 """
 
 from __future__ import annotations
@@ -17,12 +19,10 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
-from conftest import platform_git_env, write_config
-from cookiecutter.main import cookiecutter
+from conftest import bake_project, platform_git_env
 from workflow_files import (
     AWS_CREDENTIALS,
     CONTRACTS_FILE,
@@ -74,19 +74,6 @@ CUSTOM_ANSWERS = {
 @pytest.fixture(scope="module")
 def baked_custom(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return bake_project(tmp_path_factory.mktemp("baked-custom"), **CUSTOM_ANSWERS)
-
-
-def bake_project(out: Path, **answers: Any) -> Path:
-    project = Path(
-        cookiecutter(
-            str(REPO_ROOT),
-            no_input=True,
-            output_dir=str(out / "out"),
-            extra_context=answers or None,
-            config_file=str(write_config(out / "cookiecutter")),
-        )
-    )
-    return project
 
 
 @pytest.fixture(scope="module")
@@ -210,9 +197,9 @@ def test_non_default_answers_reach_the_gpu_workflows(baked_custom: Path) -> None
         for job in doc["jobs"].values()
         for step in steps_by_uses(job, AWS_CREDENTIALS)
     ]
-    # start, stop, reap, sweep.yml's plan and collect, batch.yml, and the tunnel role's in stop and batch.yml
-    # (the platform's tunnel action written out): each the settings' region, read by its job.
-    assert regions == ["${{ steps.settings.outputs.region }}"] * 8
+    # reap and sweep.yml's plan and collect: each the settings' region, read by its job (the platform's start,
+    # stop and batch.yml read it the same way: tests/test_platform_workflows.py).
+    assert regions == ["${{ steps.settings.outputs.region }}"] * 3
     settings = yaml.safe_load((baked_custom / "configs" / "gpu-runner.yaml").read_text(encoding="utf-8"))
     assert (settings["region"], settings["train_branch_prefix"]) == ("us-east-2", "gpu/")
     # The reusable workflows are the platform's, called at the bake's pin, and guard its train branches.
@@ -236,7 +223,9 @@ def test_the_default_branch_answer_names_what_start_and_stop_run(baked_custom: P
     for name in ("gpu-runner-start", "gpu-runner-stop", "batch"):
         text = workflow_path(baked_custom, name).read_text(encoding="utf-8")
         assert "develop" not in text and answers_of(baked_custom)["package_name"] not in text, name
-        (checkout, *_) = steps_by_uses(next(iter(docs[name]["jobs"].values())), "actions/checkout")
+        (checkout, *_) = steps_by_uses(
+            next(iter(load_yaml(workflow_path(baked_custom, name))["jobs"].values())), "actions/checkout"
+        )
         assert checkout["with"]["ref"] == "${{ steps.default.outputs.branch }}", name
     # The pull-request comment jobs run that branch's gpu-runner too (issue 17).
     for workflow in ("train", "sweep"):

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from workflow_files import PROJECT, answers_of, gpu_workflows, tool
+from workflow_files import tool
 
 # A stand-in for uv: records its argv (one JSON list per line) and prints $FAKE_UV_STDOUT. Every workflow
 # script reaches the outside world through uv, so the recording is exactly what the real commands receive.
@@ -102,10 +102,9 @@ BENIGN_INPUTS = {
 }  # fmt: skip
 
 
-def project_package() -> str:
-    """The project's package: what train.yml and sweep.yml pass batch.yml as `package`, and what its caller check
-    hands the submit step (read when a scenario needs it: the template's own tests import this module too)."""
-    return str(answers_of(PROJECT)["package_name"])
+# The package a caller passes the platform's batch.yml (train.yml and sweep.yml pass their project's), which its
+# caller check hands the submit step: the template's tests run batch.yml with this one.
+CALLER_PACKAGE = "ml_project"
 
 
 def context_value(name: str, scenario: str) -> str:
@@ -131,7 +130,7 @@ def context_value(name: str, scenario: str) -> str:
     if name == "github.event.repository.default_branch" and scenario != "attack":
         return "main"  # a push's and a dispatch's payload always name it
     if name == "steps.caller.outputs.package":
-        return project_package()  # a Python name, or the caller check refused the run
+        return CALLER_PACKAGE  # a Python name, or the caller check refused the run
     if name == "steps.default.outputs.branch":
         # The repository's default branch as GitHub's event names it: a ref name only an admin sets (git refuses
         # control characters in one: git check-ref-format), never a pusher or a pull request. The step that names
@@ -148,10 +147,10 @@ def context_value(name: str, scenario: str) -> str:
         return PAYLOAD
     if scenario == "empty":
         # batch.yml's package is a required input: GitHub refuses a call without it ("Reusing workflows").
-        return project_package() if name == "inputs.package" else ""
+        return CALLER_PACKAGE if name == "inputs.package" else ""
     key = name.rsplit(".", 1)[-1]
     if name == "inputs.package":
-        return project_package()
+        return CALLER_PACKAGE
     if name.startswith("inputs.") and key in BENIGN_INPUTS:
         return BENIGN_INPUTS[key]
     # The reusable stop workflow gets the start and train jobs' outputs as inputs.
@@ -272,12 +271,12 @@ def gpu_runner_calls(calls: list[list[str]]) -> list[GpuRunnerCall]:
     return found
 
 
-def run_gpu_workflow_steps(
-    project: Path, scenario: str, tmp_path: Path
+def run_workflow_steps(
+    docs: dict[str, dict[str, Any]], scenario: str, tmp_path: Path
 ) -> Iterator[tuple[str, int, list[list[str]]]]:
-    """Every `run:` step of the GPU workflows, substituted for `scenario` and run with its env: yields
-    (`<workflow>.yml <where>`, exit code, uv's recorded calls), each step in a directory of its own."""
-    for name, doc in gpu_workflows(project).items():
+    """Every `run:` step of the workflows `docs` (by file stem), substituted for `scenario` and run with its env:
+    yields (`<workflow>.yml <where>`, exit code, uv's recorded calls), each step in a directory of its own."""
+    for name, doc in docs.items():
         for where, job, step in run_steps(doc):
             code, recorded = run_bash(
                 substitute(step["run"], scenario),
@@ -287,9 +286,11 @@ def run_gpu_workflow_steps(
             yield f"{name}.yml {where}", code, recorded
 
 
-def recorded_gpu_runner_calls(project: Path, scenario: str, tmp_path: Path) -> list[GpuRunnerCall]:
+def recorded_gpu_runner_calls(
+    docs: dict[str, dict[str, Any]], scenario: str, tmp_path: Path
+) -> list[GpuRunnerCall]:
     calls = []
-    for step, code, recorded in run_gpu_workflow_steps(project, scenario, tmp_path):
+    for step, code, recorded in run_workflow_steps(docs, scenario, tmp_path):
         # Under attack a guard may refuse before it calls anything (batch.yml's kind check; which step may, and
         # that it must, is test_workflow_injection's).
         assert code == 0 or (scenario == "attack" and not recorded), f"{step} ({scenario})"

@@ -44,8 +44,6 @@ TUNNEL_ACTION = "platform:actions/mlflow-tunnel"
 # setup's `install: runner` command, and the id of the tunnel's credentials step.
 RUNNER_SYNC = "uv sync --locked --only-group runner"
 TUNNEL_CREDENTIALS = "tunnel-credentials"
-# Where the tests keep the pinned platform's tree (gpu_runner_testing.platform_tree): ignored by git.
-PLATFORM_CACHE = PROJECT / ".e2e-cache"
 AWS_CREDENTIALS = "aws-actions/configure-aws-credentials"
 # The output keys are written once, in the runner's workflow_contract.py: `gpu-runner launch`'s (all mapped to
 # outputs of the start job), `gpu-runner wait`'s (the timeline's "runner online" moment) and
@@ -166,11 +164,6 @@ def step_uses(step: dict[str, Any]) -> str:
     return uses.partition("@")[0]
 
 
-def platform_action(name: str, project: Path = PROJECT) -> Path:
-    """The action.yml of the platform's composite action `name` at the project's pin."""
-    return platform_tree(project, PLATFORM_CACHE) / ".github" / "actions" / name / "action.yml"
-
-
 def platform_call_problems(project: Path, own_repository: str) -> list[str]:
     """Every `<owner>/<name>/.github/...@<ref>` call of the project's GitHub files that is not the project's own
     names the repository and commit its pyproject.toml pins the gpu-runner distribution at: one pin, which the
@@ -197,9 +190,12 @@ def make_targets(makefile: Path) -> set[str]:
     return set(re.findall(r"^([A-Za-z0-9_.-]+)\s*:(?!=)", makefile.read_text(encoding="utf-8"), re.MULTILINE))
 
 
-GPU_WORKFLOWS = ("train", "gpu-runner-start", "gpu-runner-stop", "reap", "sweep", "sweep-trial", "batch")
+# The project's own workflows that start, feed or clean up after GPU work.
+GPU_WORKFLOWS = ("train", "reap", "sweep", "sweep-trial")
 # The GPU platform's reusable workflows: no file of the project, called at the pinned commit of the template
-# repository (`<owner>/<template>/.github/workflows/<name>.yml@<commit>`); the tests read them in its tree there.
+# repository (`<owner>/<template>/.github/workflows/<name>.yml@<commit>`). What they run is tested where they
+# live (the template repository's tests/test_platform_workflows.py and test_platform_workflow_scripts.py); a
+# project's tests read them in the pinned tree only for its calls' side (inputs, outputs, the contract).
 PLATFORM_WORKFLOWS = ("gpu-runner-start", "gpu-runner-stop", "batch")
 
 
@@ -229,7 +225,14 @@ def all_workflows(project: Path) -> dict[str, dict[str, Any]]:
 
 
 def gpu_workflows(project: Path) -> dict[str, dict[str, Any]]:
+    """The project's own GPU workflows (GPU_WORKFLOWS), parsed, by file stem."""
     return {name: load_yaml(workflow_path(project, name)) for name in GPU_WORKFLOWS}
+
+
+def platform_workflows(root: Path) -> dict[str, dict[str, Any]]:
+    """The platform's reusable workflows in the template repository at `root` (this checkout, or the tree of
+    the commit a project pins), parsed, by file stem."""
+    return {name: load_yaml(root / ".github" / "workflows" / f"{name}.yml") for name in PLATFORM_WORKFLOWS}
 
 
 def answers_of(project: Path) -> dict[str, Any]:
