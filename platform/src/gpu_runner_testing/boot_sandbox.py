@@ -1,5 +1,5 @@
 """The instance's boot script (gpu_runner's rendered user_data.sh) run by bash in a sandbox: one for the boot
-script's unit tests (tests/runner/test_user_data.py) and the e2e story's simulated instance (simulated_instance.py).
+script's unit tests (platform/tests/runner/test_user_data.py) and the e2e story's simulated instance (simulated_instance.py).
 
 Every command the script could use to touch the machine (`shutdown`, `docker`, `curl`, `aws`, `useradd`,
 `runuser`, `sudo`, ...) is a small bash stub that appends `<epoch seconds> <name> <args>` to the call log

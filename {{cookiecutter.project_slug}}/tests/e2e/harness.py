@@ -294,7 +294,7 @@ def default_branch() -> str:
 
 def store_github_credential(moto_endpoint: str, repo: Path, token: str) -> None:
     """What `gpu-runner bootstrap --token-file` writes: the SSM SecureString the start and stop workflows read
-    with the launch role (moto enforces no IAM: that part is proven by tests/runner/test_train_policy.py), under
+    with the launch role (moto enforces no IAM: that part is proven by the template's platform/tests/runner/test_train_policy.py), under
     the key the stack's alias names (GitHubCredentialKeyAlias), which every reader checks before using it."""
     settings = yaml.safe_load((repo / "configs" / "gpu-runner.yaml").read_text())
     ssm = boto3.client("ssm", region_name=settings["region"], endpoint_url=moto_endpoint)

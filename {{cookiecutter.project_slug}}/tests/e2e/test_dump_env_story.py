@@ -9,7 +9,7 @@ everything the story left behind must find neither, while it does find what a br
 GITHUB_TOKEN and the MLflow repository secrets (the control that the dump worked).
 
 What this story cannot show offline: that the branch's own job cannot assume the launch role (act has no OIDC
-token; the trust policy's `sub` table in tests/runner/test_role_trust.py proves it), and that the instance role cannot
+token; the trust policy's `sub` table in the template's platform/tests/runner/test_role_trust.py proves it), and that the instance role cannot
 decrypt the credential (moto enforces no IAM; platform/tests/runner/test_key_policies.py proves it). The dump
 leaves out the harness's DOUBLE_* variables: act hands its `--env` to every job, and they are the test's
 stand-ins for GitHub's OIDC exchange, which a real branch job does not have.

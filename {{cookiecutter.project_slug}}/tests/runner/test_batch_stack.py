@@ -982,7 +982,7 @@ def test_without_spot_the_gpu_queue_is_on_demand_only(
             (only,) = queue["computeEnvironmentOrder"]
             assert only["computeEnvironment"] == outputs[environment], output
     finally:
-        # The batch stack only; its bootstrap stack stays, as test_doctor's and test_reaper_lambda's do.
+        # The batch stack only; its bootstrap stack stays, as test_doctor's does.
         with contextlib.suppress(ClientError):  # best effort, as the session's stack (see above)
             cfn.delete_stack(StackName=batch_stack.batch_stack_name(project, DEFAULT_REPOSITORY))
         _give_the_session_stack_its_key_alias_back(stack)

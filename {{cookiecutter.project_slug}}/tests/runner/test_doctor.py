@@ -894,8 +894,8 @@ def doctor_stack(tmp_path_factory: pytest.TempPathFactory, oidc_provider: str) -
 @pytest.fixture(scope="module")
 def spot_role(moto_endpoint: str) -> Iterator[str]:
     """The spot service-linked role under AWS's name and path (moto's create-service-linked-role misnames it).
-    IAM is account-wide: the role is deleted again afterwards, because test_train_policy needs an account without it
-    (the first spot launch is what creates it)."""
+    IAM is account-wide: the role is deleted again afterwards, because a spot launch in the same account needs an
+    account without it (the first spot launch is what creates it)."""
     iam = boto3.Session(region_name=REGION).client("iam")
     created = False
     try:

@@ -6,12 +6,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from gpu_runner_testing.github_double import DEFAULT_TOKEN, READ_ONLY_TOKEN
 
 from gpu_runner.cli import main
 from gpu_runner.core.errors import SettingsError
 from gpu_runner.core.settings import Settings
 from gpu_runner.ec2_runner.resume import SPOT_RECLAIM, decide, interruption_reason
+from gpu_runner_testing.github_double import DEFAULT_TOKEN, READ_ONLY_TOKEN
 
 COMMIT = "c" * 40
 

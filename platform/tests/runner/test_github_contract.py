@@ -13,6 +13,9 @@ import json
 import pytest
 import requests
 from github import Auth, Github, GithubException
+
+from gpu_runner.core.errors import RunnerError
+from gpu_runner.core.github import GitHubRunners
 from gpu_runner_testing import extract_github_openapi as script
 from gpu_runner_testing.github_contract import CONTRACT_FILE, Contract, ContractViolation, default_contract
 from gpu_runner_testing.github_double import (
@@ -31,9 +34,6 @@ from gpu_runner_testing.github_settings import (
     Protection,
     setup_guards,
 )
-
-from gpu_runner.core.errors import RunnerError
-from gpu_runner.core.github import GitHubRunners
 
 RUNNERS_PATH = f"/repos/{DEFAULT_REPOSITORY}/actions/runners"
 AUTH = {"Authorization": f"token {DEFAULT_TOKEN}"}

@@ -12,13 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from gpu_runner_testing.github_double import (
-    DEFAULT_REPOSITORY,
-    HUMAN,
-    PR_COMMENT_TOKEN,
-    READ_ONLY_TOKEN,
-    GitHubDouble,
-)
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
@@ -26,6 +19,13 @@ from gpu_runner.cli import main
 from gpu_runner.core.mlflow_rest import MlflowRest
 from gpu_runner.pr_comment import pr_report
 from gpu_runner.pr_comment.pr_comment import BOT_LOGIN, CommentError, publish
+from gpu_runner_testing.github_double import (
+    DEFAULT_REPOSITORY,
+    HUMAN,
+    PR_COMMENT_TOKEN,
+    READ_ONLY_TOKEN,
+    GitHubDouble,
+)
 
 BRANCH = "train/pr-comment"
 MARKER = pr_report.MARKERS["train"]

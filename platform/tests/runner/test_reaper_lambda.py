@@ -29,18 +29,6 @@ import boto3
 import pytest
 import yaml
 from botocore.exceptions import ClientError
-from gpu_runner_testing import live_instances, stack_deploy
-from gpu_runner_testing.amazon_images import first_amazon_image
-from gpu_runner_testing.github_double import DEFAULT_REPOSITORY
-from gpu_runner_testing.iam_requests import (
-    ACCOUNT,
-    Request,
-    allowed,
-    granted_actions,
-    record_calls,
-    requests_for,
-)
-from gpu_runner_testing.stack_deploy import TEMPLATE
 from parliament import analyze_policy_string
 
 from gpu_runner import cli
@@ -52,6 +40,18 @@ from gpu_runner.core.settings import Settings, load_settings
 from gpu_runner.ec2_runner import lifecycle, reaper_lambda
 from gpu_runner.setup import lambda_zip
 from gpu_runner.setup.stack import stack_name
+from gpu_runner_testing import live_instances, stack_deploy
+from gpu_runner_testing.amazon_images import first_amazon_image
+from gpu_runner_testing.github_double import DEFAULT_REPOSITORY
+from gpu_runner_testing.iam_requests import (
+    ACCOUNT,
+    Request,
+    allowed,
+    granted_actions,
+    record_calls,
+    requests_for,
+)
+from gpu_runner_testing.stack_deploy import TEMPLATE, TEST_PLATFORM
 
 # A region of its own: every instance and parameter here belongs to this module.
 REGION = "ap-southeast-2"
@@ -150,7 +150,7 @@ def test_bootstrap_refuses_a_package_swapped_in_the_bucket_before_deploy(
     bucket = f"lambda-swap-{uuid.uuid4().hex[:12]}"
     monkeypatch.delenv("GITHUB_REPOSITORY", raising=False)
     argv = ["--settings", str(settings_file), "bootstrap", "--repository", DEFAULT_REPOSITORY, "--bucket", bucket,
-            "--oidc-provider-arn", oidc_provider, "--template", str(TEMPLATE)]  # fmt: skip
+            "--oidc-provider-arn", oidc_provider, "--template", str(TEMPLATE), "--platform", TEST_PLATFORM]  # fmt: skip
     try:
         assert cli.main(argv) == 1
         err = capsys.readouterr().err

@@ -8,12 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gpu_runner_testing.aws_constants import REGION
-from gpu_runner_testing.github_double import DEFAULT_REPOSITORY, START_JOB_TOKEN, WORKFLOW_TOKEN, GitHubDouble
-from gpu_runner_testing.live_instances import live
 
 from gpu_runner.cli import main
 from gpu_runner.core.aws import Aws
+from gpu_runner_testing.aws_constants import REGION
+from gpu_runner_testing.github_double import DEFAULT_REPOSITORY, START_JOB_TOKEN, WORKFLOW_TOKEN, GitHubDouble
+from gpu_runner_testing.live_instances import live
 
 BRANCH = "train/x"
 

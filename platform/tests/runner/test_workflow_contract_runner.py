@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gpu_runner_testing.aws_constants import REGION
-from gpu_runner_testing.github_double import DEFAULT_TOKEN
 
 from gpu_runner.cli import main
 from gpu_runner.core import workflow_contract as values
+from gpu_runner_testing.aws_constants import REGION
+from gpu_runner_testing.github_double import DEFAULT_TOKEN
 
 COMMIT = "c" * 40
 HOSTILE = "--x"

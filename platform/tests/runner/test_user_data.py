@@ -27,6 +27,16 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
+
+from gpu_runner.core.errors import SettingsError
+from gpu_runner.core.naming import RunContext
+from gpu_runner.core.settings import Settings
+from gpu_runner.ec2_runner.user_data import (
+    MAX_USER_DATA_BYTES,
+    render_job_started_hook,
+    render_user_data,
+    template,
+)
 from gpu_runner_testing.boot_sandbox import (
     MACHINE_STUBS,
     RECORDING_STUBS,
@@ -37,16 +47,6 @@ from gpu_runner_testing.boot_sandbox import (
     start,
     stop,
     write_stubs,
-)
-
-from gpu_runner.core.errors import SettingsError
-from gpu_runner.core.naming import RunContext
-from gpu_runner.core.settings import Settings
-from gpu_runner.ec2_runner.user_data import (
-    MAX_USER_DATA_BYTES,
-    render_job_started_hook,
-    render_user_data,
-    template,
 )
 
 # Unique per session, so a match can only come from a leak of this value.
@@ -112,7 +112,7 @@ IMAGE = "tensorflow/tensorflow:2.15.0.post1-gpu@sha256:" + "0" * 64
 
 @pytest.mark.slow
 def test_the_job_can_read_its_own_jit_config_from_proc(sandbox: Sandbox) -> None:
-    """What docs/security.md says of the training job and its runner's JIT config: the job runs as the runner's
+    """What a project's docs/security.md says of the training job and its runner's JIT config: the job runs as the runner's
     user (runuser -u runner), and a process's /proc/<pid>/environ is readable by its user (proc(5): a ptrace
     PTRACE_MODE_READ_FSCREDS check). The runner removes the config from its environment, but the environment its
     processes were started with (run.sh, run-helper.sh, Runner.Listener) still holds it: here the stand-in run.sh

@@ -9,6 +9,11 @@ from typing import Any
 
 import boto3
 import pytest
+
+from gpu_runner import cli
+from gpu_runner.core.naming import RunContext
+from gpu_runner.ec2_runner import lifecycle
+from gpu_runner.mlflow_server import mlflow_wake
 from gpu_runner_testing.github_double import DEFAULT_REPOSITORY, GitHubDouble
 from gpu_runner_testing.gpu_runner_stack import (
     REGION,
@@ -26,11 +31,6 @@ from gpu_runner_testing.iam_requests import (
     granted_actions,
     requests_for,
 )
-
-from gpu_runner import cli
-from gpu_runner.core.naming import RunContext
-from gpu_runner.ec2_runner import lifecycle
-from gpu_runner.mlflow_server import mlflow_wake
 
 # A tag key launch never writes (one a reaper or an operator might trust).
 EXTRA_TAG = {"Key": "gpu-runner:keep-until", "Value": "2099-01-01T00:00:00Z"}

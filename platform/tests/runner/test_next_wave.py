@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gpu_runner_testing.github_double import DEFAULT_TOKEN, READ_ONLY_TOKEN
 
 from gpu_runner.cli import main
+from gpu_runner_testing.github_double import DEFAULT_TOKEN, READ_ONLY_TOKEN
 
 
 def next_wave(settings_file: Path, wave: str, sweep: str = "configs/sweep.yaml") -> list[str]:

@@ -15,10 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from gpu_runner_testing.aws_constants import REGION
-from gpu_runner_testing.aws_faults import AwsFaults
-from gpu_runner_testing.github_double import DEFAULT_REPOSITORY, GitHubDouble
-from gpu_runner_testing.live_instances import run_as_launched
 
 from gpu_runner import cli
 from gpu_runner.core.aws import Aws
@@ -28,6 +24,10 @@ from gpu_runner.core.naming import RunContext
 from gpu_runner.core.settings import Settings
 from gpu_runner.ec2_runner import lifecycle
 from gpu_runner.ec2_runner.ownership import RunScope
+from gpu_runner_testing.aws_constants import REGION
+from gpu_runner_testing.aws_faults import AwsFaults
+from gpu_runner_testing.github_double import DEFAULT_REPOSITORY, GitHubDouble
+from gpu_runner_testing.live_instances import run_as_launched
 
 CALLER_RUN, CALLER_ATTEMPT = "4321", "2"  # cli_env's GITHUB_RUN_ID and GITHUB_RUN_ATTEMPT
 OTHER_REPOSITORY = "octo-org/other-repo"
