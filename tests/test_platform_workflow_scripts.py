@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cli_contract import PLATFORM_CLI_CONTRACT, help_problems, loose_arguments, parse_problems
+from cli_contract import PLATFORM_CLI_CONTRACT, cli_env, help_problems, loose_arguments, parse_problems
 from conftest import bake_project
 from gpu_runner.core.workflow_contract import (
     BatchOutput,
@@ -31,10 +31,8 @@ from gpu_runner.core.workflow_contract import (
 from step_scripts import (
     ATTACK_REF,
     CALLER_PACKAGE,
-    EXPRESSION_RE,
     MARKER,
     PAYLOAD,
-    UNTRUSTED_RE,
     GpuRunnerCall,
     recorded_gpu_runner_calls,
     run_bash,
@@ -42,18 +40,14 @@ from step_scripts import (
     run_workflow_steps,
     step_env,
     substitute,
+    untrusted_outside_env,
 )
 from workflow_files import (
     AWS_CREDENTIALS,
     LAUNCH_OUTPUTS,
     SETTINGS_OUTPUTS,
     WAIT_OUTPUTS,
-    as_expression,
-    iter_steps,
-    iter_strings,
-    offline_env,
     platform_workflows,
-    step_uses,
     tool,
 )
 
@@ -83,17 +77,7 @@ def test_untrusted_expressions_only_under_env() -> None:
     """In every step, an expression over a branch name, event payload, input or output appears only under
     `env:` (or in an `if:`, evaluated by the expression engine, no shell), or as one of the JavaScript
     actions' inputs listed above."""
-    found = []
-    for name, doc in PLATFORM.items():
-        for where, step in iter_steps(doc):
-            for key, value in step.items():
-                for expression in (e for text in iter_strings(value) for e in EXPRESSION_RE.findall(text)):
-                    allowed = key in {"env", "if"} or (
-                        key == "with" and (step_uses(step), expression) in ALLOWED_WITH
-                    )
-                    if UNTRUSTED_RE.search(expression) and not allowed:
-                        found.append(f"{name}.yml {where}.{key}: {as_expression(expression)}")
-    assert found == []
+    assert untrusted_outside_env(PLATFORM, ALLOWED_WITH) == []
 
 
 def test_hostile_branch_names_and_inputs_stay_data(tmp_path: Path) -> None:
@@ -265,17 +249,6 @@ def settings_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A default bake (rendered, not installed): the jobs' working directory, whose configs/gpu-runner.yaml
     the command lines name."""
     return bake_project(tmp_path_factory.mktemp("settings"))
-
-
-def cli_env() -> dict[str, str]:
-    """Offline, with no GitHub repository, credentials or instance metadata."""
-    env = {
-        k: v
-        for k, v in offline_env().items()
-        if k not in {"VIRTUAL_ENV", "UV_PROJECT", "UV_PROJECT_ENVIRONMENT", "GITHUB_REPOSITORY"}
-        and not k.startswith(("AWS_", "GPU_"))
-    }
-    return env | {"AWS_EC2_METADATA_DISABLED": "true"}
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from subprocess import CompletedProcess
 
 from step_scripts import NESTED_SUBCOMMANDS, GpuRunnerCall
+from workflow_files import offline_env
 
 CLI_GLOBAL_OPTIONS = {"--settings"}
 PROJECT_CLI_CONTRACT = {
@@ -78,6 +79,18 @@ def loose_arguments(argv: list[str], package: str) -> list[str] | None:
         for a in tail
         if not re.fullmatch(r"--[a-z][a-z0-9-]*=.*", a, re.DOTALL) and a not in LITERAL_SWITCHES
     ]
+
+
+def cli_env() -> dict[str, str]:
+    """The environment the real CLI runs in for these checks: offline, with no GitHub repository, credentials or
+    instance metadata (so it stops before any API call), and no environment of the caller's uv."""
+    env = {
+        k: v
+        for k, v in offline_env().items()
+        if k not in {"VIRTUAL_ENV", "UV_PROJECT", "UV_PROJECT_ENVIRONMENT", "GITHUB_REPOSITORY"}
+        and not k.startswith(("AWS_", "GPU_"))
+    }
+    return env | {"AWS_EC2_METADATA_DISABLED": "true"}
 
 
 def help_options(text: str) -> set[str]:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from workflow_files import tool
+from workflow_files import as_expression, iter_steps, iter_strings, step_uses, tool
 
 # A stand-in for uv: records its argv (one JSON list per line) and prints $FAKE_UV_STDOUT. Every workflow
 # script reaches the outside world through uv, so the recording is exactly what the real commands receive.
@@ -105,6 +105,23 @@ BENIGN_INPUTS = {
 # The package a caller passes the platform's batch.yml (train.yml and sweep.yml pass their project's), which its
 # caller check hands the submit step: the template's tests run batch.yml with this one.
 CALLER_PACKAGE = "ml_project"
+
+
+def untrusted_outside_env(docs: dict[str, dict[str, Any]], allowed_with: set[tuple[str, str]]) -> list[str]:
+    """Every expression over an outsider-shaped context (UNTRUSTED_RE) that a step of `docs` holds outside `env:`
+    and `if:` (evaluated by the expression engine, no shell), unless (the action the step uses, the expression) is
+    in `allowed_with`: an input of a JavaScript action, which no shell reads. As `<file>.yml <where>.<key>: ${{ }}`."""
+    found = []
+    for name, doc in docs.items():
+        for where, step in iter_steps(doc):
+            for key, value in step.items():
+                for expression in (e for text in iter_strings(value) for e in EXPRESSION_RE.findall(text)):
+                    allowed = key in {"env", "if"} or (
+                        key == "with" and (step_uses(step), expression) in allowed_with
+                    )
+                    if UNTRUSTED_RE.search(expression) and not allowed:
+                        found.append(f"{name}.yml {where}.{key}: {as_expression(expression)}")
+    return found
 
 
 def context_value(name: str, scenario: str) -> str:

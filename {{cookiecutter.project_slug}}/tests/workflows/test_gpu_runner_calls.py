@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cli_contract import PROJECT_CLI_CONTRACT, help_problems, loose_arguments, parse_problems
+from cli_contract import PROJECT_CLI_CONTRACT, cli_env, help_problems, loose_arguments, parse_problems
 from step_scripts import recorded_gpu_runner_calls, run_workflow_steps
 from workflow_files import LAUNCH_OUTPUTS, PROJECT, WAIT_OUTPUTS, answers_of, gpu_workflows, offline_env, tool
 
@@ -100,16 +100,7 @@ def runner_installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def gpu_runner(environment: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """The console script of `environment`, run in the project, offline, with no GitHub repository, credentials
     or instance metadata."""
-    env = {
-        k: v
-        for k, v in offline_env().items()
-        if k not in {"VIRTUAL_ENV", "UV_PROJECT", "GITHUB_REPOSITORY"} and not k.startswith(("AWS_", "GPU_"))
-    }
-    env |= {
-        "UV_OFFLINE": "1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-        "UV_PROJECT_ENVIRONMENT": str(environment),
-    }
+    env = cli_env() | {"UV_OFFLINE": "1", "UV_PROJECT_ENVIRONMENT": str(environment)}
     return subprocess.run(
         [tool("uv"), "run", "--no-sync", "gpu-runner", *args],
         cwd=PROJECT,
