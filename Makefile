@@ -70,8 +70,9 @@ demo: install ## Bake the defaults into build/demo and run the offline story: pu
 		"  every story and fault (~16 min, 2 workers): cd $$project && make e2e" \
 		"  train locally and browse runs:              cd $$project && make train && make mlflow-ui"
 
-bench: install ## Print bake, install, test-suite, pipeline throughput, offline-story and GPU cost figures
+bench: install ## Print bake, install, test-suite, pipeline throughput, offline-story and GPU cost figures, and the platform's study storage
 	$(UV) run --locked python benchmarks/run.py
+	$(UV) run --project platform --locked python platform/benchmarks/study_storage_bench.py
 
 clean: ## Remove build output
 	rm -rf $(BUILD) .pytest_cache

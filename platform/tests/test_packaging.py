@@ -1,9 +1,10 @@
 """What the platform's distribution ships beside the product, and what that must never do where it is installed.
 
-The doubles (gpu_runner_testing) ship in the same wheel as gpu_runner, so every job that installs the platform
-has them on disk. Held here: nothing loads them unasked (no `pytest11` entry point: the plugin points AWS at fake
-credentials and drops MLFLOW_TRACKING_URI when imported), importing the product leaves the environment alone,
-and the reaper Lambda's zip, built from gpu_runner/, holds none of them.
+The job library (gpu_job) and the doubles (gpu_runner_testing) ship in the same wheel as gpu_runner, so every job
+that installs the platform has them on disk. Held here: nothing loads the doubles unasked (no `pytest11` entry
+point: the plugin points AWS at fake credentials and drops MLFLOW_TRACKING_URI when imported), importing the
+product leaves the environment alone, the job library loads none of the launch code, and the reaper Lambda's zip,
+built from gpu_runner/, holds neither of the other two packages.
 """
 
 from __future__ import annotations
@@ -45,9 +46,34 @@ def probe(module: str) -> dict:
     return json.loads(result.stdout)
 
 
-def test_the_wheel_holds_the_two_packages_side_by_side() -> None:
+def test_the_wheel_holds_the_three_packages_side_by_side() -> None:
     packages = PYPROJECT["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
-    assert packages == ["src/gpu_runner", "src/gpu_runner_testing"]
+    assert packages == ["src/gpu_runner", "src/gpu_job", "src/gpu_runner_testing"]
+
+
+# Every module of the job library, imported in one fresh interpreter: what else it loaded.
+JOB_PROBE = (
+    "import json, pkgutil, sys, importlib, gpu_job; "
+    "[importlib.import_module(f'gpu_job.{m.name}') for m in pkgutil.iter_modules(gpu_job.__path__)]; "
+    "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & set(sys.argv[1:]))))"
+)
+
+
+def test_the_job_library_loads_neither_the_launch_code_nor_tensorflow() -> None:
+    """A training job imports gpu_job beside its own TensorFlow; a CPU launch job never needs it. Importing
+    every module of it loads no gpu_runner, no doubles and no TensorFlow (this environment has none: the check
+    is that nothing asks for it), and leaves AWS and MLflow settings alone."""
+    watched = ["gpu_runner", "gpu_runner_testing", "tensorflow", "keras"]
+    result = subprocess.run(
+        [sys.executable, "-c", JOB_PROBE, *watched], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert json.loads(result.stdout) == []
+    # The probe sees an import when there is one.
+    control = JOB_PROBE.replace("gpu_job; ", "gpu_job, gpu_runner.cli; ")
+    seen = subprocess.run(
+        [sys.executable, "-c", control, *watched], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert json.loads(seen.stdout) == ["gpu_runner"]
 
 
 def test_no_entry_point_loads_the_doubles() -> None:

@@ -98,8 +98,7 @@ def sweep_plan(case: Case, sweep_text: str) -> int:
 def study_state(case: Case) -> tuple[int, int]:
     """(trials asked, waves claimed) of the study 'demo', read through the storage the jobs use."""
     import optuna
-
-    from {{ cookiecutter.package_name }} import study_storage
+    from gpu_job import study_storage
 
     uri = f"{case.tmp / STUDY_ROOT}/demo/"
     trials = optuna.load_study(study_name="demo", storage=study_storage.open_study_storage(uri)).trials

@@ -12,15 +12,15 @@ from pathlib import Path
 import boto3
 import pytest
 import yaml
-from gpu_runner_testing.imds_double import ImdsDouble
-from mlflow.tracking import MlflowClient
-
-from {{ cookiecutter.package_name }}.checkpoints import (
+from gpu_job.checkpoints import (
     S3Checkpoints,
     caller_identity,
     config_hash,
     session_prefix,
 )
+from gpu_runner_testing.imds_double import ImdsDouble
+from mlflow.tracking import MlflowClient
+
 from {{ cookiecutter.package_name }}.config import config_from_dict
 from {{ cookiecutter.package_name }}.errors import TrainingInterrupted
 from {{ cookiecutter.package_name }}.train import train

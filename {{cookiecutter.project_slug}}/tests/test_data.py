@@ -3,12 +3,12 @@ from pathlib import Path
 import boto3
 import numpy as np
 import pytest
+from gpu_runner_testing.s3_objects import upload_folder
 from PIL import Image
 
 from {{ cookiecutter.package_name }}.config import DataConfig
 from {{ cookiecutter.package_name }}.data import load_images, load_splits
 from {{ cookiecutter.package_name }}.errors import DataError
-from {{ cookiecutter.package_name }}.s3sync import parse_s3_uri, sync_prefix
 
 
 def write_image_folder(root: Path, classes: int = 3, per_class: int = 10, size: int = 12) -> Path:
@@ -95,41 +95,6 @@ def test_too_few_images_to_split(tmp_path: Path) -> None:
         load_splits(DataConfig(source=str(root)), seed=0)
 
 
-def test_parse_s3_uri() -> None:
-    assert parse_s3_uri("s3://bucket/a/b") == ("bucket", "a/b/")
-    assert parse_s3_uri("s3://bucket") == ("bucket", "")
-    with pytest.raises(DataError, match="no bucket"):
-        parse_s3_uri("s3:///x")
-
-
-def upload_folder(bucket: str, prefix: str, root: Path) -> int:
-    s3 = boto3.client("s3")
-    files = [p for p in root.rglob("*") if p.is_file()]
-    for path in files:
-        s3.upload_file(str(path), bucket, f"{prefix}/{path.relative_to(root).as_posix()}")
-    return len(files)
-
-
-def test_s3_source_syncs_then_skips_unchanged(moto_endpoint: str, tmp_path: Path) -> None:
-    s3 = boto3.client("s3")
-    s3.create_bucket(Bucket="data-sync")
-    count = upload_folder("data-sync", "digits/v1", write_image_folder(tmp_path / "src"))
-    dest = tmp_path / "cache"
-
-    first = sync_prefix("s3://data-sync/digits/v1", dest, workers=4)
-    assert (first.downloaded, first.skipped) == (count, 0)
-    assert first.bytes_downloaded == sum(p.stat().st_size for p in (tmp_path / "src").rglob("*.png"))
-    assert (dest / "class_2" / "9.png").read_bytes() == (tmp_path / "src" / "class_2" / "9.png").read_bytes()
-
-    second = sync_prefix("s3://data-sync/digits/v1", dest, workers=4)
-    assert (second.downloaded, second.skipped) == (0, count)
-
-    s3.put_object(Bucket="data-sync", Key="digits/v1/class_0/0.png", Body=b"changed")
-    third = sync_prefix("s3://data-sync/digits/v1", dest, workers=4)
-    assert (third.downloaded, third.skipped) == (1, count - 1)
-    assert (dest / "class_0" / "0.png").read_bytes() == b"changed"
-
-
 def test_s3_source_trains_like_a_folder(
     moto_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -146,17 +111,3 @@ def test_s3_missing_prefix(moto_endpoint: str, tmp_path: Path) -> None:
     boto3.client("s3").create_bucket(Bucket="data-empty")
     with pytest.raises(DataError, match="no objects under this prefix"):
         load_images(DataConfig(source="s3://data-empty/nothing/here", cache_dir=tmp_path))
-
-
-def test_s3_missing_bucket(moto_endpoint: str, tmp_path: Path) -> None:
-    with pytest.raises(DataError, match="bucket 'no-such-bucket' does not exist"):
-        sync_prefix("s3://no-such-bucket/x", tmp_path)
-
-
-def test_s3_key_cannot_escape_the_cache(moto_endpoint: str, tmp_path: Path) -> None:
-    s3 = boto3.client("s3")
-    s3.create_bucket(Bucket="data-evil")
-    s3.put_object(Bucket="data-evil", Key="p/../../escaped.png", Body=b"x")
-    with pytest.raises(DataError, match="outside"):
-        sync_prefix("s3://data-evil/p", tmp_path / "cache")
-    assert not (tmp_path / "escaped.png").exists()

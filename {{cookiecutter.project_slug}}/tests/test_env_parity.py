@@ -10,9 +10,8 @@ import re
 from pathlib import Path
 
 import yaml
+from gpu_job import env_check
 from gpu_runner_testing.platform_tree import platform_tree
-
-from {{ cookiecutter.package_name }} import env_check
 
 PROJECT = Path(__file__).resolve().parent.parent
 WORKFLOWS = PROJECT / ".github" / "workflows"

@@ -1,5 +1,7 @@
-"""The import graph of both packages keeps the contracts in pyproject.toml [tool.importlinter] (import-linter, also
-in `make lint`), a planted violation of each breaks it, and importing the CLI loads neither TensorFlow nor MLflow."""
+"""The import graph of the project's package keeps the contracts in pyproject.toml [tool.importlinter]
+(import-linter, also in `make lint`), a planted violation of each breaks it, and importing the CLI loads neither
+TensorFlow nor MLflow. The platform's own contracts are checked in the template repository
+(platform/tests/test_import_contracts.py)."""
 
 from __future__ import annotations
 
@@ -22,81 +24,20 @@ CONTRACTS = tomllib.loads((PROJECT / "pyproject.toml").read_text(encoding="utf-8
 # One planted import per contract (module, line appended to it, what the report then says), each breaking only
 # its own contract, written into a temporary copy of the packages.
 PLANTED = {
-    # naming imports workflow_contract, which imports naming: a cycle.
-    "acyclic": (
-        "gpu_runner/core/naming.py",
-        "from gpu_runner.core import workflow_contract",
-        "No cycles are allowed in gpu_runner.core.",
-    ),
+    # config imports nothing of the package; tracking imports workflow_contract, which imports config: a cycle.
+    "acyclic": (f"{PACKAGE}/config.py", "from . import tracking", f"No cycles are allowed in {PACKAGE}."),
     "tensorflow": (f"{PACKAGE}/tracking.py", "import tensorflow", f"{PACKAGE}.tracking -> tensorflow"),
     "distributions": (
         "gpu_runner/core/settings.py",
         f"import {PACKAGE}",
         f"gpu_runner.core.settings -> {PACKAGE}",
     ),
-    # The reaper Lambda zips gpu_runner: a double imported from it would fail only in AWS.
     "runtime-without-doubles": (
-        "gpu_runner/core/errors.py",
+        f"{PACKAGE}/data.py",
         "import gpu_runner_testing",
-        "gpu_runner.core.errors -> gpu_runner_testing",
+        f"{PACKAGE}.data -> gpu_runner_testing",
     ),
     "ml-layers": (f"{PACKAGE}/errors.py", "from . import config", f"{PACKAGE}.errors -> {PACKAGE}.config"),
-    # The backend interface naming one of its implementations.
-    "runner-rooms": (
-        "gpu_runner/backend.py",
-        "from gpu_runner.ec2_runner import ec2",
-        "gpu_runner.backend -> gpu_runner.ec2_runner.ec2",
-    ),
-    "backends": (
-        "gpu_runner/batch/batch_jobs.py",
-        "from gpu_runner.ec2_runner import ec2",
-        "gpu_runner.batch.batch_jobs -> gpu_runner.ec2_runner.ec2",
-    ),
-    "core-layers": (
-        "gpu_runner/core/aws.py",
-        "from gpu_runner.core import naming",
-        "gpu_runner.core.aws -> gpu_runner.core.naming",
-    ),
-    "ec2-runner-layers": (
-        "gpu_runner/ec2_runner/ec2.py",
-        "from gpu_runner.ec2_runner import ssm",
-        "gpu_runner.ec2_runner.ec2 -> gpu_runner.ec2_runner.ssm",
-    ),
-    "batch-layers": (
-        "gpu_runner/batch/batch_run.py",
-        "from gpu_runner.batch import batch_source",
-        "gpu_runner.batch.batch_run -> gpu_runner.batch.batch_source",
-    ),
-    "mlflow-server-layers": (
-        "gpu_runner/mlflow_server/mlflow_server_access.py",
-        "from gpu_runner.mlflow_server import mlflow_server_project",
-        "gpu_runner.mlflow_server.mlflow_server_access -> gpu_runner.mlflow_server.mlflow_server_project",
-    ),
-    "doctor-layers": (
-        "gpu_runner/doctor/doctor_aws.py",
-        "from gpu_runner.doctor import doctor_mlflow",
-        "gpu_runner.doctor.doctor_aws -> gpu_runner.doctor.doctor_mlflow",
-    ),
-    "setup-layers": (
-        "gpu_runner/setup/trust_size.py",
-        "from gpu_runner.setup import lambda_zip",
-        "gpu_runner.setup.trust_size -> gpu_runner.setup.lambda_zip",
-    ),
-    "pin-layers": (
-        "gpu_runner/pin/changelog.py",
-        "from gpu_runner.pin import update",
-        "gpu_runner.pin.changelog -> gpu_runner.pin.update",
-    ),
-    "pr-comment-layers": (
-        "gpu_runner/pr_comment/pr_report.py",
-        "from gpu_runner.pr_comment import pr_comment",
-        "gpu_runner.pr_comment.pr_report -> gpu_runner.pr_comment.pr_comment",
-    ),
-    "cost-layers": (
-        "gpu_runner/cost/record.py",
-        "from gpu_runner.cost import chart",
-        "gpu_runner.cost.record -> gpu_runner.cost.chart",
-    ),
 }
 
 
@@ -153,7 +94,7 @@ def test_importing_the_cli_loads_neither_tensorflow_nor_mlflow() -> None:
     heavy = "sorted(m for m in ('tensorflow', 'keras', 'mlflow') if m in sys.modules)"
     script = (
         f"import json, sys\nimport {PACKAGE}.cli\ncli = {heavy}\n"
-        f"import {PACKAGE}.tracking, {PACKAGE}.checkpoints, {PACKAGE}.interruption\n"
+        f"import {PACKAGE}.tracking, gpu_job.checkpoints, gpu_job.interruption\n"
         f"print(json.dumps(dict(cli=cli, free={heavy})))"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)

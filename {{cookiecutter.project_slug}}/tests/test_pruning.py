@@ -8,10 +8,10 @@ import mlflow
 import numpy as np
 import pytest
 import tensorflow as tf
+from gpu_job.checkpoints import BACKUP_KIND, check_backup_kind
 from mlflow.tracking import MlflowClient
 
 from {{ cookiecutter.package_name }} import pruning
-from {{ cookiecutter.package_name }}.checkpoints import BACKUP_KIND, check_backup_kind
 from {{ cookiecutter.package_name }}.config import ConfigError, PruningConfig, config_from_dict
 from {{ cookiecutter.package_name }}.data import load_splits
 from {{ cookiecutter.package_name }}.errors import DataError

@@ -15,24 +15,24 @@ from pathlib import Path
 
 import boto3
 import pytest
+from gpu_job import study_storage
+from gpu_job.checkpoints import (
+    S3Checkpoints,
+    caller_identity,
+    config_hash,
+    session_prefix,
+)
 from gpu_runner_testing.imds_double import ImdsDouble
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from {{ cookiecutter.package_name }} import (
-    study_storage,
     sweep,
     sweep_plan,
     sweep_runs,
     sweep_study,
     sweep_trial,
     train,
-)
-from {{ cookiecutter.package_name }}.checkpoints import (
-    S3Checkpoints,
-    caller_identity,
-    config_hash,
-    session_prefix,
 )
 from {{ cookiecutter.package_name }}.config import Config, config_from_dict
 from {{ cookiecutter.package_name }}.errors import TrainingInterrupted

@@ -2,8 +2,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from gpu_job.gpu_preflight import Driver
 
-from {{ cookiecutter.package_name }}.gpu_preflight import Driver
 from {{ cookiecutter.package_name }}.tracking import (
     format_summary,
     gpu_tags,

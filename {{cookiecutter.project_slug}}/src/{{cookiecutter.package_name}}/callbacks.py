@@ -12,10 +12,10 @@ from collections.abc import Callable, Mapping
 
 import mlflow
 import tensorflow as tf
+from gpu_job.checkpoints import S3Checkpoints
+from gpu_job.interruption import InterruptionWatcher
 
-from .checkpoints import S3Checkpoints
 from .errors import TrainingInterrupted
-from .interruption import InterruptionWatcher
 
 
 class MlflowEpochLogger(tf.keras.callbacks.Callback):

@@ -10,7 +10,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import env_check, gpu_preflight, workflow_contract
+from gpu_job import env_check, gpu_preflight
+
+from . import workflow_contract
 from .config import Config, ConfigError, config_from_dict, load_config
 from .errors import (
     EXIT_INTERRUPTED,

@@ -7,13 +7,13 @@ from pathlib import Path
 from typing import IO
 
 import numpy as np
+from gpu_job.s3sync import sync_prefix
 from PIL import Image, UnidentifiedImageError
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 from .config import DataConfig
 from .errors import DataError
-from .s3sync import sync_prefix
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp"}
 

@@ -1,15 +1,15 @@
 """Errors a user can act on. The CLI prints their message without a traceback and exits non-zero."""
 
-import json
+# The job library's errors (the platform's gpu_job), raised by the project's data code too: the CLI reports them
+# with the project's own. DataError: a data source is missing, empty or holds something that is not a usable
+# image. EXIT_NO_GPU (78): the GPU preflight found no GPU TensorFlow can use; the job stops before training.
+from gpu_job.errors import EXIT_NO_GPU as EXIT_NO_GPU
+from gpu_job.errors import DataError as DataError
+from gpu_job.errors import DistributedError as DistributedError
 
-
-class DataError(ValueError):
-    """The data source is missing, empty or holds something that is not a usable image."""
-
-
-class DistributedError(ValueError):
-    """The multi-worker environment (TF_CONFIG, AWS Batch's multi-node variables, the MNP_* settings) is missing,
-    inconsistent, or the nodes could not find each other (distributed.py, rendezvous.py)."""
+# A sweep's study storage (gpu_job.study_storage) cannot be used as given, or another plan job claimed the wave.
+from gpu_job.errors import StudyStorageError as StudyStorageError
+from gpu_job.errors import WaveAlreadyClaimed as WaveAlreadyClaimed
 
 
 class FilesChanged(ValueError):
@@ -27,8 +27,6 @@ class ExportError(RuntimeError):
 
 # EX_TEMPFAIL: try again. The workflow's stop job re-dispatches the training when the train step exits with it.
 EXIT_INTERRUPTED = 75
-# EX_CONFIG: the GPU preflight found no GPU TensorFlow can use (gpu_preflight.py); the job stops before training.
-EXIT_NO_GPU = 78
 
 
 class NoGpuError(RuntimeError):
@@ -44,20 +42,3 @@ class TrainingInterrupted(RuntimeError):
             f"stopped after checkpointing; {epochs_done} epoch(s) done"
         )
         self.detail, self.epochs_done = detail, epochs_done
-
-
-class StudyStorageError(ValueError):
-    """A sweep's study storage cannot be used as given: a bad URI, a missing bucket, no permission, a broken
-    journal. The message names the value and the fix."""
-
-
-class WaveAlreadyClaimed(StudyStorageError):
-    """Another plan job claimed this wave of the study first (study_storage.claim_wave)."""
-
-    def __init__(self, uri: str, wave: int, claim: str, existing: dict | None) -> None:
-        shown = json.dumps(existing, sort_keys=True)[:300] if existing is not None else "unreadable"
-        super().__init__(
-            f"wave {wave} of the study at '{uri}' is already claimed ({claim}: {shown}): another plan job is "
-            f"planning it. Wait for that plan job to finish, or plan the next wave (latest_wave() + 1, at least {wave + 1}) instead"
-        )
-        self.uri, self.wave, self.claim, self.existing = uri, wave, claim, existing

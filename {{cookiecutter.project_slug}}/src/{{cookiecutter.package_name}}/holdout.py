@@ -23,11 +23,11 @@ from pathlib import Path
 
 import numpy as np
 from botocore.exceptions import BotoCoreError, NoCredentialsError
+from gpu_job.s3sync import sync_prefix
 
 from .config import Config, DataConfig
 from .data import IMAGE_SUFFIXES, UNREADABLE_IMAGE, decode_image, load_digits_images, split
 from .errors import DataError
-from .s3sync import sync_prefix
 
 Shape = tuple[int, int, int]
 

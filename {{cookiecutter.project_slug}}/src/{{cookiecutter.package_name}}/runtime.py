@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import tensorflow as tf
+from gpu_job import distributed
 
-from . import distributed, workflow_contract
+from . import workflow_contract
 from .config import TrainingConfig
 from .errors import NoGpuError
 

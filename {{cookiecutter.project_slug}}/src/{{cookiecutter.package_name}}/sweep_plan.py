@@ -14,9 +14,10 @@ import os
 from dataclasses import dataclass, field
 
 import optuna
+from gpu_job import study_storage
 from mlflow.tracking import MlflowClient
 
-from . import study_storage, sweep_runs, sweep_study
+from . import sweep_runs, sweep_study
 from .sweep_config import SweepConfig, SweepConfigError
 
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import optuna
+from gpu_job import study_storage
 from optuna.distributions import (
     BaseDistribution,
     CategoricalDistribution,
@@ -20,7 +21,6 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial, TrialState
 
-from . import study_storage
 from .sweep_config import (
     Choice,
     FloatRange,

@@ -10,9 +10,10 @@ import os
 import subprocess
 from collections.abc import Mapping
 
+from gpu_job import gpu_preflight
 from mlflow.entities import RunTag
 
-from . import gpu_preflight, workflow_contract
+from . import workflow_contract
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 

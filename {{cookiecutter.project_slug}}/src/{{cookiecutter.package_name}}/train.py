@@ -14,15 +14,12 @@ import mlflow
 import numpy as np
 import tensorflow as tf
 import yaml
+from gpu_job import checkpoints, distributed, gpu_preflight, interruption
 
 from . import (
-    checkpoints,
     data,
-    distributed,
     evaluate,
     export,
-    gpu_preflight,
-    interruption,
     pruning,
     registry,
     runtime,

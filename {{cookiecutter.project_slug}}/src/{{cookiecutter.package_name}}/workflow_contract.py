@@ -14,6 +14,8 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from gpu_job.interruption import GPU_MARKET as GPU_MARKET
+
 from .config import ConfigError
 
 # A Git object name of a SHA-1 repository, as `github.sha` writes it.
@@ -24,7 +26,7 @@ TRAIN_JOB = "train"  # the job id of train.yml's GPU job (GITHUB_JOB)
 TRAIN_COMMIT = "TRAIN_COMMIT"  # the commit trained (a resumed attempt trains the first one's)
 TRAIN_ATTEMPT = "TRAIN_ATTEMPT"  # 1 for a push; the MLflow step of per-attempt metrics
 GPU_INSTANCE_TYPE = "GPU_INSTANCE_TYPE"  # set only on the GPU runner
-GPU_MARKET = "GPU_MARKET"  # spot or on-demand
+# GPU_MARKET (spot or on-demand): read by the job library's spot watcher, which names it.
 # The allow-cpu dispatch input: "true" trains on the CPU when no GPU is visible.
 GPU_ALLOW_CPU = "GPU_ALLOW_CPU"
 GPU_RUNTIME_IMAGE = "GPU_RUNTIME_IMAGE"  # the job's container image, when it has one (docs/gpu-runtime.md)

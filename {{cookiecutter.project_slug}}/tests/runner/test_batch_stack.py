@@ -30,6 +30,7 @@ import pytest
 from botocore.exceptions import ClientError
 from botocore.validate import validate_parameters
 from doubles.makefile import make_command
+from gpu_job import distributed
 from gpu_runner_testing import batch_stack as double
 from gpu_runner_testing import batch_world
 from gpu_runner_testing.git_repository import committed_repository
@@ -208,13 +209,8 @@ def test_multinode_nodes_admit_only_their_own_group_on_the_rendezvous_and_worker
     }
     parameters = double.template()["Parameters"]
     assert (parameters["WorkerPort"]["Default"], parameters["RendezvousPort"]["Default"]) == (2222, 2223)
-    # The project's own defaults, so a node started without the job definition's values listens there too.
-    assert "DEFAULT_WORKER_PORT = 2222" in (PROJECT_DIR / "src").joinpath(*_distributed_module()).read_text()
-
-
-def _distributed_module() -> tuple[str, str]:
-    (package,) = [p.name for p in (PROJECT_DIR / "src").iterdir() if (p / "distributed.py").is_file()]
-    return package, "distributed.py"
+    # The job library's defaults, so a node started without the job definition's values listens there too.
+    assert (distributed.DEFAULT_WORKER_PORT, distributed.DEFAULT_RENDEZVOUS_PORT) == (2222, 2223)
 
 
 def test_single_node_instances_share_no_group_with_multinode_nodes(

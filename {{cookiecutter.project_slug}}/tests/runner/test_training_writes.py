@@ -6,7 +6,7 @@ The IAM evaluator (gpu_runner_testing.iam_requests) against the DEPLOYED stacks'
 with the request context AWS builds for each caller: `aws:userid` is `<role id>:<EC2 instance id>` for a role
 assigned to an instance and `<role id>:<session name>` for an assumed role (IAM User Guide, "IAM policy elements:
 Variables and tags", "Principal key values"; an ECS task role's session name is the task id, see
-checkpoints.py)."""
+gpu_job.checkpoints)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,6 @@ from gpu_runner_testing.iam_requests import ACCOUNT, Request, allowed, record_ca
 from project_package import PROJECT_PACKAGE
 
 from gpu_runner.core import checkpoint_owners
-from gpu_runner.core.errors import RunnerError
 from gpu_runner.mlflow_server import TEMPLATE as SERVER_TEMPLATE
 
 PACKAGE = PROJECT_PACKAGE
@@ -272,7 +271,8 @@ def test_instance_x_cannot_write_under_instance_y_checkpoint_prefix(
 ) -> None:
     """Attack: code on instance X pushes a checkpoint (the real store: uploads, stale deletes, the state file) into
     instance Y's prefix. Every write is refused by the deployed runner policy; the same push by Y is allowed."""
-    checkpoints = importlib.import_module(f"{PACKAGE}.checkpoints")
+    from gpu_job import checkpoints
+
     role = stack["session"].client("iam").get_role(RoleName=runner_role_name(stack))["Role"]
     (policy,) = managed_policies(stack["session"], role["RoleName"])
     victims_prefix = (
@@ -325,37 +325,6 @@ def test_only_the_default_branchs_launch_and_submit_roles_record_checkpoint_owne
             assert not allowed(
                 policies, Request(request.action, request.resource, {**request.context, **own})
             ), name
-
-
-@pytest.mark.parametrize("branch", ["train/a-b", "train-a/b", "train/x%2Fy", "train/ü", "train/a/b/c"])
-def test_the_launch_writes_the_records_where_the_training_reads_them(branch: str) -> None:
-    """gpu-runner's owners_key and the training's owners_prefix agree on the layout, and no two branch names share
-    a record (train/a-b and train-a/b do under the checkpoint prefix's lossy branch segment)."""
-    checkpoints = importlib.import_module(f"{PACKAGE}.checkpoints")
-    key = checkpoint_owners.owners_key(branch, COMMIT, INSTANCE)
-    assert key == checkpoints.owners_prefix("checkpoints/", branch, COMMIT) + INSTANCE
-    assert key.count("/") == 4  # checkpoints/owners/<branch>/<commit>/<session>: the branch is one segment
-    others = {"train/a-b", "train-a/b", "train/x%2Fy", "train/x/y", "train/ü", "train/a/b/c"} - {branch}
-    assert all(checkpoint_owners.owners_key(other, COMMIT, INSTANCE) != key for other in others)
-
-
-def test_a_record_is_created_once_and_a_bad_one_is_refused(moto_endpoint: str) -> None:
-    """record() creates the object with If-None-Match: * and reports an existing one; what cannot be a branch,
-    a commit or a session is refused before any call, naming the part."""
-    s3 = boto3.client("s3", region_name=REGION)
-    bucket = f"owners-{uuid.uuid4().hex[:12]}"
-    s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": REGION})
-    assert checkpoint_owners.record(s3, bucket, branch="train/x", commit=COMMIT, session=TASK)
-    assert not checkpoint_owners.record(s3, bucket, branch="train/x", commit=COMMIT, session=TASK)
-    body = json.loads(
-        s3.get_object(Bucket=bucket, Key=checkpoint_owners.owners_key("train/x", COMMIT, TASK))["Body"].read()
-    )
-    assert (body["branch"], body["commit"], body["session"]) == ("train/x", COMMIT, TASK)
-    for branch, commit, session, part in (("", COMMIT, TASK, "branch"), ("train/x", "c" * 39, TASK, "commit"),
-                                          ("train/x", COMMIT, "../../x", "instance id"),
-                                          ("train/x", COMMIT, "i-0aaa/x", "instance id")):  # fmt: skip
-        with pytest.raises(RunnerError, match=part):
-            checkpoint_owners.record(s3, bucket, branch=branch, commit=commit, session=session)
 
 
 def test_training_logs_artifacts_through_the_servers_proxy_without_touching_s3(

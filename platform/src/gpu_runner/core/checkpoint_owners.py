@@ -12,7 +12,7 @@ So the default branch's code, which alone holds the launch and submit roles, rec
 after RunInstances, `batch wait` each task of the job as it sees it. The branch is GITHUB_REF_NAME of the run,
 which a calling workflow cannot set (docs.github.com, "Store information in variables": GITHUB_* default
 variables; a caller's `env` does not reach a called workflow: "Reuse workflows", limitations). The training reads
-the record back (src/<package>/checkpoints.py, open_store: the same key layout, a test keeps them equal).
+the record back (gpu_job/checkpoints.py, open_store: the same key layout, a test keeps them equal).
 
 A record is created once (If-None-Match: *) and never replaced; a missing one only costs a resume (the attempt
 trains from its first epoch), so failing to write it warns and lets the run go on.

@@ -6,9 +6,9 @@ import urllib.error
 import urllib.request
 
 import pytest
-from gpu_runner_testing.imds_double import ImdsDouble
 
-from {{ cookiecutter.package_name }}.interruption import ImdsClient, InterruptionWatcher, should_watch
+from gpu_job.interruption import ImdsClient, InterruptionWatcher, should_watch
+from gpu_runner_testing.imds_double import ImdsDouble
 
 
 @pytest.fixture
@@ -83,7 +83,7 @@ def test_each_simulated_instance_sees_only_its_own_notice() -> None:
     from gpu_runner_testing.peer_env import peer_variable
 
     probe = (
-        "import json; from {{ cookiecutter.package_name }}.interruption import ImdsClient, INSTANCE_ACTION; "
+        "import json; from gpu_job.interruption import ImdsClient, INSTANCE_ACTION; "
         "print(json.dumps(ImdsClient().get_json(INSTANCE_ACTION)))"
     )
     with ImdsDouble(instance_of=peer_variable("TRIAL")) as imds:

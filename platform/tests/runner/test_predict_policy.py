@@ -4,13 +4,14 @@ the moto server and authorized against the deployed policies, and every write ou
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
 from boto3.s3.transfer import TransferConfig
+
+from gpu_job import s3sync
 from gpu_runner_testing.github_double import DEFAULT_REPOSITORY
 from gpu_runner_testing.gpu_runner_stack import (
     REGION,
@@ -28,9 +29,7 @@ from gpu_runner_testing.iam_requests import (
     record_calls,
     s3_context,
 )
-from project_package import PROJECT_PACKAGE
 
-PACKAGE = PROJECT_PACKAGE
 BATCH = "predictions/digits-2026-12-01"
 BUCKET = "<the stack's bucket>"  # put in by each test (the bucket's name is made per session)
 # The smallest part S3 accepts in a multipart upload (all parts but the last: S3 User Guide, "Amazon S3 multipart
@@ -39,10 +38,9 @@ PART = 5 * 1024 * 1024
 
 
 def _batch_prediction(session: boto3.Session, bucket: str, tmp_path: Path) -> list[str]:
-    """What a batch prediction does in S3: download the inputs (the project's own s3sync, as training does) and the
+    """What a batch prediction does in S3: download the inputs (the job library's s3sync, as training does) and the
     model, write a shard whole (a `.partial` key, then the shard, then the partial deleted), a shard large enough
     for a multipart upload, the summary and the manifest, and read the manifest back (the rerun check)."""
-    s3sync = importlib.import_module(f"{PACKAGE}.s3sync")
     client = session.client("s3")
     s3sync.sync_prefix(f"s3://{bucket}/inputs/batch-1", tmp_path / "inputs", client=client)
     client.get_object(Bucket=bucket, Key="exports/model_int8.tflite")["Body"].read()
@@ -91,9 +89,10 @@ def test_the_gpu_instance_role_writes_none_of_the_same_batch_prediction(
     stack: dict[str, Any], inputs: str, tmp_path: Path
 ) -> None:
     """The gpu device's job runs on an instance whose runner role may write no prediction (training code on any
-    runner must not replace a batch's shards: test_training_writes.py): predict.yml's GPU job predicts with the
-    predict role through OIDC (tests/workflows/test_predict_workflow.py). With the instance role the same
-    prediction could read its inputs and export, and none of its writes would be allowed."""
+    runner must not replace a batch's shards: a project's tests/runner/test_training_writes.py): predict.yml's
+    GPU job predicts with the predict role through OIDC (a project's tests/workflows/test_predict_workflow.py).
+    With the instance role the same prediction could read its inputs and export, and none of its writes would be
+    allowed."""
     recorded_session = boto3.Session(region_name=REGION)
     calls = record_calls(recorded_session)
     _batch_prediction(recorded_session, inputs, tmp_path)

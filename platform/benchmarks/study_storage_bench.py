@@ -1,6 +1,6 @@
 """What does sharing one Optuna study through S3 cost a trial? Ask/report/tell round trips on a local moto server.
 
-    uv run --locked python benchmarks/study_storage_bench.py --rounds 30 --json study-bench.json
+    uv run --project platform --locked python platform/benchmarks/study_storage_bench.py --rounds 30 --json study-bench.json
 
 One round is what a sweep's jobs do per trial: ask (the plan job), report one intermediate value (a training
 epoch) and tell the result. For 1, 2 and 4 writer processes at once on the same study, it prints the median and
@@ -77,7 +77,7 @@ def writer(uri: str, study_name: str, rounds: int, start: Any, out: Any) -> None
     """One process: `rounds` trials through its own storage, each round timed; counts the lost races."""
     import optuna
 
-    from {{ cookiecutter.package_name }}.study_storage import open_study_storage
+    from gpu_job.study_storage import open_study_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = open_study_storage(uri)
@@ -107,7 +107,7 @@ def measure(uri: str, writers: int, rounds: int) -> dict[str, Any]:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    from {{ cookiecutter.package_name }}.study_storage import open_study_storage
+    from gpu_job.study_storage import open_study_storage
 
     name = f"bench-{writers}"
     optuna.create_study(study_name=name, storage=open_study_storage(uri))

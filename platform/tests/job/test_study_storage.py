@@ -22,10 +22,9 @@ import boto3
 import optuna
 import pytest
 from botocore.exceptions import ClientError
-from gpu_runner_testing.aws_faults import AwsFaults
 
-from {{ cookiecutter.package_name }} import study_storage
-from {{ cookiecutter.package_name }}.study_storage import (
+from gpu_job import study_storage
+from gpu_job.study_storage import (
     JOURNAL_FILE,
     S3JournalBackend,
     StudyStorageError,
@@ -36,6 +35,7 @@ from {{ cookiecutter.package_name }}.study_storage import (
     parse_study_uri,
     read_wave,
 )
+from gpu_runner_testing.aws_faults import AwsFaults
 
 BUCKET = "study-storage-test"
 STUDY = "digits-sweep"

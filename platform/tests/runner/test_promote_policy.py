@@ -1,16 +1,17 @@
 """The promote role's policy (issue 30, High 3: promote.yml reads the held-out set, default branch, production
-environment): the calls the project's own holdout download makes, made for real against the stack on the moto
+environment): the calls a project's holdout download makes (the job library's s3sync), made for real against the stack on the moto
 server and authorized against the deployed policy, every grant used; everything else of the bucket and of AWS
 refused, the held-out set above all never written."""
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
+
+from gpu_job import s3sync
 from gpu_runner_testing.github_double import DEFAULT_REPOSITORY
 from gpu_runner_testing.gpu_runner_stack import REGION, authorizations, role_policies
 from gpu_runner_testing.iam_requests import (
@@ -22,9 +23,7 @@ from gpu_runner_testing.iam_requests import (
     record_calls,
     s3_context,
 )
-from project_package import PROJECT_PACKAGE
 
-PACKAGE = PROJECT_PACKAGE
 HOLDOUT = "holdout/digits-v1"
 BUCKET = "<the stack's bucket>"  # put in by each test (the bucket's name is made per session)
 
@@ -42,7 +41,6 @@ def test_promote_role_covers_exactly_reading_the_holdout(
     stack: dict[str, Any], held_out: str, tmp_path: Path
 ) -> None:
     """holdout.py reads s3://<bucket>/holdout/<folder>/ with s3sync, as training reads data.source."""
-    s3sync = importlib.import_module(f"{PACKAGE}.s3sync")
     recorded_session = boto3.Session(region_name=REGION)
     calls = record_calls(recorded_session)
     s3sync.sync_prefix(f"s3://{held_out}/{HOLDOUT}/", tmp_path, client=recorded_session.client("s3"))

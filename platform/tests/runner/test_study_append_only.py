@@ -10,11 +10,12 @@ study store, stay allowed.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import boto3
 import pytest
+
+from gpu_job import study_storage
 from gpu_runner_testing.gpu_runner_stack import (
     REGION,
     authorizations,
@@ -23,9 +24,7 @@ from gpu_runner_testing.gpu_runner_stack import (
     runner_role_name,
 )
 from gpu_runner_testing.iam_requests import Call, Request, allowed, record_calls, s3_context
-from project_package import PROJECT_PACKAGE
 
-PACKAGE = PROJECT_PACKAGE
 ROLES = ("runner", "sweep")
 
 
@@ -37,7 +36,6 @@ def _policy(stack: dict[str, Any], role: str) -> list[dict[str, Any]]:
 
 def _victim(stack: dict[str, Any], name: str) -> tuple[str, list[str]]:
     """Another study, written by the real study store: its URI and its journal and wave-claim keys."""
-    study_storage = importlib.import_module(f"{PACKAGE}.study_storage")
     client = stack["session"].client("s3")
     uri = f"s3://{stack['bucket']}/sweeps/{name}/"
     journal = study_storage.S3JournalBackend(uri, client=client)
@@ -120,7 +118,6 @@ def test_no_role_rewrites_or_deletes_a_study(stack: dict[str, Any], role: str, a
 def test_the_study_store_still_appends_and_claims(stack: dict[str, Any], role: str) -> None:
     """The product's own calls (the real study store: journal appends, replay, a new wave claim) are all
     allowed for both roles, and a second claim of the same wave is S3's 412, not an overwrite."""
-    study_storage = importlib.import_module(f"{PACKAGE}.study_storage")
     policy = _policy(stack, role)
     uri, _ = _victim(stack, f"own-{role}")
     session = boto3.Session(region_name=REGION)
@@ -142,7 +139,7 @@ def test_the_study_store_still_appends_and_claims(stack: dict[str, Any], role: s
 def test_runner_role_keeps_overwriting_and_deleting_its_own_checkpoints(stack: dict[str, Any]) -> None:
     """The Denies reach sweeps/ only: the session's own checkpoints (a sweep trial's too, under
     checkpoints/<aws:userid>/sweeps/...) stay writable and deletable without If-None-Match, as the checkpoint store
-    needs. What else training may not write: test_training_writes.py."""
+    needs. What else training may not write: a project's test_training_writes.py."""
     (policy,) = managed_policies(stack["session"], runner_role_name(stack))
     own = {**s3_context(), "aws:userid": "AROAEXAMPLEROLEID:i-0aaaaaaaaaaaaaaaa"}
     me = own["aws:userid"]

@@ -24,8 +24,8 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from . import workflow_contract
-
+# The variable the caller's GPU job sets from the start job's `market` output (spot or on-demand).
+GPU_MARKET = "GPU_MARKET"
 DEFAULT_ENDPOINT = "http://169.254.169.254"
 TOKEN_TTL_SECONDS = 21600
 INSTANCE_ACTION = "/latest/meta-data/spot/instance-action"
@@ -43,7 +43,7 @@ def should_watch(setting: str | bool, env: Mapping[str, str] | None = None) -> b
     """ "auto": only on spot capacity (train.yml sets GPU_MARKET), where IMDS exists and notices can come."""
     env = os.environ if env is None else env
     if setting == "auto":
-        return env.get(workflow_contract.GPU_MARKET) == "spot"
+        return env.get(GPU_MARKET) == "spot"
     return bool(setting)
 
 

@@ -11,6 +11,10 @@ from typing import Any
 
 import boto3
 import pytest
+
+from gpu_job import checkpoints, s3sync
+from gpu_runner import cli
+from gpu_runner.core.naming import RunContext, parameter_name
 from gpu_runner_testing.github_double import DEFAULT_REPOSITORY
 from gpu_runner_testing.gpu_runner_stack import (
     REGION,
@@ -31,12 +35,7 @@ from gpu_runner_testing.iam_requests import (
     record_calls,
     s3_context,
 )
-from project_package import PROJECT_PACKAGE
 
-from gpu_runner import cli
-from gpu_runner.core.naming import RunContext, parameter_name
-
-PACKAGE = PROJECT_PACKAGE
 BOOT_SCRIPT = Path(importlib.util.find_spec("gpu_runner.ec2_runner").origin).parent / "user_data.sh"
 # What each AWS CLI command in the boot script is authorized as.
 BOOT_SCRIPT_ACTIONS = {
@@ -72,7 +71,7 @@ def test_runner_role_reaches_only_the_bucket_and_its_parameters(stack: dict[str,
     }
     assert resources == {
         f"arn:aws:s3:::{bucket}",
-        f"arn:aws:s3:::{bucket}/*",  # read only (test_training_writes.py: what it may write)
+        f"arn:aws:s3:::{bucket}/*",  # read only (a project's test_training_writes.py: what it may write)
         f"arn:aws:s3:::{bucket}/checkpoints/${{aws:userid}}/*",
         f"arn:aws:s3:::{bucket}/sweeps/*",
         f"arn:aws:ssm:{REGION}:123456789012:parameter{settings.ssm_prefix}/*",
@@ -110,8 +109,6 @@ def test_runner_role_covers_exactly_the_instance_and_training_calls(
     # The training job, through a recorded client of the instance's own role session (moto's AssumeRole names it
     # as EC2 names an instance's: aws:userid "<role id>:<instance id>"): the checkpoint store, restoring from a
     # predecessor's prefix the launch recorded for this branch, and the data download.
-    checkpoints = importlib.import_module(f"{PACKAGE}.checkpoints")
-    s3sync = importlib.import_module(f"{PACKAGE}.s3sync")
     plain = session.client("s3")
     for name in ("a/1.png", "b/2.png"):
         plain.put_object(Bucket=bucket, Key=f"data/{name}", Body=b"image")
@@ -139,7 +136,7 @@ def test_runner_role_covers_exactly_the_instance_and_training_calls(
     denied = [r for r in [*boot, *training] if not allowed([policy], r)]
     assert denied == [], denied
     assert granted_actions([policy]) == {r.action for r in [*boot, *training]}
-    # The runner mirror: readable, never writable (issue 13, item 8); every prefix: test_training_writes.py.
+    # The runner mirror: readable, never writable (issue 13, item 8); every prefix: a project's test_training_writes.py.
     mirror = f"arn:aws:s3:::{bucket}/runner-mirror/actions-runner-linux-x64-2.330.0.tar.gz"
     assert allowed([policy], Request("s3:GetObject", mirror, s3_context()))
     assert not allowed([policy], Request("s3:PutObject", mirror, s3_context()))

@@ -4,11 +4,15 @@ and everything else it must not reach."""
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import boto3
 import pytest
+
+from gpu_job import study_storage
+from gpu_runner.core import quotas
+from gpu_runner.core.aws import Aws
+from gpu_runner.ec2_runner import capacity
 from gpu_runner_testing.aws_faults import AwsFaults
 from gpu_runner_testing.github_double import DEFAULT_REPOSITORY
 from gpu_runner_testing.gpu_runner_stack import REGION, authorizations, role_policies
@@ -22,13 +26,7 @@ from gpu_runner_testing.iam_requests import (
     s3_context,
 )
 from gpu_runner_testing.service_quotas import quota_body
-from project_package import PROJECT_PACKAGE
 
-from gpu_runner.core import quotas
-from gpu_runner.core.aws import Aws
-from gpu_runner.ec2_runner import capacity
-
-PACKAGE = PROJECT_PACKAGE
 STUDY = "sweeps/lr-search"
 BUCKET = "<the stack's bucket>"  # put in by each test (the bucket's name is made per session)
 
@@ -44,7 +42,6 @@ def test_sweep_role_reaches_only_the_studies_and_the_capacity_lookups(
     s3, bucket = session.client("s3"), stack["bucket"]
     # The study store's own calls (the plan and collect jobs make them through Optuna): append to the journal,
     # replay it, claim a wave and read the claims back. Each object is created once (PutObject IfNoneMatch "*").
-    study_storage = importlib.import_module(f"{PACKAGE}.study_storage")
     uri = f"s3://{bucket}/{STUDY}/"
     journal = study_storage.S3JournalBackend(uri, client=s3)
     journal.append_logs([{"op_code": 0, "study_name": "lr-search"}])

@@ -1,0 +1,25 @@
+"""gpu_job: what a project's code calls inside its jobs, written once for every project (the `job` extra).
+
+The generated project's package holds what a team edits (model, data, training loop, config) and calls this
+library for what no team would edit:
+
+- `gpu_preflight.probe`, `Report`, `TfBoundary`: before a paid GPU trains, TensorFlow must list a GPU and run an
+  op on it (exit status `errors.EXIT_NO_GPU` otherwise);
+- `env_check.check(lock)`: this interpreter's Python, TensorFlow, Keras, NumPy and protobuf against the project's
+  uv.lock;
+- `interruption.InterruptionWatcher`, `should_watch`: spot interruption notices from IMDSv2, watched in a thread;
+- `checkpoints.open_store`, `S3Checkpoints`, `config_hash`: Keras backups mirrored to S3 under the training
+  role's own session, restored from the sessions the launch code recorded;
+- `s3sync.sync_prefix`, `parse_s3_uri`: an S3 prefix mirrored to local disk;
+- `distributed.cluster_from_env` and `rendezvous`: the multi-worker cluster of an explicit TF_CONFIG or an AWS
+  Batch multi-node job;
+- `study_storage.open_study_storage`, `claim_wave`, `latest_wave`: a sweep's Optuna study in an S3 prefix (an
+  append-only journal of conditional writes) or a local directory, and the plan job's claim of a wave (the
+  `sweep` extra: Optuna);
+- `errors`: DataError, DistributedError, StudyStorageError, WaveAlreadyClaimed and EXIT_NO_GPU, for the
+  project's CLI to report.
+
+TensorFlow is imported only inside gpu_preflight.TfBoundary's methods, so every module imports without it; the
+project's lock chooses TensorFlow (its cpu or gpu extra). Never imports gpu_runner (the launch jobs' package),
+and gpu_runner never imports it: a CPU launch job loads none of this.
+"""

@@ -1,0 +1,34 @@
+"""Errors a user can act on, raised by the job library; a project's CLI prints their message without a traceback
+(the generated project's errors.py re-exports them beside its own)."""
+
+import json
+
+
+class DataError(ValueError):
+    """The data source is missing, empty or holds something that is not usable (an S3 prefix, a checkpoint)."""
+
+
+class DistributedError(ValueError):
+    """The multi-worker environment (TF_CONFIG, AWS Batch's multi-node variables, the MNP_* settings) is missing,
+    inconsistent, or the nodes could not find each other (distributed.py, rendezvous.py)."""
+
+
+# EX_CONFIG: the GPU preflight found no GPU TensorFlow can use (gpu_preflight.py); the job stops before training.
+EXIT_NO_GPU = 78
+
+
+class StudyStorageError(ValueError):
+    """A sweep's study storage cannot be used as given: a bad URI, a missing bucket, no permission, a broken
+    journal. The message names the value and the fix."""
+
+
+class WaveAlreadyClaimed(StudyStorageError):
+    """Another plan job claimed this wave of the study first (study_storage.claim_wave)."""
+
+    def __init__(self, uri: str, wave: int, claim: str, existing: dict | None) -> None:
+        shown = json.dumps(existing, sort_keys=True)[:300] if existing is not None else "unreadable"
+        super().__init__(
+            f"wave {wave} of the study at '{uri}' is already claimed ({claim}: {shown}): another plan job is "
+            f"planning it. Wait for that plan job to finish, or plan the next wave (latest_wave() + 1, at least {wave + 1}) instead"
+        )
+        self.uri, self.wave, self.claim, self.existing = uri, wave, claim, existing
