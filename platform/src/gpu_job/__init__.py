@@ -1,4 +1,5 @@
-"""gpu_job: what a project's code calls inside its jobs, written once for every project (the `job` extra).
+"""gpu_job: what a project's code calls inside its jobs, written once for every project (the `job` and `sweep`
+extras).
 
 The generated project's package holds what a team edits (model, data, training loop, config) and calls this
 library for what no team would edit:
