@@ -15,7 +15,8 @@ branch and commit (gpu-runner's checkpoint_owners.py writes them; no training ro
 may write anything under its own prefix, even the path this branch would use: its session is not in this
 branch's record, so that prefix is never read. Of the candidates, the newest state wins (the last attempt's).
 
-TensorFlow-free (boto3 and files): the Keras callback that pushes after each backup is callbacks.S3CheckpointSync.
+TensorFlow-free (boto3 and files): the Keras callback that pushes after each backup is the project's
+callbacks.S3CheckpointSync.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Which multi-worker cluster this process belongs to: an explicit TF_CONFIG, or the environment AWS Batch gives
 the nodes of a multi-node parallel (MNP) job, turned into the TF_CONFIG that MultiWorkerMirroredStrategy reads.
 
-TensorFlow-free (json, ipaddress and the rendezvous' sockets): runtime.configure writes TF_CONFIG and builds the
-strategy from the Cluster this module returns. None = no cluster: the single-worker path, unchanged.
+TensorFlow-free (json, ipaddress and the rendezvous' sockets): the project's runtime.configure writes TF_CONFIG and
+builds the strategy from the Cluster this module returns. None = no cluster: the single-worker path, unchanged.
 
 What Batch sets on every node of an MNP job (AWS Batch User Guide, "Multi-node parallel jobs" > "Environment
 variables", https://docs.aws.amazon.com/batch/latest/userguide/mnp-env-vars.html, read 2026-12-04):

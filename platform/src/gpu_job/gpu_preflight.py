@@ -9,7 +9,7 @@ Why a preflight at all: `tensorflow/tensorflow:2.15.0-gpu` has an open report th
 nvidia-smi does (tensorflow/tensorflow#62412, read 2026-12-01), and TensorFlow then silently trains on the CPU.
 Everything TensorFlow-specific goes through `TfBoundary`, the one place a test may replace (no GPU here).
 
-One of the few modules that import TensorFlow (the import-linter contract in pyproject.toml names them): whether
+The one module of the platform that imports TensorFlow (the `tensorflow` contract in platform/pyproject.toml): whether
 TensorFlow can train on this GPU is a question only TensorFlow answers. The imports sit inside TfBoundary's
 methods so that the CLI and tracking (which read `Driver`) import this module without loading TensorFlow.
 """

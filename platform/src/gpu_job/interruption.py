@@ -10,7 +10,7 @@ Plain urllib rather than botocore's IMDS fetcher: botocore only reads credential
 spot and event paths.
 
 TensorFlow-free (a thread and urllib): the Keras callback that acts on a notice between batches is
-callbacks.StopOnInterruption.
+the project's callbacks.StopOnInterruption.
 """
 
 from __future__ import annotations

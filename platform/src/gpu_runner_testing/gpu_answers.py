@@ -2,9 +2,10 @@
 and TensorFlow's answers (a TfBoundary). TensorFlow on a CPU cannot be made to list a logical GPU device, so the
 success path of the preflight is only reachable through this double.
 
-The values are a g4dn's: a Tesla T4 with 15,360 MiB (NVIDIA T4 datasheet: 16 GB GDDR6, of which nvidia-smi reports
-15,360 MiB), a driver of the 595 branch (CUDA 13.2), and TensorFlow 2.15's build (CUDA 12.2, cuDNN 8: TensorFlow's
-"Tested build configurations", https://www.tensorflow.org/install/source#gpu).
+The driver's report is a test input in NVML's shape (a version string, the newest CUDA it supports, each GPU's
+name and memory in MiB), not a claim about a particular driver release. TensorFlow's build is 2.15's: CUDA 12.2
+and cuDNN 8 (TensorFlow's "Tested build configurations", https://www.tensorflow.org/install/source#gpu, the
+table docs/gpu-runtime.md of a project quotes; build_info reports cuDNN by its major version).
 """
 
 from __future__ import annotations
