@@ -10,7 +10,7 @@ DEMO_DIR := $(BUILD)/demo
 PYTEST_ARGS ?=
 RELOCK_ARGS ?=
 
-.PHONY: help uv install test test-template-quick test-platform test-e2e test-matrix lint format relock demo bench clean
+.PHONY: help uv install test test-template-quick test-platform test-e2e test-matrix lint format relock server-requirements demo bench clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -52,6 +52,12 @@ format: install ## Apply ruff fixes and formatting to the template's own Python
 
 relock: install ## Regenerate the generated project's uv.lock after changing its pyproject.toml (RELOCK_ARGS=--upgrade: all afresh)
 	$(UV) run --locked python scripts/relock.py $(RELOCK_ARGS)
+
+# After relock moves mlflow or boto3 (platform/tests/runner/test_mlflow_server_requirements.py fails until then):
+# the team MLflow server's hash-pinned closure the platform ships, compiled against platform/uv.lock. Needs PyPI.
+server-requirements: uv ## Recompile the MLflow server requirements the platform ships (platform/src/gpu_runner/mlflow_server/server-requirements.txt)
+	cd platform && $(UV) run --locked gpu-runner mlflow-server requirements --lock uv.lock \
+		--output src/gpu_runner/mlflow_server/server-requirements.txt --header "make server-requirements" --uv "$(UV)"
 
 # The demo bake pins the platform at this checkout's HEAD under a stand-in GitHub name, and git's insteadOf makes
 # uv fetch it from here: offline, and no GitHub repository needed (the checkout must be clean).

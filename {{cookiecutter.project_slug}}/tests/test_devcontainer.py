@@ -3,10 +3,8 @@ and the commands it runs, run here on this machine's Python: the post-create ins
 env-check`) and the start of Jupyter Lab and the MLflow UI on 127.0.0.1. There is no Docker engine here, so the
 image itself is never pulled; the parity test (test_env_parity.py) ties its tag to the lock.
 
-The schema: devcontainers/spec, schemas/devContainer.base.schema.json at commit
-c95ffeed1d059abfe9ffbe79762dc2fa4e7c2421 (2026-03-20; MIT, the repository's LICENSE-CODE), copied unchanged into
-tests/contracts/. The published devContainer.schema.json is this base plus VS Code's and Codespaces'
-`customizations` by remote $ref; the base schema holds `customizations` as an open object.
+The schema: the Dev Container specification's base schema at a named commit, shipped by the platform
+(gpu_runner_testing.dev_container, which says where it comes from).
 """
 
 from __future__ import annotations
@@ -24,10 +22,11 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from gpu_runner_testing import dev_container
 
 PROJECT = Path(__file__).resolve().parent.parent
 DEVCONTAINER = PROJECT / ".devcontainer"
-SCHEMA = PROJECT / "tests" / "contracts" / "devContainer.base.schema.json"
+SCHEMA = dev_container.SCHEMA
 
 
 def _config() -> dict:

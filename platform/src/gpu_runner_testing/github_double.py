@@ -10,7 +10,7 @@ GitHub App auth is checked for real: the JWT must be RS256-signed with the App k
 stored) and follow GitHub's claim rules before an installation token is issued, and every endpoint asks the
 permission GitHub asks of the token presented.
 
-Every request and every response is checked against GitHub's REST description (tests/contracts/
+Every request and every response is checked against GitHub's REST description (gpu_runner_testing/
 github-openapi.json, extracted from npm `@octokit/openapi` by extract_github_openapi.py; see
 github_contract.py): a request the description refuses is answered 422 as GitHub does, a response it does not
 allow becomes a 500, and both are recorded as violations that `stop()` raises unless a test took them with

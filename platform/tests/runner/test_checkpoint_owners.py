@@ -1,7 +1,7 @@
 """The record of which session trains which branch and commit (gpu_runner.core.checkpoint_owners, written by the
 default branch's launch and `batch wait`): where the launch writes it is where the training's checkpoint store
 (gpu_job.checkpoints) reads it, no two branch names share one, and a record is created once. What IAM lets each
-role write there is tested against a project's deployed stacks (its tests/runner/test_training_writes.py)."""
+role write there is tested against the deployed stacks in test_training_writes.py."""
 
 from __future__ import annotations
 

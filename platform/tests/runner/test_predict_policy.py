@@ -89,7 +89,7 @@ def test_the_gpu_instance_role_writes_none_of_the_same_batch_prediction(
     stack: dict[str, Any], inputs: str, tmp_path: Path
 ) -> None:
     """The gpu device's job runs on an instance whose runner role may write no prediction (training code on any
-    runner must not replace a batch's shards: a project's tests/runner/test_training_writes.py): predict.yml's
+    runner must not replace a batch's shards: test_training_writes.py): predict.yml's
     GPU job predicts with the predict role through OIDC (a project's tests/workflows/test_predict_workflow.py).
     With the instance role the same prediction could read its inputs and export, and none of its writes would be
     allowed."""

@@ -71,7 +71,7 @@ def test_runner_role_reaches_only_the_bucket_and_its_parameters(stack: dict[str,
     }
     assert resources == {
         f"arn:aws:s3:::{bucket}",
-        f"arn:aws:s3:::{bucket}/*",  # read only (a project's test_training_writes.py: what it may write)
+        f"arn:aws:s3:::{bucket}/*",  # read only (test_training_writes.py: what it may write)
         f"arn:aws:s3:::{bucket}/checkpoints/${{aws:userid}}/*",
         f"arn:aws:s3:::{bucket}/sweeps/*",
         f"arn:aws:ssm:{REGION}:123456789012:parameter{settings.ssm_prefix}/*",
@@ -136,7 +136,7 @@ def test_runner_role_covers_exactly_the_instance_and_training_calls(
     denied = [r for r in [*boot, *training] if not allowed([policy], r)]
     assert denied == [], denied
     assert granted_actions([policy]) == {r.action for r in [*boot, *training]}
-    # The runner mirror: readable, never writable (issue 13, item 8); every prefix: a project's test_training_writes.py.
+    # The runner mirror: readable, never writable (issue 13, item 8); every prefix: test_training_writes.py.
     mirror = f"arn:aws:s3:::{bucket}/runner-mirror/actions-runner-linux-x64-2.330.0.tar.gz"
     assert allowed([policy], Request("s3:GetObject", mirror, s3_context()))
     assert not allowed([policy], Request("s3:PutObject", mirror, s3_context()))

@@ -139,7 +139,7 @@ def test_the_study_store_still_appends_and_claims(stack: dict[str, Any], role: s
 def test_runner_role_keeps_overwriting_and_deleting_its_own_checkpoints(stack: dict[str, Any]) -> None:
     """The Denies reach sweeps/ only: the session's own checkpoints (a sweep trial's too, under
     checkpoints/<aws:userid>/sweeps/...) stay writable and deletable without If-None-Match, as the checkpoint store
-    needs. What else training may not write: a project's test_training_writes.py."""
+    needs. What else training may not write: test_training_writes.py."""
     (policy,) = managed_policies(stack["session"], runner_role_name(stack))
     own = {**s3_context(), "aws:userid": "AROAEXAMPLEROLEID:i-0aaaaaaaaaaaaaaaa"}
     me = own["aws:userid"]

@@ -68,7 +68,7 @@ def team_server(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Itera
     lock = PROJECT / "uv.lock"
     version = mlflow_server.locked_mlflow_version(lock)
     requirements = mlflow_server_project.checked_requirements(
-        PROJECT / "infra" / "mlflow-server-requirements.txt",
+        mlflow_server_project.requirements_file(None, PROJECT),  # the file `up` takes for this project
         version,
         mlflow_server_project.locked_version(lock, "boto3"),
     )

@@ -39,8 +39,8 @@ from gpu_runner.doctor.doctor_checks import Check, Outcome, Target, failed, pass
 
 ENV_ADMIN_TOKEN = "GITHUB_TOKEN"
 # The repository settings docs/setup.md's "Secrets and variables" table lists, with their kind, in the
-# table's order. tests/runner/test_doctor.py parses that table and the workflows' `vars.` / `secrets.` uses and
-# compares them with this mapping, so the three cannot drift apart.
+# table's order. A project's tests/test_setup_doc.py parses that table and the workflows' `vars.` / `secrets.` uses
+# (its own and the platform's it calls) and compares them with this mapping, so the three cannot drift apart.
 LEFTOVER_CREDENTIAL_SECRETS = ("GPU_RUNNER_APP_PRIVATE_KEY", "GPU_RUNNER_TOKEN")
 REPOSITORY_SETTINGS: dict[str, str] = {
     "AWS_ROLE_ARN": "variable",

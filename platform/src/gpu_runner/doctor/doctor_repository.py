@@ -35,7 +35,7 @@ from gpu_runner.doctor.doctor_checks import Check, Outcome, Target, failed, pass
 from gpu_runner.doctor.doctor_github import admin_client, get_json, github_message, no_admin_token
 
 ENVIRONMENT_CHECK, FORK_CHECK = "production environment", "fork pull request approval"
-# promote.yml's `environment:` (tests/runner/test_doctor_guards.py reads it back from the workflow).
+# promote.yml's `environment:` (a project's tests/test_setup_doc.py reads it back from the workflow).
 PROMOTE_ENVIRONMENT = "production"
 POLICIES_PER_PAGE = 100  # the description's per_page maximum
 ALL_EXTERNAL = "all_external_contributors"

@@ -1,25 +1,29 @@
-"""The team MLflow server's commands: `mlflow-server up | down | tunnel` (a person, from a laptop), `wake` (the
-start job) and `connect` (a job on a GitHub-hosted runner)."""
+"""The team MLflow server's commands: `mlflow-server up | down | tunnel | requirements` (a person, from a laptop),
+`wake` (the start job) and `connect` (a job on a GitHub-hosted runner)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 from gpu_runner.core import workflow_contract as contract
 from gpu_runner.core.aws import Aws
 from gpu_runner.core.command_line import Command, SubParsers, add_command
+from gpu_runner.core.errors import RunnerError
 from gpu_runner.core.settings import Settings
 from gpu_runner.core.stack_names import batch_stack_name
 from gpu_runner.mlflow_server import TEMPLATE
+from gpu_runner.mlflow_server.mlflow_server_project import DEFAULT_REQUIREMENTS, REGENERATE
 
 
 def register(commands: SubParsers) -> None:
     server = commands.add_parser(
         "mlflow-server",
-        help="the optional team MLflow server (gpu_runner/mlflow_server/mlflow-server.yaml): up, down, tunnel, wake, connect",
+        help="the optional team MLflow server (gpu_runner/mlflow_server/mlflow-server.yaml): up, down, tunnel, requirements, wake, connect",
     )
     actions = server.add_subparsers(dest="action", required=True)
     # Only wake runs in a workflow that names its repository; the others take --repository or need none.
@@ -45,13 +49,30 @@ def register(commands: SubParsers) -> None:
         help="the default branch's: the experiments and the served model the server makes",
     )  # fmt: skip
     up.add_argument(
-        "--requirements", type=Path, default=Path("infra/mlflow-server-requirements.txt"),
-        help="the hash-pinned closure the server installs (make mlflow-server-requirements)",
+        "--requirements", type=Path, default=None,
+        help="the hash-pinned closure the server installs (default: infra/mlflow-server-requirements.txt when the "
+        "project has one, written by make mlflow-server-requirements, else the platform's own)",
     )  # fmt: skip
     up.add_argument(
         "--password-reader", action="append", default=[], metavar="ARN",
         help="an IAM role or user who may read the passwords besides you (repeatable; the key keeps only these)",
     )  # fmt: skip
+    requirements = add_command(
+        actions, "requirements", Command(standalone=_requirements),
+        help="compile the requirements the server installs for this uv.lock's mlflow and boto3 (needs PyPI)",
+    )  # fmt: skip
+    requirements.add_argument("--lock", type=Path, default=Path("uv.lock"), help="the project's lock")
+    requirements.add_argument("--output", type=Path, default=DEFAULT_REQUIREMENTS, help="the file to write")
+    requirements.add_argument(
+        "--extra",
+        action="append",
+        default=[],
+        help="an extra of the lock whose versions bind too (repeatable)",
+    )
+    requirements.add_argument("--uv", default="uv", help="the uv command (make passes its $(UV))")
+    requirements.add_argument(
+        "--header", default=REGENERATE, help="the command the file's header says regenerates it"
+    )
     tunnel.add_argument("--local-port", type=int, default=5000)
     tunnel.add_argument("--print-only", action="store_true", help="print the command instead of running it")
     add_command(actions, "wake", Command(run=_wake),
@@ -66,6 +87,21 @@ def register(commands: SubParsers) -> None:
     connect.add_argument(
         "--log-file", type=Path, default=Path("mlflow-tunnel.log"), help="the session's output"
     )
+
+
+def _requirements(args: argparse.Namespace) -> int:
+    from gpu_runner.mlflow_server.server_requirements import write_requirements
+
+    try:
+        print(write_requirements(args.lock, args.output, extras=args.extra, uv=args.uv, header=args.header))
+    except RunnerError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    # No uv, or uv refused (its own message is above).
+    except (OSError, subprocess.CalledProcessError) as error:
+        print(f"error: {error} (--uv names the uv command; compiling needs PyPI)", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _wake(args: argparse.Namespace, settings: Settings, aws: Aws) -> int:

@@ -30,12 +30,12 @@ from gpu_runner.mlflow_server.mlflow_server_access import (
     store_passwords,
 )
 from gpu_runner.mlflow_server.mlflow_server_project import (
-    DEFAULT_REQUIREMENTS,
     DEFAULT_TRAIN_CONFIG,
     Requirements,
     Served,
     checked_requirements,
     locked_version,
+    requirements_file,
     served_layout,
 )
 from gpu_runner.mlflow_server.mlflow_wake import MlflowServerError
@@ -158,7 +158,7 @@ def up(
     template: Path = TEMPLATE,
     lock: Path = DEFAULT_LOCK,
     train_config: Path = DEFAULT_TRAIN_CONFIG,
-    requirements: Path = DEFAULT_REQUIREMENTS,
+    requirements: Path | None = None,
     delay_seconds: int = 10,
 ) -> dict[str, str]:
     """Deploy (or update) the server stack; returns its outputs. `aws(service)` gives a client in the region;
@@ -171,7 +171,10 @@ def up(
             f"--template: {template} not found (the default is the one gpu_runner ships)"
         ) from None
     version = locked_mlflow_version(lock)
-    pinned = checked_requirements(requirements, version, locked_version(lock, "boto3"))
+    # The project's own file beside its lock when it has one, else the platform's (requirements_file).
+    pinned = checked_requirements(
+        requirements_file(requirements, lock.parent), version, locked_version(lock, "boto3")
+    )
     served = served_layout(train_config)
     cfn, iam = aws("cloudformation"), aws("iam")
     runner, runner_parameters = stack.runner_stack(

@@ -1,6 +1,7 @@
 """What `gpu-runner mlflow-server up` reads from the project: the MLflow release uv.lock pins, the experiments and
 the served model configs/train.yaml names (the server makes them and sets who may do what there), and the
-hash-pinned requirements its first boot installs (infra/mlflow-server-requirements.txt)."""
+hash-pinned requirements its first boot installs (the platform's server-requirements.txt, or the project's own
+infra/mlflow-server-requirements.txt once its uv.lock moved mlflow or boto3 away from the platform's)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,13 @@ import yaml
 from gpu_runner.mlflow_server.mlflow_wake import MlflowServerError
 
 DEFAULT_TRAIN_CONFIG = Path("configs/train.yaml")
+# A project's own requirements file, which `make mlflow-server-requirements` writes (server_requirements.py).
 DEFAULT_REQUIREMENTS = Path("infra/mlflow-server-requirements.txt")
+# The one this release ships, compiled against the platform's uv.lock: the template repository's scripts/relock.py
+# keeps that lock's versions equal to a new project's, so a project that has not moved mlflow or boto3 needs no file.
+PLATFORM_REQUIREMENTS = Path(__file__).with_name("server-requirements.txt")
 REGENERATE = "make mlflow-server-requirements"
+WRITES = f" (it writes {DEFAULT_REQUIREMENTS}, which up takes when --requirements is not given)"
 # predict.yml logs each batch prediction into `<tracking.experiment_name>-inference` (the package's
 # predict_tracking.INFERENCE_SUFFIX; tests/runner/test_mlflow_server.py holds the two equal).
 INFERENCE_SUFFIX = "-inference"
@@ -115,6 +121,14 @@ def requirement_lines(text: str) -> list[tuple[int, str]]:
     return lines
 
 
+def requirements_file(given: Path | None, project: Path = Path()) -> Path:
+    """--requirements when given; else the project's own file when it has one; else the platform's."""
+    if given is not None:
+        return given
+    own = project / DEFAULT_REQUIREMENTS
+    return own if own.is_file() else PLATFORM_REQUIREMENTS
+
+
 def checked_requirements(path: Path, mlflow_version: str, boto3_version: str) -> Requirements:
     """The requirements file, refused unless every requirement is pinned with at least one sha256 (pip's
     --require-hashes would refuse it on the instance, after the instance was paid for) and it pins the mlflow and
@@ -122,7 +136,7 @@ def checked_requirements(path: Path, mlflow_version: str, boto3_version: str) ->
     try:
         body = path.read_bytes()
     except FileNotFoundError:
-        raise MlflowServerError(f"--requirements: {path} not found: run `{REGENERATE}`") from None
+        raise MlflowServerError(f"--requirements: {path} not found: run `{REGENERATE}`{WRITES}") from None
     pins: dict[str, str] = {}
     problems = []
     for number, line in requirement_lines(body.decode("utf-8")):
@@ -137,6 +151,6 @@ def checked_requirements(path: Path, mlflow_version: str, boto3_version: str) ->
     if problems:
         raise MlflowServerError(
             f"--requirements: {path} is not the hash-pinned closure of this uv.lock ({'; '.join(problems)}): "
-            f"run `{REGENERATE}`"
+            f"run `{REGENERATE}`{WRITES}"
         )
     return Requirements(body, hashlib.sha256(body).hexdigest())

@@ -29,9 +29,17 @@ import botocore.session
 import pytest
 import yaml
 from botocore.exceptions import ClientError
-from doubles.makefile import make_command
+
+from gpu_runner import cli
+from gpu_runner.core.aws import Aws
+from gpu_runner.core.settings import Settings, settings_from_mapping
+from gpu_runner.core.stack_names import batch_stack_name
+from gpu_runner.doctor import doctor, doctor_aws, doctor_checks, doctor_github, doctor_mlflow
+from gpu_runner.doctor.doctor_checks import Outcome, Target
+from gpu_runner.pin.project_pin import trusted_platform
 from gpu_runner_testing import service_quotas, stack_deploy
 from gpu_runner_testing.aws_faults import AwsFaults
+from gpu_runner_testing.doctor_report import EVERY_CHECK
 from gpu_runner_testing.github_double import (
     ADMIN_TOKEN,
     DEFAULT_APP_ID,
@@ -41,17 +49,7 @@ from gpu_runner_testing.github_double import (
     app_private_key_pem,
 )
 from gpu_runner_testing.github_settings import setup_guards
-from gpu_runner_testing.platform_tree import platform_tree
 from gpu_runner_testing.stack_deploy import OIDC_URL, TEST_PLATFORM
-from project_package import PROJECT_DIR
-
-from gpu_runner import cli
-from gpu_runner.core.aws import Aws
-from gpu_runner.core.settings import Settings, settings_from_mapping
-from gpu_runner.core.stack_names import batch_stack_name
-from gpu_runner.doctor import doctor, doctor_aws, doctor_checks, doctor_github, doctor_mlflow
-from gpu_runner.doctor.doctor_checks import Outcome, Target
-from gpu_runner.pin.project_pin import trusted_platform
 
 # A region of its own: the other runner tests count what is left in theirs. moto's offerings there (from AWS's
 # published data): g4dn.xlarge and g5.xlarge in the region; ap-northeast-1d offers g4dn.xlarge but not g5.xlarge.
@@ -63,7 +61,7 @@ READ_ONLY_OPERATION = re.compile(r"(Get|List|Describe|Head)[A-Za-z]*")
 
 # The platform the doctor's test stacks trust (stack_deploy passes it to bootstrap): doctor compares the roles'
 # trust with it as with a project's pin.
-TRUSTED = trusted_platform(TEST_PLATFORM, PROJECT_DIR)
+TRUSTED = trusted_platform(TEST_PLATFORM, Path())  # given, so no project is read
 PLATFORM_WORKFLOWS = f"{TRUSTED.repository}/.github/workflows"
 
 
@@ -100,48 +98,22 @@ def test_a_healthy_account_passes_every_check(world: World) -> None:
     outcomes = run(world)
     assert all(o.ok for o in outcomes), [o.line() for o in outcomes if not o.ok]
     checks = [o.check for o in outcomes]
-    assert checks == [
-        "AWS credentials", "stack", "platform trust", "OIDC provider", "train role trust", "reaper role trust", "sweep role trust",
-        "predict role trust", "predict launch role trust", "promote role trust", "spot service-linked role", "vCPU quota L-DB2E81BA", "vCPU quota L-3819A6DF", "instance types offered",
-        "AMI", "security group", "bucket", "instance profile", "runner credential",
-        "repository variables and secrets", "default branch protection", "production environment",
-        "fork pull request approval", "MLflow",
-    ]  # fmt: skip
+    assert checks == list(EVERY_CHECK)  # what a project's setup page lists (its docs test)
 
 
-def test_the_setup_doc_lists_every_check(world: World) -> None:
-    """docs/setup.md's Preflight table names exactly the checks a run prints (the quota row names both codes)."""
-    answer_quotas(world.faults, on_demand=8, spot=8)
-    printed = {o.check for o in run(world)}
-    text = (PROJECT_DIR / "docs" / "setup.md").read_text(encoding="utf-8")
-    section = text.split("## Preflight: `make doctor`", 1)[1].split("\n#", 1)[0]
-    rows = re.findall(r"^\| ([^|]+?) \| ", section, flags=re.MULTILINE)[1:]  # after the header
-    listed = set()
-    for row in rows:
-        if row.startswith("vCPU quota"):
-            listed |= {f"vCPU quota {code}" for code in re.findall(r"`(L-[0-9A-F]+)`", row)}
-        else:
-            listed.add(row)
-    assert listed == printed
-
-
-def test_make_doctor_prints_one_line_per_check_and_fails_on_any_cross(
+def test_the_doctor_command_prints_one_line_per_check_and_fails_on_any_cross(
     world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The Makefile's command line, parsed and run: exact line format, exit status 0, then 1 with one fault."""
-    words = make_command(PROJECT_DIR / "Makefile", "doctor")
-    argv = words[words.index("gpu-runner") + 1 :]
+    """The command line a project's `make doctor` runs (its test_make_targets parses the Makefile's with this CLI),
+    run: exact line format, exit status 0, then 1 with one fault."""
     settings_path = tmp_path / "gpu-runner.yaml"
-    # The stack was deployed with bootstrap's default prefix and default branch; the bake's own (other answers) are
-    # not under test here. The branch prefix is the settings file's (its one source).
+    # The stack was deployed with bootstrap's default prefix and default branch. The branch prefix is the settings
+    # file's (its one source).
     settings_path.write_text(yaml.safe_dump({**world.deployed["raw"], "train_branch_prefix": "train/"}))
-    argv[argv.index("configs/gpu-runner.yaml")] = str(settings_path)
-    argv[argv.index("--repository") + 1] = DEFAULT_REPOSITORY  # the bake's repository, served by the double
-    argv[argv.index("--default-branch") + 1] = "main"
-    # The stack trusts the test platform (stack_deploy's bootstrap), not the bake's pin, which doctor reads by
-    # default: what the Makefile runs is otherwise unchanged.
-    assert "--platform" not in argv
-    argv += ["--platform", TEST_PLATFORM]
+    # A project's Makefile passes no --platform (doctor reads the pin in its pyproject.toml); the stack trusts the
+    # test platform (stack_deploy's bootstrap), so it is named here.
+    argv = ["--settings", str(settings_path), "doctor", "--repository", DEFAULT_REPOSITORY, "--default-branch", "main",
+            "--platform", TEST_PLATFORM]  # fmt: skip
     for key, value in world.target.env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("GITHUB_REPOSITORY", raising=False)
@@ -656,20 +628,6 @@ def test_a_runner_credential_that_cannot_list_runners_fails(world: World, fault:
     assert not outcome.ok and outcome.fix
 
 
-def test_the_checked_names_are_the_setup_docs_and_the_workflows() -> None:
-    assert setup_table() == doctor_github.REPOSITORY_SETTINGS
-    expected = dict(doctor_github.REPOSITORY_SETTINGS)
-    # sweep.yml (its plan and collect jobs assume AWS_SWEEP_ROLE_ARN) is written in a later step of issue 15:
-    # only while it does not exist may no workflow read that variable.
-    if not (PROJECT_DIR / ".github" / "workflows" / "sweep.yml").exists():
-        del expected["AWS_SWEEP_ROLE_ARN"]
-    assert workflow_uses() == expected
-    # The parser is not vacuous: it sees every row.
-    # The runner credential is no GitHub setting any more (issue 13 item 2); the MLflow tunnel role is one, and
-    # the Batch submit role (issue 18).
-    assert len(setup_table()) == 12
-
-
 SETTINGS_FAULTS = {
     "train role variable missing": (lambda d: d.variables[DEFAULT_REPOSITORY].pop("AWS_ROLE_ARN"), "gh variable set AWS_ROLE_ARN"),
     "sweep role variable missing": (lambda d: d.variables[DEFAULT_REPOSITORY].pop("AWS_SWEEP_ROLE_ARN"), "gh variable set AWS_SWEEP_ROLE_ARN"),
@@ -1078,29 +1036,3 @@ def app_env(double: GitHubDouble) -> dict[str, str]:
     )
     del env["GPU_RUNNER_TOKEN"]
     return env
-
-
-def setup_table() -> dict[str, str]:
-    """name -> kind from the "Secrets and variables" table of docs/setup.md."""
-    text = (PROJECT_DIR / "docs" / "setup.md").read_text(encoding="utf-8")
-    section = text.split("## Secrets and variables", 1)[1].split("\n#", 1)[0]
-    table: dict[str, str] = {}
-    for row in re.findall(r"^\| (`.+?) \| (\w+) \|", section, flags=re.MULTILINE):
-        for name in re.findall(r"`([A-Z_]+)`", row[0]):
-            table[name] = row[1].rstrip("s")
-    return table
-
-
-def workflow_uses() -> dict[str, str]:
-    uses: dict[str, str] = {}
-    # The project's workflows and the platform's it calls at its pin (start, stop, batch.yml read the roles).
-    platform = platform_tree(PROJECT_DIR, PROJECT_DIR / ".e2e-cache") / ".github" / "workflows"
-    called = [platform / f"{name}.yml" for name in ("gpu-runner-start", "gpu-runner-stop", "batch")]
-    for workflow in [*(PROJECT_DIR / ".github" / "workflows").glob("*.yml"), *called]:
-        text = workflow.read_text(encoding="utf-8")
-        uses |= {name: "variable" for name in re.findall(r"\bvars\.([A-Z_]+)", text)}
-        uses |= {
-            name: "secret" for name in re.findall(r"\bsecrets\.([A-Z_]+)", text) if name != "GITHUB_TOKEN"
-        }
-    # promote.yml's MLflow credentials are secrets of the `production` environment, not of the repository.
-    return {name: kind for name, kind in uses.items() if not name.startswith("MLFLOW_PROMOTE_")}

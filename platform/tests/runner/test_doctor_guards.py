@@ -4,18 +4,22 @@ of weakening it, planted in the GitHub double (which answers as GitHub's REST de
 fix, or warns where the weakness is an admin's own or cannot be read. Every run is read-only (GET only).
 
 No AWS here (these checks make no AWS call): the push tier runs them. tests/runner/test_doctor.py runs the same
-faults through the whole doctor on the deployed stack.
+faults through the whole doctor on the deployed stack. That promote.yml runs in the environment checked here and
+that each fix's setup section exists are a project's own docs test (test_setup_doc).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, cast
 
 import pytest
-import yaml
+
+from gpu_runner.core.aws import Aws
+from gpu_runner.core.settings import settings_from_mapping
+from gpu_runner.doctor import doctor, doctor_branch, doctor_repository
+from gpu_runner.doctor.doctor_checks import Outcome, Target
 from gpu_runner_testing.github_double import ADMIN_TOKEN, DEFAULT_REPOSITORY, GitHubDouble
 from gpu_runner_testing.github_settings import (
     ADMIN_ROLE_BYPASS,
@@ -27,12 +31,6 @@ from gpu_runner_testing.github_settings import (
     setup_guards,
 )
 
-from gpu_runner.core.aws import Aws
-from gpu_runner.core.settings import settings_from_mapping
-from gpu_runner.doctor import doctor, doctor_branch, doctor_repository
-from gpu_runner.doctor.doctor_checks import Outcome, Target
-
-PROJECT = Path(__file__).resolve().parents[2]
 NO_AWS = cast(Aws, None)  # these checks never touch AWS: a call would fail the test at once
 META_ONLY_TOKEN = "github_pat_meta_actions_0123456789"  # Metadata + Actions: read, no Administration
 
@@ -287,12 +285,6 @@ def test_a_token_without_actions_read_fails_production(
     assert mark(outcome) == "✗" and "GitHub answered 403" in outcome.found and "Actions: read" in outcome.fix
 
 
-def test_doctor_checks_the_environment_promote_yml_runs_in() -> None:
-    workflow = yaml.safe_load((PROJECT / ".github" / "workflows" / "promote.yml").read_text(encoding="utf-8"))
-    environments = {job.get("environment") for job in workflow["jobs"].values()} - {None}
-    assert environments == {doctor_repository.PROMOTE_ENVIRONMENT}
-
-
 # ---------------------------------------------------------------------- fork pull requests
 FORK_POLICIES: dict[str, tuple[Callable[[RepositorySettings], None], str, str]] = {
     "private, fork pull requests run nothing": (lambda r: None, "✓", "does not apply"),
@@ -334,14 +326,3 @@ def test_a_token_without_administration_read_fails_the_fork_check(
         and "GitHub answered 403" in outcome.found
         and "Administration: read" in outcome.fix
     )
-
-
-# ---------------------------------------------------------------------- docs
-def test_every_setup_section_a_fix_names_exists() -> None:
-    text = (PROJECT / "docs" / "setup.md").read_text(encoding="utf-8")
-    headings = set(re.findall(r"^### (.+)$", text, flags=re.MULTILINE))
-    fixes = " ".join(
-        [doctor_branch.RULESET_FIX, doctor_repository.ENVIRONMENT_FIX, doctor_repository.PUBLIC_FORK_FIX]
-    )
-    named = set(re.findall(r"docs/setup\.md, '([^']+)'", fixes))
-    assert named and named <= headings, named - headings

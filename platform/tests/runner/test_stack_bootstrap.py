@@ -1,5 +1,6 @@
-"""`gpu-runner bootstrap` (and `make bootstrap`) deploying gpu_runner/setup/gpu-runner.yaml to the moto server: what it prints,
-what it refuses, and a re-run."""
+"""`gpu-runner bootstrap` deploying gpu_runner/setup/gpu-runner.yaml to the moto server: what it prints, what it
+refuses, and a re-run. (That a project's `make bootstrap` is a command the CLI accepts, with the bucket and branches
+its train.yml uses, is the project's own test_make_targets.)"""
 
 from __future__ import annotations
 
@@ -12,7 +13,18 @@ from typing import Any
 import boto3
 import pytest
 import yaml
-from doubles.makefile import make_command
+
+from gpu_runner import cli
+from gpu_runner.core.aws import Aws
+from gpu_runner.core.stack_names import repository_key
+from gpu_runner.setup.stack import (
+    BootstrapError,
+    StackInputs,
+    credential_writer,
+    prefix_problem,
+    stack_name,
+    trust_conflicts,
+)
 from gpu_runner_testing.aws_faults import AwsFaults
 from gpu_runner_testing.github_double import DEFAULT_REPOSITORY
 from gpu_runner_testing.gpu_runner_stack import (
@@ -24,22 +36,7 @@ from gpu_runner_testing.gpu_runner_stack import (
 from gpu_runner_testing.iam_requests import (
     record_calls,
 )
-from gpu_runner_testing.stack_deploy import TEMPLATE
-from project_package import PROJECT_DIR
-
-from gpu_runner import cli
-from gpu_runner.core.aws import Aws
-from gpu_runner.core.settings import load_settings
-from gpu_runner.core.stack_names import repository_key
-from gpu_runner.pin.project_pin import trusted_platform
-from gpu_runner.setup.stack import (
-    BootstrapError,
-    StackInputs,
-    credential_writer,
-    prefix_problem,
-    stack_name,
-    trust_conflicts,
-)
+from gpu_runner_testing.stack_deploy import TEMPLATE, TEST_PLATFORM
 
 
 def test_bootstrap_deploys_and_prints_the_github_settings(stack: dict[str, Any]) -> None:
@@ -139,6 +136,8 @@ def test_bootstrap_refuses_bad_input_before_any_call(
         "--repository": DEFAULT_REPOSITORY,
         "--bucket": "good-bucket",
         "--template": str(TEMPLATE),
+        # Named: a project's bootstrap reads the pin in its pyproject.toml, and the platform's tests run in none.
+        "--platform": TEST_PLATFORM,
         flag: value,
     }
     if flag == "--owner-id":
@@ -203,7 +202,7 @@ def test_bootstrap_refuses_a_prefix_another_repository_could_share(
     calls = record_calls(session)
     monkeypatch.setattr(cli, "Aws", lambda: Aws(session))
     argv = ["--settings", str(settings_file), "bootstrap", "--repository", DEFAULT_REPOSITORY, "--bucket",
-            "good-bucket", "--template", str(TEMPLATE)]  # fmt: skip
+            "good-bucket", "--template", str(TEMPLATE), "--platform", TEST_PLATFORM]  # fmt: skip
     for prefix in ("/gpu-runner/ml-project", "/gpu-runner/other-org/octo-repo", "/octo-org/octo-repo"):
         settings_file.write_text(yaml.safe_dump({**raw, "ssm_prefix": prefix}))
         assert cli.main(argv) == 1
@@ -261,38 +260,10 @@ def test_bootstrap_names_a_bucket_that_exists_already(
     )
     monkeypatch.delenv("GITHUB_REPOSITORY", raising=False)
     argv = ["--settings", str(settings_file), "bootstrap", "--repository", DEFAULT_REPOSITORY, "--bucket", bucket,
-            "--oidc-provider-arn", oidc_provider, "--template", str(TEMPLATE)]  # fmt: skip
+            "--oidc-provider-arn", oidc_provider, "--template", str(TEMPLATE), "--platform", TEST_PLATFORM]  # fmt: skip
     assert cli.main(argv) == 1
     err = capsys.readouterr().err
     assert "BucketAlreadyExists" in err and "--bucket" in err, err
-
-
-def test_make_bootstrap_passes_the_bucket_and_branches_the_workflows_use() -> None:
-    """`make bootstrap` is what the README says to run: its flags parse, and the bucket, repository, branch
-    prefix and default branch it deploys are the ones train.yml uses (bucket and prefix: the settings file's,
-    the one source that launch hands on to the train job as the start job's `bucket` output)."""
-    words = make_command(PROJECT_DIR / "Makefile", "bootstrap")
-    args = cli.parser().parse_args(words[words.index("gpu-runner") + 1 :])
-    assert args.command == "bootstrap" and str(args.settings) == "configs/gpu-runner.yaml"
-    # So bootstrap takes them from the settings.
-    assert (args.bucket, args.branch_prefix, args.sweep_branch_prefix) == ("", "", "")
-    settings = load_settings(PROJECT_DIR / args.settings)
-    workflow = yaml.safe_load((PROJECT_DIR / ".github" / "workflows" / "train.yml").read_text())
-    (train_step,) = [step for step in workflow["jobs"]["train"]["steps"] if step.get("id") == "train"]
-    start_bucket = "$" + "{" * 2 + " needs.start.outputs.bucket " + "}" * 2  # verbatim file: no Jinja braces
-    assert settings.bucket and train_step["env"]["BUCKET"] == start_bucket
-    assert 'CHECKPOINT_URI="s3://${BUCKET}/checkpoints"' in train_step["run"]
-    assert workflow[True]["push"]["branches"] == [f"{settings.train_branch_prefix}**"]
-    answers = json.loads((PROJECT_DIR / ".cookiecutter.json").read_text())["cookiecutter"]
-    assert args.repository == f"{answers['github_owner']}/{answers['github_repo']}"
-    # The platform commit the launch roles trust: no flag, so bootstrap reads the pin in pyproject.toml (make runs
-    # it in the project's root), the commit train.yml calls start and stop at.
-    assert args.platform == ""
-    pin = trusted_platform(args.platform, PROJECT_DIR)
-    called = {job["uses"] for job in (workflow["jobs"]["start"], workflow["jobs"]["stop"])}
-    assert called == {
-        f"{pin.repository}/.github/workflows/gpu-runner-{name}.yml@{pin.commit}" for name in ("start", "stop")
-    }
 
 
 def test_the_credential_writer_is_the_iam_principal_running_bootstrap(moto_endpoint: str) -> None:

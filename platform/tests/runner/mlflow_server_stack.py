@@ -3,7 +3,7 @@ session's bootstrap stack (gpu_runner_testing.gpu_runner_stack), and what it dep
 
 moto's GetCallerIdentity answers `arn:aws:sts::<account>:user/moto`, a shape real AWS never returns, which `up`
 refuses as a password reader; so `up` runs with --password-reader naming a role made here, as an admin whose
-session is not an IAM role's would (the readers themselves: tests/runner/test_mlflow_server.py)."""
+session is not an IAM role's would (the readers themselves: test_mlflow_server.py)."""
 
 from __future__ import annotations
 
@@ -12,18 +12,18 @@ from typing import Any
 
 import boto3
 from botocore.exceptions import ClientError
-from gpu_runner_testing.github_double import DEFAULT_REPOSITORY
-from gpu_runner_testing.stack_deploy import delete_if_present, described, run_cli
-from project_package import PROJECT_DIR
 
 from gpu_runner.mlflow_server import TEMPLATE as SERVER_TEMPLATE
 from gpu_runner.mlflow_server import mlflow_server
+from gpu_runner.mlflow_server.mlflow_server_project import PLATFORM_REQUIREMENTS
+from gpu_runner_testing.github_double import DEFAULT_REPOSITORY
+from gpu_runner_testing.stack_deploy import delete_if_present, described, run_cli
 
-# The bake's own files that `mlflow-server up` reads (its lock, its training config, its pinned requirements): this
-# double is about the project, not only the platform.
-LOCK = PROJECT_DIR / "uv.lock"
-TRAIN_CONFIG = PROJECT_DIR / "configs" / "train.yaml"
-REQUIREMENTS = PROJECT_DIR / "infra" / "mlflow-server-requirements.txt"
+# What `mlflow-server up` reads from a project, here the platform's own: its uv.lock (aligned with a new project's
+# by the template repository's scripts/relock.py), a training config's two fields, the requirements it ships.
+LOCK = Path(__file__).resolve().parents[2] / "uv.lock"
+TRAIN_CONFIG = Path(__file__).with_name("server_train_config.yaml")
+REQUIREMENTS = PLATFORM_REQUIREMENTS
 PEOPLE_ROLE = "mlflow-people"
 
 

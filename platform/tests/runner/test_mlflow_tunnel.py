@@ -25,7 +25,13 @@ import boto3
 import botocore.session
 import pytest
 from botocore.exceptions import ClientError
-from doubles.mlflow_server_stack import deployed
+from mlflow.tracking import MlflowClient
+from mlflow_server_stack import deployed
+from parliament import analyze_policy_string
+
+from gpu_runner.core.settings import load_settings
+from gpu_runner.mlflow_server import mlflow_server, mlflow_tunnel
+from gpu_runner.mlflow_server.mlflow_wake import MlflowServerError
 from gpu_runner_testing import session_manager_plugin
 from gpu_runner_testing.aws_fault_proxy import AwsFaultProxy
 from gpu_runner_testing.github_double import DEFAULT_REPOSITORY
@@ -41,12 +47,6 @@ from gpu_runner_testing.iam_requests import (
 )
 from gpu_runner_testing.ssm_sessions import document_content
 from gpu_runner_testing.stack_deploy import OIDC_URL, run_cli
-from mlflow.tracking import MlflowClient
-from parliament import analyze_policy_string
-
-from gpu_runner.core.settings import load_settings
-from gpu_runner.mlflow_server import mlflow_server, mlflow_tunnel
-from gpu_runner.mlflow_server.mlflow_wake import MlflowServerError
 
 _O, _N = DEFAULT_REPOSITORY.split("/")
 _WF = f"{_O}/{_N}/.github/workflows"

@@ -34,14 +34,14 @@ from typing import Any
 import mlflow
 import pytest
 import yaml
-from doubles.mlflow_server_stack import REQUIREMENTS, TRAIN_CONFIG, deployed
+from mlflow.tracking import MlflowClient
+from mlflow_server_stack import REQUIREMENTS, TRAIN_CONFIG, deployed
+
+from gpu_runner.mlflow_server import mlflow_server
 from gpu_runner_testing import mlflow_server_boot
 from gpu_runner_testing.aws_limits import EC2_USER_DATA_MAX_BYTES
 from gpu_runner_testing.gpu_runner_stack import REGION
 from gpu_runner_testing.local_http import LocalHttpServer
-from mlflow.tracking import MlflowClient
-
-from gpu_runner.mlflow_server import mlflow_server
 
 pytestmark = pytest.mark.slow  # a real MLflow server with basic auth, shared by the module
 ALIAS = "champion"

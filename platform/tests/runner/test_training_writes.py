@@ -10,14 +10,18 @@ gpu_job.checkpoints)."""
 
 from __future__ import annotations
 
-import importlib
 import json
+import os
 import uuid
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
+
+from gpu_job import checkpoints
+from gpu_runner.core import checkpoint_owners
+from gpu_runner.mlflow_server import TEMPLATE as SERVER_TEMPLATE
 from gpu_runner_testing import batch_stack as batch_double
 from gpu_runner_testing.gpu_runner_stack import (
     REGION,
@@ -30,12 +34,6 @@ from gpu_runner_testing.gpu_runner_stack import (
     stack_vpc,
 )
 from gpu_runner_testing.iam_requests import ACCOUNT, Request, allowed, record_calls, s3_context
-from project_package import PROJECT_PACKAGE
-
-from gpu_runner.core import checkpoint_owners
-from gpu_runner.mlflow_server import TEMPLATE as SERVER_TEMPLATE
-
-PACKAGE = PROJECT_PACKAGE
 
 INSTANCE = "i-0aaaaaaaaaaaaaaaa"
 OTHER_INSTANCE = "i-0bbbbbbbbbbbbbbbb"
@@ -210,14 +208,13 @@ def _as_instance(monkeypatch: pytest.MonkeyPatch, role_arn: str, instance_id: st
 
 
 def _train_on(tmp_path: Path, name: str, bucket: str) -> Any:
-    """The training's own checkpoint store (train._checkpoint_store, what train() opens) with a local backup dir."""
-    config = importlib.import_module(f"{PACKAGE}.config")
-    train = importlib.import_module(f"{PACKAGE}.train")
-    local = tmp_path / name
-    cfg = config.config_from_dict(
-        {"training": {"checkpoint_uri": f"s3://{bucket}/checkpoints", "checkpoint_dir": str(local)}}
-    )
-    return train._checkpoint_store(cfg)
+    """The checkpoint store as a project's training opens it (its train._checkpoint_store; the project's
+    test_checkpoints holds it to this): the branch and commit its run is tagged with, from the job's environment,
+    which code inside the job sets as it likes."""
+    return checkpoints.open_store(
+        f"s3://{bucket}/checkpoints", os.environ["GITHUB_REF_NAME"], os.environ["TRAIN_COMMIT"],
+        checkpoints.config_hash({"epochs": 2}), tmp_path / name,
+    )  # fmt: skip
 
 
 def _checkpoint(store: Any, content: str, run_id: str, epochs: int) -> None:

@@ -10,7 +10,6 @@ volume (DeletionPolicy: Snapshot is asserted on the template)."""
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import json
 import re
@@ -27,7 +26,7 @@ import pytest
 import yaml
 from botocore.exceptions import ClientError
 from botocore.validate import ParamValidator
-from doubles.mlflow_server_stack import (
+from mlflow_server_stack import (
     LOCK,
     SERVER_TEMPLATE,
     TRAIN_CONFIG,
@@ -36,6 +35,12 @@ from doubles.mlflow_server_stack import (
     run_cli,
     up,
 )
+from parliament import analyze_policy_string
+
+from gpu_runner.batch import TEMPLATE as BATCH_TEMPLATE
+from gpu_runner.core.aws import Aws
+from gpu_runner.cost import server as server_cost
+from gpu_runner.mlflow_server import mlflow_server, mlflow_server_access, mlflow_server_project, mlflow_wake
 from gpu_runner_testing.aws_faults import AwsFaults
 from gpu_runner_testing.github_double import DEFAULT_REPOSITORY
 from gpu_runner_testing.gpu_runner_stack import (
@@ -47,13 +52,6 @@ from gpu_runner_testing.gpu_runner_stack import (
 )
 from gpu_runner_testing.iam_requests import ACCOUNT, Request, allowed, key_policy_allows, ssm_kms_request
 from gpu_runner_testing.price_answers import get_products_answer, price_list_product
-from parliament import analyze_policy_string
-from project_package import PROJECT_DIR
-
-from gpu_runner.batch import TEMPLATE as BATCH_TEMPLATE
-from gpu_runner.core.aws import Aws
-from gpu_runner.cost import server as server_cost
-from gpu_runner.mlflow_server import mlflow_server, mlflow_server_access, mlflow_server_project, mlflow_wake
 
 STOP = "cron(0 20 ? * MON-FRI *)"
 START = "cron(0 7 ? * MON-FRI *)"
@@ -79,46 +77,24 @@ def test_up_wires_the_server_to_the_runner_stack(server: dict[str, Any], stack: 
     assert parameters["BucketName"] == runner["BucketName"] == stack["bucket"]
     assert parameters["SsmPrefix"] == stack["settings"].ssm_prefix
     assert (parameters["StopSchedule"], parameters["StartSchedule"]) == (STOP, START)
-    # The server runs the MLflow the project's clients lock.
+    # The server runs the MLflow the clients lock (a project's lock; here the platform's, which agrees with it).
     assert parameters["MlflowVersion"] == mlflow_server.locked_mlflow_version(LOCK) == mlflow.__version__
     assert server["outputs"]["ReadyParameter"] == mlflow_wake.ready_parameter(stack["settings"].ssm_prefix)
 
 
 def test_up_names_what_the_server_makes_from_the_training_config(server: dict[str, Any]) -> None:
-    """The experiments train.yml, sweep.yml and predict.yml log to, and the served model, as configs/train.yaml
-    names them; the parameter is JSON, so an experiment name with quotes or a comma passes unchanged."""
+    """The experiments train.yml, sweep.yml and predict.yml log to, and the served model, as a project's
+    configs/train.yaml names them (here the test's, whose experiment name holds quotes and a comma: the parameter is
+    JSON, so it passes unchanged). That a project's predict and sweep log where the server expects is the project's
+    own test (tests/runner/test_mlflow_server_project.py)."""
     config = yaml.safe_load(TRAIN_CONFIG.read_text(encoding="utf-8"))
     experiment, model = config["tracking"]["experiment_name"], config["registry"]["model_name"]
     parameters, outputs = server["parameters"], server["outputs"]
     assert json.loads(parameters["ExperimentNames"]) == [experiment, experiment + "-inference"]
     assert parameters["ServedModelName"] == outputs["ServedModelName"] == model
     assert outputs["PromotionsExperiment"] == f"{model} promotions"
-    # predict.yml's runs go to the twin the package names (its constant read from its source: importing the
-    # package would import TensorFlow).
-    (source,) = (PROJECT_DIR / "src").glob("*/predict_tracking.py")
-    assert _constant(source, "INFERENCE_SUFFIX") == mlflow_server_project.INFERENCE_SUFFIX
-    # A sweep logs into the training config's experiment, not one of its own: configs/sweep.yaml names none.
-    # (Its keys, not its text: a package name may hold the word, as retina_scan_classifier_experiments does.)
-    sweep = yaml.safe_load((PROJECT_DIR / "configs" / "sweep.yaml").read_text(encoding="utf-8"))
-    assert not [key for key in _keys(sweep) if "experiment" in key or key == "tracking"], sweep
     odd = mlflow_server_project.Served(('Ada\'s "odd", name é',), "m")
     assert json.loads(odd.experiments_json()) == ['Ada\'s "odd", name é']
-
-
-def _keys(tree: Any) -> list[str]:
-    """Every mapping key of a parsed YAML document, at any depth."""
-    if isinstance(tree, dict):
-        return [str(key) for key in tree] + [k for value in tree.values() for k in _keys(value)]
-    if isinstance(tree, list):
-        return [k for item in tree for k in _keys(item)]
-    return []
-
-
-def _constant(source: Path, name: str) -> Any:
-    for node in ast.parse(source.read_text(encoding="utf-8")).body:
-        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [name]:
-            return ast.literal_eval(node.value)
-    raise AssertionError(f"{source} assigns no {name}")
 
 
 @pytest.mark.parametrize(

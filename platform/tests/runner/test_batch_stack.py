@@ -29,8 +29,16 @@ import botocore.session
 import pytest
 from botocore.exceptions import ClientError
 from botocore.validate import validate_parameters
-from doubles.makefile import make_command
+from parliament import analyze_policy_string
+
 from gpu_job import distributed
+from gpu_runner import cli
+from gpu_runner.batch import TEMPLATE as BATCH_TEMPLATE
+from gpu_runner.batch import batch_stack
+from gpu_runner.core import naming, stack_names
+from gpu_runner.core.aws import Aws
+from gpu_runner.core.settings import PINNED_IMAGE, load_settings
+from gpu_runner.mlflow_server import mlflow_server
 from gpu_runner_testing import batch_stack as double
 from gpu_runner_testing import batch_world
 from gpu_runner_testing.git_repository import committed_repository
@@ -55,16 +63,6 @@ from gpu_runner_testing.iam_requests import (
     web_identity_allowed,
 )
 from gpu_runner_testing.stack_deploy import OIDC_URL, TEST_PLATFORM, bootstrap
-from parliament import analyze_policy_string
-from project_package import PROJECT_DIR
-
-from gpu_runner import cli
-from gpu_runner.batch import TEMPLATE as BATCH_TEMPLATE
-from gpu_runner.batch import batch_stack
-from gpu_runner.core import naming, stack_names
-from gpu_runner.core.aws import Aws
-from gpu_runner.core.settings import PINNED_IMAGE, load_settings
-from gpu_runner.mlflow_server import mlflow_server
 
 BATCH_MODEL = botocore.session.get_session().get_service_model("batch")
 
@@ -283,7 +281,7 @@ def test_job_definitions_run_the_pinned_image_on_one_gpu_with_retries_on_spot_re
     assert multinode["instanceType"] == batch["parameters"]["MultiNodeInstanceType"]
 
 
-def test_template_settings_moto_does_not_apply() -> None:
+def test_batch_template_settings_moto_does_not_apply() -> None:
     resources = double.template()["Resources"]
     data = resources["LaunchTemplate"]["Properties"]["LaunchTemplateData"]
     assert data["MetadataOptions"] == {
@@ -904,24 +902,6 @@ def test_stack_names_leave_room_for_queue_and_definition_names() -> None:
     }
     # Different repositories of one project get different stacks (and queues).
     assert name != batch_stack.batch_stack_name("p" * 300, "other/repo")
-
-
-@pytest.mark.parametrize(("target", "action"), [("batch-up", "up"), ("batch-down", "down")])
-def test_the_make_targets_are_commands_the_cli_accepts(target: str, action: str) -> None:
-    """`make batch-up` / `make batch-down` as a person runs them (BATCH_ARGS empty), parsed by the CLI's parser:
-    this repository, the settings file and, for up, a template that exists."""
-    words = [w for w in make_command(PROJECT_DIR / "Makefile", target) if w != "$(BATCH_ARGS)"]
-    args = cli.parser().parse_args(words[words.index("gpu-runner") + 1 :])
-    assert (args.command, args.action) == ("batch", action)
-    assert str(args.settings) == "configs/gpu-runner.yaml" and stack_repository() == args.repository
-    if action == "up":
-        assert args.template == BATCH_TEMPLATE and BATCH_TEMPLATE.is_file()
-
-
-def stack_repository() -> str:
-    """The repository the bake answered (.cookiecutter.json): what `make bootstrap` passes its stack to trust."""
-    answers = json.loads((PROJECT_DIR / ".cookiecutter.json").read_text(encoding="utf-8"))["cookiecutter"]
-    return f"{answers['github_owner']}/{answers['github_repo']}"
 
 
 def test_the_batch_command_group_has_up_and_down() -> None:
