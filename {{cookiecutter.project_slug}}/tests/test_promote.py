@@ -3,8 +3,9 @@ champion measured on the held-out set with this checkout's code, the run's own m
 improvement served, the served files copied into the promotions experiment with the SHA-256 of every one recorded
 on the version. The models are real TensorFlow exports: a briefly trained digits model (conftest `exports`) and
 an untrained one (about chance). The server here has no authentication: what `ci` and `promote` may do on the
-team server is proven by helper tests of the server's auth bootstrap (tests/runner/test_mlflow_server*.py); the
-permissions promote needs are proven by tests/test_promote_auth.py."""
+team server is proven by the platform's tests of the server's auth bootstrap
+(platform/tests/runner/test_mlflow_server*.py); the permissions promote needs are proven by
+tests/test_promote_auth.py."""
 
 from __future__ import annotations
 

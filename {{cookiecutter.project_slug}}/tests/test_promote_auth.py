@@ -1,8 +1,9 @@
 """The promote / ci split on a real `mlflow server --app-name basic-auth` (artifacts proxied to moto's S3), with the
 permissions the team server's boot script gives (the contract of issue 30: default READ; the training experiment
 ci EDIT, promote READ; the served model and its promotions experiment ci READ, promote EDIT). The server's own
-bootstrap is proven in tests/runner/test_mlflow_server*.py; here: training and predict work as `ci`, promote works
-as `promote` and needs nothing more, and `ci` cannot serve a model: not through the command, not by hand."""
+bootstrap is proven in the platform's platform/tests/runner/test_mlflow_server*.py; here: training and predict
+work as `ci`, promote works as `promote` and needs nothing more, and `ci` cannot serve a model: not through the
+command, not by hand."""
 
 from __future__ import annotations
 

@@ -154,7 +154,7 @@ def test_a_stopped_team_server_is_woken_before_the_launch_and_holds_the_run(
     first_mark = ssm.get_parameter(Name=team_server.ready_parameter)["Parameter"]
     assert first_mark["Value"] == team_server.uri  # the first boot's mark (its address, here 127.0.0.1)
     # Gone, so only this boot's mark can let the launch go (that an older mark is not taken for it is
-    # tests/runner/test_mlflow_server.py's; here it would cost wake's 30 s clock margin in waiting).
+    # the platform's test_mlflow_server.py's; here it would cost wake's 30 s clock margin in waiting).
     ssm.delete_parameter(Name=team_server.ready_parameter)
     done, booted = threading.Event(), []
     watcher = threading.Thread(

@@ -26,7 +26,7 @@ PLATFORM_REQUIREMENTS = Path(__file__).with_name("server-requirements.txt")
 REGENERATE = "make mlflow-server-requirements"
 WRITES = f" (it writes {DEFAULT_REQUIREMENTS}, which up takes when --requirements is not given)"
 # predict.yml logs each batch prediction into `<tracking.experiment_name>-inference` (the package's
-# predict_tracking.INFERENCE_SUFFIX; tests/runner/test_mlflow_server.py holds the two equal).
+# predict_tracking.INFERENCE_SUFFIX; a project's tests/runner/test_mlflow_server_project.py holds the two equal).
 INFERENCE_SUFFIX = "-inference"
 # The experiment promote logs the files it evaluated to, whose runs are the served versions' sources.
 PROMOTIONS_SUFFIX = " promotions"
