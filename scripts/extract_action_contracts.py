@@ -5,9 +5,9 @@
 
 Reads each `uses: owner/repo@<sha> # <version>` of the generated workflows and composite actions, plus the
 team's allowed pins (tests/action_pins.json), from local bare git snapshots of the action repositories (the
-layout is <mirror>/<owner>+<repo>/repo, as `git clone --bare` makes it), and writes
-{{cookiecutter.project_slug}}/tests/contracts/actions.json, which the generated project's
-tests/test_action_contracts.py checks every workflow against offline.
+layout is <mirror>/<owner>+<repo>/repo, as `git clone --bare` makes it), and writes the platform's
+gpu_runner_testing/workflow_checks/action_contracts.json, against which a generated project's
+tests/test_action_contracts.py checks every workflow offline, and this repository's tests the platform's.
 
 For each pin it reads `action.yml` at the pinned SHA. When that SHA is not in the snapshot (a snapshot older
 than the pin), the entry says so (`sha_in_snapshot: false`) and records the contract of the newest release tag
@@ -32,7 +32,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = ROOT / "{{cookiecutter.project_slug}}"
-OUTPUT = PROJECT / "tests" / "contracts" / "actions.json"
+OUTPUT = ROOT / "platform" / "src" / "gpu_runner_testing" / "workflow_checks" / "action_contracts.json"
 TEAM_PINS = ROOT / "tests" / "action_pins.json"
 PIN = re.compile(r"uses:\s*([\w.-]+/[\w.-]+)@([0-9a-f]{40})\s*#\s*(v[\w.-]+)")
 RELEASE_TAG = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")

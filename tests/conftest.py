@@ -18,8 +18,8 @@ from cookiecutter.generate import generate_context
 from cookiecutter.main import cookiecutter
 from cookiecutter.prompt import prompt_for_config
 from cookiecutter.utils import create_env_with_context
+from gpu_runner_testing.workflow_checks.workflow_files import iter_strings  # noqa: F401 (re-exported: the same walk the project's workflow checks use)
 from template_snapshot import PLATFORM_REPOSITORY, bakeable_template, snapshot_git_env
-from workflow_files import iter_strings  # noqa: F401 (re-exported: the same walk the project's workflow checks use)
 
 TEMPLATE_ROOT = Path(__file__).resolve().parents[1]
 COOKIECUTTER_JSON = TEMPLATE_ROOT / "cookiecutter.json"

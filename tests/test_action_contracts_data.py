@@ -1,4 +1,4 @@
-"""The generated tests/contracts/actions.json covers every pin and is what the extraction script writes.
+"""The platform's action_contracts.json covers every pin and is what the extraction script writes.
 
 The generated project's own test_action_contracts.py checks the workflows against that data offline; these
 tests keep the data honest from the template side: no pin without a contract, and (where the action snapshots
@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = ROOT / "{{cookiecutter.project_slug}}"
-DATA = PROJECT / "tests" / "contracts" / "actions.json"
+DATA = ROOT / "platform" / "src" / "gpu_runner_testing" / "workflow_checks" / "action_contracts.json"
 SCRIPT = ROOT / "scripts" / "extract_action_contracts.py"
 # Bare git snapshots of the action repositories, <owner>+<repo>/repo, in the directory ACTION_MIRROR names
 # (nothing on a fresh machine: the re-extraction test then skips, saying how to provide one).

@@ -33,7 +33,7 @@ from conftest import (
     write_config,
 )
 from cookiecutter.main import cookiecutter
-from workflow_files import platform_call_problems
+from gpu_runner_testing.workflow_checks.workflow_files import platform_call_problems
 
 CONFIG = template_config()
 # Choice questions (lists) and yes/no questions (JSON booleans), read from cookiecutter.json.

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from conftest import bake_template, write_config
 from cookiecutter.main import cookiecutter
-from workflow_files import offline_env
+from gpu_runner_testing.workflow_checks.workflow_files import offline_env
 
 # The CloudFormation templates, package data of gpu_runner, as checkov names them (scanned in platform/: a
 # bake holds no copy since issue 31, and the stacks name no project).

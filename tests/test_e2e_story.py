@@ -1,6 +1,8 @@
 """Bake the defaults and run their `make e2e`: the real train.yml under act against local AWS, GitHub and
-MLflow, the happy story and every fault scenario. Reads the report the generated suite writes and checks its
-figures."""
+MLflow, the happy story and every fault scenario. The fault scenarios and the security stories are the
+platform's (gpu_runner_testing.story.platform_stories, which the bake's `make e2e` collects from the installed
+platform): this is where they run against a bake in this repository's CI. Reads the report the stories write
+and checks its figures."""
 
 from __future__ import annotations
 
@@ -14,8 +16,8 @@ from cookiecutter.main import cookiecutter
 from test_generated_project import make
 
 ROOT = Path(__file__).resolve().parent.parent
-# Fault scenarios 1-15 (stories.py), the hijack story (16, test_hijack_story.py) and the foreign stop story
-# (17, test_foreign_stop_story.py).
+# Fault scenarios 1-15 (gpu_runner_testing.story.stories), the hijack story (16, test_hijack_story.py) and the
+# foreign stop story (17, test_foreign_stop_story.py), all three in gpu_runner_testing.story.platform_stories.
 SCENARIOS = 17
 
 pytestmark = pytest.mark.e2e

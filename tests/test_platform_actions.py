@@ -3,25 +3,36 @@ calls them as `<owner>/<template>/.github/actions/<name>@<commit>`, at the commi
 gpu-runner distribution at; its own suite checks its calls against the action.yml at that commit
 (tests/test_action_contracts.py, tests/workflows/). What the actions themselves run is checked here, once: the
 linters a bake runs on its own GitHub files (zizmor with both personas, the action schema, shellcheck, the
-structural rules and the pin table), every `with:` against the called action's contract, what each install
-mode of setup runs, and that the tunnel role's credentials never become the job's.
+structural rules and the pin table), what each install mode of setup runs, and that the tunnel role's
+credentials never become the job's (every `with:` against the called action's contract:
+tests/test_platform_action_contracts.py).
 """
 
 from __future__ import annotations
 
 import copy
 import itertools
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
-from planted_violations import BAD_ACTION
-from step_scripts import run_bash
-from workflow_files import AWS_CREDENTIALS, CONTRACTS_FILE, as_expression, iter_steps, load_pins, load_yaml
-from workflow_linters import check_jsonschema, describe_zizmor, shellcheck_action, zizmor
-from workflow_rules import expressions_in_run, uses_problems
+from gpu_runner_testing.workflow_checks.planted_violations import BAD_ACTION
+from gpu_runner_testing.workflow_checks.step_scripts import run_bash
+from gpu_runner_testing.workflow_checks.workflow_files import (
+    AWS_CREDENTIALS,
+    CONTRACTS_FILE,
+    as_expression,
+    load_pins,
+    load_yaml,
+)
+from gpu_runner_testing.workflow_checks.workflow_linters import (
+    check_jsonschema,
+    describe_zizmor,
+    shellcheck_action,
+    zizmor,
+)
+from gpu_runner_testing.workflow_checks.workflow_rules import expressions_in_run, uses_problems
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ACTIONS = sorted((REPO_ROOT / ".github" / "actions").glob("*/action.yml"))
@@ -55,36 +66,6 @@ def test_shellcheck_finds_nothing_and_catches_a_planted_finding(tmp_path: Path) 
 def test_every_remote_action_is_pinned_from_the_pin_table_with_its_version() -> None:
     pins = load_pins(CONTRACTS_FILE)
     assert [f"{a.parent.name}: {p}" for a in ACTIONS for p in uses_problems(a, load_yaml(a), pins)] == []
-
-
-def contract_problems(action: Path, contracts: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
-    """Each remote step's `with:` keys are inputs of the called action at its pin, and its required inputs are
-    given (GitHub only warns about an unknown input: docs.github.com, Metadata syntax, `inputs`)."""
-    problems = []
-    for where, step in iter_steps(load_yaml(action)):
-        if "uses" not in step:
-            continue
-        repo, _, sha = step["uses"].partition("@")
-        contract = contracts.get((repo, sha))
-        if contract is None:
-            problems.append(f"{where}: {step['uses']} has no contract in {CONTRACTS_FILE.name}")
-            continue
-        given = set(step.get("with") or {})
-        problems += [f"{where}: unknown input {name!r}" for name in sorted(given - set(contract["inputs"]))]
-        required = {
-            name for name, spec in contract["inputs"].items() if spec["required"] and not spec["default"]
-        }
-        problems += [f"{where}: required input {name!r} missing" for name in sorted(required - given)]
-    return problems
-
-
-def test_every_with_respects_the_called_actions_contract(tmp_path: Path) -> None:
-    data = json.loads(CONTRACTS_FILE.read_text(encoding="utf-8"))
-    contracts = {(action["repo"], action["sha"]): action for action in data["actions"]}
-    assert [p for action in ACTIONS for p in contract_problems(action, contracts)] == []
-    planted = tmp_path / "action.yml"
-    planted.write_text(SETUP.read_text(encoding="utf-8").replace("cache-dependency-glob:", "cache-glob:"))
-    assert any("unknown input 'cache-glob'" in p for p in contract_problems(planted, contracts))
 
 
 def test_the_platforms_own_dependabot_keeps_every_action_current() -> None:

@@ -18,7 +18,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cli_contract import PLATFORM_CLI_CONTRACT, cli_env, help_problems, loose_arguments, parse_problems
 from conftest import bake_project
 from gpu_runner.core.workflow_contract import (
     BatchOutput,
@@ -28,7 +27,14 @@ from gpu_runner.core.workflow_contract import (
     TunnelOutput,
     WaitOutput,
 )
-from step_scripts import (
+from gpu_runner_testing.workflow_checks.cli_contract import (
+    PLATFORM_CLI_CONTRACT,
+    cli_env,
+    help_problems,
+    loose_arguments,
+    parse_problems,
+)
+from gpu_runner_testing.workflow_checks.step_scripts import (
     ATTACK_REF,
     CALLER_PACKAGE,
     MARKER,
@@ -42,7 +48,7 @@ from step_scripts import (
     substitute,
     untrusted_outside_env,
 )
-from workflow_files import (
+from gpu_runner_testing.workflow_checks.workflow_files import (
     AWS_CREDENTIALS,
     LAUNCH_OUTPUTS,
     SETTINGS_OUTPUTS,

@@ -21,9 +21,21 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from step_scripts import PAYLOAD, gpu_runner_calls, run_bash, step_env, substitute
-from tunnel_rules import THROUGH_TUNNEL_OR_VARIABLE, URI, is_tunnel, tunnel_problems, with_tunnel
-from workflow_files import (
+from gpu_runner_testing.workflow_checks.step_scripts import (
+    PAYLOAD,
+    gpu_runner_calls,
+    run_bash,
+    step_env,
+    substitute,
+)
+from gpu_runner_testing.workflow_checks.tunnel_rules import (
+    THROUGH_TUNNEL_OR_VARIABLE,
+    URI,
+    is_tunnel,
+    tunnel_problems,
+    with_tunnel,
+)
+from gpu_runner_testing.workflow_checks.workflow_files import (
     AWS_CREDENTIALS,
     LAUNCH_OUTPUTS,
     RUNNER_SYNC,
@@ -39,7 +51,7 @@ from workflow_files import (
     tool,
     triggers,
 )
-from workflow_rules import cache_problems
+from gpu_runner_testing.workflow_checks.workflow_rules import cache_problems
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PLATFORM = platform_workflows(REPO_ROOT)

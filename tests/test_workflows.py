@@ -2,13 +2,11 @@
 files render, that non-default answers reach them, and that the pin table is the team's.
 
 The checks that guard the project's workflows (actionlint, zizmor, schemas, the structural rules, what the
-GPU workflows mean, the injection harness, the gpu-runner CLI contract) ship with the project, in
-`{{cookiecutter.project_slug}}/tests/workflows/`, and run in every bake's own suite
-(tests/test_generated_project.py) on the files as they are at test time. This repository's own workflows
-(ci.yml and the platform's start, stop and batch.yml) are linted here by the same modules, imported from the
-template's copy of that directory (copied into a bake verbatim, so it is the project's file; `pythonpath` in
-pyproject.toml); what the platform's three mean and run is tests/test_platform_workflows.py's and
-tests/test_platform_workflow_scripts.py's.
+GPU workflows mean, the injection harness, the gpu-runner CLI contract) are the platform's
+`gpu_runner_testing.workflow_checks`: a bake's `tests/workflows/` applies them to its own files at test time
+(tests/test_generated_project.py runs them), and this repository's own workflows (ci.yml and the platform's
+start, stop and batch.yml) are linted here by the same modules; what the platform's three mean and run is
+tests/test_platform_workflows.py's and tests/test_platform_workflow_scripts.py's.
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import bake_project, platform_git_env
-from workflow_files import (
+from gpu_runner_testing.workflow_checks.workflow_files import (
     AWS_CREDENTIALS,
     CONTRACTS_FILE,
     answers_of,
@@ -38,8 +36,14 @@ from workflow_files import (
     triggers,
     workflow_path,
 )
-from workflow_linters import actionlint, check_jsonschema, describe_actionlint, describe_zizmor, zizmor
-from workflow_rules import SHA_RE, workflow_problems
+from gpu_runner_testing.workflow_checks.workflow_linters import (
+    actionlint,
+    check_jsonschema,
+    describe_actionlint,
+    describe_zizmor,
+    zizmor,
+)
+from gpu_runner_testing.workflow_checks.workflow_rules import SHA_RE, workflow_problems
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PINS_FILE = Path(__file__).with_name("action_pins.json")
@@ -169,8 +173,8 @@ def test_pins_file_matches_actions_md() -> None:
 
 
 def test_the_projects_pin_table_is_the_teams() -> None:
-    """The project's checks read the pins and their versions from its tests/contracts/actions.json: exactly
-    the team's pins, each with the team's version."""
+    """The project's checks read the pins and their versions from the platform's action_contracts.json:
+    exactly the team's pins, each with the team's version."""
     assert load_pins(CONTRACTS_FILE) == load_team_pins()
 
 

@@ -12,9 +12,10 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from e2e_report import REPORT, begin_run, render, this_run
+from gpu_runner_testing.story.report import begin_run, render, report_file, this_run
 
-pytest_plugins = ["gpu_runner_testing.pytest_plugin"]
+# The platform's servers and doubles, and its stories' fixtures (the shared stack, the order of `make e2e`).
+pytest_plugins = ["gpu_runner_testing.pytest_plugin", "gpu_runner_testing.story.fixtures"]
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -28,7 +29,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if report:  # only a run that told stories prints (and owns) the report
         terminalreporter.section("e2e report")
         terminalreporter.write_line(render(report))
-        terminalreporter.write_line(f"(saved in {REPORT})")
+        terminalreporter.write_line(f"(saved in {report_file()})")
 
 
 def _package_module(name: str) -> ModuleType:

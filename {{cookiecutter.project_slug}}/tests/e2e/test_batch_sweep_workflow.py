@@ -9,11 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from batch_story import BATCH_INSTANCE_TYPES, BATCH_SETTINGS, BATCH_VARIABLES, batch_jobs
+from gpu_runner_testing.story.batch_story import (
+    BATCH_INSTANCE_TYPES,
+    BATCH_SETTINGS,
+    BATCH_VARIABLES,
+    batch_jobs,
+)
+from gpu_runner_testing.story.stories import Stack
+from gpu_runner_testing.story.sweep_story import SweepScenario, run_sweep
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
-from stories import Stack
-from sweep_story import SweepScenario, run_sweep
 from test_sweep_workflow import _context, assert_totals
 
 pytestmark = pytest.mark.e2e

@@ -18,8 +18,8 @@ from pathlib import Path
 import boto3
 import pytest
 import yaml
-from batch_story import commit_of_the_project, outputs
 from gpu_runner_testing.batch_world import REGION, job_credentials
+from gpu_runner_testing.story.batch_story import commit_of_the_project, outputs
 from mlflow.tracking import MlflowClient
 
 # In the e2e tier: about 1.5 min of TensorFlow on the batch host, beside the act stories (not in make test).

@@ -13,10 +13,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from batch_story import BATCH_INSTANCE_TYPES, BATCH_SETTINGS, BATCH_VARIABLES, batch_jobs
-from harness import BRANCH
+from gpu_runner_testing.story.batch_story import (
+    BATCH_INSTANCE_TYPES,
+    BATCH_SETTINGS,
+    BATCH_VARIABLES,
+    batch_jobs,
+)
+from gpu_runner_testing.story.harness import BRANCH
+from gpu_runner_testing.story.stories import (
+    Scenario,
+    Stack,
+    Story,
+    cancel_workflow,
+    run_story,
+    workflow_run_ids,
+)
 from mlflow.tracking import MlflowClient
-from stories import Scenario, Stack, Story, cancel_workflow, run_story, workflow_run_ids
 
 from gpu_runner.batch.batch_jobs import CANCEL_REASON
 

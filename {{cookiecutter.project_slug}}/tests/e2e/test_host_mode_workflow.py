@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import yaml
-from harness import PROJECT, host_mode_workflow
+from gpu_runner_testing.story.harness import PROJECT, host_mode_workflow
 
 REAL = (PROJECT / ".github" / "workflows" / "train.yml").read_text()
 

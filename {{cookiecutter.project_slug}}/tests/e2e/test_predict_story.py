@@ -1,11 +1,10 @@
 """`make e2e`: the real predict.yml under act (issue 16), dispatched on the default branch against the doubles of
-harness.py: the champion of a real training run predicts images in moto's S3 on the simulated GPU instance and
-on a hosted runner; a missing alias launches nothing; a runner lost in the middle of a batch leaves shards that
-a rerun completes; an unreadable image is a row with its reason. Issue 30, High 2: the champion's files
-overwritten in the bucket (as a training job that may write there could) stop resolve before anything is
-launched, and overwritten once resolve has passed they stop the job that predicts, on the CPU and on the GPU:
-nothing predicted, no output written. Each story ends with nothing left running.
-"""
+gpu_runner_testing.story.harness: the champion of a real training run predicts images in moto's S3 on the simulated
+GPU instance and on a hosted runner; a missing alias launches nothing; a runner lost in the middle of a batch leaves
+shards that a rerun completes; an unreadable image is a row with its reason. Issue 30, High 2: the champion's files
+overwritten in the bucket (as a training job that may write there could) stop resolve before anything is launched,
+and overwritten once resolve has passed they stop the job that predicts, on the CPU and on the GPU: nothing
+predicted, no output written. Each story ends with nothing left running."""
 
 from __future__ import annotations
 
@@ -21,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from harness import (
+from gpu_runner_testing.story.harness import (
     LIVE,
     AwsFaultProxy,
     GitHubDouble,
@@ -32,9 +31,16 @@ from harness import (
     prepare_repository,
     run_workflow,
 )
+from gpu_runner_testing.story.stories import (
+    FAST_TRAIN,
+    PACKAGE,
+    Stack,
+    _wait_until,
+    on_demand_price_list,
+    typical_spot_history,
+)
 from mlflow.tracking import MlflowClient
 from PIL import Image
-from stories import FAST_TRAIN, PACKAGE, Stack, _wait_until, on_demand_price_list, typical_spot_history
 
 pytestmark = pytest.mark.e2e
 

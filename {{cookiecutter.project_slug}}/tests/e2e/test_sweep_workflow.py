@@ -1,6 +1,7 @@
 """`make e2e`: the real sweep.yml (plan -> one sweep-trial.yml leg per trial -> collect -> next wave) under act.
 
-See sweep_story.py for how the waves are run and harness.py for what is real and what is a double.
+See gpu_runner_testing.story.sweep_story for how the waves are run and .harness for what is real and what is a
+double.
 """
 
 from __future__ import annotations
@@ -10,12 +11,10 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e_report import record
-from harness import LEG, PROJECT
-from mlflow.tracking import MlflowClient
-from optuna.trial import TrialState
-from stories import Stack
-from sweep_story import (
+from gpu_runner_testing.story.harness import LEG, PROJECT
+from gpu_runner_testing.story.report import record
+from gpu_runner_testing.story.stories import Stack
+from gpu_runner_testing.story.sweep_story import (
     ACT_ENDS_RUN,
     SWEEP,
     SweepScenario,
@@ -26,6 +25,8 @@ from sweep_story import (
     overhead,
     run_sweep,
 )
+from mlflow.tracking import MlflowClient
+from optuna.trial import TrialState
 
 pytestmark = pytest.mark.e2e
 PARENT_TAG = "mlflow.parentRunId"  # MLflow's nesting tag (mlflow.utils.mlflow_tags.MLFLOW_PARENT_RUN_ID)

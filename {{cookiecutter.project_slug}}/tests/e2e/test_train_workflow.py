@@ -1,6 +1,6 @@
 """`make e2e`: the real train.yml, start -> train -> stop, with act against local AWS, GitHub and MLflow.
 
-See harness.py for what is real and what is a double. The happy story: one launch, one training, teardown,
+See gpu_runner_testing.story.harness for what is real and what is a double. The happy story: one launch, one training, teardown,
 and the results on the branch's open pull request (one comment, then edited in place by a re-run of that job).
 """
 
@@ -11,10 +11,10 @@ from urllib.parse import quote
 
 import boto3
 import pytest
-from e2e_report import record
-from harness import BRANCH, act_time
+from gpu_runner_testing.story.harness import BRANCH, act_time
+from gpu_runner_testing.story.report import record
+from gpu_runner_testing.story.stories import Scenario, Stack, run_story, story_prices, workflow_run_ids
 from mlflow.tracking import MlflowClient
-from stories import Scenario, Stack, run_story, story_prices, workflow_run_ids
 
 from gpu_runner.core.workflow_contract import LaunchOutput
 from gpu_runner.cost.pricing import load_table

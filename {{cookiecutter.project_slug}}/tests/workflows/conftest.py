@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from planted_violations import plant_violations
-from workflow_files import PROJECT, checked_github_files, load_pins
+from gpu_runner_testing.workflow_checks.planted_violations import plant_violations
+from gpu_runner_testing.workflow_checks.workflow_files import checked_github_files, load_pins
+
+PROJECT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workflow_linters import actionlint, describe_actionlint
+from gpu_runner_testing.workflow_checks.workflow_linters import actionlint, describe_actionlint
 
 
 def test_actionlint_clean_on_the_workflows(project: Path, project_files: dict[str, list[Path]]) -> None:

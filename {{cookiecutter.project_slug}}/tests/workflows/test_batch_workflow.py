@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workflow_files import answers_of, as_expression, gpu_workflows, load_yaml, platform_call, workflow_path
+from gpu_runner_testing.workflow_checks.workflow_files import (
+    answers_of,
+    as_expression,
+    gpu_workflows,
+    load_yaml,
+    platform_call,
+    workflow_path,
+)
 
 
 def test_train_and_sweep_hand_their_gpu_work_to_the_platforms_batch_yml(project: Path) -> None:

@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workflow_files import SETUP_ACTION, load_yaml, make_targets, step_uses, triggers
+from gpu_runner_testing.workflow_checks.workflow_files import (
+    SETUP_ACTION,
+    load_yaml,
+    make_targets,
+    step_uses,
+    triggers,
+)
 
 from gpu_runner.pin.project_pin import read_pin
 

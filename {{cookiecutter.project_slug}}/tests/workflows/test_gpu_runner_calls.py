@@ -1,8 +1,8 @@
-"""Every `gpu-runner <subcommand> --option` the project's own workflows pass (train.yml's and sweep.yml's comment
-jobs, reap.yml, sweep.yml's plan and collect) is in the CLI contract (cli_contract.py), passed as one
-`--opt=value` word, and accepted by the real CLI installed as those jobs install it (the runner package alone,
-from the lock). The platform's start, stop and batch.yml are held to their half of the contract where they live
-(the template repository's tests/test_platform_workflow_scripts.py)."""
+"""Every `gpu-runner <subcommand> --option` the project's own workflows pass (train.yml's and sweep.yml's
+comment jobs, reap.yml, sweep.yml's plan and collect) is in the CLI contract (workflow_checks.cli_contract),
+passed as one `--opt=value` word, and accepted by the real CLI installed as those jobs install it (the runner
+package alone, from the lock). The platform's start, stop and batch.yml are held to their half of the contract
+where they live (the template repository's tests/test_platform_workflow_scripts.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,24 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cli_contract import PROJECT_CLI_CONTRACT, cli_env, help_problems, loose_arguments, parse_problems
-from step_scripts import recorded_gpu_runner_calls, run_workflow_steps
-from workflow_files import LAUNCH_OUTPUTS, PROJECT, WAIT_OUTPUTS, answers_of, gpu_workflows, offline_env, tool
+from gpu_runner_testing.workflow_checks.cli_contract import (
+    PROJECT_CLI_CONTRACT,
+    cli_env,
+    help_problems,
+    loose_arguments,
+    parse_problems,
+)
+from gpu_runner_testing.workflow_checks.step_scripts import recorded_gpu_runner_calls, run_workflow_steps
+from gpu_runner_testing.workflow_checks.workflow_files import (
+    LAUNCH_OUTPUTS,
+    WAIT_OUTPUTS,
+    answers_of,
+    gpu_workflows,
+    offline_env,
+    tool,
+)
+
+PROJECT = Path(__file__).resolve().parents[2]
 
 
 def test_gpu_runner_calls_follow_the_contract(project: Path, tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from workflow_files import (
+from gpu_runner_testing.workflow_checks.workflow_files import (
     AWS_CREDENTIALS,
     LAUNCH_OUTPUTS,
     SETUP_ACTION,
@@ -27,7 +27,7 @@ from workflow_files import (
     triggers,
     workflow_path,
 )
-from workflow_rules import cache_problems
+from gpu_runner_testing.workflow_checks.workflow_rules import cache_problems
 
 # The GitHub App's and a token's secrets: no GPU workflow hands them to a job (the runner's registration is
 # gpu-runner's, on the default branch's code).

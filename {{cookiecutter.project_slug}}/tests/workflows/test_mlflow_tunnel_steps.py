@@ -1,7 +1,8 @@
 """Which of the project's jobs reach MLflow through the team server's SSM tunnel (the platform's mlflow-tunnel
-action): the rule is tunnel_rules.py's. (That the tunnel role's credentials never become the job's is a property
-of the action itself, and the tunnel written out in the platform's stop and batch.yml is theirs: both tested
-where they live, the template repository's tests/test_platform_actions.py and test_platform_workflows.py.)"""
+action): the rule is gpu_runner_testing.workflow_checks.tunnel_rules's. (That the tunnel role's credentials
+never become the job's is a property of the action itself, and the tunnel written out in the platform's stop
+and batch.yml is theirs: both tested where they live, the template repository's tests/test_platform_actions.py
+and test_platform_workflows.py.)"""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from tunnel_rules import DIRECT, URI, tunnel_problems, with_tunnel
-from workflow_files import TUNNEL_ACTION, load_yaml
+from gpu_runner_testing.workflow_checks.tunnel_rules import DIRECT, URI, tunnel_problems, with_tunnel
+from gpu_runner_testing.workflow_checks.workflow_files import TUNNEL_ACTION, load_yaml
 
 
 def workflows(project: Path) -> dict[str, dict[str, Any]]:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from step_scripts import (
+from gpu_runner_testing.workflow_checks.step_scripts import (
     EXPRESSION_RE,
     MARKER,
     PAYLOAD,
@@ -18,7 +18,7 @@ from step_scripts import (
     step_env,
     substitute,
 )
-from workflow_files import (
+from gpu_runner_testing.workflow_checks.workflow_files import (
     AWS_CREDENTIALS,
     GITHUB_HOSTED_RE,
     PR_EVENTS,

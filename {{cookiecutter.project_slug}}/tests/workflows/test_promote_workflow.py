@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from workflow_files import (
+from gpu_runner_testing.workflow_checks.workflow_files import (
     AWS_CREDENTIALS,
     PR_EVENTS,
     SETUP_ACTION,

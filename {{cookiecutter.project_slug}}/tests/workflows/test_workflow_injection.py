@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from step_scripts import (
+from gpu_runner_testing.workflow_checks.step_scripts import (
     ATTACK_REF,
     MARKER,
     PAYLOAD,
@@ -18,7 +18,7 @@ from step_scripts import (
     substitute,
     untrusted_outside_env,
 )
-from workflow_files import AWS_CREDENTIALS, TUNNEL_ACTION, gpu_workflows
+from gpu_runner_testing.workflow_checks.workflow_files import AWS_CREDENTIALS, TUNNEL_ACTION, gpu_workflows
 
 # Expressions over outsider-shaped contexts allowed outside `env:`: inputs of JavaScript actions (no shell).
 ALLOWED_WITH = {

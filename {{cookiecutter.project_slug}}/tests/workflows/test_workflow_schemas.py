@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from planted_violations import BAD_DEPENDABOT, BAD_WORKFLOW
-from workflow_linters import check_jsonschema
+from gpu_runner_testing.workflow_checks.planted_violations import BAD_DEPENDABOT, BAD_WORKFLOW
+from gpu_runner_testing.workflow_checks.workflow_linters import check_jsonschema
 
 
 def test_schemas_of_the_github_files(project_files: dict[str, list[Path]]) -> None:

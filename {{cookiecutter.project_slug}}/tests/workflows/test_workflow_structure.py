@@ -1,12 +1,13 @@
-"""The structural rules of workflow_rules.py hold for this project's workflows and actions, and catch every
-planted violation; no self-hosted runner is reachable from a pull request; no expression inside a `run:`."""
+"""The structural rules of the platform's workflow_rules hold for this project's workflows and actions, and
+catch every planted violation; no self-hosted runner is reachable from a pull request; no expression inside a
+`run:`."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
-from workflow_files import (
+from gpu_runner_testing.workflow_checks.workflow_files import (
     GITHUB_HOSTED_RE,
     PR_EVENTS,
     answers_of,
@@ -14,7 +15,11 @@ from workflow_files import (
     platform_call_problems,
     triggers,
 )
-from workflow_rules import expressions_in_run, uses_problems, workflow_problems
+from gpu_runner_testing.workflow_checks.workflow_rules import (
+    expressions_in_run,
+    uses_problems,
+    workflow_problems,
+)
 
 from gpu_runner.pin.project_pin import read_pin
 

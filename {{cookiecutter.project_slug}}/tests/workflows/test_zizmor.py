@@ -8,7 +8,12 @@ import re
 from pathlib import Path
 
 import pytest
-from workflow_linters import describe_zizmor, inline_zizmor_ignores, zizmor, zizmor_location
+from gpu_runner_testing.workflow_checks.workflow_linters import (
+    describe_zizmor,
+    inline_zizmor_ignores,
+    zizmor,
+    zizmor_location,
+)
 
 # Every inline `# zizmor: ignore[...]` in the project, per file, in order. Each must carry a reason,
 # and test_zizmor_ignores_are_needed proves each suppresses a real finding on its own line and nothing else.

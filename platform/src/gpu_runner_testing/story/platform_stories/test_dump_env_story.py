@@ -20,8 +20,9 @@ from __future__ import annotations
 import string
 
 import pytest
-from leak_scan import jit_config_secrets, needles, random_key, scan_tree
-from stories import FAST_TRAIN, Scenario, Stack, run_story
+
+from gpu_runner_testing.story.leak_scan import jit_config_secrets, needles, random_key, scan_tree
+from gpu_runner_testing.story.stories import FAST_TRAIN, Scenario, Stack, run_story
 
 pytestmark = pytest.mark.e2e
 RUN_ID = "7373"

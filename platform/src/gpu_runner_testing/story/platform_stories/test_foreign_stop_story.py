@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from e2e_report import record
-from harness import LIVE, REUSABLE, run_workflow
-from stories import FAST_TRAIN, Scenario, Stack, Story, run_story
 
 from gpu_runner.core.workflow_contract import LaunchOutput
+from gpu_runner_testing.story.harness import LIVE, REUSABLE, run_workflow
+from gpu_runner_testing.story.report import record
+from gpu_runner_testing.story.stories import FAST_TRAIN, Scenario, Stack, Story, run_story
 
 pytestmark = pytest.mark.e2e
 RUN_ID = "5252"

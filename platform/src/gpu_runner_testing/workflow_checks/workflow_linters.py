@@ -15,7 +15,14 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from workflow_files import PROJECT, github_files, iter_steps, load_yaml, offline_env, run, tool
+from gpu_runner_testing.workflow_checks.workflow_files import (
+    github_files,
+    iter_steps,
+    load_yaml,
+    offline_env,
+    run,
+    tool,
+)
 
 # actionlint's Go template for one JSON document (split so no Jinja-looking text is baked into the project).
 ACTIONLINT_JSON = "{" + "{json .}}"
@@ -97,7 +104,7 @@ def zizmor(
 
 
 def check_jsonschema(schema: str, files: list[Path]) -> subprocess.CompletedProcess[str]:
-    return run([tool("check-jsonschema"), "--builtin-schema", schema, *map(str, files)], PROJECT)
+    return run([tool("check-jsonschema"), "--builtin-schema", schema, *map(str, files)], Path.cwd())
 
 
 def describe_actionlint(errors: list[dict[str, Any]]) -> str:

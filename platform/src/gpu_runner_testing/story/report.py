@@ -1,5 +1,5 @@
 """The e2e report: each story adds its fault-table row, the happy story its timeline, the sweep story its
-per-trial overhead; printed after the run (tests/conftest.py), read by `make demo` and the benchmark.
+per-trial overhead; printed after the run (the project's tests/conftest.py), read by `make demo` and the benchmark.
 
 `make e2e` runs its stories in two pytest-xdist workers: both write this one file, so a write holds an exclusive
 flock (fcntl, POSIX; one process-wide lock on one local file needs nothing more), and the report carries the id of
@@ -17,8 +17,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-REPORT = Path(__file__).resolve().parents[1] / ".e2e-cache" / "report.json"
+from gpu_runner_testing.story.project import project_root
+
 RUN = "E2E_REPORT_RUN"
+
+
+def report_file() -> Path:
+    """The project's .e2e-cache/report.json (gitignored), where `make demo` and the benchmark read it. Found when
+    first written or read, not at import: the project's conftest imports this module in every test run."""
+    return project_root() / ".e2e-cache" / "report.json"
 
 
 def begin_run() -> None:
@@ -28,7 +35,8 @@ def begin_run() -> None:
 
 
 def load() -> dict[str, Any]:
-    return json.loads(REPORT.read_text()) if REPORT.exists() else {}
+    report = report_file()
+    return json.loads(report.read_text()) if report.exists() else {}
 
 
 def this_run() -> dict[str, Any]:
@@ -39,8 +47,9 @@ def this_run() -> dict[str, Any]:
 
 @contextmanager
 def _locked() -> Iterator[None]:
-    REPORT.parent.mkdir(exist_ok=True)
-    with REPORT.with_suffix(".lock").open("w") as lock:
+    report = report_file()
+    report.parent.mkdir(exist_ok=True)
+    with report.with_suffix(".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         yield
 
@@ -54,11 +63,10 @@ def record(section: str, value: Any) -> None:
             report["faults"] = sorted([*rows, value], key=lambda r: int(r["scenario"].split()[0]))
         else:
             report[section] = value
-        written = REPORT.with_suffix(".tmp")
+        file = report_file()
+        written = file.with_suffix(".tmp")
         written.write_text(json.dumps(report, indent=2))
-        os.replace(
-            written, REPORT
-        )  # whole: a reader beside this write (the leak scan) never sees half a file
+        os.replace(written, file)  # whole: a reader beside this write (the leak scan) never sees half a file
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:

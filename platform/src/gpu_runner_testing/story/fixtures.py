@@ -1,10 +1,17 @@
-"""The stack every story shares (the e2e report is printed by tests/conftest.py)."""
+"""The stories' fixtures, as a pytest plugin: the stack every story shares and the Batch host's, and the order in
+which `make e2e`'s workers take the stories. A project's root conftest.py loads it beside the platform's servers
+(`pytest_plugins = [..., "gpu_runner_testing.story.fixtures"]`), so they reach its own stories in tests/e2e/ and
+the platform's (gpu_runner_testing.story.platform_stories), which `make e2e` collects from the installed platform.
+The harness is imported only when a story asks for a stack: `make test` never loads it."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
-from harness import PROJECT, image_python
-from stories import Stack, make_stack
+
+if TYPE_CHECKING:
+    from gpu_runner_testing.story.stories import Stack
 
 # The longest stories first (measured with --durations: a sweep story takes about 2 min, a fault scenario under
 # half of one): xdist hands tests out in this order, so both workers start on long ones and the run does not
@@ -32,7 +39,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def batch_host_stack(batch_endpoint: str, mlflow_server: str) -> Stack:
     """The batch backend's workflow stories' AWS: the batch host with the project's queue and job definition."""
-    from batch_story import batch_host_stack as make_batch_host_stack
+    from gpu_runner_testing.story.batch_story import batch_host_stack as make_batch_host_stack
 
     return make_batch_host_stack(batch_endpoint, mlflow_server)
 
@@ -40,4 +47,7 @@ def batch_host_stack(batch_endpoint: str, mlflow_server: str) -> Stack:
 @pytest.fixture(scope="session")
 def stack(moto_endpoint: str, mlflow_server: str) -> Stack:
     """The servers, the GPU-image stand-in and the AWS set-up every story shares."""
+    from gpu_runner_testing.story.harness import PROJECT, image_python
+    from gpu_runner_testing.story.stories import make_stack
+
     return make_stack(moto_endpoint, mlflow_server, image_python(PROJECT / ".e2e-cache"))

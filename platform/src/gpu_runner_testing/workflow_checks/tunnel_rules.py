@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workflow_files import (
+from gpu_runner_testing.workflow_checks.workflow_files import (
     AWS_CREDENTIALS,
     GITHUB_HOSTED_RE,
     RUNNER_SYNC,

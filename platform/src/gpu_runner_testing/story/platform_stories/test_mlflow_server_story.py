@@ -26,16 +26,16 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from gpu_runner_testing import mlflow_server_boot, session_manager_plugin
-from gpu_runner_testing.aws_fault_proxy import kill_matching
-from harness import PROJECT
 from mlflow.tracking import MlflowClient
-from stories import Scenario, Stack, run_story, workflow_run_ids
 
 from gpu_runner.core.settings import load_settings
 from gpu_runner.mlflow_server import TEMPLATE as SERVER_TEMPLATE
 from gpu_runner.mlflow_server import mlflow_server, mlflow_server_access, mlflow_server_project, mlflow_wake
 from gpu_runner.setup import stack as runner_stack
+from gpu_runner_testing import mlflow_server_boot, session_manager_plugin
+from gpu_runner_testing.aws_fault_proxy import kill_matching
+from gpu_runner_testing.story.harness import PROJECT
+from gpu_runner_testing.story.stories import Scenario, Stack, run_story, workflow_run_ids
 
 pytestmark = pytest.mark.e2e
 RUN_ID = "818"

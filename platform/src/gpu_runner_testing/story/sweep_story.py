@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+from gpu_runner.core import quotas
 from gpu_runner_testing.github_double import ACTIONS_BOT
 from gpu_runner_testing.peer_env import peer_variable
 from gpu_runner_testing.service_quotas import quota_body
-from harness import (
+from gpu_runner_testing.story.harness import (
     DEFAULT_TOKEN,
     LIVE,
     AwsFaultProxy,
@@ -37,7 +38,7 @@ from harness import (
     prepare_repository,
     run_workflow,
 )
-from stories import (
+from gpu_runner_testing.story.stories import (
     EPOCH,
     FAST_TRAIN,
     PACKAGE,
@@ -48,8 +49,6 @@ from stories import (
     on_demand_price_list,
     typical_spot_history,
 )
-
-from gpu_runner.core import quotas
 
 SWEEP_BRANCH = "sweep/demo"
 # The story's search: 4 trials, 2 at once, short trainings on the embedded digits data. No pruner: with 1-2 epochs

@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-from gpu_runner_testing.batch_world import IMAGE, RESOURCES, compute_environment, queue
-from gpu_runner_testing.git_repository import git
-from harness import PROJECT, _edit_yaml, image_python
-from stories import Stack, make_stack
 
 from gpu_runner.batch.batch_stack import batch_stack_name, job_targets
+from gpu_runner_testing.batch_world import IMAGE, RESOURCES, compute_environment, queue
+from gpu_runner_testing.git_repository import git
+from gpu_runner_testing.story.harness import PROJECT, _edit_yaml, image_python
+from gpu_runner_testing.story.stories import Stack, make_stack
 
 # What the commit holds: the package, the lock and the project file (no tests or docs: smaller, same story).
 SHIPPED = ("src", "pyproject.toml", "uv.lock")

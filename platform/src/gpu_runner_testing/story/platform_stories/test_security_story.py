@@ -29,12 +29,20 @@ from pathlib import Path
 import boto3
 import mlflow.artifacts
 import pytest
-from e2e_report import REPORT
-from gpu_runner_testing.github_double import decode_jit_config
-from harness import PROJECT
-from leak_scan import Hit, jit_config_secrets, needles, random_key, scan_bytes, scan_tree
 from mlflow.tracking import MlflowClient
-from stories import Scenario, Stack, Story, run_story, workflow_run_ids
+
+from gpu_runner_testing.github_double import decode_jit_config
+from gpu_runner_testing.story.harness import PROJECT
+from gpu_runner_testing.story.leak_scan import (
+    Hit,
+    jit_config_secrets,
+    needles,
+    random_key,
+    scan_bytes,
+    scan_tree,
+)
+from gpu_runner_testing.story.report import report_file
+from gpu_runner_testing.story.stories import Scenario, Stack, Story, run_story, workflow_run_ids
 
 pytestmark = pytest.mark.e2e
 RUN_ID = "4242"
@@ -108,8 +116,8 @@ def test_no_credential_reaches_any_log_output_or_artifact(
         hits += [(f"server:{server.name}/{where}", name) for where, name in scan_tree(server, patterns)]
     parsed = {"outputs": story.run.outputs, "summaries": story.run.summaries}
     hits += scan_bytes("act: job outputs and summaries", json.dumps(parsed).encode(), patterns)
-    if REPORT.exists():
-        hits += scan_bytes("e2e report", REPORT.read_bytes(), patterns)
+    if report_file().exists():
+        hits += scan_bytes("e2e report", report_file().read_bytes(), patterns)
 
     # MLflow: what the run and its logged model hold, read back through the tracking server.
     client = MlflowClient(stack.mlflow_uri)

@@ -11,8 +11,9 @@ instance's credentials; the hook must fail it before any step, the instance must
 from __future__ import annotations
 
 import pytest
-from e2e_report import record
-from stories import FAST_TRAIN, Scenario, Stack, assert_start_tore_down, run_story
+
+from gpu_runner_testing.story.report import record
+from gpu_runner_testing.story.stories import FAST_TRAIN, Scenario, Stack, assert_start_tore_down, run_story
 
 pytestmark = pytest.mark.e2e
 RUN_ID = "5151"

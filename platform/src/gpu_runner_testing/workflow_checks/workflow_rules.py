@@ -1,8 +1,8 @@
 """Rules on the parsed workflows that no linter enforces (or only in some personas).
 
-Pins from tests/contracts/actions.json with matching `# vX.Y.Z` comments, `permissions: {}` at the top, explicit
-job permissions, timeouts, no self-hosted runner reachable from a pull request, checkout without persisted
-credentials, no `${{` inside `run:`, no dependency cache in a job that holds AWS credentials.
+Pins from the action contracts (action_contracts.json) with matching `# vX.Y.Z` comments, `permissions: {}` at the
+top, explicit job permissions, timeouts, no self-hosted runner reachable from a pull request, checkout without
+persisted credentials, no `${{` inside `run:`, no dependency cache in a job that holds AWS credentials.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from workflow_files import (
+from gpu_runner_testing.workflow_checks.workflow_files import (
     AWS_CREDENTIALS,
+    CONTRACTS_FILE,
     GITHUB_HOSTED_RE,
     PLATFORM_CALL,
     PR_EVENTS,
@@ -71,7 +72,7 @@ def uses_problems(path: Path, doc: dict[str, Any], pins: dict[tuple[str, str], s
         version = pins.get((owner_repo, sha))
         if version is None:
             problems.append(
-                f"{where}: {owner_repo}@{sha} is not in the pin table (tests/contracts/actions.json)"
+                f"{where}: {owner_repo}@{sha} is not in the pin table ({CONTRACTS_FILE.name} of the platform)"
             )
             continue
         comments = written[ref]

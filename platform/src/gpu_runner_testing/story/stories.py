@@ -24,10 +24,13 @@ from urllib.parse import parse_qs
 
 import boto3
 import yaml
+
+from gpu_runner.core.workflow_contract import LaunchOutput
+from gpu_runner.cost import pricing
 from gpu_runner_testing.amazon_images import first_amazon_image
 from gpu_runner_testing.github_double import ACTIONS_BOT
 from gpu_runner_testing.price_answers import get_products_answer, price_list_product, spot_history_xml
-from harness import (
+from gpu_runner_testing.story.harness import (
     AMI_PARAMETER,
     AWS_TEST_CREDENTIALS,
     BRANCH,
@@ -45,9 +48,6 @@ from harness import (
     prepare_repository,
     run_workflow,
 )
-
-from gpu_runner.core.workflow_contract import LaunchOutput
-from gpu_runner.cost import pricing
 
 PACKAGE = next(p.name for p in (PROJECT / "src").iterdir() if (p / "__init__.py").exists())
 EPOCH = re.compile(r"Epoch (\d+)/(\d+)")

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from workflow_files import offline_env, tool
+from gpu_runner_testing.workflow_checks.workflow_files import offline_env, tool
 
 BAD_WORKFLOW = """\
 name: bad

@@ -12,8 +12,8 @@ import re
 from collections.abc import Callable
 from subprocess import CompletedProcess
 
-from step_scripts import NESTED_SUBCOMMANDS, GpuRunnerCall
-from workflow_files import offline_env
+from gpu_runner_testing.workflow_checks.step_scripts import NESTED_SUBCOMMANDS, GpuRunnerCall
+from gpu_runner_testing.workflow_checks.workflow_files import offline_env
 
 CLI_GLOBAL_OPTIONS = {"--settings"}
 PROJECT_CLI_CONTRACT = {

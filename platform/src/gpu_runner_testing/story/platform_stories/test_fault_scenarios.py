@@ -8,12 +8,20 @@ import re
 from pathlib import Path
 
 import pytest
-from e2e_report import record
-from harness import REAPER_ROLE_ARN, ROLE_ARN
 from mlflow.tracking import MlflowClient
-from stories import FAST_TRAIN, HOSTILE_RUN_ID, SCENARIOS, Stack, Story, assert_start_tore_down, run_story
 
 from gpu_runner.core.workflow_contract import LaunchOutput
+from gpu_runner_testing.story.harness import REAPER_ROLE_ARN, ROLE_ARN
+from gpu_runner_testing.story.report import record
+from gpu_runner_testing.story.stories import (
+    FAST_TRAIN,
+    HOSTILE_RUN_ID,
+    SCENARIOS,
+    Stack,
+    Story,
+    assert_start_tore_down,
+    run_story,
+)
 
 pytestmark = pytest.mark.e2e
 

@@ -18,7 +18,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from workflow_files import as_expression, iter_steps, iter_strings, step_uses, tool
+from gpu_runner_testing.workflow_checks.workflow_files import (
+    as_expression,
+    iter_steps,
+    iter_strings,
+    step_uses,
+    tool,
+)
 
 # A stand-in for uv: records its argv (one JSON list per line) and prints $FAKE_UV_STDOUT. Every workflow
 # script reaches the outside world through uv, so the recording is exactly what the real commands receive.
