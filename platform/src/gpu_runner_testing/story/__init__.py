@@ -7,10 +7,13 @@ run end to end with `act` against the platform's doubles, as `make story` and `m
 - `stories`: the stack every story shares, a scenario, its run and what it left;
 - `sweep_story`, `batch_story`: what the sweep and Batch stories add;
 - `leak_scan`: every form a secret can take in what a story leaves behind;
-- `report`: the e2e report the stories write and `make demo` reads.
+- `report`: the e2e report the stories write and `make demo` reads;
+- `fixtures`: the stack fixtures and the order of `make e2e`, a pytest plugin the project's conftest loads;
+- `platform_stories`: the platform's own stories (faults, security, the MLflow server, the cost report), which
+  `make e2e` collects from here and tells through the project's workflows.
 
-The project keeps its stories (tests/e2e/test_*.py: what its own workflows must do) and the two fixtures that build
-the stack; the machinery is the platform's, at the commit the project pins.
+The project keeps its own stories (tests/e2e/test_*.py: what its workflows must do); the machinery is the
+platform's, at the commit the project pins.
 """
 
 from pathlib import Path
