@@ -25,7 +25,7 @@ from gpu_runner_testing.workflow_checks.action_contracts import (
     commands_called,
     double_problems,
     doubled,
-    load_contracts,
+    passed_inputs,
     planted,
     provenance_problems,
     remote_uses,
@@ -43,6 +43,9 @@ START = ROOT / ".github" / "workflows" / "gpu-runner-start.yml"
 # ci.yml), whose remote actions the act doubles stand in for.
 REUSABLE = ("gpu-runner-start", "gpu-runner-stop", "batch")
 STORY_FILES = [*(ROOT / ".github" / "workflows" / f"{name}.yml" for name in REUSABLE), *ACTIONS]
+STORY_USES = remote_uses(STORY_FILES)
+# Double name -> the contracts of the pins it stands in for.
+DOUBLED = doubled(STORY_USES, CHECKER.contracts)
 
 
 @pytest.mark.parametrize("path", [*WORKFLOWS, *ACTIONS], ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -74,33 +77,22 @@ def test_the_workflows_read_outputs_of_every_command_they_call() -> None:
 
 
 def test_the_contracts_say_where_they_were_read() -> None:
-    contracts = load_contracts()
+    contracts = CHECKER.contracts
     assert provenance_problems(contracts) == []
     assert all(SHA.match(sha) for _, sha in contracts), "a contract of a pin that is no full SHA"
 
 
 def test_a_contract_not_read_at_its_pin_and_not_marked_fails() -> None:
-    contracts = load_contracts()
+    contracts = CHECKER.contracts
     key, action = next(iter(contracts.items()))
     moved = copy.deepcopy(action) | {"sha_in_snapshot": False, "note": "read somewhere", "read_at_tag": "v1"}
     assert any("not marked NOT CHECKED" in p for p in provenance_problems({key: moved}))
     assert any("not at the pin" in p for p in provenance_problems({key: action | {"read_at": "0" * 40}}))
 
 
-def passed_to(name: str) -> set[str]:
-    """What the platform's workflows and actions pass to the remote action the double `name` stands for."""
-    return {
-        key
-        for uses, step in remote_uses(STORY_FILES)
-        if uses.split("@")[0].split("/")[1] == name
-        for key in step.get("with") or {}
-    }
-
-
-@pytest.mark.parametrize("name", sorted(doubled(remote_uses(STORY_FILES), load_contracts())))
+@pytest.mark.parametrize("name", sorted(DOUBLED))
 def test_each_double_declares_only_what_the_real_action_has(name: str) -> None:
-    real = doubled(remote_uses(STORY_FILES), load_contracts())[name]
-    assert double_problems(ACTION_DOUBLES / name, real, passed_to(name)) == []
+    assert double_problems(ACTION_DOUBLES / name, DOUBLED[name], passed_inputs(STORY_USES, name)) == []
 
 
 # ------------------------------------------------------------------ planted mismatches: the check can fail
@@ -168,15 +160,14 @@ def test_a_planted_call_of_a_workflow_nobody_pins_fails(tmp_path: Path) -> None:
 
 
 def test_a_double_with_an_input_the_real_action_lacks_fails(tmp_path: Path) -> None:
-    contracts = doubled(remote_uses(STORY_FILES), load_contracts())
-    name = sorted(contracts)[0]
+    name = sorted(DOUBLED)[0]
     double = tmp_path / name
     double.mkdir()
     meta = yaml.safe_load((ACTION_DOUBLES / name / "action.yml").read_text(encoding="utf-8"))
     meta["inputs"]["made-up"] = {"required": False, "default": ""}
     meta["outputs"] = {**(meta.get("outputs") or {}), "made-up-output": {"value": "x"}}
     (double / "action.yml").write_text(yaml.safe_dump(meta), encoding="utf-8")
-    found = double_problems(double, contracts[name], {"never-declared"})
+    found = double_problems(double, DOUBLED[name], {"never-declared"})
     assert any("input 'made-up' is not the real action's" in p for p in found), found
     assert any("output 'made-up-output' is not the real action's" in p for p in found), found
     assert any("pass 'never-declared'" in p for p in found), found

@@ -22,6 +22,7 @@ from gpu_runner_testing.workflow_checks.action_contracts import (
     commands_called,
     double_problems,
     doubled,
+    passed_inputs,
     planted,
     remote_uses,
     run_output_problems,
@@ -42,6 +43,8 @@ WORKFLOWS = sorted((PROJECT / ".github" / "workflows").glob("*.yml"))
 # The project's own composite actions (none in a bake: an action a team adds).
 COMPOSITES = sorted((PROJECT / ".github" / "actions").glob("*/action.yml"))
 TRAIN = PROJECT / ".github" / "workflows" / "train.yml"
+USES = remote_uses(WORKFLOWS)  # every remote action step of the workflows
+DOUBLED = doubled(USES, CHECKER.contracts)  # double name -> the contracts of the pins it stands in for
 
 # What the package's commands write to $GITHUB_OUTPUT (its workflow_contract's constants), beside gpu-runner's.
 PACKAGE_OUTPUTS: dict[str, set[str]] = {
@@ -75,19 +78,12 @@ def test_every_uses_respects_the_action_contract(path: Path) -> None:
 
 def test_every_workflow_is_checked() -> None:
     assert {p.name for p in WORKFLOWS} >= {"ci.yml", "train.yml", "reap.yml", "sweep.yml", "predict.yml"}
-    assert remote_uses(WORKFLOWS), "no remote action found: the check would have nothing to check"
+    assert USES, "no remote action found: the check would have nothing to check"
 
 
-@pytest.mark.parametrize("name", sorted(doubled(remote_uses(WORKFLOWS), CHECKER.contracts)))
+@pytest.mark.parametrize("name", sorted(DOUBLED))
 def test_the_stories_doubles_accept_what_the_workflows_pass(name: str) -> None:
-    passed = {
-        key
-        for uses, step in remote_uses(WORKFLOWS)
-        if uses.split("@")[0].split("/")[1] == name
-        for key in step.get("with") or {}
-    }
-    real = doubled(remote_uses(WORKFLOWS), CHECKER.contracts)[name]
-    assert double_problems(ACTION_DOUBLES / name, real, passed) == []
+    assert double_problems(ACTION_DOUBLES / name, DOUBLED[name], passed_inputs(USES, name)) == []
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)

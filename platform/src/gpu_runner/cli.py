@@ -78,7 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     log_output.to_stdout()
     command = command_of(args)
     if command.standalone is not None:  # no settings, no AWS, no workflow environment
-        return command.standalone(args)
+        try:
+            return command.standalone(args)
+        except RunnerError as error:  # a command with its own exit status or output catches it first
+            print(f"error: {error}", file=sys.stderr)
+            return 1
     assert command.run is not None  # Command holds exactly one of the two
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     region = ""

@@ -13,7 +13,6 @@ from pathlib import Path
 from gpu_runner.core import workflow_contract as contract
 from gpu_runner.core.aws import Aws
 from gpu_runner.core.command_line import Command, SubParsers, add_command
-from gpu_runner.core.errors import RunnerError
 from gpu_runner.core.settings import Settings
 from gpu_runner.core.stack_names import batch_stack_name
 from gpu_runner.mlflow_server import TEMPLATE
@@ -94,10 +93,7 @@ def _requirements(args: argparse.Namespace) -> int:
 
     try:
         print(write_requirements(args.lock, args.output, extras=args.extra, uv=args.uv, header=args.header))
-    except RunnerError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    # No uv, or uv refused (its own message is above).
+    # No uv, or uv refused (its own message is above). A RunnerError is cli.main's to report.
     except (OSError, subprocess.CalledProcessError) as error:
         print(f"error: {error} (--uv names the uv command; compiling needs PyPI)", file=sys.stderr)
         return 1

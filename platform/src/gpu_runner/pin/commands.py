@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from gpu_runner.core.command_line import Command, SubParsers, add_command
-from gpu_runner.core.errors import RunnerError
 
 
 def register(commands: SubParsers) -> None:
@@ -27,9 +25,5 @@ def register(commands: SubParsers) -> None:
 def _platform_update(args: argparse.Namespace) -> int:
     from gpu_runner.pin.update import platform_update
 
-    try:
-        print(platform_update(args.project, args.to, args.uv, args.check, args.allow_downgrade))
-    except RunnerError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+    print(platform_update(args.project, args.to, args.uv, args.check, args.allow_downgrade))
     return 0

@@ -174,6 +174,17 @@ def double_problems(double: Path, real: list[Contract], passed: set[str]) -> lis
     return found
 
 
+def passed_inputs(uses: list[tuple[str, dict[str, Any]]], name: str) -> set[str]:
+    """The `with:` keys these steps pass to the remote action whose repository is called `name` (what its act
+    double must accept)."""
+    return {
+        key
+        for used, step in uses
+        if used.split("@")[0].split("/")[1] == name
+        for key in step.get("with") or {}
+    }
+
+
 def doubled(
     uses: list[tuple[str, dict[str, Any]]], contracts: Mapping[tuple[str, str], Contract]
 ) -> dict[str, list[Contract]]:
@@ -312,9 +323,12 @@ class Checker:
             "outputs": sorted(call.get("outputs") or {}),
         }, ""
 
-    def call_problems(self, label: str, job: dict[str, Any]) -> list[str]:
-        """A job-level `uses:`: the called workflow must exist and declare what the job passes."""
-        contract, why = self.called_contract(job["uses"])
+    def call_problems(
+        self, label: str, job: dict[str, Any], called: tuple[Contract | None, str]
+    ) -> list[str]:
+        """A job-level `uses:` and its called_contract: the called workflow must exist and declare what the job
+        passes."""
+        contract, why = called
         if contract is None:
             return [f"{label}: {why}"]
         where = f"{label} ({job['uses']})"
@@ -332,10 +346,10 @@ class Checker:
         called: dict[str, Contract] = {}
         for label, scope, steps in scopes(doc, path.name):
             if "uses" in scope and "steps" not in scope:
-                found += self.call_problems(label, scope)
-                contract, _ = self.called_contract(scope["uses"])
-                if contract is not None:
-                    called[label.rsplit(" ", 1)[1]] = contract
+                resolved = self.called_contract(scope["uses"])
+                found += self.call_problems(label, scope, resolved)
+                if resolved[0] is not None:
+                    called[label.rsplit(" ", 1)[1]] = resolved[0]
             by_id: dict[str, Contract] = {}
             for index, step in enumerate(steps):
                 if "uses" not in step:
