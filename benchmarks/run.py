@@ -72,7 +72,7 @@ FALLBACK_PRICES = {"on_demand": 0.526, "spot": 0.2104, "gp3": 0.08, "as_of": "20
 ROOT_VOLUME_GB = 100
 # ASSUMPTION for what the offline story cannot measure: a real EC2 boot of the Deep Learning AMI to a
 # registered runner (~1.5 min) plus the train job installing the locked `gpu` extra on the host (host mode,
-# docs/gpu-runtime.md of the generated project: ~2.6 GB of wheels, ~2.5 min; a pre-baked AMI skips it).
+# the platform manual's gpu-runtime.md: ~2.6 GB of wheels, ~2.5 min; a pre-baked AMI skips it).
 REAL_BOOT_AND_PULL_SECONDS = 240.0
 # The story's timeline rows that are per-job machine time around the training itself (see bench_story).
 STORY_OVERHEAD_PHASES = (

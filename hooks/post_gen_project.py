@@ -44,9 +44,17 @@ PLATFORM_DIR = "platform"
 # and the three places uv.lock records it (scripts/relock.py writes them back after locking).
 PLATFORM_TOKENS = {"repository": "__platform_repository__", "commit": "__platform_commit__"}
 PINNED_FILES = ("pyproject.toml", "uv.lock")
-# And the workflows that call the platform's composite actions (and, later, its reusable workflows) as
-# `<owner>/<name>/.github/...@<commit>`: filled with the same pin, so the lock and the calls name one commit.
-PINNED_GITHUB_GLOBS = (".github/workflows/*.yml", ".github/actions/*/action.yml", ".github/dependabot.yml")
+# And the files that name the platform's commit beside them: the workflows that call its reusable workflows and
+# composite actions as `<owner>/<name>/.github/...@<commit>`, and the pages that link its manual at
+# `https://github.com/<owner>/<name>/blob/<commit>/platform/manual/`: filled with the same pin, so the lock, the
+# calls and the manual a team reads name one commit (gpu_runner.pin.project_pin moves them together).
+PINNED_GITHUB_GLOBS = (
+    ".github/workflows/*.yml",
+    ".github/actions/*/action.yml",
+    ".github/dependabot.yml",
+    "README.md",
+    "docs/*.md",
+)
 # A GitHub remote as git names it: https://github.com/o/r(.git), ssh://git@github.com/o/r(.git) or
 # git@github.com:o/r(.git). Owners: letters, digits and single inner hyphens, at most 39 (GitHub's sign-up
 # validation, as collected in github.com/dead-claudia/github-limits; pre_gen_project.py's GITHUB_OWNER). Names:
@@ -231,7 +239,7 @@ def cruft_pin(answers: dict[str, object]) -> tuple[dict[str, str] | None, str]:
 def write_platform_pin(root: Path, pin: dict[str, str]) -> None:
     """Fill the placeholders of PINNED_FILES and of the GitHub files that name them with the pin: the lock then
     holds exactly what uv writes for that source (the lock's own record of a git source is its URL with `rev`
-    and `#<commit>`), and every `uses:` of the platform names the same commit."""
+    and `#<commit>`), and every `uses:` of the platform and every link to its manual names the same commit."""
     for name in PINNED_FILES:
         if PLATFORM_TOKENS["commit"] not in (root / name).read_text(encoding="utf-8"):
             raise FileNotFoundError(f"{name} has no platform pin to fill ({PLATFORM_TOKENS['commit']})")
@@ -295,7 +303,7 @@ def next_steps(answers: dict[str, object]) -> str:
         "make train        # train locally and log the run to MLflow",
         "make mlflow-ui    # browse runs at http://127.0.0.1:5000",
         f"Later, to train on a GPU: push to github.com/{answers['github_owner']}/{answers['github_repo']}, "
-        f"run `make bootstrap` (AWS) and the GitHub App steps of docs/setup.md, then\n"
+        f"run `make bootstrap` (AWS) and the GitHub App steps of manual/setup.md, then\n"
         f"     git switch -c {branch} && git push -u origin {branch}",
     ]
     numbered = "\n".join(f"  {number}. {step}" for number, step in enumerate(steps, start=1))

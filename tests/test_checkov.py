@@ -40,7 +40,7 @@ EXPECTED_SKIPS = {
     # Session Manager's channel actions on the MLflow server define no resource type (the skip says so).
     ("CKV_AWS_111", SERVER_STACK, "AWS::IAM::ManagedPolicy.ServerPolicy"),
     # workflow_dispatch inputs: the next attempt's dispatch (train.yml), a sweep's next wave, predict's model
-    # and files, promote's run; each input is checked before use (docs/security.md).
+    # and files, promote's run; each input is checked before use (manual/security.md).
     ("CKV_GHA_7", "/.github/workflows/train.yml", "on(Train on a GPU)"),
     ("CKV_GHA_7", "/.github/workflows/sweep.yml", "on(Hyperparameter sweep on GPUs)"),
     ("CKV_GHA_7", "/.github/workflows/predict.yml", "on(Batch prediction)"),

@@ -1,7 +1,7 @@
-"""The generated project's pages name some tests as template `path::test`: tests that live in this
-repository, not in the bake (the platform's own, in platform/tests since issue 31). The bake's own docs test
-can only check that such a test is not in the project; this checks that each one exists here, in the file
-named."""
+"""The generated project's pages and the platform's manual name some tests as template `path::test`: tests
+that live in this repository, not in the bake (the platform's own, in platform/tests since issue 31). The
+docs checks can only check that such a test is not in the project; this checks that each one exists here, in
+the file named."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "{{cookiecutter.project_slug}}" / "docs"
+MANUAL = ROOT / "platform" / "manual"
 REFERENCE = re.compile(r"template `([^`]+)`")
 DEFINED = re.compile(r"^\s*(?:async )?def (test_\w+)", flags=re.MULTILINE)
 
@@ -34,7 +35,8 @@ def missing_here(reference: str, root: Path) -> str | None:
 
 
 def test_every_template_reference_of_the_generated_docs_exists_here() -> None:
-    references = [ref for page in sorted(DOCS.glob("*.md")) for ref in template_references(page.read_text())]
+    pages = [*sorted(DOCS.glob("*.md")), *sorted(MANUAL.glob("*.md"))]
+    references = [ref for page in pages for ref in template_references(page.read_text())]
     assert len(references) >= 10, references  # the security page names the platform's tests this way
     assert [why for ref in references if (why := missing_here(ref, ROOT))] == []
 

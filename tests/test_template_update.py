@@ -32,7 +32,8 @@ from pathlib import Path
 import pytest
 from conftest import TEMPLATE_ROOT, write_config
 from cookiecutter.main import cookiecutter
-from template_snapshot import snapshot_git_env
+from gpu_runner.pin.project_pin import Pin, pinned_files
+from template_snapshot import PLATFORM_REPOSITORY, snapshot_git_env
 
 # Installs the updated bake's locked environment, runs its ruff and some of its tests: about a minute, like
 # the other baked-project tests (root `make test` runs the `generated` tier).
@@ -50,7 +51,7 @@ OLD_WORKERS = "TEST_WORKERS ?= 1\n"
 NEW_WORKERS = "TEST_WORKERS ?= 2\n"
 USER_WORKERS = "TEST_WORKERS ?= 4  # this team's CI machines have 4 cores\n"
 OLD_ONLY_PAGE = "docs/release-notes.md"
-NEW_ONLY_PAGE = "docs/template-updates.md"
+NEW_ONLY_PAGE = "docs/workflow-permissions.md"
 # The platform (platform/, which a bake pins by commit) is older too: a lower version in its pyproject and
 # in the bake's uv.lock, its changelog without the newest release, and its setup stack with one more comment
 # line, so `make platform-update` has a release to report and a stack to deploy again.
@@ -200,13 +201,11 @@ def tree(root: Path) -> dict[str, bytes]:
 
 
 def platform_callers(project: Path, commit: str) -> set[str]:
-    """The project's GitHub files that call the platform at `commit` (its composite actions, pinned by the
-    hook with the lock): they differ between bakes of two commits by that pin alone."""
-    return {
-        path.relative_to(project).as_posix()
-        for path in (project / ".github").rglob("*.yml")
-        if f"@{commit}" in path.read_text(encoding="utf-8")
-    }
+    """The project's files that name the platform at `commit` (the calls of its workflows and actions, the
+    links to its manual, pinned by the hook with the lock): they differ between bakes of two commits by that
+    pin alone. The same files `make platform-update` moves."""
+    pin = Pin(PLATFORM_REPOSITORY, commit, "platform")
+    return {path.relative_to(project).as_posix() for path in pinned_files(project, pin)}
 
 
 def differing(first: dict[str, bytes], second: dict[str, bytes]) -> set[str]:
@@ -384,8 +383,9 @@ def test_the_older_bake_differs_in_exactly_the_scripted_files(
     older_bake: Path, fresh_bake: Path, template: TemplateRepo
 ) -> None:
     callers = platform_callers(fresh_bake, template.current)
-    assert ".github/workflows/ci.yml" in callers
-    assert platform_callers(older_bake, template.older) == callers
+    assert {".github/workflows/ci.yml", "README.md"} <= callers
+    # The new page links the manual too: the older bake has no such page to pin.
+    assert platform_callers(older_bake, template.older) == callers - {NEW_ONLY_PAGE}
     assert differing(tree(older_bake), tree(fresh_bake)) == CHANGED | callers
 
 
@@ -440,7 +440,7 @@ def test_platform_update_moves_an_older_bakes_pin_to_the_current_commit(
         in proc.stdout
     )
     status = git(older_bake, "status", "--porcelain", "--untracked-files=all")
-    callers = platform_callers(fresh_bake, template.current)
+    callers = platform_callers(fresh_bake, template.current) - {NEW_ONLY_PAGE}  # a page the older bake lacks
     moved = {line.split()[-1] for line in status.splitlines()}
     assert moved == {"pyproject.toml", "uv.lock", *callers}, status
     for name in sorted(callers):  # the workflows call the platform where a fresh bake of that commit does

@@ -50,6 +50,11 @@ jobs:
   other:
     uses: {repository}-fork/.github/workflows/gpu-runner-start.yml@{commit}
 """
+README = """# A project
+
+[setup](https://github.com/{repository}/blob/{commit}/platform/manual/setup.md#preflight-make-doctor),
+[a fork's](https://github.com/{repository}-fork/blob/{commit}/platform/manual/setup.md)
+"""
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -123,6 +128,10 @@ def pinned_project(root: Path, commit: str) -> Path:
     (project / ".github" / "workflows" / "train.yml").write_text(
         WORKFLOW.format(repository=REPOSITORY, commit=commit), encoding="utf-8"
     )
+    (project / "docs").mkdir()
+    (project / "docs" / "page.md").write_text(
+        README.format(repository=REPOSITORY, commit=commit), encoding="utf-8"
+    )
     lock = subprocess.run(
         [*shlex.split(uv()), "lock"], cwd=project, capture_output=True, text=True, check=False
     )
@@ -151,7 +160,11 @@ def test_the_default_is_the_newest_release_and_everything_moves_together(
     # Another repository at the same commit string is not this platform: left alone.
     assert f"{REPOSITORY}-fork/.github/workflows/gpu-runner-start.yml@{platform_repo['old']}" in workflow
     assert f"to platform-v0.3.0 ({release[:12]}, version 0.3.0)" in out
-    assert "  pyproject.toml, uv.lock, .github/workflows/train.yml\n" in out
+    # The links to the manual name the commit the workflows and the lock name; a fork's is left alone.
+    page = (project / "docs" / "page.md").read_text(encoding="utf-8")
+    assert f"github.com/{REPOSITORY}/blob/{release}/platform/manual/setup.md#preflight" in page
+    assert f"github.com/{REPOSITORY}-fork/blob/{platform_repo['old']}/platform/manual" in page
+    assert "  pyproject.toml, uv.lock, .github/workflows/train.yml, docs/page.md\n" in out
     assert "## 0.3.0 (2027-01-10)\n### Changed\n- the stack gained a role" in out
     assert "## 0.2.0" not in out  # already taken
     assert "Then run, in this order:\n  make bootstrap" in out

@@ -1,4 +1,4 @@
-"""The README's "2.15.1 everywhere" matches what the GPU job really runs (docs/gpu-runtime.md): the train job
+"""The README's "2.15.1 everywhere" matches what the GPU job really runs (manual/gpu-runtime.md): the train job
 installs the locked `gpu` extra on the host, whose TensorFlow is the CPU extra's version and whose CUDA/cuDNN
 wheels are the ones TensorFlow 2.15 is built for; a container, if a user adds one, is pinned by digest."""
 

@@ -1,6 +1,6 @@
 """The SavedModel's serving signature, and a TF Serving REST predict body built from it fed through that signature.
 
-No model server runs here (none installs from PyPI or Debian: docs/predict.md, "Serving"); the loaded SavedModel's
+No model server runs here (none installs from PyPI or Debian: manual/predict.md, "Serving"); the loaded SavedModel's
 signature is the function TF Serving calls with the body's tensor, so the request is tested up to the wire.
 """
 

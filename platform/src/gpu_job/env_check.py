@@ -126,7 +126,7 @@ class Check:
             "this environment is not the locked one: "
             + "; ".join(parts)
             + ". Fix: use the image or AMI whose "
-            "TensorFlow has the locked minor version (docs/gpu-runtime.md), or `uv sync --locked` in a venv of "
+            "TensorFlow has the locked minor version (manual/gpu-runtime.md), or `uv sync --locked` in a venv of "
             "the locked Python; change TensorFlow only by editing pyproject.toml and relocking, so every "
             "environment moves together"
         )

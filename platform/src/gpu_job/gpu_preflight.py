@@ -234,13 +234,13 @@ def fix(report: Report) -> str:
             f"TensorFlow in {report.image} was built for {_built_for(report.build)} but could not use the GPU: "
             "remove the container and use host mode (the locked `gpu` extra, tensorflow[and-cuda]==2.15.1, brings "
             "exactly those CUDA/cuDNN libraries as pip wheels); tensorflow/tensorflow:2.15.0-gpu is known not to "
-            "see the GPU (tensorflow/tensorflow#62412). See docs/gpu-runtime.md"
+            "see the GPU (tensorflow/tensorflow#62412). See manual/gpu-runtime.md"
         )
     return (
         f"TensorFlow was built for {_built_for(report.build)} but did not load it (found: "
         f"{', '.join(report.loaded) or 'no CUDA library'}): reinstall the locked `gpu` extra "
         "(`uv sync --locked --extra gpu`: its nvidia-*-cu12 wheels hold those libraries) and check that nothing "
-        "sets LD_LIBRARY_PATH to other CUDA libraries. See docs/gpu-runtime.md"
+        "sets LD_LIBRARY_PATH to other CUDA libraries. See manual/gpu-runtime.md"
     )
 
 

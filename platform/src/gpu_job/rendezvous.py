@@ -8,7 +8,7 @@ a claim in the message) and its own from the address the children dialled (the s
 AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS): no node has to discover its own IP.
 
 Trust: the port is for the job's nodes only, but the multi-node security group admits every multi-node node of the
-project, so another job's code can reach it (docs/security.md). Every node of one job holds the job's secret
+project, so another job's code can reach it (manual/security.md). Every node of one job holds the job's secret
 (MNP_RENDEZVOUS_SECRET, distributed.py says where it comes from); nobody else does. The main node opens each
 connection with a fresh random challenge, and a check-in counts only with its proof: HMAC-SHA256 under the secret
 over the challenge and the check-in's fields, compared in constant time (hmac.compare_digest); the answer carries

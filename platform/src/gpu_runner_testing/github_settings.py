@@ -283,7 +283,7 @@ class RepositorySettings:
 
 
 def setup_guards(settings: RepositorySettings, reviewers: tuple[str, ...] = ("octo-reviewer",)) -> None:
-    """What docs/setup.md asks for: a branch ruleset on the default branch (a pull request with one approval,
+    """What manual/setup.md asks for: a branch ruleset on the default branch (a pull request with one approval,
     stale approvals dismissed, the last push approved by someone else; no force push, no deletion; nobody on
     the bypass list), and the `production` environment with a required reviewer who cannot approve their own
     run, deployable from the default branch only. GitHub Actions may not approve pull requests (the default)."""

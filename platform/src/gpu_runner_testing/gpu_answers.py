@@ -5,7 +5,7 @@ success path of the preflight is only reachable through this double.
 The driver's report is a test input in NVML's shape (a version string, the newest CUDA it supports, each GPU's
 name and memory in MiB), not a claim about a particular driver release. TensorFlow's build is 2.15's: CUDA 12.2
 and cuDNN 8 (TensorFlow's "Tested build configurations", https://www.tensorflow.org/install/source#gpu, the
-table docs/gpu-runtime.md of a project quotes; build_info reports cuDNN by its major version).
+table manual/gpu-runtime.md of a project quotes; build_info reports cuDNN by its major version).
 """
 
 from __future__ import annotations

@@ -91,7 +91,7 @@ SLOW_FIXTURES = {
     "mlflow_server": "the MLflow tracking server: ~12 s until /health answers (it imports MLflow's whole web app)",
     "mlflow_auth_server": "the same with MLflow's basic auth (issue 30: the promote / ci split)",
     "stack": "the stack `gpu-runner bootstrap` deploys to moto: ~5 s, then each call checked against its policies",
-    "doctor_stack": "the stack test_doctor deploys and wires as docs/setup.md says: ~5 s, then doctor's AWS calls",
+    "doctor_stack": "the stack test_doctor deploys and wires as manual/setup.md says: ~5 s, then doctor's AWS calls",
 }
 
 

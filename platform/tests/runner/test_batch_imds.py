@@ -7,7 +7,7 @@ an "instance" namespace and a "metadata" namespace joined by a veth pair, with s
 169.254.169.254 (IMDS) and 169.254.170.2 (the ECS agent's credentials endpoint, which hands a job its job role),
 runs the rendered part in the instance namespace, and connects as the jobs' uid (JobUser) and as root (the ECS
 agent, Docker). What it cannot show: the rule on a real Batch instance (iptables' nf_tables backend here, the
-ECS-optimized Amazon Linux 2023 image there); docs/batch.md says how a first real job checks it.
+ECS-optimized Amazon Linux 2023 image there); manual/batch.md says how a first real job checks it.
 """
 
 from __future__ import annotations

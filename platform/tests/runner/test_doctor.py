@@ -826,7 +826,7 @@ def test_iam_wildcards_are_iam_s_not_shell_globs() -> None:
 
 @pytest.fixture(scope="module")
 def doctor_stack(tmp_path_factory: pytest.TempPathFactory, oidc_provider: str) -> dict[str, Any]:
-    """`gpu-runner bootstrap` as docs/setup.md's `make bootstrap` runs it, then the settings wired as it prints."""
+    """`gpu-runner bootstrap` as manual/setup.md's `make bootstrap` runs it, then the settings wired as it prints."""
     raw = {
         "project": f"doctor-{uuid.uuid4().hex[:8]}",
         "region": REGION,

@@ -1,11 +1,11 @@
 """`gpu-runner doctor`'s GitHub guards (issue 30): what guards the default branch, promote's `production`
-environment, who may run a fork's pull request workflows. Each guard as docs/setup.md sets it passes; each way
+environment, who may run a fork's pull request workflows. Each guard as manual/setup.md sets it passes; each way
 of weakening it, planted in the GitHub double (which answers as GitHub's REST description says), fails with its
 fix, or warns where the weakness is an admin's own or cannot be read. Every run is read-only (GET only).
 
 No AWS here (these checks make no AWS call): the push tier runs them. tests/runner/test_doctor.py runs the same
 faults through the whole doctor on the deployed stack. That promote.yml runs in the environment checked here and
-that each fix's setup section exists are a project's own docs test (test_setup_doc).
+that each fix's setup section exists are a project's promote.yml test and tests/test_manual_setup.py.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def run(double: GitHubDouble, check: Callable[..., Any], token: str = ADMIN_TOKE
 
 @pytest.fixture
 def repo(github_double: GitHubDouble) -> RepositorySettings:
-    """The repository as docs/setup.md leaves it."""
+    """The repository as manual/setup.md leaves it."""
     settings = github_double.settings[DEFAULT_REPOSITORY]
     setup_guards(settings)
     return settings

@@ -114,7 +114,7 @@ def test_only_the_bootstrap_caller_encrypts_the_github_credential(stack: dict[st
         for action in ("kms:Encrypt", "kms:GenerateDataKey"):
             assert not may(principal, action), f"{principal} may {action} the GitHub credential"
     # The account still administers the key (never locked out): an administrator allowed kms:PutKeyPolicy can
-    # always rewrite this policy, which is the boundary (docs/security.md).
+    # always rewrite this policy, which is the boundary (manual/security.md).
     admin = Request("kms:PutKeyPolicy", key_arn)
     assert key_policy_allows(policy, "arn:aws:iam::123456789012:role/admin", everything, admin)
 

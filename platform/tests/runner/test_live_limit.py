@@ -93,7 +93,7 @@ def test_launches_that_count_at_once_can_pass_the_limit_as_documented(
     settings: Settings, ctx: RunContext, aws: Aws, github: GitHubRunners
 ) -> None:
     """The count and RunInstances are two calls: a second launch that counts before the first's RunInstances sees
-    nothing live and goes through (docs/gpu-training.md: at most the racing launches less one over the limit)."""
+    nothing live and goes through (manual/gpu-training.md: at most the racing launches less one over the limit)."""
     limited = dataclasses.replace(settings, max_live_instances=1)
     client = aws.client("ec2", REGION)
     raced: list[str] = []

@@ -6,7 +6,7 @@ basic_auth.ini and units, and starts a real `mlflow server --app-name basic-auth
 whose every-boot bootstrap (ready.py) makes the experiments, the served model, the promotions experiment, the ci and
 promote users and their grants. One server for the module (~40 s to boot on 2 busy cores).
 
-The contract (docs/mlflow-server.md): `ci` (every train, sweep and Batch job holds its password) logs runs,
+The contract (manual/mlflow-server.md): `ci` (every train, sweep and Batch job holds its password) logs runs,
 metrics, artifacts and models in the experiments the stack names and only reads the served model and the
 promotions experiment; `promote` (promote.yml, the `production` environment) registers versions of the served model,
 tags them and moves the alias, and deletes nothing; neither changes a permission or a user. A refusal counts only as
@@ -536,7 +536,7 @@ def test_a_request_from_loopback_runs_commands_on_the_server(team: Team, tmp_pat
     password. Here the request comes from 127.0.0.1 because the sandbox has no other address; through the
     tunnel it comes from the instance's private address, and the Assistant API refuses every client that is not
     loopback (mlflow/server/assistant/api.py: _RemoteAccessPolicy, MLFLOW_ENABLE_REMOTE_ASSISTANT off). Only a
-    real instance shows that source address (docs/mlflow-server.md says how the first real run checks it)."""
+    real instance shows that source address (manual/mlflow-server.md says how the first real run checks it)."""
     marker = tmp_path / "from-the-server.txt"
     FakeChatModel.command = f"env > {marker}"
     with LocalHttpServer(FakeChatModel) as model:

@@ -112,7 +112,7 @@ IMAGE = "tensorflow/tensorflow:2.15.0.post1-gpu@sha256:" + "0" * 64
 
 @pytest.mark.slow
 def test_the_job_can_read_its_own_jit_config_from_proc(sandbox: Sandbox) -> None:
-    """What a project's docs/security.md says of the training job and its runner's JIT config: the job runs as the runner's
+    """What a project's manual/security.md says of the training job and its runner's JIT config: the job runs as the runner's
     user (runuser -u runner), and a process's /proc/<pid>/environ is readable by its user (proc(5): a ptrace
     PTRACE_MODE_READ_FSCREDS check). The runner removes the config from its environment, but the environment its
     processes were started with (run.sh, run-helper.sh, Runner.Listener) still holds it: here the stand-in run.sh
@@ -371,7 +371,7 @@ def test_shellcheck_is_clean(tmp_path: Path, which: str) -> None:
 
 @pytest.mark.slow
 def test_host_mode_pulls_no_image(sandbox: Sandbox) -> None:
-    # The default (docs/gpu-runtime.md): the train job installs TensorFlow itself; nothing to pull at boot.
+    # The default (manual/gpu-runtime.md): the train job installs TensorFlow itself; nothing to pull at boot.
     result = run_bootstrap(sandbox, mode="job")
     assert result.returncode == 0, result.dump()
     assert not [c for c in result.calls if c.is_("docker")], result.dump()

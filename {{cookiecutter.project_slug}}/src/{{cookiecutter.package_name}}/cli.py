@@ -261,7 +261,7 @@ def _promote(args: argparse.Namespace) -> int:
             print(
                 f"error: the tracking server refused promote ({error.message[:300]}); its MLflow user needs READ "
                 "on the training experiments and EDIT on the served model and its promotions experiment "
-                "(docs/mlflow-server.md)",
+                "(manual/mlflow-server.md)",
                 file=sys.stderr,
             )
             return 1

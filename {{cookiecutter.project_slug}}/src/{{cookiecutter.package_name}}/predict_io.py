@@ -76,7 +76,7 @@ def _s3_failure(option: str, uri: str, error: Exception) -> PredictError:
         if code in ("AccessDenied", "403", "Forbidden"):
             return PredictError(
                 f"{option} '{uri}': access denied ({code}); the role may read the project bucket and write only "
-                "under s3://<bucket>/predictions/ (docs/predict.md)"
+                "under s3://<bucket>/predictions/ (manual/predict.md)"
             )
         return PredictError(f"{option} '{uri}': S3 refused the request ({code})")
     return PredictError(f"{option} '{uri}': S3 could not be reached ({type(error).__name__}: {error})")

@@ -69,7 +69,7 @@ def require_gpu_on_gpu_runner(gpus: int, cfg: TrainingConfig, env: Mapping[str, 
     if gpus == 0 and instance_type and not cpu_allowed(cfg, env):
         raise NoGpuError(
             f"no GPU visible to TensorFlow on the GPU runner ({instance_type}): not training on its CPU. Run "
-            "`gpu-preflight` for the driver, CUDA and fix (docs/gpu-runtime.md); to train on the CPU anyway "
+            "`gpu-preflight` for the driver, CUDA and fix (manual/gpu-runtime.md); to train on the CPU anyway "
             "(debugging), set training.allow_cpu: true or the allow-cpu dispatch input"
         )
 

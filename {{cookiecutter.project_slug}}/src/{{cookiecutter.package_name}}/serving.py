@@ -7,7 +7,7 @@ signature has one input) or `inputs` (columnar format: the whole batch as one te
 `{"predictions": [...]}` to the row format and `{"outputs": ...}` to the columnar one; with one output tensor,
 its name is left out. Floats are JSON numbers.
 
-No model server is installed here (docs/predict.md, "Serving" says why and how to run one): the tests feed the
+No model server is installed here (manual/predict.md, "Serving" says why and how to run one): the tests feed the
 body this module builds through the loaded SavedModel's signature, which is the function the server calls.
 """
 

@@ -1,4 +1,4 @@
-"""Which trial an AWS Batch array child trains (`backend: batch`, docs/batch-jobs.md).
+"""Which trial an AWS Batch array child trains (`backend: batch`, manual/batch-jobs.md).
 
 On the batch backend a sweep's wave is one array job, one child per planned trial: every child runs the same
 command, `sweep trial --trials <the wave's trial numbers>`, and Batch tells each child which one it is through

@@ -29,7 +29,7 @@ GPU_INSTANCE_TYPE = "GPU_INSTANCE_TYPE"  # set only on the GPU runner
 # GPU_MARKET (spot or on-demand): read by the job library's spot watcher, which names it.
 # The allow-cpu dispatch input: "true" trains on the CPU when no GPU is visible.
 GPU_ALLOW_CPU = "GPU_ALLOW_CPU"
-GPU_RUNTIME_IMAGE = "GPU_RUNTIME_IMAGE"  # the job's container image, when it has one (docs/gpu-runtime.md)
+GPU_RUNTIME_IMAGE = "GPU_RUNTIME_IMAGE"  # the job's container image, when it has one (manual/gpu-runtime.md)
 # Out: the step outputs train.yml maps to the train job's outputs (the stop job reads them).
 MLFLOW_RUN_ID_OUTPUT = "mlflow-run-id"  # the run this attempt's cost is logged to
 GPU_PREFLIGHT_OUTPUT = "gpu-preflight"  # ok, cpu-allowed or no-gpu

@@ -1,5 +1,5 @@
 """The training story on the batch backend, step by step as a workflow job would run it, without the workflow file
-(the workflows do not submit to Batch yet: docs/batch-jobs.md). The project's own commit is shipped with
+(the workflows do not submit to Batch yet: manual/batch-jobs.md). The project's own commit is shipped with
 `gpu-runner batch ship`, submitted with `batch submit` to moto's Batch backend (gpu_runner_testing/batch_host.py: the job's
 container is a local process), where `python -m gpu_runner.batch.batch_source run` fetches and checks it and the
 project's real `train` trains the digits from the SHIPPED tree: its config, its code, checkpoints to the batch

@@ -10,7 +10,7 @@ REAL = (PROJECT / ".github" / "workflows" / "train.yml").read_text()
 
 
 def test_the_default_train_job_runs_on_the_host_unchanged() -> None:
-    # Host mode is the default GPU runtime (docs/gpu-runtime.md): nothing is removed, the e2e runs the file itself.
+    # Host mode is the default GPU runtime (manual/gpu-runtime.md): nothing is removed, the e2e runs the file itself.
     assert "container" not in yaml.safe_load(REAL)["jobs"]["train"]
     assert host_mode_workflow(REAL) == REAL
 

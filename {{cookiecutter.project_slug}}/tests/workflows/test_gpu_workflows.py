@@ -97,7 +97,7 @@ def test_train_job_graph(project: Path) -> None:
         "commit": "${{ inputs.commit || '' }}", "attempt": "${{ inputs.attempt || '1' }}",
     }  # fmt: skip
 
-    # train: on this run's own runner label, on the host (docs/gpu-runtime.md: no container, the locked gpu
+    # train: on this run's own runner label, on the host (manual/gpu-runtime.md: no container, the locked gpu
     # extra), only `contents: read`.
     assert train["needs"] == "start"
     assert train["runs-on"] == "${{ needs.start.outputs.label }}"

@@ -22,7 +22,7 @@ def workflows(project: Path) -> dict[str, dict[str, Any]]:
 def test_every_hosted_mlflow_step_goes_through_the_tunnel(project: Path) -> None:
     docs = workflows(project)
     assert tunnel_problems(docs) == []
-    # The jobs the gap was about (docs/mlflow-server.md), each with its tunnel.
+    # The jobs the gap was about (manual/mlflow-server.md), each with its tunnel.
     assert with_tunnel(docs) == {
         ("train", "comment"), ("sweep", "plan"), ("sweep", "collect"), ("sweep", "comment"),
         ("promote", "promote"), ("predict", "resolve"), ("predict", "predict"),

@@ -136,8 +136,8 @@ def test_the_comment_follows_the_run_it_reports(project: Path) -> None:
 
 
 def permissions_table(project: Path) -> dict[tuple[str, str], dict[str, str]]:
-    """docs/security.md's "workflow token's permissions" table: (file stem, job id) -> permissions."""
-    text = (project / "docs" / "security.md").read_text(encoding="utf-8")
+    """docs/workflow-permissions.md's "workflow token's permissions" table: (file stem, job id) -> permissions."""
+    text = (project / "docs" / "workflow-permissions.md").read_text(encoding="utf-8")
     section = text.split("## The workflow token's permissions, job by job", 1)[1]
     table: dict[tuple[str, str], dict[str, str]] = {}
     for line in section.splitlines():

@@ -18,6 +18,8 @@ from gpu_runner_testing.workflow_checks.workflow_files import (
     triggers,
 )
 
+from gpu_runner.doctor.doctor_repository import PROMOTE_ENVIRONMENT
+
 
 def promote_job(project: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     doc = load_yaml(project / ".github" / "workflows" / "promote.yml")
@@ -33,6 +35,7 @@ def test_a_dispatch_on_the_default_branch_in_production_and_nothing_else(project
     assert doc["permissions"] == {}
     # The role's trust names this environment (gpu_runner/setup/gpu-runner.yaml PromoteRole): the same word here.
     assert job["environment"] == "production"
+    assert job["environment"] == PROMOTE_ENVIRONMENT  # the environment `make doctor` checks
     assert (
         job["if"] == "${{ github.ref == format('refs/heads/{0}', github.event.repository.default_branch) }}"
     )

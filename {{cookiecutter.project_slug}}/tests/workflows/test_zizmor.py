@@ -31,14 +31,14 @@ EXPECTED_ZIZMOR_IGNORES = {
 # The auditor persona's `secrets-outside-env`: the MLflow `ci` credential (repository secrets MLFLOW_TRACKING_USERNAME and
 # MLFLOW_TRACKING_PASSWORD) in the jobs that reach MLflow outside a reusable workflow (zizmor does not audit those:
 # environments and reusable workflows do not mix). Per file, the jobs, each with both lines and this reason; no
-# other secret. docs/security.md "The MLflow ci credential" says why no environment holds it: a job that names an
+# other secret. docs/workflow-permissions.md "The MLflow ci credential" says why no environment holds it: a job that names an
 # environment gets the OIDC subject `environment:<name>` instead of its branch, which every role's trust is keyed on.
 SECRETS_OUTSIDE_ENV = {
     ".github/workflows/train.yml": ["train", "comment"],
     ".github/workflows/sweep.yml": ["plan", "collect", "comment"],
     ".github/workflows/predict.yml": ["resolve", "predict", "train"],
 }
-SECRETS_OUTSIDE_ENV_REASON = "why no environment: docs/security.md#the-mlflow-ci-credential"
+SECRETS_OUTSIDE_ENV_REASON = "why no environment: docs/workflow-permissions.md#the-mlflow-ci-credential"
 CI_CREDENTIAL_LINE = re.compile(
     r"^\s+(MLFLOW_TRACKING_(?:USERNAME|PASSWORD)): \$\{\{ secrets\.\1 \}\}  # zizmor"
 )
@@ -134,5 +134,5 @@ def test_the_secrets_outside_an_environment_are_the_ci_credential(project: Path)
     assert found == {
         rel: [job for job in jobs for _ in range(2)] for rel, jobs in SECRETS_OUTSIDE_ENV.items()
     }
-    security = (project / "docs" / "security.md").read_text(encoding="utf-8")
+    security = (project / "docs" / "workflow-permissions.md").read_text(encoding="utf-8")
     assert re.search(r"^## The MLflow ci credential$", security, flags=re.MULTILINE)

@@ -59,7 +59,7 @@ def open_run(config: Path, env: Mapping[str, str], tags: Mapping[str, str]) -> s
         raise RunnerError(
             "backend: batch needs an MLflow tracking server: the job's container (and any local MLflow store in "
             "it) is gone when the job ends. Set the repository variable MLFLOW_TRACKING_URI to an http(s) server "
-            "(docs/mlflow-server.md), or use backend: runner"
+            "(manual/mlflow-server.md), or use backend: runner"
         )
     name = experiment_name(config)
     try:

@@ -1,5 +1,5 @@
 """The Batch backend's commands: `batch up | down` (the stack, from a laptop) and `batch submit | ship | sweep-wave
-| open-run | wait | cancel` (what batch.yml's jobs do with it: docs/batch-jobs.md)."""
+| open-run | wait | cancel` (what batch.yml's jobs do with it: manual/batch-jobs.md)."""
 
 from __future__ import annotations
 

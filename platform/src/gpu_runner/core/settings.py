@@ -39,7 +39,7 @@ PINNED_IMAGE = re.compile(r"[a-z0-9][a-z0-9._/:-]*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0
 # The only prefix of an S3 runner mirror: gpu_runner/setup/gpu-runner.yaml denies the runner role every write under it
 # (DenyRunnerMirrorWrites), so code on one instance cannot swap the tarball the next instance boots.
 # Where the train and sweep jobs run (issue 18): an ephemeral GitHub runner on EC2 (launch/wait/teardown), or a
-# job on an AWS Batch queue that the workflow job submits, streams and waits for (batch_jobs.py, docs/batch-jobs.md).
+# job on an AWS Batch queue that the workflow job submits, streams and waits for (batch_jobs.py, manual/batch-jobs.md).
 BACKENDS = ("runner", "batch")
 RUNNER_MIRROR = re.compile(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/runner-mirror(/[A-Za-z0-9._/-]*)?")
 
@@ -68,7 +68,7 @@ class Settings:
     # Branches whose pushes start a hyperparameter sweep (sweep.yml, one GPU runner per trial): the launch role
     # trusts refs/heads/<prefix>* too, the sweep role only those; sweep.yml's `on.push.branches` says it again.
     sweep_branch_prefix: str = "sweep/"
-    # "" = host mode (nothing to pre-pull); else the train job's container image, pulled at boot (docs/gpu-runtime.md).
+    # "" = host mode (nothing to pre-pull); else the train job's container image, pulled at boot (manual/gpu-runtime.md).
     image: str = ""
     runner_version: str = "latest"
     runner_sha256: str = ""
@@ -97,7 +97,7 @@ def _problems(s: Settings) -> list[str]:
     if s.backend not in BACKENDS:
         out.append(
             f"backend: {s.backend!r} is not one of {', '.join(BACKENDS)} (runner: an EC2 GPU runner per job; "
-            "batch: a job on the AWS Batch queue, docs/batch-jobs.md)"
+            "batch: a job on the AWS Batch queue, manual/batch-jobs.md)"
         )
     if not s.project:
         out.append("project: must not be empty")

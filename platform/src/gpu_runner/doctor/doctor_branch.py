@@ -56,7 +56,7 @@ RULES_PER_PAGE, MAX_RULE_PAGES = 100, 10  # the description's per_page maximum; 
 ADMIN_ROLE_ID = 5
 # Bypass modes that skip a rule on a direct push; `pull_request` only skips it when merging a pull request.
 PUSH_BYPASS_MODES = ("always", "exempt")
-SETUP = "docs/setup.md, 'Protect the default branch'"
+SETUP = "manual/setup.md, 'Protect the default branch'"
 RULESET_FIX = (
     "Settings → Rules → Rulesets → New branch ruleset: Enforcement status Active, target the default branch, "
     "Restrict deletions, Block force pushes, Require a pull request before merging with 1 required approval, "

@@ -38,9 +38,9 @@ from gpu_runner.core.github import (
 from gpu_runner.doctor.doctor_checks import Check, Outcome, Target, failed, passed
 
 ENV_ADMIN_TOKEN = "GITHUB_TOKEN"
-# The repository settings docs/setup.md's "Secrets and variables" table lists, with their kind, in the
-# table's order. A project's tests/test_setup_doc.py parses that table and the workflows' `vars.` / `secrets.` uses
-# (its own and the platform's it calls) and compares them with this mapping, so the three cannot drift apart.
+# The repository settings manual/setup.md's "Secrets and variables" table lists, with their kind, in the
+# table's order. The platform's tests/test_manual_setup.py compares that table with this mapping, and the
+# template's tests/test_manual.py with the workflows' `vars.` / `secrets.` uses, so the three cannot drift apart.
 LEFTOVER_CREDENTIAL_SECRETS = ("GPU_RUNNER_APP_PRIVATE_KEY", "GPU_RUNNER_TOKEN")
 REPOSITORY_SETTINGS: dict[str, str] = {
     "AWS_ROLE_ARN": "variable",
@@ -154,7 +154,7 @@ def _pat_outcome(target: Target, count: int) -> Outcome:
         return failed(
             check,
             f"{ENV_TOKEN} is a classic token with scopes {', '.join(scopes) or 'none'}: runners need `repo`",
-            "a fine-grained PAT with Administration: Read and write on this repository (docs/setup.md), or add `repo`",
+            "a fine-grained PAT with Administration: Read and write on this repository (manual/setup.md), or add `repo`",
         )
     lists = f"{ENV_TOKEN} lists the {count} runner(s) of {target.repository}; its user is an admin"
     if scopes is not None:
@@ -185,7 +185,7 @@ def check_runner_credential(target: Target, aws: Aws) -> Iterator[Outcome]:
         with GitHubRunners.from_env(target.repository, env=env) as runners:
             count = len(runners.list_runners())
     except RunnerError as error:
-        yield failed(check, str(error), "see the message (docs/setup.md: 'GitHub App', or the PAT)")
+        yield failed(check, str(error), "see the message (manual/setup.md: 'GitHub App', or the PAT)")
         return
     if uses_token:
         yield _pat_outcome(target, count)

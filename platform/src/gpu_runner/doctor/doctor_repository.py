@@ -35,18 +35,18 @@ from gpu_runner.doctor.doctor_checks import Check, Outcome, Target, failed, pass
 from gpu_runner.doctor.doctor_github import admin_client, get_json, github_message, no_admin_token
 
 ENVIRONMENT_CHECK, FORK_CHECK = "production environment", "fork pull request approval"
-# promote.yml's `environment:` (a project's tests/test_setup_doc.py reads it back from the workflow).
+# promote.yml's `environment:` (a project's tests/workflows/test_promote_workflow.py reads it back).
 PROMOTE_ENVIRONMENT = "production"
 POLICIES_PER_PAGE = 100  # the description's per_page maximum
 ALL_EXTERNAL = "all_external_contributors"
 ENVIRONMENT_FIX = (
     f"Settings → Environments → {PROMOTE_ENVIRONMENT}: Required reviewers (a person or team other than who "
     "dispatches promote.yml), tick Prevent self-review; Deployment branches and tags: Selected branches and tags "
-    "with the one rule `{branch}` (docs/setup.md, 'The production environment')"
+    "with the one rule `{branch}` (manual/setup.md, 'The production environment')"
 )
 PUBLIC_FORK_FIX = (
     "Settings → Actions → General → Approval for running fork pull request workflows from contributors: "
-    "Require approval for all external contributors (docs/setup.md, 'Fork pull requests')"
+    "Require approval for all external contributors (manual/setup.md, 'Fork pull requests')"
 )
 PRIVATE_FORK_FIX = (
     "Settings → Actions → General → Fork pull request workflows in private repositories: untick Run workflows "

@@ -8,7 +8,7 @@ DescribeInstances, which the launch roles already hold (gpu_runner/setup/gpu-run
 
 The count and the launch are two calls, not one transaction: launches that count at the same moment (a sweep
 wave's legs, pushes to several branches) all see the same number and may all launch, so the limit can be passed by
-at most the number of launches racing, less one. docs/gpu-training.md says so.
+at most the number of launches racing, less one. manual/gpu-training.md says so.
 """
 
 from __future__ import annotations

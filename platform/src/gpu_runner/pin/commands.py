@@ -11,7 +11,7 @@ from gpu_runner.core.command_line import Command, SubParsers, add_command
 def register(commands: SubParsers) -> None:
     update = add_command(
         commands, "platform-update", Command(standalone=_platform_update),
-        help="move the project's pin of the platform (pyproject.toml, uv.lock, workflows) and show the changelog",
+        help="move the project's pin of the platform (pyproject.toml, uv.lock, workflows, manual links) and show the changelog",
     )  # fmt: skip
     update.add_argument(
         "--to", default="", help="a release tag, a branch or a full commit SHA (default: the newest release)"

@@ -1,6 +1,7 @@
 """Where a project pins the platform, read and moved: `[tool.uv.sources] gpu-runner` in its pyproject.toml (a git
-dependency on this repository's platform/ at one commit) and any `uses:` of this repository's reusable workflows
-or actions in its .github/ (`<owner>/<repo>/.github/...@<commit>`).
+dependency on this repository's platform/ at one commit), any `uses:` of this repository's reusable workflows
+or actions in its .github/ (`<owner>/<repo>/.github/...@<commit>`), and any link of its README and docs/ to the
+platform's manual (`https://github.com/<owner>/<repo>/blob/<commit>/platform/manual/...`).
 
 Written by replacing the one commit string, not by re-serialising the file: the standard library reads TOML
 but does not write it, and a line-level change keeps the team's comments and layout. Every write is read back.
@@ -22,7 +23,13 @@ COMMIT = re.compile(r"[0-9a-f]{40}")
 # GitHub's owner and repository name characters (docs.github.com, "Repository limits"; the bake's hook checks
 # the same): letters, digits, hyphen, and for the repository also `.` and `_`.
 REPOSITORY = re.compile(r"[A-Za-z0-9-]+/[A-Za-z0-9._-]+")
-WORKFLOW_GLOBS = (".github/workflows/*.yml", ".github/workflows/*.yaml", ".github/actions/*/action.yml")
+PINNED_GLOBS = (
+    ".github/workflows/*.yml",
+    ".github/workflows/*.yaml",
+    ".github/actions/*/action.yml",
+    "README.md",
+    "docs/*.md",
+)
 
 
 @dataclass(frozen=True)
@@ -112,21 +119,26 @@ def write_pin(project: Path, pin: Pin, commit: str) -> None:
         raise RunnerError(f"{path}: the rewritten pin reads back as {written}; left unchanged")
 
 
-def workflow_references(pin: Pin) -> re.Pattern[str]:
-    """`<owner>/<repo>/.github/...@<pinned commit>`: a reference to this repository's workflows or actions."""
-    return re.compile(rf"(?<![\w./-]){re.escape(pin.repository)}/\.github/[\w./-]+@{pin.commit}(?![0-9a-f])")
+def pin_references(pin: Pin) -> re.Pattern[str]:
+    """A reference to this repository at the pinned commit: `<owner>/<repo>/.github/...@<commit>` (a call of its
+    workflows or actions) or `github.com/<owner>/<repo>/blob/<commit>/` (a link into its tree, the manual)."""
+    repository = re.escape(pin.repository)
+    return re.compile(
+        rf"(?:(?<![\w./-]){repository}/\.github/[\w./-]+@|(?<![\w.-])github\.com/{repository}/blob/)"
+        rf"{pin.commit}(?![0-9a-f])"
+    )
 
 
-def pinned_workflow_files(project: Path, pin: Pin) -> list[Path]:
-    """The project's workflow and action files that call this repository at the pinned commit."""
-    pattern = workflow_references(pin)
-    found = {path for glob in WORKFLOW_GLOBS for path in project.glob(glob)}
+def pinned_files(project: Path, pin: Pin) -> list[Path]:
+    """The project's workflow, action and documentation files that name this repository at the pinned commit."""
+    pattern = pin_references(pin)
+    found = {path for glob in PINNED_GLOBS for path in project.glob(glob)}
     return sorted(path for path in found if pattern.search(path.read_text(encoding="utf-8")))
 
 
-def move_workflow_pins(files: list[Path], pin: Pin, commit: str) -> None:
+def move_pins(files: list[Path], pin: Pin, commit: str) -> None:
     """Every reference of `files` to this repository at `pin.commit` names `commit` instead."""
-    pattern = workflow_references(pin)
+    pattern = pin_references(pin)
     for path in files:
         text = path.read_text(encoding="utf-8")
         path.write_text(

@@ -1,5 +1,5 @@
 """`gpu-runner platform-update`: move a project's pin of the platform to another commit, in pyproject.toml,
-uv.lock and the workflows together, and say what the project must do after it.
+uv.lock, the workflows and the links to the manual together, and say what the project must do after it.
 
 What must run again is read from the two commits, not trusted to the changelog alone: the roles trust the
 platform's reusable workflows at the pinned commit, so every move needs `make bootstrap` (and `make batch-up`
@@ -21,8 +21,8 @@ from gpu_runner.core.errors import RunnerError
 from gpu_runner.pin import changelog
 from gpu_runner.pin.project_pin import (
     Pin,
-    move_workflow_pins,
-    pinned_workflow_files,
+    move_pins,
+    pinned_files,
     read_pin,
     write_pin,
 )
@@ -58,7 +58,9 @@ class Plan:
     new_version: changelog.Version
     notes: list[changelog.Section] = field(default_factory=list)
     then_run: list[str] = field(default_factory=list)
-    workflow_files: list[Path] = field(default_factory=list)  # relative to the project
+    pinned_paths: list[Path] = field(
+        default_factory=list
+    )  # workflows and pages naming the pin (project-relative)
 
 
 def version_at(remote: Remote, commit: str, pin: Pin) -> changelog.Version:
@@ -119,18 +121,18 @@ def plan(project: Path, to: str, workdir: Path, allow_downgrade: bool = False) -
     )
     return Plan(
         pin, target, label, old_version, new_version, notes, then_run(remote, pin, target),
-        [path.relative_to(project) for path in pinned_workflow_files(project, pin)],
+        [path.relative_to(project) for path in pinned_files(project, pin)],
     )  # fmt: skip
 
 
 def apply(project: Path, chosen: Plan, uv: str) -> None:
     """Write the new pin everywhere and lock; on any failure put every file back as it was."""
-    workflows = [project / path for path in chosen.workflow_files]
-    files = [project / "pyproject.toml", project / "uv.lock", *workflows]
+    pinned = [project / path for path in chosen.pinned_paths]
+    files = [project / "pyproject.toml", project / "uv.lock", *pinned]
     before = {path: path.read_bytes() for path in files if path.exists()}
     try:
         write_pin(project, chosen.pin, chosen.target)
-        move_workflow_pins(workflows, chosen.pin, chosen.target)
+        move_pins(pinned, chosen.pin, chosen.target)
         lock = subprocess.run(
             [*shlex.split(uv), "lock", "--upgrade-package", "gpu-runner"], cwd=project, capture_output=True,
             text=True, timeout=LOCK_TIMEOUT_SECONDS, check=False,
@@ -158,7 +160,7 @@ def report(chosen: Plan, applied: bool) -> str:
     lines = [
         f"{verb} the platform ({chosen.pin.repository}) from {chosen.pin.commit[:12]} (version {version[0]}) "
         f"to {chosen.label} ({chosen.target[:12]}, version {version[1]}):",
-        "  pyproject.toml, uv.lock" + "".join(f", {path.as_posix()}" for path in chosen.workflow_files),
+        "  pyproject.toml, uv.lock" + "".join(f", {path.as_posix()}" for path in chosen.pinned_paths),
         "",
     ]
     for section in chosen.notes:

@@ -427,7 +427,7 @@ def next_steps(repository: str, outputs: Mapping[str, str]) -> str:
         variable("AWS_PREDICT_ROLE_ARN", outputs["PredictRoleArn"]),
         variable("AWS_PREDICT_LAUNCH_ROLE_ARN", outputs["PredictLaunchRoleArn"]),
         variable("AWS_PROMOTE_ROLE_ARN", outputs["PromoteRoleArn"]),
-        "# 2. Runner registration: the GitHub App's key (docs/setup.md, step 2) goes into AWS, never into a",
+        "# 2. Runner registration: the GitHub App's key (manual/setup.md, step 2) goes into AWS, never into a",
         "#    repository secret: run bootstrap again with --app-id <id> --app-private-key-file <key.pem> (or",
         f"#    --token-file <file with a PAT>); it writes the SecureString {outputs.get('GitHubCredentialParameter', '')}.",
         "#    Delete any GPU_RUNNER_APP_PRIVATE_KEY / GPU_RUNNER_TOKEN repository secret left from older versions:",
