@@ -6,7 +6,7 @@ planted mismatches in the platform's own workflows): a misspelt `with:` key is o
 caught here. The remote actions' contracts were read from each action.yml at its pin and ship with the platform;
 the platform's actions and reusable workflows are resolved in the tree of the commit this project pins. What this
 file adds is what only this project knows: its own workflows, the outputs its package's commands write (the
-constants of its workflow_contract), and the inputs it passes to the act doubles its stories run with.
+constants of the platform's gpu_job.job_contract), and the inputs it passes to the act doubles its stories run with.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from gpu_job import job_contract as training_contract
 from gpu_runner_testing.platform_tree import platform_tree
 from gpu_runner_testing.story import ACTION_DOUBLES
 from gpu_runner_testing.workflow_checks.action_contracts import (
@@ -29,7 +30,6 @@ from gpu_runner_testing.workflow_checks.action_contracts import (
 )
 
 from gpu_runner.pin.project_pin import read_pin
-from {{ cookiecutter.package_name }} import workflow_contract as training_contract
 
 PROJECT = Path(__file__).resolve().parents[1]
 PIN = read_pin(PROJECT)
@@ -46,7 +46,7 @@ TRAIN = PROJECT / ".github" / "workflows" / "train.yml"
 USES = remote_uses(WORKFLOWS)  # every remote action step of the workflows
 DOUBLED = doubled(USES, CHECKER.contracts)  # double name -> the contracts of the pins it stands in for
 
-# What the package's commands write to $GITHUB_OUTPUT (its workflow_contract's constants), beside gpu-runner's.
+# What the package's commands write to $GITHUB_OUTPUT (gpu_job.job_contract's constants), beside gpu-runner's.
 PACKAGE_OUTPUTS: dict[str, set[str]] = {
     "python train": {training_contract.MLFLOW_RUN_ID_OUTPUT},
     "python gpu-preflight": {training_contract.GPU_PREFLIGHT_OUTPUT},

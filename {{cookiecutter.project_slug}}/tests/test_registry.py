@@ -13,7 +13,7 @@ import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
-from {{ cookiecutter.package_name }} import cli, promote, registry, tracking
+from {{ cookiecutter.package_name }} import cli, promote, registry
 from {{ cookiecutter.package_name }}.config import (
     HEADLINE_METRICS,
     ConfigError,
@@ -242,16 +242,9 @@ def test_a_run_without_a_logged_model_is_compared_all_the_same(trained: dict) ->
     assert client.search_model_versions(f"run_id = '{result.run_id}'") == []
 
 
-def test_tag_values_are_converted_once_and_none_is_refused() -> None:
-    tags = tracking.run_tag_entities({"registry.version": 3, "a": "b"})
-    assert [(t.key, t.value) for t in tags] == [("registry.version", "3"), ("a", "b")]
-    with pytest.raises(ValueError, match=r"'champion\.previous_version' has no value"):
-        tracking.tag_value("champion.previous_version", None)
-
-
 @pytest.fixture(scope="module")
 def local_store(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The store `make train` logs to without MLFLOW_TRACKING_URI (tracking.DEFAULT_TRACKING_URI), in tmp.
+    """The store `make train` logs to without MLFLOW_TRACKING_URI (gpu_job.tracking.DEFAULT_TRACKING_URI), in tmp.
 
     It is not the server's store behind REST: its ModelVersion.version is an int where the server's is a str,
     and it checks tag values with len(), so an unconverted int fails here and nowhere else."""

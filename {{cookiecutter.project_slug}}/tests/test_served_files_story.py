@@ -34,7 +34,7 @@ def test_a_promoted_model_whose_files_changed_on_disk_predicts_nothing(exports: 
     # The project's own config, as in a checkout: registry and held-out set as shipped.
     (in_tmp / "configs").mkdir()
     shutil.copy(PROJECT / "configs" / "train.yaml", in_tmp / "configs" / "train.yaml")
-    # The store `make train` logs to (tracking.DEFAULT_TRACKING_URI, sqlite:///mlflow.db in the CLI's cwd), named
+    # The store `make train` logs to (gpu_job.tracking.DEFAULT_TRACKING_URI, sqlite:///mlflow.db in the CLI's cwd), named
     # by its absolute path: MLflow caches a SQLAlchemy store per URI, so the relative URI would reach the file of
     # whichever earlier test of this worker opened it first, in its own cwd (seen under random order: "no such run").
     client = MlflowClient(f"sqlite:///{in_tmp / 'mlflow.db'}")

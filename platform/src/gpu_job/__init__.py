@@ -17,10 +17,16 @@ library for what no team would edit:
 - `study_storage.open_study_storage`, `claim_wave`, `latest_wave`: a sweep's Optuna study in an S3 prefix (an
   append-only journal of conditional writes) or a local directory, and the plan job's claim of a wave (the
   `sweep` extra: Optuna);
-- `errors`: DataError, DistributedError, StudyStorageError, WaveAlreadyClaimed and EXIT_NO_GPU, for the
-  project's CLI to report.
+- `sweep_array.parse_trials`, `trial_of_child`: which trial a Batch array child of a sweep's wave trains;
+- `job_contract.check`, `attempt`, `write_step_output`, `append_job_summary` and the names of what passes between
+  the workflows and a job (the variables the GPU job sets, the step outputs the project's commands write);
+- `tracking.tracking_uri`, `run_tags`, `gpu_tags`, `tag_value`, `format_summary`, `job_summary`: a job's MLflow
+  run as the workflows need it (the tags back to the commit, the workflow run and the hardware);
+- `errors`: JobInputError, DataError, DistributedError, StudyStorageError, WaveAlreadyClaimed and EXIT_NO_GPU,
+  for the project's CLI to report.
 
 TensorFlow is imported only inside gpu_preflight.TfBoundary's methods, so every module imports without it; the
-project's lock chooses TensorFlow (its cpu or gpu extra). Never imports gpu_runner (the launch jobs' package),
-and gpu_runner never imports it: a CPU launch job loads none of this.
+project's lock chooses TensorFlow (its cpu or gpu extra), and MLflow, which only `tracking` imports. Never
+imports gpu_runner (the launch jobs' package), and gpu_runner never imports it: a CPU launch job loads none of
+this.
 """

@@ -4,6 +4,11 @@
 import json
 
 
+class JobInputError(ValueError):
+    """A value a workflow handed the job (a dispatch input, an environment variable it sets) is not usable: the
+    message names the value and the fix (job_contract.check)."""
+
+
 class DataError(ValueError):
     """The data source is missing, empty or holds something that is not usable (an S3 prefix, a checkpoint)."""
 

@@ -10,9 +10,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gpu_job import env_check, gpu_preflight
+from gpu_job import env_check, gpu_preflight, job_contract
 
-from . import workflow_contract
 from .config import Config, ConfigError, config_from_dict, load_config
 from .errors import (
     EXIT_INTERRUPTED,
@@ -20,6 +19,7 @@ from .errors import (
     DataError,
     DistributedError,
     ExportError,
+    JobInputError,
     NoGpuError,
     StudyStorageError,
     TrainingInterrupted,
@@ -167,10 +167,10 @@ def _non_negative(text: str) -> int:
 
 
 def _trial_number(args: argparse.Namespace) -> int:
-    """--trial, or this Batch array child's trial of --trials (sweep_array.py)."""
+    """--trial, or this Batch array child's trial of --trials (gpu_job.sweep_array)."""
     if args.trials is None:
         return args.trial
-    from .sweep_array import parse_trials, trial_of_child
+    from gpu_job.sweep_array import parse_trials, trial_of_child
 
     return trial_of_child(parse_trials(args.trials), os.environ)
 
@@ -184,7 +184,7 @@ def _sweep(args: argparse.Namespace) -> int:
     if args.action == "check":
         if args.max_attempts is not None:
             check_runner_attempts(cfg, args.max_attempts, str(args.sweep))
-        workflow_contract.write_step_output(workflow_contract.SWEEP_PARALLEL_OUTPUT, str(cfg.parallel))
+        job_contract.write_step_output(job_contract.SWEEP_PARALLEL_OUTPUT, str(cfg.parallel))
         print(cfg.model_dump_json(indent=2))
         return 0
     from . import sweep
@@ -207,10 +207,10 @@ def _env_check(lock: Path) -> int:
     parity = env_check.check(lock)
     print(parity.table())
     verdict = "failed" if parity.failed else "the locked stack"
-    workflow_contract.append_job_summary(f"### Environment check: {verdict}\n\n{parity.table()}\n")
+    job_contract.append_job_summary(f"### Environment check: {verdict}\n\n{parity.table()}\n")
     if parity.failed:
         print(f"error: {parity.error()}", file=sys.stderr)
-        workflow_contract.append_job_summary(f"\n{parity.error()}\n")
+        job_contract.append_job_summary(f"\n{parity.error()}\n")
         return 2
     return 0
 
@@ -222,10 +222,10 @@ def _gpu_preflight(args: argparse.Namespace) -> int:
     if _env_check(args.lock):
         return 2
     report = gpu_preflight.probe(
-        image=os.environ.get(workflow_contract.GPU_RUNTIME_IMAGE, ""), allow_cpu=allow_cpu
+        image=os.environ.get(job_contract.GPU_RUNTIME_IMAGE, ""), allow_cpu=allow_cpu
     )
-    workflow_contract.write_step_output(workflow_contract.GPU_PREFLIGHT_OUTPUT, report.result)
-    workflow_contract.append_job_summary(gpu_preflight.summary(report))
+    job_contract.write_step_output(job_contract.GPU_PREFLIGHT_OUTPUT, report.result)
+    job_contract.append_job_summary(gpu_preflight.summary(report))
     if report.gpu_ok:
         print(gpu_preflight.summary(report).splitlines()[-1])
         return 0
@@ -243,10 +243,11 @@ def _promote(args: argparse.Namespace) -> int:
         return 2
     # Imported here, not at the top: MLflow and TensorFlow take seconds to import (13 s on a loaded 2-core
     # machine), which `check-config` and the GPU preflight (its step must end within 30 s) must not pay for.
+    from gpu_job import tracking
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from . import promote, tracking
+    from . import promote
 
     cfg = load_config(args.config)
     uri = tracking.tracking_uri()
@@ -255,7 +256,7 @@ def _promote(args: argparse.Namespace) -> int:
             promotion = promote.promote(MlflowClient(uri), cfg, args.run_id, Path(scratch))
         except promote.PromoteError as error:
             print(f"error: {error}", file=sys.stderr)
-            workflow_contract.append_job_summary(f"### Champion model: nothing promoted\n\n{error}\n")
+            job_contract.append_job_summary(f"### Champion model: nothing promoted\n\n{error}\n")
             return 1
         except MlflowException as error:
             print(
@@ -266,7 +267,7 @@ def _promote(args: argparse.Namespace) -> int:
             )
             return 1
     print(promotion.decision.line())
-    workflow_contract.append_job_summary(promote.job_summary(uri, promotion))
+    job_contract.append_job_summary(promote.job_summary(uri, promotion))
     return 0
 
 
@@ -288,7 +289,7 @@ def _train(cfg: Config, config_path: Path) -> int:
         training.train(cfg, config_path)
     except TrainingInterrupted as stopped:
         print(f"interrupted: {stopped}", file=sys.stderr)
-        workflow_contract.append_job_summary(
+        job_contract.append_job_summary(
             f"### Training interrupted\n\n{stopped}. The checkpoint is in S3; the stop job starts the next "
             "attempt, which resumes this MLflow run.\n"
         )
@@ -300,18 +301,18 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command in ("train", "gpu-preflight"):
         try:
-            workflow_contract.check(args.config, os.environ)
-        except ConfigError as error:
+            job_contract.check(args.config, os.environ)
+        except (ConfigError, JobInputError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
     if args.command == "sweep":
         try:
             if args.action == "trial":  # the one sweep command that runs on the GPU runner
-                workflow_contract.check(args.config, os.environ)
-                workflow_contract.check(args.sweep, os.environ, flag="--sweep")
+                job_contract.check(args.config, os.environ)
+                job_contract.check(args.sweep, os.environ, flag="--sweep")
             os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
             return _sweep(args)
-        except (ConfigError, DataError, ExportError, StudyStorageError) as error:
+        except (ConfigError, JobInputError, DataError, ExportError, StudyStorageError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
     if args.command == "promote":

@@ -7,6 +7,9 @@ from gpu_job.errors import EXIT_NO_GPU as EXIT_NO_GPU
 from gpu_job.errors import DataError as DataError
 from gpu_job.errors import DistributedError as DistributedError
 
+# A value a workflow handed the job (a dispatch input, an environment variable) is not usable (gpu_job.job_contract).
+from gpu_job.errors import JobInputError as JobInputError
+
 # A sweep's study storage (gpu_job.study_storage) cannot be used as given, or another plan job claimed the wave.
 from gpu_job.errors import StudyStorageError as StudyStorageError
 from gpu_job.errors import WaveAlreadyClaimed as WaveAlreadyClaimed

@@ -13,9 +13,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpu_job import job_contract, tracking
 from mlflow.tracking import MlflowClient
 
-from . import predict_io, predict_model, tracking, workflow_contract
+from . import predict_io, predict_model
 from .config import load_config
 from .predict_model import RegistryModel
 
@@ -72,9 +73,9 @@ def run(args: argparse.Namespace) -> int:
         + f", export {checked.export}"
     )
     # The pinned model for the job that predicts: a version, so an alias moved meanwhile changes nothing.
-    workflow_contract.write_step_output(workflow_contract.PREDICT_MODEL_OUTPUT, model_ref)
-    workflow_contract.write_step_output(workflow_contract.PREDICT_EXPORT_OUTPUT, checked.export)
-    workflow_contract.write_step_output(workflow_contract.PREDICT_IMAGES_OUTPUT, str(len(checked.keys)))
+    job_contract.write_step_output(job_contract.PREDICT_MODEL_OUTPUT, model_ref)
+    job_contract.write_step_output(job_contract.PREDICT_EXPORT_OUTPUT, checked.export)
+    job_contract.write_step_output(job_contract.PREDICT_IMAGES_OUTPUT, str(len(checked.keys)))
     if args.check:
         return 0
     return _predict(args, checked)
@@ -108,7 +109,7 @@ def _predict(args: argparse.Namespace, checked: Checked) -> int:
             )
             predict_tracking.log_summary(summary)
     uri = tracking.tracking_uri()
-    workflow_contract.append_job_summary(
+    job_contract.append_job_summary(
         predict_tracking.job_summary(uri, run.experiment_id, run.run_id, batch, model.version, summary)
     )
     print(

@@ -11,9 +11,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import mlflow
+from gpu_job import job_contract, tracking
 from mlflow.entities import RunInfo
 
-from . import tracking, workflow_contract
 from .predict import Summary
 from .predict_model import RegistryModel
 
@@ -72,7 +72,7 @@ def inference_run(
     mlflow.set_experiment(experiment_name(training_experiment))
     tags = {**tracking.run_tags(), **model_tags(model_version, registry)}
     with mlflow.start_run(tags={k: tracking.tag_value(k, v) for k, v in tags.items()}) as run:
-        workflow_contract.write_step_output(workflow_contract.MLFLOW_RUN_ID_OUTPUT, run.info.run_id)
+        job_contract.write_step_output(job_contract.MLFLOW_RUN_ID_OUTPUT, run.info.run_id)
         mlflow.log_params(batch.params())
         yield run.info
 

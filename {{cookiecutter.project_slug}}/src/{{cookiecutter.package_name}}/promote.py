@@ -25,12 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from gpu_job import tracking
 from mlflow.entities import Metric
 from mlflow.entities.model_registry import ModelVersion
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from . import evaluate, export, holdout, model_files, registry, tracking
+from . import evaluate, export, holdout, model_files, registry
 from .config import Config
 from .errors import FilesChanged
 

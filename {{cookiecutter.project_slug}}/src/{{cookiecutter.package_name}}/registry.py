@@ -16,12 +16,12 @@ import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gpu_job import tracking
 from mlflow.entities import Metric
 from mlflow.entities.model_registry import ModelVersion
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from . import tracking
 from .config import RegistryConfig
 
 # Model version tags (promote writes them): the same words as champion.decision / champion.reason.

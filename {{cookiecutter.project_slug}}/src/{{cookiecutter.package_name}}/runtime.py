@@ -14,9 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import tensorflow as tf
-from gpu_job import distributed
+from gpu_job import distributed, job_contract
 
-from . import workflow_contract
 from .config import TrainingConfig
 from .errors import NoGpuError
 
@@ -58,14 +57,14 @@ def plan_runtime(gpus: int, cfg: TrainingConfig, workers: int = 1) -> RuntimePla
 def cpu_allowed(cfg: TrainingConfig, env: Mapping[str, str] | None = None) -> bool:
     """training.allow_cpu, or train.yml's allow-cpu dispatch input (GPU_ALLOW_CPU)."""
     env = os.environ if env is None else env
-    return cfg.allow_cpu or env.get(workflow_contract.GPU_ALLOW_CPU, "").strip().lower() == "true"
+    return cfg.allow_cpu or env.get(job_contract.GPU_ALLOW_CPU, "").strip().lower() == "true"
 
 
 def require_gpu_on_gpu_runner(gpus: int, cfg: TrainingConfig, env: Mapping[str, str] | None = None) -> None:
     """The second guard behind the GPU preflight step: on the GPU runner (train.yml sets GPU_INSTANCE_TYPE) a
     training that finds no GPU stops before its first epoch, also when a branch dropped the preflight step."""
     env = os.environ if env is None else env
-    instance_type = env.get(workflow_contract.GPU_INSTANCE_TYPE, "")
+    instance_type = env.get(job_contract.GPU_INSTANCE_TYPE, "")
     if gpus == 0 and instance_type and not cpu_allowed(cfg, env):
         raise NoGpuError(
             f"no GPU visible to TensorFlow on the GPU runner ({instance_type}): not training on its CPU. Run "

@@ -10,9 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import optuna
+from gpu_job import job_contract, tracking
 from mlflow.tracking import MlflowClient
 
-from . import sweep_collect, sweep_plan, tracking, workflow_contract
+from . import sweep_collect, sweep_plan
 from .config import Config
 from .errors import EXIT_INTERRUPTED, TrainingInterrupted
 from .sweep_config import SweepConfig
@@ -37,11 +38,11 @@ def plan(
     cfg: SweepConfig, base: Config, root: str, runners: int, wave: int | None = None
 ) -> sweep_plan.WavePlan:
     result = sweep_plan.plan_wave(cfg, root, _client(), base.tracking.experiment_name, runners, wave)
-    workflow_contract.write_step_output(workflow_contract.SWEEP_MATRIX_OUTPUT, result.matrix())
-    workflow_contract.write_step_output(workflow_contract.SWEEP_WAVE_OUTPUT, str(result.wave))
-    workflow_contract.write_step_output(workflow_contract.SWEEP_TRIALS_OUTPUT, str(len(result.trials)))
-    workflow_contract.write_step_output(workflow_contract.SWEEP_PARENT_RUN_OUTPUT, result.parent_run_id)
-    workflow_contract.append_job_summary(result.summary())
+    job_contract.write_step_output(job_contract.SWEEP_MATRIX_OUTPUT, result.matrix())
+    job_contract.write_step_output(job_contract.SWEEP_WAVE_OUTPUT, str(result.wave))
+    job_contract.write_step_output(job_contract.SWEEP_TRIALS_OUTPUT, str(len(result.trials)))
+    job_contract.write_step_output(job_contract.SWEEP_PARENT_RUN_OUTPUT, result.parent_run_id)
+    job_contract.append_job_summary(result.summary())
     print(result.summary())
     return result
 
@@ -61,12 +62,12 @@ def trial(cfg: SweepConfig, base: Config, root: str, number: int, checkpoint_roo
 def collect(cfg: SweepConfig, base: Config, root: str, wave: int) -> sweep_collect.Collected:
     client = _client()
     result = sweep_collect.collect_wave(cfg, base, root, client, wave)
-    workflow_contract.write_step_output(
-        workflow_contract.SWEEP_NEXT_WAVE_OUTPUT, "true" if result.next_wave else "false"
+    job_contract.write_step_output(
+        job_contract.SWEEP_NEXT_WAVE_OUTPUT, "true" if result.next_wave else "false"
     )
     experiment_id = client.get_run(result.parent_run_id).info.experiment_id
     text = sweep_collect.summary(result, cfg, tracking.tracking_uri(), experiment_id)
-    workflow_contract.append_job_summary(text)
+    job_contract.append_job_summary(text)
     print(text)
     return result
 

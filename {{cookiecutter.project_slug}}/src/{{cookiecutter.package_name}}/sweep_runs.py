@@ -12,10 +12,10 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gpu_job import tracking
 from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
-from . import tracking
 from .sweep_config import SweepConfig
 
 COST_USD = "cost_usd"

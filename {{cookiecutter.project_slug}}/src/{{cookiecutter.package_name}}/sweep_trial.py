@@ -13,11 +13,12 @@ import time
 from dataclasses import dataclass
 
 import optuna
+from gpu_job import tracking
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from . import sweep_runs, sweep_study, tracking, train
+from . import sweep_runs, sweep_study, train
 from .callbacks import EpochReporter, TimeBudget
 from .config import Config
 from .errors import TrainingInterrupted

@@ -14,7 +14,7 @@ import mlflow
 import numpy as np
 import tensorflow as tf
 import yaml
-from gpu_job import checkpoints, distributed, gpu_preflight, interruption
+from gpu_job import checkpoints, distributed, gpu_preflight, interruption, job_contract, tracking
 
 from . import (
     data,
@@ -23,8 +23,6 @@ from . import (
     pruning,
     registry,
     runtime,
-    tracking,
-    workflow_contract,
 )
 from .callbacks import MlflowEpochLogger, S3CheckpointSync, StopOnInterruption
 from .config import Config
@@ -453,7 +451,7 @@ def train(
         log_system_metrics=cfg.tracking.log_system_metrics,
     ) as run:
         # At once, also when resumed: the stop job logs this attempt's cost to the run even if training dies.
-        workflow_contract.write_step_output(workflow_contract.MLFLOW_RUN_ID_OUTPUT, run.info.run_id)
+        job_contract.write_step_output(job_contract.MLFLOW_RUN_ID_OUTPUT, run.info.run_id)
         if hooks.on_run:
             hooks.on_run(run.info.run_id)
         # Per attempt (a resumed attempt may run on other hardware): what this machine really is.
@@ -480,7 +478,7 @@ def train(
 
         started = time.perf_counter()
         # One value per workflow attempt (step): the stop job compares each with the attempt's billed time.
-        attempt = workflow_contract.attempt()
+        attempt = job_contract.attempt()
         with _watcher(cfg, cluster is not None) as watcher:
             try:
                 model, history = _fit(cfg, splits, plan, strategy, s3_sync, watcher, hooks.callbacks)
@@ -529,7 +527,7 @@ def train(
         run.info.run_id, experiment.experiment_id, uri, headline, epochs_run, decision, model_id
     )
     print(tracking.format_summary(uri, summary.experiment_id, summary.run_id, headline))
-    workflow_contract.append_job_summary(
+    job_contract.append_job_summary(
         tracking.job_summary(uri, summary.experiment_id, summary.run_id, headline)
         + "\n"
         + registry.job_summary(uri, decision)

@@ -1,7 +1,7 @@
 """The sweep story on the batch backend, step by step as the workflow jobs would run it, without the workflow file:
 the plan job plans wave 1 (the real `sweep plan`: the Optuna study in S3, the MLflow parent run), the submitting
 job ships the commit and submits the wave as ONE array job (a child per trial, each picking its trial from
-AWS_BATCH_JOB_ARRAY_INDEX: sweep_array.py), `batch wait` follows every child, and the collect job (the real
+AWS_BATCH_JOB_ARRAY_INDEX: gpu_job.sweep_array), `batch wait` follows every child, and the collect job (the real
 `sweep collect`) closes the wave. The same study, parent and child runs as the runner backend's sweep story
 (test_sweep_workflow.py) asserts; the children are local processes on moto's Batch backend (gpu_runner_testing/batch_host.py)
 training the digits from the shipped tree.

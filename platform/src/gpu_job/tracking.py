@@ -1,7 +1,8 @@
-"""Everything MLflow: where runs go, which tags identify them and the closing summary.
+"""A job's MLflow run as the workflows need it: where runs go, the tags that lead from a run back to its commit,
+workflow run, attempt and hardware, the tag values MLflow's stores accept, and the closing summary.
 
-TensorFlow-free: the Keras callback that logs each epoch is callbacks.MlflowEpochLogger, and the GPU tags take
-what TensorFlow reports as arguments (train.py asks it).
+MLflow is the project's (its lock chooses the version, as it chooses TensorFlow). TensorFlow-free: the GPU tags
+take what TensorFlow reports as arguments (the project's training asks it).
 """
 
 from __future__ import annotations
@@ -10,10 +11,9 @@ import os
 import subprocess
 from collections.abc import Mapping
 
-from gpu_job import gpu_preflight
 from mlflow.entities import RunTag
 
-from . import workflow_contract
+from gpu_job import gpu_preflight, job_contract
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 
@@ -54,7 +54,7 @@ def run_tags(env: Mapping[str, str] | None = None) -> dict[str, str]:
     in_actions = env.get("GITHUB_ACTIONS") == "true"
     # TRAIN_COMMIT: train.yml's resumed attempts train a given commit, not the branch head.
     commit = (
-        (env.get(workflow_contract.TRAIN_COMMIT) or env.get("GITHUB_SHA"))
+        (env.get(job_contract.TRAIN_COMMIT) or env.get("GITHUB_SHA"))
         if in_actions
         else _git("rev-parse", "HEAD")
     )
@@ -75,12 +75,12 @@ def run_tags(env: Mapping[str, str] | None = None) -> dict[str, str]:
         tags["github.run_url"] = run_url
         tags["github.workflow"] = env.get("GITHUB_WORKFLOW", "")
         tags["github.actor"] = env.get("GITHUB_ACTOR", "")
-    if env.get(workflow_contract.TRAIN_ATTEMPT):
-        tags["train.attempt"] = env[workflow_contract.TRAIN_ATTEMPT]
+    if env.get(job_contract.TRAIN_ATTEMPT):
+        tags["train.attempt"] = env[job_contract.TRAIN_ATTEMPT]
     # Set by train.yml from the launch step, so a run says which hardware (and market) produced it.
     for variable, tag in (
-        (workflow_contract.GPU_INSTANCE_TYPE, "gpu.instance_type"),
-        (workflow_contract.GPU_MARKET, "gpu.market"),
+        (job_contract.GPU_INSTANCE_TYPE, "gpu.instance_type"),
+        (job_contract.GPU_MARKET, "gpu.market"),
     ):
         if env.get(variable):
             tags[tag] = env[variable]

@@ -3,7 +3,7 @@
 The mapping is checked on its own, then for real: an array job of three children on the batch host (moto's Batch
 backend, each child a local process with the variables Batch sets) in which every child resolves its trial with
 the same code `sweep trial --trials` runs. The refusals reach the CLI as the "Bad input" rows
-sweep-trials-no-array-index and sweep-trials-index-out-of-range (tests/test_bad_input.py).
+sweep-trials-no-array-index and sweep-trials-index-out-of-range (a project's tests/test_bad_input.py).
 """
 
 from __future__ import annotations
@@ -14,12 +14,10 @@ from typing import Any
 
 import boto3
 import pytest
+
+from gpu_job.errors import JobInputError
+from gpu_job.sweep_array import ARRAY_INDEX, parse_trials, trial_of_child
 from gpu_runner_testing.batch_world import REGION
-
-from {{ cookiecutter.package_name }}.config import ConfigError
-from {{ cookiecutter.package_name }}.sweep_array import ARRAY_INDEX, parse_trials, trial_of_child
-
-PACKAGE = "{{ cookiecutter.package_name }}"
 
 
 @pytest.mark.parametrize(
@@ -42,7 +40,7 @@ def test_the_waves_trials_are_read_in_the_plans_order(text: str, trials: tuple[i
     ],
 )
 def test_a_bad_trial_list_is_refused_by_name(text: str, named: str) -> None:
-    with pytest.raises(ConfigError, match="--trials") as refused:
+    with pytest.raises(JobInputError, match="--trials") as refused:
         parse_trials(text)
     assert named in str(refused.value)
 
@@ -54,14 +52,14 @@ def test_each_child_trains_the_trial_at_its_index() -> None:
 
 def test_a_single_job_trains_the_waves_only_trial_and_nothing_else() -> None:
     assert trial_of_child((6,), {}) == 6
-    with pytest.raises(ConfigError, match=f"{ARRAY_INDEX} is not set, but --trials lists 2 trials"):
+    with pytest.raises(JobInputError, match=f"{ARRAY_INDEX} is not set, but --trials lists 2 trials"):
         trial_of_child((6, 7), {})
 
 
 @pytest.mark.parametrize(("index", "named"), [("3", "lists only 3 trials"), ("-1", "not an array index"),
                                               ("01", "not an array index"), ("x", "not an array index")])  # fmt: skip
 def test_an_index_outside_the_wave_is_refused(index: str, named: str) -> None:
-    with pytest.raises(ConfigError, match=named):
+    with pytest.raises(JobInputError, match=named):
         trial_of_child((3, 5, 8), {ARRAY_INDEX: index})
 
 
@@ -80,7 +78,7 @@ def test_an_array_jobs_children_each_train_their_own_trial(batch_world: str) -> 
     batch = boto3.client("batch", region_name=REGION, endpoint_url=batch_world)
     logs = boto3.client("logs", region_name=REGION, endpoint_url=batch_world)
     child = (
-        f"import os; from {PACKAGE}.sweep_array import parse_trials, trial_of_child; "
+        "import os; from gpu_job.sweep_array import parse_trials, trial_of_child; "
         "print('trial', trial_of_child(parse_trials('3,5,8'), os.environ))"
     )
     submitted = batch.submit_job(

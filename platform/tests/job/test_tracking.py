@@ -1,17 +1,28 @@
+"""A job's MLflow run as the workflows need it (gpu_job.tracking): where runs go, the tags that lead back to the
+commit, the workflow run and the hardware, the tag values every MLflow store accepts, the closing summary."""
+
 import subprocess
 from pathlib import Path
 
 import pytest
-from gpu_job.gpu_preflight import Driver
 
-from {{ cookiecutter.package_name }}.tracking import (
+from gpu_job.gpu_preflight import Driver
+from gpu_job.tracking import (
     format_summary,
     gpu_tags,
     job_summary,
     run_link,
+    run_tag_entities,
     run_tags,
+    tag_value,
     tracking_uri,
 )
+
+
+@pytest.fixture
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
 
 
 def test_tags_in_github_actions_link_the_workflow_run() -> None:
@@ -96,3 +107,10 @@ def test_job_summary_links_the_run_and_lists_metrics() -> None:
     text = job_summary("http://mlflow:5000", "3", "abc", {"test_accuracy": 0.9812, "epochs_run": 4.0})
     assert "MLflow run: [abc](http://mlflow:5000/#/experiments/3/runs/abc)" in text
     assert "| test_accuracy | 0.9812 |" in text
+
+
+def test_tag_values_are_converted_once_and_none_is_refused() -> None:
+    tags = run_tag_entities({"registry.version": 3, "a": "b"})
+    assert [(t.key, t.value) for t in tags] == [("registry.version", "3"), ("a", "b")]
+    with pytest.raises(ValueError, match=r"'champion\.previous_version' has no value"):
+        tag_value("champion.previous_version", None)

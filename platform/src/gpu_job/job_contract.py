@@ -1,6 +1,8 @@
-"""What passes between train.yml's GPU job (`train`) and the training CLI: the environment variables it sets
-(checked here where they come from dispatch inputs), and the step outputs and job summary the CLI writes back.
-The exit statuses the workflow reads are errors.EXIT_INTERRUPTED (75) and errors.EXIT_NO_GPU (78).
+"""What passes between a project's workflows and its jobs' code: the environment variables train.yml's and
+sweep-trial.yml's GPU job (`train`) sets (checked here where they come from dispatch inputs), and the step outputs
+and job summary the project's commands write back (the stop job reads the run id, sweep.yml the wave's matrix,
+predict.yml the pinned model). The exit statuses the workflows read are the project's EXIT_INTERRUPTED (75) and
+errors.EXIT_NO_GPU (78).
 
 In the GPU job the config must be a file of the checkout, so a dispatch input cannot point the training at a
 file of the runner's host; the commit ends up in S3 keys and MLflow tags. Elsewhere (by hand, the CI's test job,
@@ -14,9 +16,8 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from gpu_job.errors import JobInputError
 from gpu_job.interruption import GPU_MARKET as GPU_MARKET
-
-from .config import ConfigError
 
 # A Git object name of a SHA-1 repository, as `github.sha` writes it.
 COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -51,25 +52,25 @@ SWEEP_NEXT_WAVE_OUTPUT = "next-wave"
 def check(
     config: Path, env: Mapping[str, str], repository: Path | None = None, flag: str = "--config"
 ) -> None:
-    """Raise ConfigError naming the first bad value and the fix; nothing to check outside a GPU job (train.yml's
+    """Raise JobInputError naming the first bad value and the fix; nothing to check outside a GPU job (train.yml's
     and sweep-trial.yml's job `train`). `flag`: the option that passed the file (a sweep trial checks --sweep too)."""
     if env.get("GITHUB_ACTIONS") != "true" or env.get("GITHUB_JOB") != TRAIN_JOB:
         return
     root = (repository or Path.cwd()).resolve()
     if config.is_absolute() or not (root / config).resolve().is_relative_to(root):
-        raise ConfigError(
+        raise JobInputError(
             f"{flag}: '{config}' is not a path inside the repository; pass a relative path such as "
             f"configs/{'sweep' if flag == '--sweep' else 'train'}.yaml (the dispatch input `{flag[2:]}`)"
         )
     commit = env.get(TRAIN_COMMIT, "")
     if commit and not COMMIT.fullmatch(commit):
-        raise ConfigError(
+        raise JobInputError(
             f"TRAIN_COMMIT: {commit[:60]!r} is not a commit (40 lowercase hex digits); pass the full SHA in the "
             "dispatch input `commit`, or leave it empty for the branch head"
         )
     attempt = env.get(TRAIN_ATTEMPT, "")
     if attempt and not (attempt.isascii() and attempt.isdigit() and int(attempt) >= 1):
-        raise ConfigError(
+        raise JobInputError(
             f"TRAIN_ATTEMPT: {attempt[:60]!r} is not an attempt number (1 or more); the dispatch input `attempt` "
             "is 1 for a first run"
         )
