@@ -19,6 +19,7 @@ from gpu_runner_testing.docs_checks import (
     broken_links,
     manual_link_problems,
     manual_mention_problems,
+    mention_files,
     missing_test_references,
     ragged_rows,
     unreachable_pages,
@@ -31,8 +32,8 @@ PROJECT = ROOT / "{{cookiecutter.project_slug}}"
 SETUP = MANUAL / "setup.md"
 # The placeholders the post-generation hook fills with the pin (hooks/post_gen_project.py).
 PIN_TOKENS = ("__platform_repository__", "__platform_commit__")
-# Where a comment or message may mention a manual page.
-MENTION_GLOBS = ("*.md", "*.py", "*.yml", "*.yaml", "*.toml", "*.sh", "*.json", "Makefile")
+# Where a comment or message may mention a manual page: the template's project, the platform, the workflows
+# and actions every bake calls, the hooks.
 MENTION_ROOTS = (
     PROJECT,
     ROOT / "platform" / "src",
@@ -40,7 +41,6 @@ MENTION_ROOTS = (
     ROOT / ".github",
     ROOT / "hooks",
 )
-SKIPPED = {".venv", ".e2e-cache", "__pycache__", "node_modules"}
 PLANTED = ROOT / "platform" / "tests" / "test_docs_checks.py"  # mentions of missing pages, on purpose
 
 
@@ -80,15 +80,8 @@ def test_every_link_of_the_template_to_the_manual_names_a_page_it_has() -> None:
 
 
 def test_every_mention_of_the_manual_names_a_page_it_has() -> None:
-    files = [
-        path
-        for root in MENTION_ROOTS
-        for glob in MENTION_GLOBS
-        for path in root.rglob(glob)
-        if path.is_file() and path != PLANTED and not SKIPPED & set(path.relative_to(ROOT).parts)
-    ]
-    problems = manual_mention_problems(sorted(set(files)), MANUAL, ROOT)
-    assert problems == []
+    files = [path for root in MENTION_ROOTS for path in mention_files(root) if path != PLANTED]
+    assert manual_mention_problems(files, MANUAL, ROOT) == []
     # The check sees the mentions: the doctor's fixes and the workflows name pages this way.
     assert sum("manual/" in path.read_text(encoding="utf-8") for path in files) >= 20
 

@@ -9,6 +9,7 @@ from gpu_runner_testing.docs_checks import (
     broken_links,
     manual_link_problems,
     manual_mention_problems,
+    mention_files,
     missing_test_references,
     ragged_rows,
     unreachable_pages,
@@ -123,4 +124,18 @@ def test_a_mention_of_a_missing_manual_page_or_heading_is_found(tmp_path: Path) 
     assert manual_mention_problems([source], manual, tmp_path) == [
         "train.yml: manual/gone.md (no page gone.md in the manual)",
         "train.yml: manual/setup.md#no-such-heading (no such heading in setup.md)",
+    ]
+
+
+def test_the_mention_search_reads_the_projects_text_files_and_no_environment(tmp_path: Path) -> None:
+    for name in ("Makefile", "README.md", "src/pkg/cli.py", ".github/workflows/train.yml", "boot.sh",
+                 ".venv/lib/site.py", "src/pkg/__pycache__/cli.md", "data/image.png", "uv.lock"):  # fmt: skip
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("manual/setup.md\n", encoding="utf-8")
+    assert [path.relative_to(tmp_path).as_posix() for path in mention_files(tmp_path)] == [
+        "Makefile",
+        "README.md",
+        "boot.sh",
+        ".github/workflows/train.yml",
+        "src/pkg/cli.py",
     ]

@@ -20,6 +20,7 @@ from gpu_runner_testing.docs_checks import (
     broken_links,
     manual_link_problems,
     manual_mention_problems,
+    mention_files,
     ragged_rows,
     unreachable_pages,
 )
@@ -36,9 +37,6 @@ README_MAX_LINES = 150
 # is documented in the template repository's platform/).
 PACKAGE_ROOTS = ("src",)
 IGNORED = {"__pycache__"}
-# Where a comment or message may mention a manual page: what the team holds, without the lock and the caches.
-MENTION_GLOBS = ("*.md", "*.py", "*.yml", "*.yaml", "*.toml", "Makefile")
-SKIPPED = {".venv", ".e2e-cache", ".git", "__pycache__", "node_modules"}
 
 
 @pytest.fixture(scope="module")
@@ -85,13 +83,7 @@ def test_every_link_to_the_manual_names_a_page_of_the_pinned_commit(manual: Path
 
 
 def test_every_mention_of_the_manual_names_a_page_it_has(manual: Path) -> None:
-    files = [
-        path
-        for glob in MENTION_GLOBS
-        for path in PROJECT.rglob(glob)
-        if path.is_file() and not SKIPPED & set(path.relative_to(PROJECT).parts)
-    ]
-    assert manual_mention_problems(sorted(files), manual, PROJECT) == []
+    assert manual_mention_problems(mention_files(PROJECT), manual, PROJECT) == []
 
 
 def test_a_readme_over_the_limit_is_refused() -> None:

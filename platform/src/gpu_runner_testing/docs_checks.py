@@ -10,7 +10,9 @@ cells against their header or test names in a table.
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Collection
 from pathlib import Path
 
 FENCE = re.compile(r"^```.*?^```", flags=re.MULTILINE | re.DOTALL)
@@ -27,6 +29,10 @@ MANUAL_LINK = re.compile(
 )
 # A mention of a manual page where no link can be (a comment, a message): `manual/<page>.md[#anchor]`.
 MANUAL_MENTION = re.compile(r"(?<![\w/.-])manual/(?P<page>[\w-]+\.md)(?:#(?P<anchor>[\w-]+))?")
+# The files that may hold such a mention, and the folders never searched (environments, caches, history).
+MENTION_SUFFIXES = (".md", ".py", ".yml", ".yaml", ".toml", ".sh")
+MENTION_NAMES = ("Makefile",)
+SKIPPED_DIRS = frozenset({".git", ".venv", ".e2e-cache", "__pycache__", "node_modules"})
 
 
 def prose(text: str) -> str:
@@ -174,6 +180,20 @@ def manual_link_problems(pages: list[Path], manual: Path, repository: str, commi
             else:
                 problems += [f"{page.name}: {target} ({why})" for why in manual_page_problems(found, manual)]
     return problems
+
+
+def mention_files(root: Path, skipped: Collection[str] = SKIPPED_DIRS) -> list[Path]:
+    """The files under `root` that may mention a manual page, in a stable order; `skipped` folders are not
+    entered (a project's .venv alone holds some 20,000 files)."""
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(name for name in dirs if name not in skipped)
+        found += [
+            Path(folder) / name
+            for name in sorted(files)
+            if name.endswith(MENTION_SUFFIXES) or name in MENTION_NAMES
+        ]
+    return found
 
 
 def manual_mention_problems(files: list[Path], manual: Path, root: Path) -> list[str]:
