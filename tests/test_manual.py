@@ -49,6 +49,17 @@ def test_every_link_and_heading_of_the_manual_resolves() -> None:
     assert broken_links(PAGES) == []
 
 
+def test_every_link_of_this_repositorys_own_pages_resolves() -> None:
+    """The README, the contributor guide and the platform's changelog and layout link into the manual too."""
+    pages = [
+        ROOT / "README.md",
+        ROOT / "CONTRIBUTING.md",
+        ROOT / "platform" / "CHANGELOG.md",
+        ROOT / "platform" / "LAYOUT.md",
+    ]
+    assert broken_links(pages) == []
+
+
 def test_every_page_of_the_manual_is_reachable_from_its_index() -> None:
     assert unreachable_pages(MANUAL / "README.md", MANUAL) == []
 
