@@ -8,11 +8,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from gpu_runner_testing.docs_checks import MANUAL_DIR, defined_tests, names_a_test
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "{{cookiecutter.project_slug}}" / "docs"
-MANUAL = ROOT / "platform" / "manual"
+MANUAL = ROOT / MANUAL_DIR
 REFERENCE = re.compile(r"template `([^`]+)`")
-DEFINED = re.compile(r"^\s*(?:async )?def (test_\w+)", flags=re.MULTILINE)
 
 
 def template_references(text: str) -> list[str]:
@@ -25,12 +26,7 @@ def missing_here(reference: str, root: Path) -> str | None:
     source = root / path
     if not source.is_file():
         return f"{path}: no such file in the template repository"
-    defined = set(DEFINED.findall(source.read_text(encoding="utf-8")))
-    wanted = name.split("[", 1)[0]
-    if wanted.endswith(("*", "...")):
-        found = any(test.startswith(wanted.rstrip("*.")) for test in defined)
-    else:
-        found = not wanted or wanted in defined
+    found = not name or names_a_test(name, defined_tests(source))
     return None if found else f"{path}::{name}: no such test in that file"
 
 
