@@ -1,5 +1,5 @@
-"""checkov (an independent scanner, pinned in the template's dev group) on the CloudFormation and the
-workflows of a default bake and a batch-backend bake, and on the platform's own workflows: every check passes,
+"""checkov (an independent scanner, pinned in the template's dev group) on the workflows of a default bake and
+a batch-backend bake, and on the platform's CloudFormation and reusable workflows: every check passes,
 or is skipped in place (a resource's `Metadata.checkov`, a workflow's `# checkov:skip=` comment) with its
 reason, and the skips are exactly the ones listed here."""
 
@@ -17,34 +17,42 @@ from conftest import bake_template, write_config
 from cookiecutter.main import cookiecutter
 from gpu_runner_testing.workflow_checks.workflow_files import offline_env
 
-# The CloudFormation templates, package data of gpu_runner, as checkov names them (scanned in platform/: a
-# bake holds no copy since issue 31, and the stacks name no project).
+# One checkov run scans everything side by side, each in its own folder of the scanned root: the two bakes
+# and the platform (its CloudFormation templates, package data of gpu_runner that a bake holds no copy of
+# since issue 31, and its reusable workflows, which run for every project but live in this repository's
+# .github). One run, not one per folder and bake: a checkov start costs about 9 s, and the seven runs there
+# were took 105 s of the quick tier on CI's 2 cores.
+BAKES = {"defaults": {}, "batch": {"gpu_backend": "batch"}}
+PLATFORM = "platform"
+# Paths inside a folder of the scanned root, as checkov names them (after the folder).
 STACK = "/src/gpu_runner/setup/gpu-runner.yaml"
 SERVER_STACK = "/src/gpu_runner/mlflow_server/mlflow-server.yaml"
 BATCH_STACK = "/src/gpu_runner/batch/batch.yaml"
 ROOT = Path(__file__).resolve().parents[1]
 CHECKOV = Path(sys.executable).with_name("checkov")
 FRAMEWORKS = ("cloudformation", "github_actions")
-BAKES = {"defaults": {}, "batch": {"gpu_backend": "batch"}}
-# (check, file, resource) of every in-place skip; its reason is on the skip itself, and
-# test_every_skip_says_why holds it to a sentence. A new finding is fixed, or skipped in place and added here:
-# never skipped by configuration.
-EXPECTED_SKIPS = {
-    # The reaper Lambda: scheduled, no payload, AWS APIs only (the stack's template says why at each skip).
-    ("CKV_AWS_115", STACK, "AWS::Lambda::Function.ReaperFunction"),
-    ("CKV_AWS_116", STACK, "AWS::Lambda::Function.ReaperFunction"),
-    ("CKV_AWS_117", STACK, "AWS::Lambda::Function.ReaperFunction"),
-    ("CKV_AWS_173", STACK, "AWS::Lambda::Function.ReaperFunction"),
-    ("CKV_AWS_158", STACK, "AWS::Logs::LogGroup.ReaperLogGroup"),
-    ("CKV_AWS_18", STACK, "AWS::S3::Bucket.Bucket"),
-    # Session Manager's channel actions on the MLflow server define no resource type (the skip says so).
-    ("CKV_AWS_111", SERVER_STACK, "AWS::IAM::ManagedPolicy.ServerPolicy"),
-    # workflow_dispatch inputs: the next attempt's dispatch (train.yml), a sweep's next wave, predict's model
-    # and files, promote's run; each input is checked before use (manual/security.md).
+# workflow_dispatch inputs: the next attempt's dispatch (train.yml), a sweep's next wave, predict's model and
+# files, promote's run; each input is checked before use (manual/security.md). Every bake skips them.
+DISPATCH_SKIPS = {
     ("CKV_GHA_7", "/.github/workflows/train.yml", "on(Train on a GPU)"),
     ("CKV_GHA_7", "/.github/workflows/sweep.yml", "on(Hyperparameter sweep on GPUs)"),
     ("CKV_GHA_7", "/.github/workflows/predict.yml", "on(Batch prediction)"),
     ("CKV_GHA_7", "/.github/workflows/promote.yml", "on(Promote a model to champion)"),
+}
+# (check, folder, file, resource) of every in-place skip; its reason is on the skip itself, and
+# test_every_skip_says_why holds it to a sentence. A new finding is fixed, or skipped in place and added here:
+# never skipped by configuration.
+EXPECTED_SKIPS = {
+    # The reaper Lambda: scheduled, no payload, AWS APIs only (the stack's template says why at each skip).
+    ("CKV_AWS_115", PLATFORM, STACK, "AWS::Lambda::Function.ReaperFunction"),
+    ("CKV_AWS_116", PLATFORM, STACK, "AWS::Lambda::Function.ReaperFunction"),
+    ("CKV_AWS_117", PLATFORM, STACK, "AWS::Lambda::Function.ReaperFunction"),
+    ("CKV_AWS_173", PLATFORM, STACK, "AWS::Lambda::Function.ReaperFunction"),
+    ("CKV_AWS_158", PLATFORM, STACK, "AWS::Logs::LogGroup.ReaperLogGroup"),
+    ("CKV_AWS_18", PLATFORM, STACK, "AWS::S3::Bucket.Bucket"),
+    # Session Manager's channel actions on the MLflow server define no resource type (the skip says so).
+    ("CKV_AWS_111", PLATFORM, SERVER_STACK, "AWS::IAM::ManagedPolicy.ServerPolicy"),
+    *((check, bake, path, resource) for bake in BAKES for check, path, resource in DISPATCH_SKIPS),
 }
 NO_REASON = "No comment provided"  # what checkov records for a skip without one
 
@@ -73,28 +81,31 @@ def bake(out: Path, **answers: Any) -> Path:
     )  # fmt: skip
 
 
-@pytest.fixture(scope="module", params=list(BAKES))
-def scanned(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    project = bake(tmp_path_factory.mktemp(request.param), **BAKES[request.param])
-    # Only in-place skips count: no checkov configuration file may switch a check off.
-    assert not [*project.glob(".checkov.y*ml"), *project.glob(".bridgecrew.y*ml")]
-    reports = checkov(project)
-    reports["cloudformation"] = checkov(ROOT / "platform")["cloudformation"]
-    # The platform's reusable workflows (start, stop, batch.yml) run for every project but live here, beside
-    # this repository's CI: scanned in a copy of .github alone (the template holds unrendered Jinja).
-    platform = tmp_path_factory.mktemp("platform-workflows")
-    shutil.copytree(ROOT / ".github", platform / ".github")
-    results = reports["github_actions"]["results"]
-    for kind, found in checkov(platform)["github_actions"]["results"].items():
-        results[kind] = [
-            *results.get(kind, []),
-            *({**c, "file_path": f"platform:{c['file_path']}"} for c in found),
-        ]
-    return reports
+@pytest.fixture(scope="module")
+def scanned(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("scanned")
+    for name, answers in BAKES.items():
+        project = bake(tmp_path_factory.mktemp(name), **answers)
+        # Only in-place skips count: no checkov configuration file may switch a check off.
+        assert not [*project.glob(".checkov.y*ml"), *project.glob(".bridgecrew.y*ml")]
+        shutil.copytree(project, root / name)
+    # The platform's sources and workflows alone (the template holds unrendered Jinja, the platform a .venv).
+    shutil.copytree(
+        ROOT / "platform" / "src", root / PLATFORM / "src", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    shutil.copytree(ROOT / ".github", root / PLATFORM / ".github")
+    return checkov(root)
 
 
 def entries(reports: dict[str, dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [check for report in reports.values() for check in report["results"].get(kind, [])]
+
+
+def where(check: dict[str, Any]) -> tuple[str, str]:
+    """(folder of the scanned root, path inside it) of a check's file:
+    '/defaults/.github/x.yml' -> ('defaults', '/.github/x.yml')."""
+    folder, _, path = check["file_path"].lstrip("/").partition("/")
+    return folder, f"/{path}"
 
 
 def test_checkov_passes_or_skips_every_check(scanned: dict[str, Any]) -> None:
@@ -104,25 +115,23 @@ def test_checkov_passes_or_skips_every_check(scanned: dict[str, Any]) -> None:
         for c in entries(scanned, "failed_checks")
     ]
     assert failed == [], "\n".join(failed)
-    skipped = {(c["check_id"], c["file_path"], c["resource"]) for c in entries(scanned, "skipped_checks")}
+    skipped = {(c["check_id"], *where(c), c["resource"]) for c in entries(scanned, "skipped_checks")}
     assert skipped == EXPECTED_SKIPS
-    # What it scanned: the three stacks and the workflows, hundreds of checks (not an empty directory).
-    files = {c["file_path"] for c in entries(scanned, "passed_checks")}
-    assert {STACK, SERVER_STACK, BATCH_STACK} <= files, files
-    assert {"/.github/workflows/train.yml", "platform:/.github/workflows/batch.yml"} <= files, files
-    assert {
-        "platform:/.github/workflows/gpu-runner-start.yml",
-        "platform:/.github/workflows/gpu-runner-stop.yml",
-    } <= files
+    # What it scanned: the three stacks and every folder's workflows: hundreds of checks, not an empty folder.
+    files = {where(c) for c in entries(scanned, "passed_checks")}
+    assert {(PLATFORM, STACK), (PLATFORM, SERVER_STACK), (PLATFORM, BATCH_STACK)} <= files, files
+    platform_workflows = ("gpu-runner-start.yml", "gpu-runner-stop.yml", "batch.yml")
+    assert {(PLATFORM, f"/.github/workflows/{name}") for name in platform_workflows} <= files, files
+    assert {(bake, "/.github/workflows/train.yml") for bake in BAKES} <= files, files
     assert all(report["summary"]["parsing_errors"] == 0 for report in scanned.values())
 
 
 def test_every_skip_says_why(scanned: dict[str, Any]) -> None:
     for check in entries(scanned, "skipped_checks"):
         reason = check.get("check_result", {}).get("suppress_comment", NO_REASON)
-        where = f"{check['check_id']} {check['resource']} {check['file_path']}"
+        named = f"{check['check_id']} {check['resource']} {check['file_path']}"
         assert reason != NO_REASON and len(reason.split()) >= 8, (
-            f"{where}: a skip needs its reason: {reason!r}"
+            f"{named}: a skip needs its reason: {reason!r}"
         )
 
 
