@@ -15,9 +15,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from gpu_job import manifest
 from mlflow.tracking import MlflowClient
 
-from {{ cookiecutter.package_name }} import cli, model_files, predict_tracking, promote
+from {{ cookiecutter.package_name }} import cli, predict_tracking, promote
 from {{ cookiecutter.package_name }}.config import config_from_dict
 from {{ cookiecutter.package_name }}.train import train
 
@@ -251,7 +252,7 @@ SWAPS = {
     "a file added to the SavedModel": ("exports/saved_model/assets/extra.txt", "add", "gpu"),
     "the labels": ("exports/class_names.json", "replace", "cpu"),
     "the labels deleted": ("exports/class_names.json", "delete", "cpu"),
-    "the manifest itself": (model_files.MANIFEST_PATH, "replace", "cpu"),
+    "the manifest itself": (manifest.MANIFEST_PATH, "replace", "cpu"),
 }
 
 
@@ -310,7 +311,7 @@ def test_a_version_registered_before_promote_recorded_digests_is_refused_with_th
 
     assert code == 2
     said = capsys.readouterr().err
-    assert f"version {legacy} has no tag {model_files.MANIFEST_TAG}: it was registered before promote" in said
+    assert f"version {legacy} has no tag {manifest.MANIFEST_TAG}: it was registered before promote" in said
     assert (
         f"Fix: promote again (promote.yml with run-id=<the training run>, e.g. this version's run {served})"
         in said

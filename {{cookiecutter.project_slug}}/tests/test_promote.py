@@ -16,11 +16,12 @@ from pathlib import Path
 
 import boto3
 import pytest
+from gpu_job import manifest, registry
 from mlflow.entities.model_registry import ModelVersion
 from mlflow.tracking import MlflowClient
 from PIL import Image
 
-from {{ cookiecutter.package_name }} import cli, model_files, promote, registry
+from {{ cookiecutter.package_name }} import cli, promote
 from {{ cookiecutter.package_name }}.config import Config, DataConfig, config_from_dict
 from {{ cookiecutter.package_name }}.data import load_digits_images
 
@@ -165,7 +166,7 @@ def test_the_first_promotion_serves_a_copy_of_the_measured_files_with_their_dige
     assert served_run.info.experiment_id == promotions.experiment_id and version.run_id != run_id
     recorded = served_manifest(world, version)
     local = {
-        f"exports/{path.relative_to(exports).as_posix()}": model_files.sha256_file(path)
+        f"exports/{path.relative_to(exports).as_posix()}": manifest.sha256_file(path)
         for path in exports.rglob("*")
         if path.is_file()
     }
@@ -283,6 +284,6 @@ def test_a_holdout_that_cannot_be_used_is_named_and_nothing_is_promoted(
 def served_manifest(world: World, version: ModelVersion) -> dict[str, str]:
     """The manifest of a served version, checked against its tag."""
     body = Path(
-        world.client.download_artifacts(version.run_id, model_files.MANIFEST_PATH, str(world.tmp))
+        world.client.download_artifacts(version.run_id, manifest.MANIFEST_PATH, str(world.tmp))
     ).read_bytes()
-    return model_files.read_manifest(body, version.tags[model_files.MANIFEST_TAG])
+    return manifest.read_manifest(body, version.tags[manifest.MANIFEST_TAG])

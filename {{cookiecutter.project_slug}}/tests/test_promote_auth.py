@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 import requests
+from gpu_job import registry
 from mlflow.exceptions import MlflowException
 from mlflow.server.auth.client import AuthServiceClient
 from mlflow.tracking import MlflowClient
 
-from {{ cookiecutter.package_name }} import cli, promote, registry
+from {{ cookiecutter.package_name }} import cli, promote
 from {{ cookiecutter.package_name }}.config import RegistryConfig
 
 pytestmark = pytest.mark.slow

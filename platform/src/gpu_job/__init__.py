@@ -22,11 +22,15 @@ library for what no team would edit:
   the workflows and a job (the variables the GPU job sets, the step outputs the project's commands write);
 - `tracking.tracking_uri`, `run_tags`, `gpu_tags`, `tag_value`, `format_summary`, `job_summary`: a job's MLflow
   run as the workflows need it (the tags back to the commit, the workflow run and the hardware);
-- `errors`: JobInputError, DataError, DistributedError, StudyStorageError, WaveAlreadyClaimed and EXIT_NO_GPU,
-  for the project's CLI to report.
+- `registry.decide`, `compare`, `log_decision`, `job_summary`, `ChampionRule`: the champion rule as a training sees
+  it (read-only), and the decision promote words from its own figures;
+- `manifest.manifest`, `digest`, `read_manifest`, `verify`: the served files' SHA-256s that promote records and
+  predict checks before loading;
+- `errors`: JobInputError, DataError, DistributedError, StudyStorageError, WaveAlreadyClaimed, FilesChanged and
+  EXIT_NO_GPU, for the project's CLI to report.
 
 TensorFlow is imported only inside gpu_preflight.TfBoundary's methods, so every module imports without it; the
-project's lock chooses TensorFlow (its cpu or gpu extra), and MLflow, which only `tracking` imports. Never
+project's lock chooses TensorFlow (its cpu or gpu extra), and MLflow, which only `tracking` and `registry` import. Never
 imports gpu_runner (the launch jobs' package), and gpu_runner never imports it: a CPU launch job loads none of
 this.
 """

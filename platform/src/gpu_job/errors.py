@@ -18,6 +18,15 @@ class DistributedError(ValueError):
     inconsistent, or the nodes could not find each other (distributed.py, rendezvous.py)."""
 
 
+class FilesChanged(ValueError):
+    """A model's files are not the ones promote recorded (manifest.verify): `path` changed, is missing, or was
+    added. The caller words the message with its own fix."""
+
+    def __init__(self, path: str, what: str) -> None:
+        super().__init__(f"{path} {what}")
+        self.path, self.what = path, what
+
+
 # EX_CONFIG: the GPU preflight found no GPU TensorFlow can use (gpu_preflight.py); the job stops before training.
 EXIT_NO_GPU = 78
 

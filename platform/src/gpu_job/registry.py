@@ -1,11 +1,13 @@
-"""The champion rule: the version of `registry.model_name` that holds `registry.alias` (the champion) is the one
-predict serves, and only a strictly better model takes its place.
+"""The champion rule: the version of the rule's `model_name` that holds its `alias` (the champion) is the one a
+project's predict serves, and only a strictly better model takes its place. The project's config holds the rule
+(`registry.*` of its train.yaml: model_name, metric, direction, alias); ChampionRule is what this module reads.
 
 Training only reads the registry (issue 30, High 1): it compares its run's `registry.metric` with the champion's
 for the job summary and the pull-request comment and tags its run (`champion.decision`: candidate / kept /
 skipped (why)); it registers nothing and moves nothing. A training job runs branch code with the `ci` MLflow
-credential, so nothing inside it can be trusted to decide what ships. `promote` (promote.py, promote.yml on the
-default branch with its own credential) measures candidate and champion itself and alone registers versions.
+credential, so nothing inside it can be trusted to decide what ships. The project's `promote` (promote.yml on
+the default branch with its own credential) measures candidate and champion itself, calls `compare` on its own
+figures and alone registers versions.
 """
 
 from __future__ import annotations
@@ -15,20 +17,34 @@ import time
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal, Protocol
 
-from gpu_job import tracking
 from mlflow.entities import Metric
 from mlflow.entities.model_registry import ModelVersion
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from .config import RegistryConfig
+from gpu_job import tracking
 
 # Model version tags (promote writes them): the same words as champion.decision / champion.reason.
 VERSION_DECISION_TAG = "decision"
 VERSION_REASON_TAG = "decision.reason"
 # Outcomes that move the alias (promote only); training's word for "would win" is `candidate`.
 MOVES_ALIAS = ("first", "promoted")
+
+
+class ChampionRule(Protocol):
+    """What the project's config says about its served model (the generated project's RegistryConfig has these
+    fields, and checks them: a name MLflow accepts, a metric promote can measure, an alias that is not reserved)."""
+
+    @property
+    def model_name(self) -> str: ...
+    @property
+    def metric(self) -> str: ...
+    @property
+    def direction(self) -> Literal["maximize", "minimize"]: ...
+    @property
+    def alias(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -87,7 +103,7 @@ class ChampionDecision:
         return ChampionDecision(**{**self.__dict__, "outcome": outcome, "reason": reason, **fields})
 
 
-def skipped(cfg: RegistryConfig, why: str, candidate_value: float | None = None) -> ChampionDecision:
+def skipped(cfg: ChampionRule, why: str, candidate_value: float | None = None) -> ChampionDecision:
     """A decision that moves nothing; `why` ends up in the tag, e.g. 'skipped (why)'."""
     return ChampionDecision(
         f"skipped ({why})", why, cfg.metric, cfg.direction, cfg.model_name, cfg.alias, None, candidate_value
@@ -131,7 +147,7 @@ def run_metric(client: MlflowClient, run_id: str | None, metric: str) -> float |
 
 
 def compare(
-    cfg: RegistryConfig, value: float, holder: str | None, held: float | None, version: str | None = None
+    cfg: ChampionRule, value: float, holder: str | None, held: float | None, version: str | None = None
 ) -> ChampionDecision:
     """The decision alone, no side effects: first / promoted / kept, with the reason in words. `holder` is the
     champion's version number (None: no champion), `held` its value."""
@@ -157,7 +173,7 @@ def _error_reason(error: MlflowException) -> str:
 
 
 def decide(
-    client: MlflowClient, cfg: RegistryConfig, run_id: str, metrics: Mapping[str, float]
+    client: MlflowClient, cfg: ChampionRule, run_id: str, metrics: Mapping[str, float]
 ) -> ChampionDecision:
     """Training's view: this run's value against the champion's, read-only. A run that would win by its own
     figures is a `candidate` for promote, which measures both again on the held-out set before anything moves.

@@ -7,21 +7,15 @@ from gpu_job.errors import EXIT_NO_GPU as EXIT_NO_GPU
 from gpu_job.errors import DataError as DataError
 from gpu_job.errors import DistributedError as DistributedError
 
+# A model's files are not the ones promote recorded (gpu_job.manifest.verify); the caller words the fix.
+from gpu_job.errors import FilesChanged as FilesChanged
+
 # A value a workflow handed the job (a dispatch input, an environment variable) is not usable (gpu_job.job_contract).
 from gpu_job.errors import JobInputError as JobInputError
 
 # A sweep's study storage (gpu_job.study_storage) cannot be used as given, or another plan job claimed the wave.
 from gpu_job.errors import StudyStorageError as StudyStorageError
 from gpu_job.errors import WaveAlreadyClaimed as WaveAlreadyClaimed
-
-
-class FilesChanged(ValueError):
-    """A model's files are not the ones promote recorded (model_files.verify): `path` changed, is missing, or was
-    added. The caller words the message with its own fix."""
-
-    def __init__(self, path: str, what: str) -> None:
-        super().__init__(f"{path} {what}")
-        self.path, self.what = path, what
 
 
 class ExportError(RuntimeError):

@@ -6,7 +6,7 @@ one version first (the workflow's CPU job does it, so an alias moved mid-batch c
 run's export is downloaded from the run's `exports/` with the class_names.json that labels it.
 
 Nothing downloaded is loaded before it is checked (issue 30, High 2): a version must carry the SHA-256 of the
-manifest promote wrote (model_files.py), the manifest must match it, and every file downloaded must match the
+manifest promote wrote (gpu_job.manifest), the manifest must match it, and every file downloaded must match the
 manifest. A version without the tag (registered before promote recorded digests) and a file that changed, went
 missing or was added are refused, naming the file and the fix.
 """
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import mlflow.artifacts
+from gpu_job import manifest
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
@@ -43,7 +44,7 @@ class RegistryModel:
     version: str
     run_id: str
     alias: str | None = None
-    # The SHA-256 of the manifest of its files (model_files.MANIFEST_TAG), which promote tagged it with.
+    # The SHA-256 of the manifest of its files (manifest.MANIFEST_TAG), which promote tagged it with.
     manifest_sha256: str = ""
 
     @property
@@ -102,10 +103,10 @@ def resolve(client: MlflowClient, name: str, alias: str | None, version: str | N
         raise PredictError(
             f"--model '{spec}': version {found.version} has no training run to take exports from"
         )
-    tag = (found.tags or {}).get(model_files.MANIFEST_TAG, "")
+    tag = (found.tags or {}).get(manifest.MANIFEST_TAG, "")
     if not re.fullmatch(r"[0-9a-f]{64}", tag):
         raise PredictError(
-            f"--model '{spec}': version {found.version} has no tag {model_files.MANIFEST_TAG}: it was registered "
+            f"--model '{spec}': version {found.version} has no tag {manifest.MANIFEST_TAG}: it was registered "
             "before promote recorded the SHA-256 of every file, so its files cannot be checked and predict refuses "
             f"it. Fix: promote again (promote.yml with run-id=<the training run>, e.g. this version's run "
             f"{found.run_id})"
@@ -127,11 +128,11 @@ def recorded_files(model: RegistryModel, dest: Path) -> dict[str, str]:
     try:
         try:
             path = mlflow.artifacts.download_artifacts(
-                run_id=model.run_id, artifact_path=model_files.MANIFEST_PATH, dst_path=str(dest)
+                run_id=model.run_id, artifact_path=manifest.MANIFEST_PATH, dst_path=str(dest)
             )
         except (MlflowException, OSError):
-            raise FilesChanged(model_files.MANIFEST_PATH, "is missing (promote wrote it)") from None
-        return model_files.read_manifest(Path(path).read_bytes(), model.manifest_sha256)
+            raise FilesChanged(manifest.MANIFEST_PATH, "is missing (promote wrote it)") from None
+        return manifest.read_manifest(Path(path).read_bytes(), model.manifest_sha256)
     except FilesChanged as changed:
         raise _refused(model, changed) from None
 
@@ -180,7 +181,7 @@ def download(model: RegistryModel, export_name: str, dest: Path) -> Path:
             except (MlflowException, OSError):
                 # Gone from the store (a folder's missing files are found by verify below).
                 raise FilesChanged(artifact, "is missing (promote recorded it)") from None
-        model_files.verify(dest, recorded, wanted)
+        manifest.verify(dest, recorded, wanted)
     except FilesChanged as changed:
         raise _refused(model, changed) from None
     return dest / wanted[1]

@@ -12,7 +12,7 @@ it does, make it the served version (issue 30, High 1 to 3). promote.yml runs th
    champion: predict refuses it anyway. A champion whose files changed stops promote with the file named.
 4. Only a strictly better candidate moves the alias: the files it measured are logged to a new run of the
    `<model> promotions` experiment (which `ci` may read but not write), registered as a version of the served
-   model with the digest of their manifest as a tag (model_files.py), and the alias moves to it.
+   model with the digest of their manifest as a tag (gpu_job.manifest), and the alias moves to it.
 Every evaluation, promoted or not, is a run of the promotions experiment with both sets of figures.
 """
 
@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from gpu_job import tracking
+from gpu_job import manifest, registry, tracking
 from mlflow.entities import Metric
 from mlflow.entities.model_registry import ModelVersion
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from . import evaluate, export, holdout, model_files, registry
+from . import evaluate, export, holdout, model_files
 from .config import Config
 from .errors import FilesChanged
 
@@ -82,7 +82,7 @@ def promote(client: MlflowClient, cfg: Config, run_id: str, scratch: Path) -> Pr
     candidate = measure(candidate_root, held, cfg.export.tflite_min_agreement, f"run {run_id}")
     holder = registry.alias_holder(client, cfg.registry.model_name, cfg.registry.alias)
     champion, notes = None, []
-    if holder is not None and model_files.MANIFEST_TAG in (holder.tags or {}):
+    if holder is not None and manifest.MANIFEST_TAG in (holder.tags or {}):
         champion_root = champion_files(client, holder, scratch / "champion")
         champion = measure(
             champion_root, held, cfg.export.tflite_min_agreement, f"champion v{holder.version}"
@@ -161,14 +161,12 @@ def _download(client: MlflowClient, run_id: str, dest: Path) -> Path:
 def champion_files(client: MlflowClient, holder: ModelVersion, dest: Path) -> Path:
     """The champion's files, each checked against the manifest promote recorded; PromoteError names a changed one."""
     dest.mkdir(parents=True)
-    tag = holder.tags[model_files.MANIFEST_TAG]
+    tag = holder.tags[manifest.MANIFEST_TAG]
     try:
-        body = Path(
-            client.download_artifacts(holder.run_id, model_files.MANIFEST_PATH, str(dest))
-        ).read_bytes()
-        recorded = model_files.read_manifest(body, tag)
+        body = Path(client.download_artifacts(holder.run_id, manifest.MANIFEST_PATH, str(dest))).read_bytes()
+        recorded = manifest.read_manifest(body, tag)
         client.download_artifacts(holder.run_id, model_files.EXPORTS_DIR, str(dest))
-        model_files.verify(dest, recorded, _wanted(recorded))
+        manifest.verify(dest, recorded, _wanted(recorded))
     except FilesChanged as changed:
         raise PromoteError(
             f"champion v{holder.version}: {changed}: its files changed after promotion, so it cannot be measured "
@@ -310,14 +308,14 @@ def _serve(
     for path in measured.files:
         (served / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(root / path, served / path)
-    body = model_files.manifest(served, measured.files)
-    (served / model_files.MANIFEST_PATH).parent.mkdir(parents=True)
-    (served / model_files.MANIFEST_PATH).write_bytes(body)
+    body = manifest.manifest(served, measured.files)
+    (served / manifest.MANIFEST_PATH).parent.mkdir(parents=True)
+    (served / manifest.MANIFEST_PATH).write_bytes(body)
     client.log_artifacts(promotion_run, str(served / model_files.EXPORTS_DIR), model_files.EXPORTS_DIR)
     client.log_artifact(
         promotion_run,
-        str(served / model_files.MANIFEST_PATH),
-        Path(model_files.MANIFEST_PATH).parent.as_posix(),
+        str(served / manifest.MANIFEST_PATH),
+        Path(manifest.MANIFEST_PATH).parent.as_posix(),
     )
     name = cfg.registry.model_name
     try:
@@ -328,7 +326,7 @@ def _serve(
         client.create_registered_model(name)  # a local store; the team server's stack creates it
     source = f"{client.get_run(promotion_run).info.artifact_uri}/{model_files.EXPORTS_DIR}"
     tags = {
-        model_files.MANIFEST_TAG: model_files.digest(body),
+        manifest.MANIFEST_TAG: manifest.digest(body),
         CANDIDATE_TAG: candidate_run,
         registry.VERSION_DECISION_TAG: decision.outcome,
         registry.VERSION_REASON_TAG: tracking.tag_value(registry.VERSION_REASON_TAG, decision.reason),

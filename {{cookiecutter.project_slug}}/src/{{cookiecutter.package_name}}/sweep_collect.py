@@ -20,11 +20,11 @@ import matplotlib
 matplotlib.use("Agg")  # no display on a runner: render to files only
 import matplotlib.pyplot as plt
 import optuna
-from gpu_job import tracking
+from gpu_job import registry, tracking
 from mlflow.tracking import MlflowClient
 from optuna.trial import FrozenTrial, TrialState
 
-from . import registry, sweep_runs, sweep_study
+from . import sweep_runs, sweep_study
 from .config import Config
 from .sweep_config import SweepConfig, decode_choice
 

@@ -14,14 +14,13 @@ import mlflow
 import numpy as np
 import tensorflow as tf
 import yaml
-from gpu_job import checkpoints, distributed, gpu_preflight, interruption, job_contract, tracking
+from gpu_job import checkpoints, distributed, gpu_preflight, interruption, job_contract, registry, tracking
 
 from . import (
     data,
     evaluate,
     export,
     pruning,
-    registry,
     runtime,
 )
 from .callbacks import MlflowEpochLogger, S3CheckpointSync, StopOnInterruption
