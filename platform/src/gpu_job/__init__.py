@@ -30,7 +30,7 @@ library for what no team would edit:
   EXIT_NO_GPU, for the project's CLI to report.
 
 TensorFlow is imported only inside gpu_preflight.TfBoundary's methods, so every module imports without it; the
-project's lock chooses TensorFlow (its cpu or gpu extra), and MLflow, which only `tracking` and `registry` import. Never
-imports gpu_runner (the launch jobs' package), and gpu_runner never imports it: a CPU launch job loads none of
-this.
+project's lock chooses TensorFlow (its cpu or gpu extra), and MLflow, which only `tracking` and `registry`
+import. Never imports gpu_runner (the launch jobs' package), and gpu_runner never imports it: a CPU launch job
+loads none of this.
 """

@@ -2,7 +2,8 @@
 
 Promote writes the manifest of these files (their SHA-256s, gpu_job.manifest) into the version's run and tags
 the version with its digest; predict checks every file it downloaded against it before loading anything
-(manual/predict.md#only-the-files-promote-measured). A project that exports another way (ONNX, another folder) changes the names here.
+(manual/predict.md#only-the-files-promote-measured). A project that exports another way (ONNX, another
+folder) changes the names here.
 """
 
 from __future__ import annotations
