@@ -10,7 +10,7 @@ DEMO_DIR := $(BUILD)/demo
 PYTEST_ARGS ?=
 RELOCK_ARGS ?=
 
-.PHONY: help uv install test test-template-quick test-platform test-e2e test-matrix lint format relock server-requirements demo bench clean
+.PHONY: help uv install platform-env test test-template-quick test-platform test-e2e test-matrix lint format relock server-requirements demo bench clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -28,12 +28,18 @@ test: install ## Run the template test suite (bakes, lints, baked projects' own 
 	$(MAKE) --no-print-directory -j2 -O test-template-quick test-platform UV="$(UV)"
 	$(UV) run --locked pytest -m "generated and not matrix and not e2e" $(PYTEST_ARGS)
 
-test-template-quick: install ## The template's tests that install no baked project (bakes, hooks, lints, workflows)
+test-template-quick: install platform-env ## The template's tests that install no baked project (bakes, hooks, lints, workflows)
 	$(UV) run --locked pytest -m "not generated and not matrix and not e2e" $(PYTEST_ARGS)
 
-# Its own environment (platform/uv.lock, at the versions a generated project locks), both tiers, 2 workers (each
-# starts its own moto and MLflow servers; --dist loadfile keeps a module's session fixtures in one process).
-test-platform: uv ## Run the platform's own tests (platform/tests: its doubles, stacks, runner lifecycle)
+# The platform's environment (platform/uv.lock, at the versions a generated project locks), synced once before
+# both test targets: the quick tests run the platform's CLI from it through `uv run` with every request sent to a
+# dead proxy, and a stale editable install would be rebuilt there, which needs the build backend from the index.
+platform-env: uv
+	$(UV) sync --project platform --locked --quiet
+
+# Both tiers, 2 workers (each starts its own moto and MLflow servers; --dist loadfile keeps a module's session
+# fixtures in one process).
+test-platform: platform-env ## Run the platform's own tests (platform/tests: its doubles, stacks, runner lifecycle)
 	$(UV) run --project platform --locked pytest -n 2 --dist loadfile platform/tests $(PYTEST_ARGS)
 
 test-e2e: install ## Bake the defaults and run their `make e2e`: every offline story and the fault table (~17 min)

@@ -259,7 +259,7 @@ def settings_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def console_script() -> Path:
-    """The platform's console script in its own environment (platform/uv.lock, as `make test-platform` syncs
+    """The platform's console script in its own environment (platform/uv.lock, as `make platform-env` syncs
     it): found once through uv, then run directly (uv's start-up on every call took half the check's
     time)."""
     found = subprocess.run(
