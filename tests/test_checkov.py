@@ -88,7 +88,7 @@ def scanned(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         project = bake(tmp_path_factory.mktemp(name), **answers)
         # Only in-place skips count: no checkov configuration file may switch a check off.
         assert not [*project.glob(".checkov.y*ml"), *project.glob(".bridgecrew.y*ml")]
-        shutil.copytree(project, root / name)
+        shutil.move(project, root / name)  # scanned where it lies beside the others, not copied
     # The platform's sources and workflows alone (the template holds unrendered Jinja, the platform a .venv).
     shutil.copytree(
         ROOT / "platform" / "src", root / PLATFORM / "src", ignore=shutil.ignore_patterns("__pycache__")
