@@ -39,6 +39,12 @@ PLANTED = {
         "from gpu_job import checkpoints",
         "gpu_job.interruption -> gpu_job.checkpoints",
     ),
+    # The sweep file's schema reaching up for the plan that reads it.
+    "sweep-layers": (
+        "gpu_job/sweep/space.py",
+        "from gpu_job.sweep import plan",
+        "gpu_job.sweep.space -> gpu_job.sweep.plan",
+    ),
     # The backend interface naming one of its implementations.
     "runner-rooms": (
         "gpu_runner/backend.py",

@@ -18,7 +18,7 @@ from {{ cookiecutter.package_name }}.errors import DataError
 from {{ cookiecutter.package_name }}.export import SavedModelPredictor, TFLitePredictor
 from {{ cookiecutter.package_name }}.model import build_model
 from {{ cookiecutter.package_name }}.runtime import plan_runtime
-from {{ cookiecutter.package_name }}.train import TrainHooks, train
+from {{ cookiecutter.package_name }}.train import train
 
 # Short enough for the slow tier, long enough to reach the target: 6 epochs, the schedule over the first 4.
 EPOCHS, END_EPOCH, TARGET = 6, 4, 0.6
@@ -235,7 +235,7 @@ def test_a_killed_pruned_training_resumes_its_schedule(local_mlflow: str, tmp_pa
     raw["tracking"]["log_model"] = False
     done = 2
     with pytest.raises(RuntimeError, match="killed"):
-        train(config_from_dict(raw), hooks=TrainHooks(callbacks=[_DieAfter(done)]))
+        train(config_from_dict(raw), callbacks=[_DieAfter(done)])
 
     # The same folder with pruning switched off is refused before anything trains.
     with pytest.raises(
@@ -244,7 +244,7 @@ def test_a_killed_pruned_training_resumes_its_schedule(local_mlflow: str, tmp_pa
         train(config_from_dict(_config(tmp_path, "resume", prune=False)))
 
     first_batch = _FirstBatch()
-    resumed = train(config_from_dict(raw), hooks=TrainHooks(callbacks=[first_batch]))
+    resumed = train(config_from_dict(raw), callbacks=[first_batch])
     # Restored, not restarted: every wrapper continues at the step the backup holds, with its masks applied
     # (sparsity part-way along the schedule, which is 0 at step 0).
     per_epoch = pruning.steps_per_epoch(len(load_splits(config_from_dict(raw).data, 42).y_train), 64)

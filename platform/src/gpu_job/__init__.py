@@ -14,9 +14,14 @@ library for what no team would edit:
 - `s3sync.sync_prefix`, `parse_s3_uri`: an S3 prefix mirrored to local disk;
 - `distributed.cluster_from_env` and `rendezvous`: the multi-worker cluster of an explicit TF_CONFIG or an AWS
   Batch multi-node job;
+- `sweep` (the `sweep` extra: Optuna, pydantic, matplotlib): a project's hyperparameter sweep, given a
+  `sweep.project.SweepProject` (its training config, its `SearchRules`, its training function): the sweep file
+  checked against the training config (`sweep.space`), the waves (`sweep.commands.plan`, `trial`, `collect`,
+  `local`), the study, the parent and child runs;
+- `train_hooks.TrainHooks`: what a caller (a sweep trial) adds to one training of the project, framework-free;
+- `config_files.read_yaml_mapping`, `field_lines`: a project's YAML configs, with errors that name the field;
 - `study_storage.open_study_storage`, `claim_wave`, `latest_wave`: a sweep's Optuna study in an S3 prefix (an
-  append-only journal of conditional writes) or a local directory, and the plan job's claim of a wave (the
-  `sweep` extra: Optuna);
+  append-only journal of conditional writes) or a local directory, and the plan job's claim of a wave;
 - `sweep_array.parse_trials`, `trial_of_child`: which trial a Batch array child of a sweep's wave trains;
 - `job_contract.check`, `attempt`, `write_step_output`, `append_job_summary` and the names of what passes between
   the workflows and a job (the variables the GPU job sets, the step outputs the project's commands write);
@@ -26,11 +31,11 @@ library for what no team would edit:
   it (read-only), and the decision promote words from its own figures;
 - `manifest.manifest`, `digest`, `read_manifest`, `verify`: the served files' SHA-256s that promote records and
   predict checks before loading;
-- `errors`: JobInputError, DataError, DistributedError, StudyStorageError, WaveAlreadyClaimed, FilesChanged and
-  EXIT_NO_GPU, for the project's CLI to report.
+- `errors`: JobInputError, DataError, DistributedError, StudyStorageError, WaveAlreadyClaimed, FilesChanged,
+  SweepConfigError, TrainingInterrupted, EXIT_NO_GPU and EXIT_INTERRUPTED, for the project's CLI to report.
 
 TensorFlow is imported only inside gpu_preflight.TfBoundary's methods, so every module imports without it; the
-project's lock chooses TensorFlow (its cpu or gpu extra), and MLflow, which only `tracking` and `registry`
+project's lock chooses TensorFlow (its cpu or gpu extra), and MLflow, which `tracking`, `registry` and `sweep`
 import. Never imports gpu_runner (the launch jobs' package), and gpu_runner never imports it: a CPU launch job
 loads none of this.
 """

@@ -31,6 +31,28 @@ class FilesChanged(ValueError):
 EXIT_NO_GPU = 78
 
 
+# EX_TEMPFAIL: try again. The workflow's stop job starts the next attempt when the train step exits with it.
+EXIT_INTERRUPTED = 75
+
+
+class TrainingInterrupted(RuntimeError):
+    """EC2 is taking the instance back; the last checkpoint is in S3 and the next attempt resumes from it. A
+    project's training raises it (a sweep trial is then left for the next wave: sweep.trial)."""
+
+    def __init__(self, detail: dict, epochs_done: int) -> None:
+        super().__init__(
+            f"spot interruption notice ({detail.get('action', 'terminate')} at {detail.get('time', '?')}): "
+            f"stopped after checkpointing; {epochs_done} epoch(s) done"
+        )
+        self.detail, self.epochs_done = detail, epochs_done
+
+
+class SweepConfigError(ValueError):
+    """A sweep cannot go on as configured: configs/sweep.yaml is missing or has an invalid field, its space
+    changed since the study began, its budget is spent, or another plan job went first. The message names the
+    field and the fix."""
+
+
 class StudyStorageError(ValueError):
     """A sweep's study storage cannot be used as given: a bad URI, a missing bucket, no permission, a broken
     journal. The message names the value and the fix."""

@@ -116,37 +116,17 @@ class StopOnInterruption(tf.keras.callbacks.Callback):
             raise TrainingInterrupted(self.watcher.instance_action.detail, self.epochs_done)
 
 
-class EpochReporter(tf.keras.callbacks.Callback):
-    """Hands one per-epoch metric to `report(epoch, value)`; when it answers True, training stops at the end of
-    this epoch (a sweep's pruner).
+class EpochHook(tf.keras.callbacks.Callback):
+    """Hands every epoch's logs to a caller's `on_epoch(epoch, logs)` (gpu_job.train_hooks.TrainHooks: a sweep
+    trial's pruner and time budget); when it answers True, training stops at the end of this epoch.
 
     Stops gracefully (model.stop_training) instead of raising the way optuna-integration's Keras callback does:
-    the pruned trial still evaluates, exports and closes its MLflow run, so its child run is complete."""
+    the stopped trial still evaluates, exports and closes its MLflow run, so its child run is complete."""
 
-    def __init__(self, metric: str, report: Callable[[int, float], bool]) -> None:
+    def __init__(self, on_epoch: Callable[[int, Mapping[str, float]], bool]) -> None:
         super().__init__()
-        self.metric, self.report = metric, report
-        self.stopped_at: int | None = None
+        self.on_epoch = on_epoch
 
     def on_epoch_end(self, epoch: int, logs: Mapping[str, float] | None = None) -> None:
-        value = (logs or {}).get(self.metric)
-        if value is None:
-            raise KeyError(f"Keras logged no '{self.metric}' this epoch; it logged {', '.join(logs or {})}")
-        if self.report(int(epoch), float(value)):
-            self.stopped_at = int(epoch)
-            self.model.stop_training = True
-
-
-class TimeBudget(tf.keras.callbacks.Callback):
-    """Stops training at the end of the first epoch that ends after `seconds` (a sweep's per-trial budget)."""
-
-    def __init__(self, seconds: float, clock: Callable[[], float]) -> None:
-        super().__init__()
-        self.seconds, self.clock = seconds, clock
-        self.started = clock()
-        self.stopped_at: int | None = None
-
-    def on_epoch_end(self, epoch: int, logs: Mapping[str, float] | None = None) -> None:
-        if self.clock() - self.started >= self.seconds:
-            self.stopped_at = int(epoch)
+        if self.on_epoch(int(epoch), {name: float(value) for name, value in (logs or {}).items()}):
             self.model.stop_training = True

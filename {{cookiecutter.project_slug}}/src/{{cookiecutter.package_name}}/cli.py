@@ -22,6 +22,7 @@ from .errors import (
     JobInputError,
     NoGpuError,
     StudyStorageError,
+    SweepConfigError,
     TrainingInterrupted,
 )
 
@@ -176,29 +177,32 @@ def _trial_number(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    """The sweep's commands; TensorFlow and MLflow are imported here only (see _train)."""
-    from .sweep_config import check_runner_attempts, load_sweep_config
+    """The sweep's commands (the platform's gpu_job.sweep); TensorFlow loads only when a trial trains."""
+    from gpu_job.sweep import space
+
+    from .sweep_project import SEARCH_RULES, sweep_project
 
     base = load_config(args.config)
-    cfg = load_sweep_config(args.sweep, base)
+    cfg = space.load_sweep_config(args.sweep, base, SEARCH_RULES)
     if args.action == "check":
         if args.max_attempts is not None:
-            check_runner_attempts(cfg, args.max_attempts, str(args.sweep))
+            space.check_runner_attempts(cfg, args.max_attempts, str(args.sweep))
         job_contract.write_step_output(job_contract.SWEEP_PARALLEL_OUTPUT, str(cfg.parallel))
         print(cfg.model_dump_json(indent=2))
         return 0
-    from . import sweep
+    from gpu_job.sweep import commands
 
-    sweep.route_optuna_logs()
+    commands.route_optuna_logs()
+    project = sweep_project(base)
     if args.action == "local":
-        sweep.local(cfg, base, args.storage_root)
+        commands.local(cfg, project, args.storage_root)
         return 0
     if args.action == "plan":
-        sweep.plan(cfg, base, args.storage_root, args.runners, args.wave)
+        commands.plan(cfg, project, args.storage_root, args.runners, args.wave)
         return 0
     if args.action == "trial":
-        return sweep.trial(cfg, base, args.storage_root, _trial_number(args), args.checkpoint_root)
-    sweep.collect(cfg, base, args.storage_root, args.wave)
+        return commands.trial(cfg, project, args.storage_root, _trial_number(args), args.checkpoint_root)
+    commands.collect(cfg, project, args.storage_root, args.wave)
     return 0
 
 
@@ -312,7 +316,14 @@ def main(argv: list[str] | None = None) -> int:
                 job_contract.check(args.sweep, os.environ, flag="--sweep")
             os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
             return _sweep(args)
-        except (ConfigError, JobInputError, DataError, ExportError, StudyStorageError) as error:
+        except (
+            ConfigError,
+            JobInputError,
+            SweepConfigError,
+            DataError,
+            ExportError,
+            StudyStorageError,
+        ) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
     if args.command == "promote":

@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
+from gpu_job.config_files import field_lines, invalid, read_yaml_mapping
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -325,46 +325,12 @@ class Config(_Strict):
         return flat
 
 
-def _format_errors(source: str, error: ValidationError) -> str:
-    lines = [f"{source}: {error.error_count()} invalid field(s)"]
-    for item in error.errors():
-        field = ".".join(str(part) for part in item["loc"]) or "<root>"
-        if item["type"] == "extra_forbidden":
-            lines.append(f"  {field}: unknown key (remove it or fix its spelling)")
-        else:
-            # pydantic prefixes our own validators' text with "Value error, ", which tells the user nothing.
-            message = item["msg"].removeprefix("Value error, ")
-            lines.append(f"  {field}: {message} (got {item.get('input')!r})")
-    return "\n".join(lines)
-
-
 def config_from_dict(raw: dict[str, Any], source: str = "<config>") -> Config:
     """Validate a mapping; raises ConfigError naming every bad field."""
     try:
         return Config.model_validate(raw)
     except ValidationError as error:
-        raise ConfigError(_format_errors(source, error)) from None
-
-
-def read_yaml_mapping(
-    path: str | Path, error: type[ConfigError], missing: str, top_level: str, empty_ok: bool = True
-) -> dict[str, Any]:
-    """A YAML file's top-level mapping, or `error` saying what is wrong with the file: `missing` (the flag that
-    names it) when it is absent, `top_level` (what it should hold) when it is not a mapping."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise error(f"{path}: {missing}") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as problem:
-        raise error(f"{path}: not valid YAML: {problem}") from None
-    if raw is None and empty_ok:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise error(f"{path}: top level must be a mapping {top_level}")
-    return raw
+        raise ConfigError(invalid(source, field_lines(error))) from None
 
 
 def load_config(path: str | Path) -> Config:

@@ -3,6 +3,9 @@
 # The job library's errors (the platform's gpu_job), raised by the project's data code too: the CLI reports them
 # with the project's own. DataError: a data source is missing, empty or holds something that is not a usable
 # image. EXIT_NO_GPU (78): the GPU preflight found no GPU TensorFlow can use; the job stops before training.
+# EC2 is taking the instance back (callbacks.StopOnInterruption raises it after the checkpoint); the CLI exits
+# EXIT_INTERRUPTED (75, EX_TEMPFAIL), on which the stop job starts the next attempt.
+from gpu_job.errors import EXIT_INTERRUPTED as EXIT_INTERRUPTED
 from gpu_job.errors import EXIT_NO_GPU as EXIT_NO_GPU
 from gpu_job.errors import DataError as DataError
 from gpu_job.errors import DistributedError as DistributedError
@@ -13,8 +16,11 @@ from gpu_job.errors import FilesChanged as FilesChanged
 # A value a workflow handed the job (a dispatch input, an environment variable) is not usable (gpu_job.job_contract).
 from gpu_job.errors import JobInputError as JobInputError
 
-# A sweep's study storage (gpu_job.study_storage) cannot be used as given, or another plan job claimed the wave.
+# A sweep's study storage (gpu_job.study_storage) cannot be used as given, or another plan job claimed the wave;
+# configs/sweep.yaml, the study's space or the sweep's budget refuses the sweep (gpu_job.sweep).
 from gpu_job.errors import StudyStorageError as StudyStorageError
+from gpu_job.errors import SweepConfigError as SweepConfigError
+from gpu_job.errors import TrainingInterrupted as TrainingInterrupted
 from gpu_job.errors import WaveAlreadyClaimed as WaveAlreadyClaimed
 
 
@@ -22,20 +28,5 @@ class ExportError(RuntimeError):
     """An exported model does not behave like the trained Keras model."""
 
 
-# EX_TEMPFAIL: try again. The workflow's stop job re-dispatches the training when the train step exits with it.
-EXIT_INTERRUPTED = 75
-
-
 class NoGpuError(RuntimeError):
     """On the GPU runner TensorFlow sees no GPU and CPU training was not allowed (exit status EXIT_NO_GPU)."""
-
-
-class TrainingInterrupted(RuntimeError):
-    """EC2 is taking the instance back; the last checkpoint is in S3 and the next attempt resumes from it."""
-
-    def __init__(self, detail: dict, epochs_done: int) -> None:
-        super().__init__(
-            f"spot interruption notice ({detail.get('action', 'terminate')} at {detail.get('time', '?')}): "
-            f"stopped after checkpointing; {epochs_done} epoch(s) done"
-        )
-        self.detail, self.epochs_done = detail, epochs_done

@@ -6,8 +6,8 @@ import contextlib
 import json
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import mlflow
@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 import yaml
 from gpu_job import checkpoints, distributed, gpu_preflight, interruption, job_contract, registry, tracking
+from gpu_job.train_hooks import TrainHooks
 
 from . import (
     data,
@@ -23,7 +24,7 @@ from . import (
     pruning,
     runtime,
 )
-from .callbacks import MlflowEpochLogger, S3CheckpointSync, StopOnInterruption
+from .callbacks import EpochHook, MlflowEpochLogger, S3CheckpointSync, StopOnInterruption
 from .config import Config
 from .errors import DistributedError, TrainingInterrupted
 from .model import build_model
@@ -40,25 +41,6 @@ class TrainResult:
     champion: registry.ChampionDecision | None = None
     # The LoggedModel of the run (tracking.log_model).
     model_id: str | None = None
-
-
-@dataclass(frozen=True)
-class TrainHooks:
-    """What a caller adds to one training: a sweep trial's child-run tags and name, its Keras callbacks (the
-    pruner's reporter, the trial's time budget), and whether this run's model takes part in the champion rule
-    (a sweep decides for its best trial only, in its collect job)."""
-
-    tags: Mapping[str, str] = field(default_factory=dict)
-    run_name: str | None = None
-    # The run to continue when no checkpoint names one (a sweep trial lost before its first backup reached S3
-    # resumes in its own child run), and who learns the run's id as soon as it is open (the study records it).
-    run_id: str | None = None
-    on_run: Callable[[str], None] | None = None
-    callbacks: Sequence[tf.keras.callbacks.Callback] = ()
-    # A sub-path of the checkpoint prefix that is this run's alone (a sweep trial's `sweeps/<study>/trial-<n>`).
-    checkpoint_scope: str = ""
-    decide_champion: bool = True
-    skip_reason: str = ""
 
 
 def _callbacks(
@@ -95,7 +77,8 @@ def _callbacks(
         *([MlflowEpochLogger()] if log_epochs else []),
         *([s3_sync] if s3_sync else []),
         *([stop] if stop else []),
-        # A caller's (a sweep trial's pruner reporter and time budget): after the epoch is logged and backed up.
+        # A caller's (a sweep trial's pruner and time budget: TrainHooks.on_epoch, through EpochHook): after the
+        # epoch is logged and backed up.
         *extra,
         tf.keras.callbacks.EarlyStopping(
             monitor="val_loss",
@@ -412,11 +395,16 @@ def _train_worker(
 
 
 def train(
-    cfg: Config, config_path: Path | None = None, hooks: TrainHooks | None = None
+    cfg: Config,
+    config_path: Path | None = None,
+    hooks: TrainHooks | None = None,
+    callbacks: Sequence[tf.keras.callbacks.Callback] = (),
 ) -> TrainResult | None:
     """Run the whole job; returns where the MLflow run is and its headline metrics (None on a non-chief worker
-    of a multi-worker training, which has no run)."""
+    of a multi-worker training, which has no run). `hooks`: what a caller adds (a sweep trial's tags, run and
+    per-epoch hook); `callbacks`: more Keras callbacks, after the epoch is logged and backed up."""
     hooks = hooks or TrainHooks()
+    extra = [*([EpochHook(hooks.on_epoch)] if hooks.on_epoch else []), *callbacks]
     # First, before TensorFlow runs an op: a multi-node job's nodes find each other here (runtime.configure).
     cluster = _multi_worker_cluster(cfg)
     plan, strategy = runtime.configure(pruning.runtime_training(cfg), cluster)
@@ -480,7 +468,7 @@ def train(
         attempt = job_contract.attempt()
         with _watcher(cfg, cluster is not None) as watcher:
             try:
-                model, history = _fit(cfg, splits, plan, strategy, s3_sync, watcher, hooks.callbacks)
+                model, history = _fit(cfg, splits, plan, strategy, s3_sync, watcher, extra)
             except TrainingInterrupted as stopped:
                 mlflow.log_metric("training_seconds", time.perf_counter() - started, step=attempt)
                 # KILLED, not FAILED: the next attempt resumes this run from the checkpoint.

@@ -9,7 +9,6 @@ training the digits from the shipped tree.
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import subprocess
@@ -20,6 +19,8 @@ from pathlib import Path
 import boto3
 import pytest
 import yaml
+from gpu_job.sweep import space
+from gpu_job.sweep import study as sweep_study
 from gpu_runner_testing.batch_world import REGION, job_credentials
 from gpu_runner_testing.story.batch_story import commit_of_the_project, outputs
 from mlflow.tracking import MlflowClient
@@ -108,12 +109,7 @@ def test_a_sweep_wave_runs_as_one_array_job(
     assert outputs(github_output)["next-wave"] == "false"
 
     # The study: three COMPLETE trials, in the batch host's bucket, as the product opens it.
-    config = importlib.import_module(f"{PACKAGE}.config")
-    sweep_config = importlib.import_module(f"{PACKAGE}.sweep_config")
-    sweep_study = importlib.import_module(f"{PACKAGE}.sweep_study")
-    cfg = sweep_config.load_sweep_config(
-        repo / "configs" / "sweep.yaml", config.load_config(repo / "configs" / "train.yaml")
-    )
+    cfg = space.SweepConfig.model_validate(space.read_sweep(repo / "configs" / "sweep.yaml"))
     monkeypatch.setenv("AWS_ENDPOINT_URL", batch_world)
     done = sweep_study.open_study(cfg, f"s3://{bucket}/sweeps").get_trials(deepcopy=False)
     assert [t.state for t in done] == [TrialState.COMPLETE] * 3, [(t.number, t.state) for t in done]

@@ -76,8 +76,8 @@ def _field(config: dict[str, Any], section: str, key: str, where: Path) -> str:
 
 def served_layout(train_config: Path) -> Served:
     """From the default branch's configs/train.yaml: train.yml logs into tracking.experiment_name, and so does
-    sweep.yml (sweep plan/trial/collect use the training config's experiment: sweep.py passes
-    base.tracking.experiment_name, and configs/sweep.yaml names none); predict.yml into its -inference twin.
+    sweep.yml (sweep plan/trial/collect use the training config's experiment: the project's sweep_project.py
+    passes base.tracking.experiment_name to gpu_job.sweep, and configs/sweep.yaml names none); predict.yml into its -inference twin.
     registry.model_name is the model predict.yml serves."""
     try:
         config = yaml.safe_load(train_config.read_text(encoding="utf-8"))

@@ -9,7 +9,6 @@ it: the Optuna study in moto's S3, the MLflow server, EC2, SSM and the GitHub do
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import subprocess
@@ -19,6 +18,8 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+from gpu_job.sweep import space
+from gpu_job.sweep import study as sweep_study
 from gpu_runner.core import quotas
 from gpu_runner_testing.github_double import ACTIONS_BOT
 from gpu_runner_testing.peer_env import peer_variable
@@ -141,13 +142,10 @@ class SweepStory:
         self.params_left = sum(n.startswith(tuple(f"{prefix}/{r}-" for r in self.run_ids)) for n in names)
 
     def study(self) -> Any:
-        """The study as the product opens it (its own code, from s3://<bucket>/sweeps/<study>/ in moto)."""
+        """The study as the sweep's jobs open it (gpu_job.sweep, from s3://<bucket>/sweeps/<study>/ in moto), with
+        the branch's sweep file (its fields were checked against the training config by the plan job)."""
         assert self.repo is not None
-        config = importlib.import_module(f"{PACKAGE}.config")
-        sweep_config = importlib.import_module(f"{PACKAGE}.sweep_config")
-        sweep_study = importlib.import_module(f"{PACKAGE}.sweep_study")
-        base = config.load_config(self.repo / "configs" / "train.yaml")
-        cfg = sweep_config.load_sweep_config(self.repo / "configs" / "sweep.yaml", base)
+        cfg = space.SweepConfig.model_validate(space.read_sweep(self.repo / "configs" / "sweep.yaml"))
         # The story's own AWS (the batch host for the batch backend's), not only the session's moto.
         with mock.patch.dict(os.environ, {"AWS_ENDPOINT_URL": self.stack.moto_endpoint}):
             return sweep_study.open_study(cfg, f"s3://{self.stack.settings['bucket']}/sweeps")

@@ -1,9 +1,9 @@
 """The sweep's MLflow runs: one parent run per study, one child run per trial, and the roll-up of what the
 children cost (the billed seconds and dollars the stop job logs on each trial's run).
 
-TensorFlow-free. The cost metric names are the runner's (gpu_runner/cost/record.py: COST_USD, BILLED_SECONDS,
-logged once per attempt with the attempt as the step); the two packages never import each other, so
-tests/test_single_source.py keeps these names equal to that module's.
+The cost metric names are the runner's (gpu_runner/cost/record.py: COST_USD, BILLED_SECONDS, logged once per
+attempt with the attempt as the step); the launch code and the job library never import each other, so
+tests/job/sweep/test_runs.py keeps these names equal to that module's.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpu_job import tracking
 from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
-from .sweep_config import SweepConfig
+from .. import tracking
+from .space import SweepConfig
 
 COST_USD = "cost_usd"
 BILLED_SECONDS = "billed_seconds"

@@ -10,25 +10,29 @@ a spot notice interrupted it (exit 75: the checkpoint is in S3 and the next wave
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import optuna
-from gpu_job import tracking
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
+from pydantic import BaseModel
 
-from . import sweep_runs, sweep_study, train
-from .callbacks import EpochReporter, TimeBudget
-from .config import Config
-from .errors import TrainingInterrupted
-from .sweep_config import SweepConfig, trial_config
+from .. import tracking
+from ..errors import TrainingInterrupted
+from ..train_hooks import TrainHooks
+from . import runs as sweep_runs
+from . import study as sweep_study
+from .project import SweepProject
+from .space import SweepConfig, applied, trial_config
 
 
 @dataclass(frozen=True)
 class TrialOutcome:
     number: int
-    state: str  # COMPLETE | PRUNED | SKIPPED (already finished)
+    # COMPLETE | PRUNED | SKIPPED (already finished) | WORKER (a non-chief worker: the chief's process tells)
+    state: str
     value: float | None
     run_id: str | None
 
@@ -39,18 +43,41 @@ def checkpoint_scope(cfg: SweepConfig, number: int) -> str:
     return f"sweeps/{cfg.study_name}/trial-{number}"
 
 
-def _reporter(trial: optuna.trial.Trial):
-    def report(epoch: int, value: float) -> bool:
-        trial.report(value, step=epoch)
-        return trial.should_prune()
+class EpochWatch:
+    """The trial's TrainHooks.on_epoch: reports the intermediate metric to the study after every epoch (the
+    pruner compares it with the other trials', which share the study's storage) and keeps the per-trial time
+    budget. Answers True, which stops the training at the end of this epoch, when the pruner or the clock says
+    so; a stopped trial still evaluates, exports and closes its run."""
 
-    return report
+    def __init__(
+        self,
+        trial: optuna.trial.Trial,
+        metric: str,
+        seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.trial, self.metric, self.seconds, self.clock = trial, metric, seconds, clock
+        self.started = clock()
+        self.pruned_at: int | None = None
+        self.out_of_time_at: int | None = None
+
+    def __call__(self, epoch: int, logs: Mapping[str, float]) -> bool:
+        value = logs.get(self.metric)
+        if value is None:
+            raise KeyError(f"the training logged no '{self.metric}' this epoch; it logged {', '.join(logs)}")
+        self.trial.report(float(value), step=epoch)
+        if self.trial.should_prune():
+            self.pruned_at = epoch
+        elif self.clock() - self.started >= self.seconds:
+            self.out_of_time_at = epoch
+        return self.pruned_at is not None or self.out_of_time_at is not None
 
 
-def _local_checkpoint_dir(base: Config, cfg: SweepConfig, number: int) -> Config:
-    raw = base.model_dump(mode="json")
-    raw["training"]["checkpoint_dir"] = f"{raw['training']['checkpoint_dir']}/{cfg.study_name}/trial-{number}"
-    return Config.model_validate(raw)
+def _local_checkpoint_dir(project: SweepProject, cfg: SweepConfig, number: int) -> BaseModel:
+    """The base config with a local checkpoint folder of this trial's own."""
+    section, _, key = project.rules.checkpoint_dir.partition(".")
+    folder = getattr(getattr(project.base, section), key)
+    return applied(project.base, {project.rules.checkpoint_dir: f"{folder}/{cfg.study_name}/trial-{number}"})
 
 
 def _own_child_run(run_id: object, parent: str, number: int) -> str | None:
@@ -72,9 +99,17 @@ def _own_child_run(run_id: object, parent: str, number: int) -> str | None:
     return str(run_id)
 
 
-def run_trial(cfg: SweepConfig, base: Config, root: str, number: int, checkpoint_root: str) -> TrialOutcome:
-    """Train trial `number` of the study under `root`; raises TrainingInterrupted (trial left RUNNING for the
-    next wave) or the training's own error (trial told FAIL first)."""
+def run_trial(
+    cfg: SweepConfig,
+    project: SweepProject,
+    root: str,
+    number: int,
+    checkpoint_root: str,
+    clock: Callable[[], float] = time.monotonic,
+) -> TrialOutcome:
+    """Train trial `number` of the study under `root` through the project's training; raises
+    TrainingInterrupted (trial left RUNNING for the next wave) or the training's own error (trial told FAIL
+    first). `clock` times budget.minutes_per_trial."""
     study = sweep_study.open_study(cfg, root)
     frozen = sweep_study.trial_by_number(study, number)
     if frozen.state != TrialState.RUNNING:
@@ -86,18 +121,15 @@ def run_trial(cfg: SweepConfig, base: Config, root: str, number: int, checkpoint
     trial.set_user_attr(sweep_study.INTERRUPTED_ATTR, False)
     parent = study.user_attrs[sweep_study.PARENT_RUN_ATTR]
     earlier_run = _own_child_run(frozen.user_attrs.get(sweep_study.RUN_ID_ATTR), parent, number)
-    train_cfg = trial_config(
-        _local_checkpoint_dir(base, cfg, number),
-        cfg,
-        frozen.params,
-        checkpoint_root,
+    base = _local_checkpoint_dir(project, cfg, number)
+    train_cfg = trial_config(base, project.rules, cfg, frozen.params, checkpoint_root)
+    watch = EpochWatch(
+        trial, cfg.intermediate_metric(project.rules), cfg.budget.minutes_per_trial * 60, clock
     )
-    reporter = EpochReporter(cfg.intermediate_metric, _reporter(trial))
-    budget = TimeBudget(cfg.budget.minutes_per_trial * 60, time.monotonic)
-    hooks = train.TrainHooks(
+    hooks = TrainHooks(
         tags=sweep_runs.child_tags(parent, cfg, number, frozen.params),
         run_name=f"{cfg.study_name} trial {number}",
-        callbacks=(reporter, budget),
+        on_epoch=watch,
         checkpoint_scope=checkpoint_scope(cfg, number),
         decide_champion=False,
         skip_reason="sweep trial: the sweep compares its best trial only, when it ends",
@@ -105,7 +137,7 @@ def run_trial(cfg: SweepConfig, base: Config, root: str, number: int, checkpoint
         on_run=lambda run_id: trial.set_user_attr(sweep_study.RUN_ID_ATTR, run_id),
     )
     try:
-        result = train.train(train_cfg, hooks=hooks)
+        result = project.train(train_cfg, hooks)
     except TrainingInterrupted:
         trial.set_user_attr(sweep_study.INTERRUPTED_ATTR, True)
         raise
@@ -113,14 +145,19 @@ def run_trial(cfg: SweepConfig, base: Config, root: str, number: int, checkpoint
         trial.set_user_attr(sweep_study.FAILURE_ATTR, f"{type(error).__name__}: {error}"[:500])
         study.tell(number, state=TrialState.FAIL)
         raise
+    if result is None:
+        # A non-chief worker of a multi-worker trial: the chief's process reports and tells.
+        return TrialOutcome(number, "WORKER", None, None)
     trial.set_user_attr(sweep_study.RUN_ID_ATTR, result.run_id)
     if result.model_id:
         trial.set_user_attr("sweep.model_id", result.model_id)
-    if budget.stopped_at is not None:
-        trial.set_user_attr("sweep.stopped_by", f"budget.minutes_per_trial after epoch {budget.stopped_at}")
-    if reporter.stopped_at is not None:
+    if watch.out_of_time_at is not None:
+        trial.set_user_attr(
+            "sweep.stopped_by", f"budget.minutes_per_trial after epoch {watch.out_of_time_at}"
+        )
+    if watch.pruned_at is not None:
         study.tell(number, state=TrialState.PRUNED)
-        print(f"trial {number}: pruned after epoch {reporter.stopped_at}")
+        print(f"trial {number}: pruned after epoch {watch.pruned_at}")
         return TrialOutcome(number, "PRUNED", None, result.run_id)
     value = result.metrics[cfg.objective.metric]
     study.tell(number, value)

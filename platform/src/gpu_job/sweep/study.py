@@ -1,7 +1,7 @@
 """The Optuna study of a sweep: where it is stored, its sampler and pruner, and the checks every job makes when it
 opens it (the search space has not changed since the study's first wave).
 
-TensorFlow-free and MLflow-free: the plan, trial and collect jobs each open the study through `open_study`.
+MLflow-free: the plan, trial and collect jobs each open the study through `open_study`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from collections.abc import Iterable
 from typing import Any
 
 import optuna
-from gpu_job import study_storage
 from optuna.distributions import (
     BaseDistribution,
     CategoricalDistribution,
@@ -21,15 +20,9 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial, TrialState
 
-from .sweep_config import (
-    Choice,
-    FloatRange,
-    IntRange,
-    SweepConfig,
-    SweepConfigError,
-    encode_choice,
-    grid_values,
-)
+from .. import study_storage
+from ..errors import SweepConfigError
+from .space import Choice, FloatRange, IntRange, SweepConfig, encode_choice, grid_values
 
 # Study user attributes (Optuna keeps them in the journal, next to the trials).
 SPACE_ATTR = "sweep.space"
@@ -43,7 +36,7 @@ INTERRUPTED_ATTR = "sweep.interrupted"  # the last attempt stopped on a spot not
 
 
 class SpaceChanged(SweepConfigError):
-    """configs/sweep.yaml's space differs from the one the study was started with."""
+    """configs/sweep.yaml's space (or direction) differs from the one the study was started with."""
 
 
 def storage_uri(root: str, study_name: str) -> str:

@@ -20,13 +20,13 @@ import matplotlib
 matplotlib.use("Agg")  # no display on a runner: render to files only
 import matplotlib.pyplot as plt
 import optuna
-from gpu_job import registry, tracking
 from mlflow.tracking import MlflowClient
 from optuna.trial import FrozenTrial, TrialState
 
-from . import sweep_runs, sweep_study
-from .config import Config
-from .sweep_config import SweepConfig, decode_choice
+from .. import registry, tracking
+from . import runs as sweep_runs
+from . import study as sweep_study
+from .space import SweepConfig, decode_choice
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,8 @@ def _plots(study: optuna.Study, out: Path) -> list[Path]:
         with warnings.catch_warnings():
             # Both are marked experimental in Optuna 4.9 (since v2.2.0); the warning says nothing to a user.
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            # One finished trial gives an axis a single value; matplotlib widens it and says so.
+            warnings.filterwarnings("ignore", "Attempting to set identical low and high", UserWarning)
             axes = draw(study)
         figure = axes.figure if hasattr(axes, "figure") else axes.flat[0].figure
         figure.savefig(out / name, dpi=100, bbox_inches="tight")
@@ -189,14 +191,18 @@ def _log_parent(
         client.log_artifact(parent, str(out / "trials.md"), "sweep")
 
 
-def _decide_best(client: MlflowClient, base: Config, best: Row) -> registry.ChampionDecision:
+def _decide_best(client: MlflowClient, rule: registry.ChampionRule, best: Row) -> registry.ChampionDecision:
     metrics = client.get_run(best.run_id).data.metrics
-    decision = registry.decide(client, base.registry, best.run_id, metrics)
+    decision = registry.decide(client, rule, best.run_id, metrics)
     registry.log_decision(client, best.run_id, decision)
     return decision
 
 
-def collect_wave(cfg: SweepConfig, base: Config, root: str, client: MlflowClient, wave: int) -> Collected:
+def collect_wave(
+    cfg: SweepConfig, champion: registry.ChampionRule | None, root: str, client: MlflowClient, wave: int
+) -> Collected:
+    """The wave's results onto the parent run; when the sweep ends, its best trial compared with `champion`
+    (None: the project has no champion rule) and the parent run ended."""
     study = sweep_study.open_study(cfg, root)
     parent = study.user_attrs[sweep_study.PARENT_RUN_ATTR]
     sweep_study.fail_exhausted(study, cfg.budget.max_attempts_per_trial)
@@ -213,7 +219,7 @@ def collect_wave(cfg: SweepConfig, base: Config, root: str, client: MlflowClient
     result = Collected(cfg.study_name, wave, parent, rows, totals, best, finished, why)
     _log_parent(client, parent, cfg, result, study)
     if finished:
-        decision = _decide_best(client, base, best) if best and base.registry.enabled else None
+        decision = _decide_best(client, champion, best) if best and champion is not None else None
         if decision is not None:
             client.set_tag(parent, "sweep.best_decision", decision.outcome)
         client.set_terminated(parent, "FINISHED")

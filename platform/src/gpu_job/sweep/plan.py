@@ -14,11 +14,13 @@ import os
 from dataclasses import dataclass, field
 
 import optuna
-from gpu_job import study_storage
 from mlflow.tracking import MlflowClient
 
-from . import sweep_runs, sweep_study
-from .sweep_config import SweepConfig, SweepConfigError
+from .. import study_storage
+from ..errors import SweepConfigError
+from . import runs as sweep_runs
+from . import study as sweep_study
+from .space import SweepConfig
 
 
 class BudgetSpent(SweepConfigError):

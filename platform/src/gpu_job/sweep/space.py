@@ -1,9 +1,10 @@
-"""The hyperparameter sweep's configuration (`configs/sweep.yaml`), validated against the training config.
+"""The sweep file (configs/sweep.yaml), validated against the project's training config.
 
 Every search-space entry is a dotted path into the training config (`training.learning_rate`); the path is
-checked against the training config's model, the distribution against the field's type, and every bound or
-choice against the field's own validation (each is applied to the base config and validated), so a range the
-training would refuse fails here, before a GPU is launched. Errors name the sweep field and the fix.
+checked against the training config's model and the project's SearchRules, the distribution against the field's
+type, and every bound or choice against the field's own validation (each is applied to the base config and
+validated), so a range the training would refuse fails here, before a GPU is launched. Errors name the sweep
+field and the fix.
 """
 
 from __future__ import annotations
@@ -14,45 +15,20 @@ import math
 import re
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .config import HEADLINE_METRICS, Config, ConfigError, config_from_dict, read_yaml_mapping
+from ..config_files import field_lines, invalid, read_yaml_mapping
+from ..errors import SweepConfigError
+from .project import SearchRules
 
 PositiveInt = Annotated[int, Field(gt=0)]
-# Sections whose fields decide the training's path (Config.trajectory()); tracking, export and registry are
-# where results go, not what is searched.
-SEARCHABLE_SECTIONS = ("data", "model", "training")
-# Set by the sweep itself (budget.epochs_per_trial) or only about where files go / how the run is watched.
-NOT_SEARCHABLE = {
-    "training.epochs": "set by budget.epochs_per_trial",
-    "training.checkpoint_dir": "where files go, not what is trained",
-    "training.checkpoint_uri": "where files go, not what is trained",
-    "training.watch_interruptions": "how the run is watched, not what is trained",
-    "training.interruption_poll_seconds": "how the run is watched, not what is trained",
-    "training.allow_cpu": "a debugging switch, not a hyperparameter",
-    "data.cache_dir": "where files go, not what is trained",
-    "data.sync_workers": "how data is copied, not what is trained",
-}
-# The per-epoch values Keras logs (callbacks.MlflowEpochLogger logs the same names) and the direction in which
-# each is better: the pruner compares them in the study's direction, so the two must agree.
-INTERMEDIATE_DIRECTIONS = {
-    "val_accuracy": "maximize",
-    "val_loss": "minimize",
-    "accuracy": "maximize",
-    "loss": "minimize",
-}
-# Headline metrics where smaller is better; the rest are better when larger (config.HEADLINE_METRICS).
-_SMALLER_IS_BETTER = {"best_val_loss"} | {
-    m for m in HEADLINE_METRICS if m.endswith(("_size_bytes", "_latency_ms"))
-}
+Config = TypeVar("Config", bound=BaseModel)
 # Optuna's study_name becomes an S3 prefix and an MLflow tag value: keep it to what reads well in both.
 _STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-
-
-class SweepConfigError(ConfigError):
-    """configs/sweep.yaml is missing, unparsable, or has an invalid field."""
+# The discriminated union's tags (ParamSpec): pydantic puts them into an error's location.
+_SPEC_TYPES = ("float", "int", "categorical")
 
 
 class _Strict(BaseModel):
@@ -89,10 +65,11 @@ ParamSpec = Annotated[FloatRange | IntRange | Choice, Field(discriminator="type"
 
 
 class Objective(_Strict):
-    # A headline metric train logs once per run (config.HEADLINE_METRICS).
+    # A metric the training logs once per run (SearchRules.run_metrics).
     metric: str = "best_val_accuracy"
     direction: Literal["maximize", "minimize"] = "maximize"
-    # What the trial reports after every epoch for the pruner; empty = val_accuracy or val_loss by direction.
+    # What the trial reports after every epoch for the pruner; empty = the first of the project's epoch metrics
+    # that improves in `direction`.
     intermediate: str = ""
 
 
@@ -112,8 +89,8 @@ class Pruner(_Strict):
 
 
 class Budget(_Strict):
-    # Each trial trains at most this many epochs (replaces training.epochs) and at most this many minutes (it
-    # stops at the end of the epoch that passes it; the GPU runner's max_runtime_minutes stays the hard limit).
+    # Each trial trains at most this many epochs (replaces the training's epochs) and at most this many minutes
+    # (it stops at the end of the epoch that passes it; the GPU runner's max_runtime_minutes stays the hard limit).
     epochs_per_trial: PositiveInt = 20
     minutes_per_trial: float = Field(60.0, gt=0)
     # The whole sweep: no new wave starts once the children's billed cost or GPU hours reach either (None = no
@@ -145,11 +122,11 @@ class SweepConfig(_Strict):
             )
         return self
 
-    @property
-    def intermediate_metric(self) -> str:
+    def intermediate_metric(self, rules: SearchRules) -> str:
         if self.objective.intermediate:
             return self.objective.intermediate
-        return "val_accuracy" if self.objective.direction == "maximize" else "val_loss"
+        same_way = (m for m, way in rules.epoch_metrics.items() if way == self.objective.direction)
+        return next(same_way, "")
 
     def space_json(self) -> dict[str, Any]:
         """The search space as plain JSON, stored in the study: a later wave compares it with its own."""
@@ -170,23 +147,21 @@ def decode_choice(value: Any) -> Any:
     return value
 
 
-def _field(path: str) -> tuple[str, str, Any]:
-    """(section, key, annotation) of a dotted path into Config, or a ValueError that says what exists."""
+def _field(base: BaseModel, rules: SearchRules, path: str) -> Any:
+    """The annotation of a dotted path into the training config, or a ValueError that says what exists."""
     section, dot, key = path.partition(".")
     if not dot or "." in key:
         raise ValueError(f"'{path}' is not a dotted path <section>.<field> (e.g. training.learning_rate)")
-    if section not in SEARCHABLE_SECTIONS:
-        raise ValueError(
-            f"section '{section}' cannot be searched; use one of {', '.join(SEARCHABLE_SECTIONS)}"
-        )
-    fields = Config.model_fields[section].annotation.model_fields
+    if section not in rules.sections:
+        raise ValueError(f"section '{section}' cannot be searched; use one of {', '.join(rules.sections)}")
+    fields = type(getattr(base, section)).model_fields
     if key not in fields:
         raise ValueError(
             f"'{section}' has no field '{key}' (unknown or mistyped); its fields: {', '.join(sorted(fields))}"
         )
-    if path in NOT_SEARCHABLE:
-        raise ValueError(f"'{path}' cannot be searched: {NOT_SEARCHABLE[path]}")
-    return section, key, fields[key].annotation
+    if path in rules.not_searchable:
+        raise ValueError(f"'{path}' cannot be searched: {rules.not_searchable[path]}")
+    return fields[key].annotation
 
 
 def _numeric_kind(annotation: Any) -> str | None:
@@ -199,21 +174,24 @@ def _numeric_kind(annotation: Any) -> str | None:
     return None
 
 
-def _applied(base: Config, overrides: dict[str, Any], where: str) -> Config:
+def applied(base: Config, overrides: dict[str, Any]) -> Config:
+    """`base` with each `section.field` of `overrides` set, validated as a whole by the config's own model;
+    a ValueError names every field it refuses."""
     raw = base.model_dump(mode="json")
     for path, value in overrides.items():
         section, _, key = path.partition(".")
         raw[section][key] = value
     try:
-        return config_from_dict(raw, where)
-    except ConfigError as error:
-        # Keep only the field lines: the header names a file the user never wrote.
-        raise ValueError("; ".join(line.strip() for line in str(error).splitlines()[1:])) from None
+        return type(base).model_validate(raw)
+    except ValidationError as error:
+        raise ValueError("; ".join(field_lines(error))) from None
 
 
-def _check_spec(base: Config, path: str, spec: FloatRange | IntRange | Choice) -> list[str]:
+def _check_spec(
+    base: BaseModel, rules: SearchRules, path: str, spec: FloatRange | IntRange | Choice
+) -> list[str]:
     problems: list[str] = []
-    _, _, annotation = _field(path)
+    annotation = _field(base, rules, path)
     if isinstance(spec, Choice):
         encoded = [encode_choice(c) for c in spec.choices]
         if len(set(map(json.dumps, encoded))) != len(encoded):
@@ -244,37 +222,37 @@ def _check_spec(base: Config, path: str, spec: FloatRange | IntRange | Choice) -
         where = "low/high"
     for value in values:
         try:
-            _applied(base, {path: value}, f"space.{path}")
+            applied(base, {path: value})
         except ValueError as error:
             problems.append(f"space.{path}.{where}: {value!r} is refused by the training config: {error}")
     return problems
 
 
-def _check_objective(cfg: SweepConfig) -> list[str]:
+def _check_objective(cfg: SweepConfig, rules: SearchRules) -> list[str]:
     problems = []
     objective = cfg.objective
-    if objective.metric not in HEADLINE_METRICS:
+    if objective.metric not in rules.run_metrics:
         problems.append(
             f"objective.metric: '{objective.metric}' is not a metric train logs; use one of "
-            f"{', '.join(HEADLINE_METRICS)}"
+            f"{', '.join(rules.run_metrics)}"
         )
-    elif (objective.metric in _SMALLER_IS_BETTER) != (objective.direction == "minimize"):
-        better = "smaller" if objective.metric in _SMALLER_IS_BETTER else "larger"
+    elif rules.run_metrics[objective.metric] != objective.direction:
+        better = "smaller" if rules.run_metrics[objective.metric] == "minimize" else "larger"
         problems.append(
             f"objective.direction: {objective.metric} is better when {better}; set direction: "
-            f"{'minimize' if better == 'smaller' else 'maximize'}"
+            f"{rules.run_metrics[objective.metric]}"
         )
-    intermediate = cfg.intermediate_metric
-    if intermediate not in INTERMEDIATE_DIRECTIONS:
+    intermediate = cfg.intermediate_metric(rules)
+    same_way = [m for m, way in rules.epoch_metrics.items() if way == objective.direction]
+    if intermediate not in rules.epoch_metrics:
         problems.append(
             f"objective.intermediate: '{intermediate}' is not logged per epoch; use one of "
-            f"{', '.join(INTERMEDIATE_DIRECTIONS)}"
+            f"{', '.join(rules.epoch_metrics)}"
         )
-    elif INTERMEDIATE_DIRECTIONS[intermediate] != objective.direction:
+    elif rules.epoch_metrics[intermediate] != objective.direction:
         problems.append(
             f"objective.intermediate: {intermediate} improves the other way than direction "
-            f"{objective.direction}; the pruner would keep the worst trials. Use "
-            f"{'val_accuracy' if objective.direction == 'maximize' else 'val_loss'}"
+            f"{objective.direction}; the pruner would keep the worst trials. Use {' or '.join(same_way)}"
         )
     return problems
 
@@ -308,38 +286,24 @@ def _check_grid(cfg: SweepConfig) -> list[str]:
     return problems
 
 
-def validate_sweep(raw: dict[str, Any], base: Config, source: str = "<sweep>") -> SweepConfig:
-    """Validate a mapping against the sweep schema and the training config; raises SweepConfigError listing
-    every bad field."""
+def validate_sweep(
+    raw: dict[str, Any], base: BaseModel, rules: SearchRules, source: str = "<sweep>"
+) -> SweepConfig:
+    """Validate a mapping against the sweep schema and the training config `base`; raises SweepConfigError
+    listing every bad field."""
     try:
         cfg = SweepConfig.model_validate(raw)
     except ValidationError as error:
-        lines = []
-        for item in error.errors():
-            # A discriminated union puts the tag ('float', 'int') into the location: leave it out.
-            parts = [str(p) for p in item["loc"] if p not in ("float", "int", "categorical")]
-            field = ".".join(parts) or "<root>"
-            if item["type"] == "extra_forbidden":
-                lines.append(f"  {field}: unknown key (remove it or fix its spelling)")
-            elif item["type"] in ("union_tag_invalid", "union_tag_not_found"):
-                given = item.get("input")
-                tag = given.get("type") if isinstance(given, dict) else given
-                lines.append(f"  {field}.type: must be float, int or categorical (got {tag!r})")
-            else:
-                message = item["msg"].removeprefix("Value error, ")
-                lines.append(f"  {field}: {message} (got {item.get('input')!r})")
-        raise SweepConfigError(f"{source}: {len(lines)} invalid field(s)\n" + "\n".join(lines)) from None
+        raise SweepConfigError(invalid(source, field_lines(error, _SPEC_TYPES))) from None
     problems: list[str] = []
     for path, spec in cfg.space.items():
         try:
-            problems.extend(_check_spec(base, path, spec))
+            problems.extend(_check_spec(base, rules, path, spec))
         except ValueError as error:
             problems.append(f"space.{path}: {error}")
-    problems += _check_objective(cfg) + _check_grid(cfg)
+    problems += _check_objective(cfg, rules) + _check_grid(cfg)
     if problems:
-        raise SweepConfigError(
-            f"{source}: {len(problems)} invalid field(s)\n" + "\n".join(f"  {p}" for p in problems)
-        )
+        raise SweepConfigError(invalid(source, problems))
     return cfg
 
 
@@ -355,24 +319,30 @@ def check_runner_attempts(cfg: SweepConfig, max_attempts: int, source: str = "<s
         )
 
 
-def load_sweep_config(path: str | Path, base: Config) -> SweepConfig:
-    """Load configs/sweep.yaml and validate it against the training config `base`."""
-    raw = read_yaml_mapping(
+def read_sweep(path: str | Path) -> dict[str, Any]:
+    """configs/sweep.yaml's mapping, or SweepConfigError naming what is wrong with the file."""
+    return read_yaml_mapping(
         path, SweepConfigError, "sweep config not found (pass --sweep configs/sweep.yaml)",
         "(study_name, space, trials, ...)", empty_ok=False,
     )  # fmt: skip
-    return validate_sweep(raw, base, str(path))
 
 
-def trial_config(base: Config, sweep: SweepConfig, params: dict[str, Any], checkpoint_uri: str) -> Config:
+def load_sweep_config(path: str | Path, base: BaseModel, rules: SearchRules) -> SweepConfig:
+    """Load configs/sweep.yaml and validate it against the training config `base`."""
+    return validate_sweep(read_sweep(path), base, rules, str(path))
+
+
+def trial_config(
+    base: Config, rules: SearchRules, sweep: SweepConfig, params: dict[str, Any], checkpoint_uri: str
+) -> Config:
     """The training config of one trial: the sampled params applied, the per-trial epoch budget, the checkpoint
-    root (each trial checkpoints under its own scope of it: sweep_trial.checkpoint_scope, so two trials never share
-    a checkpoint, even with equal params)."""
+    root (each trial checkpoints under its own scope of it: trial.checkpoint_scope, so two trials never share a
+    checkpoint, even with equal params)."""
     overrides = {path: decode_choice(value) for path, value in params.items()}
-    overrides["training.epochs"] = sweep.budget.epochs_per_trial
-    overrides["training.checkpoint_uri"] = checkpoint_uri
+    overrides[rules.epochs] = sweep.budget.epochs_per_trial
+    overrides[rules.checkpoint_uri] = checkpoint_uri
     try:
-        return _applied(base, overrides, f"trial of {sweep.study_name}")
+        return applied(base, overrides)
     except ValueError as error:
         raise SweepConfigError(
             f"sampled params {params} are refused by the training config: {error}"
