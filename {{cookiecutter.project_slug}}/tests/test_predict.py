@@ -12,9 +12,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from gpu_job import batch_io
 from PIL import Image
 
-from {{ cookiecutter.package_name }} import cli, predict, predict_io, predict_model
+from {{ cookiecutter.package_name }} import cli, predict, predict_model
 from {{ cookiecutter.package_name }}.config import Config
 from {{ cookiecutter.package_name }}.data import load_digits_images
 
@@ -107,7 +108,7 @@ def test_an_unreadable_image_is_listed_with_its_reason_and_the_rest_predicted(
 def test_a_file_too_large_to_be_an_image_is_skipped_unread(
     exports: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(predict_io, "MAX_IMAGE_BYTES", 4096)
+    monkeypatch.setattr(batch_io, "MAX_IMAGE_BYTES", 4096)
     folder = tmp_path / "in"
     folder.mkdir()
     (folder / "video.png").write_bytes(b"\0" * 5000)

@@ -1,6 +1,7 @@
-"""Batch prediction from and to S3 (the moto server, spoken to over HTTP by boto3): the paginated listing, the
-Parquet shards as objects, the rerun after an interruption, the manifest written once, and S3's refusals turned
-into messages that name the option and the fix."""
+"""Batch prediction from and to S3 (the moto server, spoken to over HTTP by boto3): the Parquet shards as objects,
+the rerun after an interruption, another batch refused on the same output, and inputs that vanish or are too
+large as their own rows. The S3 listing, reads, writes and refusals themselves are the platform's
+(gpu_job.batch_io, tested there)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from botocore.stub import Stubber
+from gpu_job import batch_io
 from PIL import Image
 
-from {{ cookiecutter.package_name }} import predict, predict_io
+from {{ cookiecutter.package_name }} import predict
 from {{ cookiecutter.package_name }}.config import Config
-from {{ cookiecutter.package_name }}.data import load_digits_images
+from {{ cookiecutter.package_name }}.data import list_inputs, load_digits_images
 
 IMAGES = 17
 
@@ -50,19 +51,6 @@ def bucket(moto_endpoint: str, request: pytest.FixtureRequest) -> Iterator[str]:
     s3.delete_bucket(Bucket=name)
 
 
-def test_the_listing_follows_every_page_and_keeps_only_images_under_the_prefix(bucket: str) -> None:
-    client = predict_io.s3_client()
-    calls: list[str] = []
-    client.meta.events.register("before-call.s3.ListObjectsV2", lambda **kw: calls.append(kw["model"].name))
-
-    keys = predict_io.S3Source(f"s3://{bucket}/in", client=client, page_size=7).keys()
-
-    # 20 objects under in/ (17 images, the text file, the folder marker): three pages of at most 7.
-    assert calls == ["ListObjectsV2"] * 3
-    assert len(keys) == IMAGES and keys == sorted(keys)
-    assert keys[0] == "a/00.png" and "a/broken.png" in keys and "notes.txt" not in keys
-
-
 def test_a_batch_from_s3_to_s3_survives_an_interruption_and_an_unreadable_image(
     bucket: str, exports: Path
 ) -> None:
@@ -78,7 +66,7 @@ def test_a_batch_from_s3_to_s3_survives_an_interruption_and_an_unreadable_image(
     broken = rows["key"].index("a/broken.png")
     assert rows["class"][broken] is None and rows["error"][broken] == first.skipped["a/broken.png"]
     written = _objects(bucket, "predictions/first/")
-    assert predict_io.PROBE not in written and {predict.MANIFEST, predict.SUMMARY} <= set(written)
+    assert batch_io.PROBE not in written and {predict.MANIFEST, predict.SUMMARY} <= set(written)
 
     # The runner was lost after shard 1's predictions were made but before it was written: a rerun does only it.
     boto3.client("s3").delete_object(Bucket=bucket, Key=f"predictions/first/{predict.part_name(1)}")
@@ -106,16 +94,11 @@ def test_another_batch_on_the_same_output_is_refused_and_the_manifest_is_written
     assert sorted(_objects(bucket, "predictions/once/")) == sorted(
         [predict.MANIFEST, predict.SUMMARY, *(predict.part_name(i) for i in range(3))]
     )
-    sink = predict_io.S3Sink(f"s3://{bucket}/predictions/race/")
-    # Two runs started at once on one output: the conditional put lets only the first write the manifest.
-    assert sink.create(predict.MANIFEST, b"{}") is True
-    assert sink.create(predict.MANIFEST, b'{"model": "other"}') is False
-    assert sink.read(predict.MANIFEST) == b"{}"
 
 
 def test_an_image_removed_after_the_listing_is_its_own_row_not_the_batch(bucket: str, exports: Path) -> None:
     source = f"s3://{bucket}/in/"
-    listed = predict_io.list_keys(source)
+    listed = list_inputs(source)
     boto3.client("s3").delete_object(Bucket=bucket, Key="in/b/09.png")
 
     summary = predict.run(
@@ -136,7 +119,7 @@ def test_an_object_too_large_to_be_an_image_is_skipped_unread(
 ) -> None:
     # The limit lowered below a 4 KiB object (the digits' PNGs are a few hundred bytes), as 64 MiB would be for a
     # video named .png: the batch goes on without reading it.
-    monkeypatch.setattr(predict_io, "MAX_IMAGE_BYTES", 4096)
+    monkeypatch.setattr(batch_io, "MAX_IMAGE_BYTES", 4096)
     boto3.client("s3").put_object(Bucket=bucket, Key="in/b/huge.png", Body=b"\0" * 5000)
 
     summary = predict.run(
@@ -152,44 +135,6 @@ def test_an_object_too_large_to_be_an_image_is_skipped_unread(
         "ImageTooLarge: 5000 bytes, over the 4096 bytes an input may have; not read"
         in summary.skipped["b/huge.png"]
     )
-
-
-@pytest.mark.parametrize(
-    ("source", "out", "message"),
-    [
-        ("s3://{bucket}/nothing/", "s3://{bucket}/predictions/x/", r"--input 's3://.*/nothing/': no images"),
-        ("s3:///in/", "s3://{bucket}/predictions/x/", r"--input 's3:///in/': no bucket; use s3://<bucket>/"),
-        (
-            "s3://no-such-bucket-9/in/",
-            "s3://{bucket}/p/",
-            r"--input .*: the bucket does not exist; check the",
-        ),
-        (
-            "s3://{bucket}/in/",
-            "s3://{bucket}",
-            r"--output 's3://.*': no prefix; use s3://<bucket>/predictions/",
-        ),
-        ("s3://{bucket}/in/", "s3://no-such-bucket-9/p/", r"--output .*: the bucket does not exist"),
-    ],
-)
-def test_bad_s3_input_or_output_names_the_option_and_the_fix(
-    bucket: str, source: str, out: str, message: str
-) -> None:
-    with pytest.raises(predict_io.PredictError, match=message):
-        predict_io.list_keys(source.format(bucket=bucket))
-        predict_io.check_writable(out.format(bucket=bucket))
-
-
-def test_an_output_the_role_may_not_write_is_named_before_any_model_loads(bucket: str) -> None:
-    """moto does not enforce IAM, so S3's answer to a role without s3:PutObject there is stubbed: botocore's
-    Stubber checks the call against the S3 service model and returns the AccessDenied error S3 sends."""
-    client = boto3.client("s3")
-    with Stubber(client) as stub:
-        stub.add_client_error("put_object", "AccessDenied", "Access Denied", 403)
-        with pytest.raises(
-            predict_io.PredictError, match=r"access denied \(AccessDenied\); the role may .* write"
-        ):
-            predict_io.S3Sink(f"s3://{bucket}/checkpoints/", client=client).probe()
 
 
 def _objects(bucket: str, prefix: str) -> list[str]:

@@ -63,5 +63,5 @@ def test_a_promoted_model_whose_files_changed_on_disk_predicts_nothing(exports: 
     assert refused.returncode == 2, refused.stdout[-2000:] + refused.stderr[-2000:]
     assert "exports/model_int8.tflite does not match its recorded SHA-256" in refused.stderr
     assert "so nothing was loaded or predicted. Fix: restore the file's earlier version" in refused.stderr
-    # Not a file: the writability probe (predict_io, before the model) leaves the folder it made, empty.
+    # Not a file: the writability probe (gpu_job.batch_io, before the model) leaves the folder it made, empty.
     assert not [p for p in (in_tmp / "after").rglob("*") if p.is_file()]

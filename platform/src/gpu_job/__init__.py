@@ -12,6 +12,8 @@ library for what no team would edit:
 - `checkpoints.open_store`, `S3Checkpoints`, `config_hash`: Keras backups mirrored to S3 under the training
   role's own session, restored from the sessions the launch code recorded;
 - `s3sync.sync_prefix`, `parse_s3_uri`: an S3 prefix mirrored to local disk;
+- `batch_io.list_keys`, `source_for`, `sink_for`, `check_writable`: a batch job's inputs and outputs on a folder or
+  S3 (listed, read in parallel with a size cap, written whole, the manifest created once);
 - `distributed.cluster_from_env` and `rendezvous`: the multi-worker cluster of an explicit TF_CONFIG or an AWS
   Batch multi-node job;
 - `sweep` (the `sweep` extra: Optuna, pydantic, matplotlib): a project's hyperparameter sweep, given a
@@ -32,7 +34,8 @@ library for what no team would edit:
 - `manifest.manifest`, `digest`, `read_manifest`, `verify`: the served files' SHA-256s that promote records and
   predict checks before loading;
 - `errors`: JobInputError, DataError, DistributedError, StudyStorageError, WaveAlreadyClaimed, FilesChanged,
-  SweepConfigError, TrainingInterrupted, EXIT_NO_GPU and EXIT_INTERRUPTED, for the project's CLI to report.
+  SweepConfigError, TrainingInterrupted, PredictError, EXIT_NO_GPU and EXIT_INTERRUPTED, for the project's CLI
+  to report.
 
 TensorFlow is imported only inside gpu_preflight.TfBoundary's methods, so every module imports without it; the
 project's lock chooses TensorFlow (its cpu or gpu extra), and MLflow, which `tracking`, `registry` and `sweep`

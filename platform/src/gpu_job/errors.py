@@ -53,6 +53,11 @@ class SweepConfigError(ValueError):
     field and the fix."""
 
 
+class PredictError(ValueError):
+    """Bad input to a project's batch prediction (batch_io, and the project's own checks): the message names the
+    option (--input, --output, --model) and the fix."""
+
+
 class StudyStorageError(ValueError):
     """A sweep's study storage cannot be used as given: a bad URI, a missing bucket, no permission, a broken
     journal. The message names the value and the fix."""

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import IO
 
 import numpy as np
+from gpu_job import batch_io
 from gpu_job.s3sync import sync_prefix
 from PIL import Image, UnidentifiedImageError
 from sklearn.datasets import load_digits
@@ -16,6 +17,8 @@ from .config import DataConfig
 from .errors import DataError
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp"}
+# The embedded data set, as `data.source` and as predict's --input.
+DIGITS = "digits"
 
 
 @dataclass(frozen=True)
@@ -161,3 +164,11 @@ def split(
 def load_splits(cfg: DataConfig, seed: int) -> Splits:
     images, labels, class_names = load_images(cfg)
     return split(images, labels, class_names, cfg, seed)
+
+
+def list_inputs(source: str) -> list[str]:
+    """A batch's inputs (predict's --input), sorted: `digits/<index>` for the embedded digits, else every image's
+    path under the folder or the s3:// prefix, any depth (the platform's gpu_job.batch_io lists them)."""
+    if source == DIGITS:
+        return [f"{DIGITS}/{index:04d}" for index in range(len(load_digits().images))]
+    return batch_io.list_keys(source, IMAGE_SUFFIXES)

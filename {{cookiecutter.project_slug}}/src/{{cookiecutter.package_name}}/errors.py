@@ -16,6 +16,9 @@ from gpu_job.errors import FilesChanged as FilesChanged
 # A value a workflow handed the job (a dispatch input, an environment variable) is not usable (gpu_job.job_contract).
 from gpu_job.errors import JobInputError as JobInputError
 
+# Bad input to `predict` (its --input, --output or --model), named with the fix (gpu_job.batch_io and predict).
+from gpu_job.errors import PredictError as PredictError
+
 # A sweep's study storage (gpu_job.study_storage) cannot be used as given, or another plan job claimed the wave;
 # configs/sweep.yaml, the study's space or the sweep's budget refuses the sweep (gpu_job.sweep).
 from gpu_job.errors import StudyStorageError as StudyStorageError

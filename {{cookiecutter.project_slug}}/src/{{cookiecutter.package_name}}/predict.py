@@ -1,6 +1,6 @@
 """Batch prediction: an exported model over many images, written as Parquet shards, one row per input.
 
-The inputs (the embedded digits, an image folder, an s3:// prefix; predict_io) are listed once, sorted by key,
+The inputs (the embedded digits, an image folder, an s3:// prefix; data.list_inputs, gpu_job.batch_io) are listed once, sorted by key,
 and cut into shards of `shard_size`. Each shard's predictions go to `part-<n>.parquet` under the output (a folder
 or an s3:// prefix), written whole, so a rerun after an interruption does only the shards without output. The
 manifest beside them pins the input listing, the shard size and the model: a rerun with anything else is
@@ -24,13 +24,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from gpu_job import batch_io
 from tqdm import tqdm
 
-from . import export, predict_io
+from . import export
 from .config import DataConfig
-from .data import UNREADABLE_IMAGE, decode_image, load_digits_images
-from .errors import DataError
-from .predict_io import PredictError, list_keys
+from .data import DIGITS, IMAGE_SUFFIXES, UNREADABLE_IMAGE, decode_image, list_inputs, load_digits_images
+from .errors import DataError, PredictError
 
 MANIFEST = "_manifest.json"
 SUMMARY = "_summary.json"
@@ -159,7 +159,7 @@ class ImageReader:
         if channels not in (1, 3):
             raise PredictError(f"--model: an input of {channels} channels is not an image model's (1 or 3)")
         self.cfg = DataConfig(image_size=(height, width), channels=channels)
-        self._files = predict_io.source_for(source)
+        self._files = None if source == DIGITS else batch_io.source_for(source, IMAGE_SUFFIXES)
         self._digits = load_digits_images(self.cfg)[0] if self._files is None else None
 
     def read(self, keys: Sequence[str]) -> Iterator[tuple[str, np.ndarray | DataError]]:
@@ -200,7 +200,7 @@ def _manifest(keys: Sequence[str], shard_size: int, model: Model, source: str) -
     }
 
 
-def _check_manifest(sink: predict_io.Sink, wanted: dict[str, object]) -> None:
+def _check_manifest(sink: batch_io.Sink, wanted: dict[str, object]) -> None:
     """First run: write the manifest. A rerun: the same inputs, shard size and model, or a clear refusal."""
     if sink.create(MANIFEST, json.dumps(wanted, indent=2).encode()):
         return
@@ -259,12 +259,12 @@ def run(
     keys: Sequence[str] | None = None,
 ) -> Summary:
     """Predict every input of `source` into Parquet shards under `out` (a folder or s3://); shards already
-    there are kept. `keys`: the listing the caller made already (list_keys), so a large prefix is listed once.
+    there are kept. `keys`: the listing the caller made already (data.list_inputs), so a large prefix is listed once.
     `progress` None: a bar on a terminal only, not in a workflow's log (tqdm's disable=None)."""
     if shard_size < 1 or batch_size < 1:
         raise PredictError("--shard-size and --batch-size must be at least 1")
-    keys = list(keys) if keys is not None else list_keys(source)
-    sink = predict_io.sink_for(str(out))
+    keys = list(keys) if keys is not None else list_inputs(source)
+    sink = batch_io.sink_for(str(out))
     sink.probe()
     _check_manifest(sink, _manifest(keys, shard_size, model, source))
     reader = ImageReader(source, model.input_shape)
@@ -286,7 +286,7 @@ def run(
     return summary
 
 
-def _summarise(sink: predict_io.Sink, shards: int, summary: Summary) -> None:
+def _summarise(sink: batch_io.Sink, shards: int, summary: Summary) -> None:
     """Counts over every shard of the batch (also those an earlier run wrote), into the summary file."""
     tables = [
         pq.read_table(pa.BufferReader(sink.read(part_name(i)) or b""), schema=SCHEMA) for i in range(shards)

@@ -13,11 +13,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_job import job_contract, tracking
+from gpu_job import batch_io, job_contract, tracking
 from mlflow.tracking import MlflowClient
 
-from . import predict_io, predict_model
+from . import predict_model
 from .config import load_config
+from .data import list_inputs
 from .predict_model import RegistryModel
 
 
@@ -35,8 +36,8 @@ class Checked:
 def check(args: argparse.Namespace) -> Checked:
     """The inputs and the output first (a bad one is named before the registry is asked), then the model.
     --shard-size and --batch-size are positive already (cli._positive)."""
-    keys = predict_io.list_keys(args.input)
-    predict_io.check_writable(args.output)
+    keys = list_inputs(args.input)
+    batch_io.check_writable(args.output)
     spec = predict_model.registry_spec(args.model)
     if spec is None:
         from .predict import check_model_files  # on disk: no registry, no download

@@ -24,8 +24,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from . import model_files
-from .errors import FilesChanged
-from .predict_io import PredictError
+from .errors import FilesChanged, PredictError
 
 # The run's artifact under exports/ for each export train writes (train.py, _export_and_log).
 EXPORT_FILES = model_files.EXPORT_FILES

@@ -1,7 +1,8 @@
-"""Where a batch's images come from and where its shards go: the embedded digits, a local folder or S3.
+"""Where a batch job's inputs come from and where its outputs go (a project's `predict`): a local folder or S3.
 
-A source lists its images' keys (sorted, relative to the input) and reads one by key; a sink writes a named
-object whole, tells whether it exists and reads it back. On a folder, whole means a temporary name then a rename;
+A source lists its inputs' keys (sorted, relative to the input; only names with the project's suffixes) and
+reads them by key, in parallel on S3; a sink writes a named object whole, creates one only if it is absent, tells
+whether it exists and reads it back. On a folder, whole means a temporary name then a rename;
 on S3 a PutObject is whole by itself ("Amazon S3 never adds partial objects", Amazon S3 User Guide, "Amazon S3
 data consistency model"), so a reader never sees half a shard on either.
 """
@@ -9,7 +10,7 @@ data consistency model"), so a reader never sees half a shard on either.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
@@ -17,11 +18,9 @@ from typing import Any, Protocol
 import boto3
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError
-from sklearn.datasets import load_digits
 
-from .data import IMAGE_SUFFIXES
+from .errors import PredictError
 
-DIGITS = "digits"
 PROBE = ".write-check"
 # Parallel GetObject calls while a shard is read: S3 answers each in tens of milliseconds, so one at a time would
 # leave the GPU waiting; botocore's default pool holds 10 connections (botocore.config.Config
@@ -30,10 +29,6 @@ READERS = 16
 # The largest input read: far above any image a classifier is fed, and READERS of them still fit in a runner's
 # memory. A larger object (a video, an archive, a crafted file) is its row's reason, never read into memory.
 MAX_IMAGE_BYTES = 64 * 1024 * 1024
-
-
-class PredictError(ValueError):
-    """Bad input to `predict`: the message names the option and the fix."""
 
 
 class ImageTooLarge(ValueError):
@@ -64,8 +59,8 @@ def s3_client() -> Any:
     return boto3.client("s3", config=BotoConfig(max_pool_connections=READERS, retries={"mode": "standard"}))
 
 
-def _is_image(key: str) -> bool:
-    return not key.endswith("/") and Path(key).suffix.lower() in IMAGE_SUFFIXES
+def _is_input(key: str, suffixes: Collection[str]) -> bool:
+    return not key.endswith("/") and Path(key).suffix.lower() in suffixes
 
 
 def _s3_failure(option: str, uri: str, error: Exception) -> PredictError:
@@ -92,18 +87,16 @@ class Source(Protocol):
 
 
 class FolderSource:
-    def __init__(self, uri: str) -> None:
-        self.uri, self.root = uri, Path(uri)
+    def __init__(self, uri: str, suffixes: Collection[str]) -> None:
+        self.uri, self.root, self.suffixes = uri, Path(uri), suffixes
 
     def keys(self) -> list[str]:
         if not self.root.is_dir():
-            raise PredictError(
-                f"--input '{self.uri}': folder does not exist (a folder of images, s3:// or 'digits')"
-            )
+            raise PredictError(f"--input '{self.uri}': folder does not exist (a folder of images, or s3://)")
         return sorted(
             path.relative_to(self.root).as_posix()
             for path in self.root.rglob("*")
-            if path.is_file() and _is_image(path.name)
+            if path.is_file() and _is_input(path.name, self.suffixes)
         )
 
     def read_many(self, keys: Sequence[str]) -> Iterator[tuple[str, bytes | Exception]]:
@@ -116,8 +109,10 @@ class FolderSource:
 
 
 class S3Source:
-    def __init__(self, uri: str, client: Any | None = None, page_size: int = 1000) -> None:
-        self.uri, self.page_size = uri, page_size
+    def __init__(
+        self, uri: str, suffixes: Collection[str], client: Any | None = None, page_size: int = 1000
+    ) -> None:
+        self.uri, self.suffixes, self.page_size = uri, suffixes, page_size
         self.bucket, self.prefix = split_s3(uri, "--input")
         self.client = client or s3_client()
 
@@ -131,7 +126,9 @@ class S3Source:
             )
             for page in pages:
                 keys += [
-                    o["Key"][len(self.prefix) :] for o in page.get("Contents", []) if _is_image(o["Key"])
+                    o["Key"][len(self.prefix) :]
+                    for o in page.get("Contents", [])
+                    if _is_input(o["Key"], self.suffixes)
                 ]
         except (ClientError, BotoCoreError) as error:
             raise _s3_failure("--input", self.uri, error) from None
@@ -158,11 +155,9 @@ class S3Source:
             yield from zip(keys, pool.map(self._get, keys), strict=True)
 
 
-def source_for(uri: str) -> Source | None:
-    """None for the embedded digits (predict reads them as arrays, not files)."""
-    if uri == DIGITS:
-        return None
-    return S3Source(uri) if is_s3(uri) else FolderSource(uri)
+def source_for(uri: str, suffixes: Collection[str]) -> Source:
+    """The inputs under an s3:// prefix or in a folder whose names end in one of `suffixes` (lower case)."""
+    return S3Source(uri, suffixes) if is_s3(uri) else FolderSource(uri, suffixes)
 
 
 # ---------------------------------------------------------------------- sinks
@@ -275,15 +270,13 @@ def sink_for(uri: str) -> Sink:
     return S3Sink(uri) if is_s3(uri) else FolderSink(uri)
 
 
-def list_keys(source: str) -> list[str]:
-    """Every input's key, sorted: `digits/<index>` for the embedded digits, else the images' paths relative to
-    the folder or the s3:// prefix (every image under it, any depth)."""
-    if source == DIGITS:
-        return [f"{DIGITS}/{index:04d}" for index in range(len(load_digits().images))]
-    keys = source_for(source).keys()  # type: ignore[union-attr]  # not digits
+def list_keys(source: str, suffixes: Collection[str]) -> list[str]:
+    """Every input's key, sorted: its path relative to the folder or the s3:// prefix (any depth); an input with
+    nothing under it is refused."""
+    keys = source_for(source, suffixes).keys()
     if not keys:
         raise PredictError(
-            f"--input '{source}': no images ({', '.join(sorted(IMAGE_SUFFIXES))}) under it; nothing to predict"
+            f"--input '{source}': no images ({', '.join(sorted(suffixes))}) under it; nothing to predict"
         )
     return keys
 
