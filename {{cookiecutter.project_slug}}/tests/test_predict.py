@@ -1,5 +1,6 @@
-"""Batch prediction with real exports of a briefly trained digits model: Parquet shards, the rerun that does only
-the missing shards, an unreadable image among good ones, and the bad-input messages."""
+"""Batch prediction with real exports of a briefly trained digits model: Parquet shards, a model named by its
+files, an unreadable image among good ones, and the bad-input messages. The engine's resume and refusals are the
+platform's (gpu_job.batch_predict, tested there with a toy model)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from gpu_job import batch_io
+from gpu_job import batch_io, batch_predict
 from PIL import Image
 
 from {{ cookiecutter.package_name }} import cli, predict, predict_model
 from {{ cookiecutter.package_name }}.config import Config
 from {{ cookiecutter.package_name }}.data import load_digits_images
+from {{ cookiecutter.package_name }}.errors import PredictError
 
 DIGITS = 1797  # scikit-learn's load_digits(): 1,797 images
 
@@ -27,7 +29,7 @@ def test_the_digits_become_one_row_each_in_parquet_shards(exports: Path, tmp_pat
     summary = predict.run(model, "digits", tmp_path, shard_size=500, progress=False)
 
     parts = sorted(tmp_path.glob("part-*.parquet"))
-    assert [p.name for p in parts] == [predict.part_name(i) for i in range(4)]
+    assert [p.name for p in parts] == [batch_predict.part_name(i) for i in range(4)]
     table = _rows(tmp_path)
     assert len(table["key"]) == DIGITS and table["key"] == sorted(table["key"])
     assert set(table["model_version"]) == {"7"} and set(table["error"]) == {None}
@@ -37,7 +39,7 @@ def test_the_digits_become_one_row_each_in_parquet_shards(exports: Path, tmp_pat
     assert float(np.mean(predicted == labels)) > 0.8  # chance is 0.1
     assert summary.predicted == summary.predicted_now == DIGITS and not summary.skipped
     assert sum(summary.class_counts.values()) == DIGITS
-    written = json.loads((tmp_path / predict.SUMMARY).read_text())
+    written = json.loads((tmp_path / batch_predict.SUMMARY).read_text())
     assert written["class_counts"] == summary.class_counts and written["predicted"] == DIGITS
     figures = summary.figures()
     assert (
@@ -46,37 +48,17 @@ def test_the_digits_become_one_row_each_in_parquet_shards(exports: Path, tmp_pat
     )
 
 
-def test_a_rerun_after_an_interruption_does_only_the_shards_without_output(
-    exports: Path, tmp_path: Path
-) -> None:
-    model = predict.load_model(exports / "saved_model")
-    predict.run(model, "digits", tmp_path, shard_size=500, progress=False)
-    before = _rows(tmp_path)
-    # The batch was stopped while it wrote shard 2: that shard is missing, half of it lies under a temporary name.
-    (tmp_path / predict.part_name(2)).unlink()
-    (tmp_path / (predict.part_name(2) + ".partial")).write_bytes(b"PAR1 half a shard")
-
-    again = predict.run(model, "digits", tmp_path, shard_size=500, progress=False)
-
-    assert (again.shards_done_before, again.predicted_now) == (3, 500)
-    assert again.predicted == DIGITS
-    after = _rows(tmp_path)
-    assert after["key"] == before["key"] and after["class"] == before["class"]
-
-
-def test_a_rerun_with_other_settings_is_refused_before_it_writes(exports: Path, tmp_path: Path) -> None:
-    model = predict.load_model(exports / "model_int8.tflite", version="3")
-    predict.run(model, "digits", tmp_path, shard_size=500, progress=False)
-    with pytest.raises(predict.PredictError, match=r"another batch \(model, shard_size differ"):
-        predict.run(predict.load_model(exports / "model_int8.tflite", version="4"), "digits", tmp_path,
-                    shard_size=400, progress=False)  # fmt: skip
+def test_an_export_without_a_registry_version_is_named_by_its_files(exports: Path, tmp_path: Path) -> None:
+    """The engine refuses a rerun with another model (gpu_job.batch_predict); without a registry version a model
+    is its files' digest, so another export on the same output is another batch."""
+    predict.run(
+        predict.load_model(exports / "model_int8.tflite"), "digits", tmp_path, shard_size=500, progress=False
+    )
+    saved_model = predict.load_model(exports / "saved_model")
+    assert saved_model.version.startswith("sha256:")
+    with pytest.raises(PredictError, match=r"another batch \(model differ"):
+        predict.run(saved_model, "digits", tmp_path, shard_size=500, progress=False)
     assert len(list(tmp_path.glob("part-*.parquet"))) == 4
-    # Without a registry version a model is named by its files: another export is another batch too.
-    with pytest.raises(predict.PredictError, match=r"another batch \(model differ"):
-        predict.run(
-            predict.load_model(exports / "saved_model"), "digits", tmp_path, shard_size=500, progress=False
-        )
-    assert predict.load_model(exports / "saved_model").version.startswith("sha256:")
 
 
 def test_an_unreadable_image_is_listed_with_its_reason_and_the_rest_predicted(
@@ -158,7 +140,7 @@ def test_bad_input_names_the_option_and_the_fix(
     if case == "output-not-writable":
         (tmp_path / "a-file").write_text("")
         out = tmp_path / "a-file" / "predictions"  # below a file: root may write anywhere else
-    with pytest.raises(predict.PredictError, match=message):
+    with pytest.raises(PredictError, match=message):
         predict.run(predict.load_model(model), source, out, progress=False)
 
 

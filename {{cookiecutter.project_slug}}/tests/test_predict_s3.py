@@ -15,12 +15,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from gpu_job import batch_io
+from gpu_job import batch_io, batch_predict
 from PIL import Image
 
 from {{ cookiecutter.package_name }} import predict
 from {{ cookiecutter.package_name }}.config import Config
 from {{ cookiecutter.package_name }}.data import list_inputs, load_digits_images
+from {{ cookiecutter.package_name }}.errors import PredictError
 
 IMAGES = 17
 
@@ -66,10 +67,10 @@ def test_a_batch_from_s3_to_s3_survives_an_interruption_and_an_unreadable_image(
     broken = rows["key"].index("a/broken.png")
     assert rows["class"][broken] is None and rows["error"][broken] == first.skipped["a/broken.png"]
     written = _objects(bucket, "predictions/first/")
-    assert batch_io.PROBE not in written and {predict.MANIFEST, predict.SUMMARY} <= set(written)
+    assert batch_io.PROBE not in written and {batch_predict.MANIFEST, batch_predict.SUMMARY} <= set(written)
 
     # The runner was lost after shard 1's predictions were made but before it was written: a rerun does only it.
-    boto3.client("s3").delete_object(Bucket=bucket, Key=f"predictions/first/{predict.part_name(1)}")
+    boto3.client("s3").delete_object(Bucket=bucket, Key=f"predictions/first/{batch_predict.part_name(1)}")
     again = predict.run(model, source, out, shard_size=6, progress=False)
 
     assert (again.shards_done_before, again.predicted_now) == (
@@ -86,13 +87,13 @@ def test_another_batch_on_the_same_output_is_refused_and_the_manifest_is_written
     source, out = f"s3://{bucket}/in/", f"s3://{bucket}/predictions/once/"
     predict.run(predict.load_model(exports / "saved_model", "1"), source, out, shard_size=6, progress=False)
 
-    with pytest.raises(predict.PredictError, match=r"another batch \(model, shard_size differ"):
+    with pytest.raises(PredictError, match=r"another batch \(model, shard_size differ"):
         predict.run(
             predict.load_model(exports / "saved_model", "2"), source, out, shard_size=5, progress=False
         )
 
     assert sorted(_objects(bucket, "predictions/once/")) == sorted(
-        [predict.MANIFEST, predict.SUMMARY, *(predict.part_name(i) for i in range(3))]
+        [batch_predict.MANIFEST, batch_predict.SUMMARY, *(batch_predict.part_name(i) for i in range(3))]
     )
 
 

@@ -14,6 +14,8 @@ library for what no team would edit:
 - `s3sync.sync_prefix`, `parse_s3_uri`: an S3 prefix mirrored to local disk;
 - `batch_io.list_keys`, `source_for`, `sink_for`, `check_writable`: a batch job's inputs and outputs on a folder or
   S3 (listed, read in parallel with a size cap, written whole, the manifest created once);
+- `batch_predict.run`, `Model`, `Reader`, `Summary`: batch prediction's engine, a project's model over its inputs
+  as Parquet shards, resumable, one batch per output (the `predict` extra: PyArrow, tqdm);
 - `distributed.cluster_from_env` and `rendezvous`: the multi-worker cluster of an explicit TF_CONFIG or an AWS
   Batch multi-node job;
 - `sweep` (the `sweep` extra: Optuna, pydantic, matplotlib): a project's hyperparameter sweep, given a

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import mlflow
 from gpu_job import job_contract, tracking
+from gpu_job.batch_predict import Summary
 from mlflow.entities import RunInfo
 
-from .predict import Summary
 from .predict_model import RegistryModel
 
 INFERENCE_SUFFIX = "-inference"
