@@ -15,10 +15,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from gpu_job import manifest
+from gpu_job import batch_tracking, manifest
 from mlflow.tracking import MlflowClient
 
-from {{ cookiecutter.package_name }} import cli, predict_tracking, promote
+from {{ cookiecutter.package_name }} import cli, promote
 from {{ cookiecutter.package_name }}.config import config_from_dict
 from {{ cookiecutter.package_name }}.train import train
 
@@ -97,7 +97,7 @@ def test_the_champion_predicts_on_cpu_with_tflite_into_s3_as_a_run_linked_to_its
     client = MlflowClient(mlflow_server)
     run = client.get_run(outputs["mlflow-run-id"])
     experiment = client.get_experiment(run.info.experiment_id)
-    assert experiment.name == predict_tracking.experiment_name(EXPERIMENT)
+    assert experiment.name == batch_tracking.experiment_name(EXPERIMENT)
     assert run.data.tags["model.run_id"] == served and run.data.tags["model.alias"] == "champion"
     assert (run.data.tags["model.version"], run.data.tags["model.uri"]) == ("1", f"models:/{MODEL}/1")
     assert run.data.params["export"] == "tflite" and run.data.params["input"] == "digits"
@@ -236,7 +236,7 @@ def _rows(prefix: str) -> dict[str, list]:
 
 
 def _inference_runs(uri: str) -> int:
-    experiment = MlflowClient(uri).get_experiment_by_name(predict_tracking.experiment_name(EXPERIMENT))
+    experiment = MlflowClient(uri).get_experiment_by_name(batch_tracking.experiment_name(EXPERIMENT))
     return 0 if experiment is None else len(MlflowClient(uri).search_runs([experiment.experiment_id]))
 
 

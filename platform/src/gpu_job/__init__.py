@@ -16,6 +16,7 @@ library for what no team would edit:
   S3 (listed, read in parallel with a size cap, written whole, the manifest created once);
 - `batch_predict.run`, `Model`, `Reader`, `Summary`: batch prediction's engine, a project's model over its inputs
   as Parquet shards, resumable, one batch per output (the `predict` extra: PyArrow, tqdm);
+- `batch_tracking.inference_run`, `log_summary`, `job_summary`: a batch prediction's MLflow run and job summary;
 - `distributed.cluster_from_env` and `rendezvous`: the multi-worker cluster of an explicit TF_CONFIG or an AWS
   Batch multi-node job;
 - `sweep` (the `sweep` extra: Optuna, pydantic, matplotlib): a project's hyperparameter sweep, given a

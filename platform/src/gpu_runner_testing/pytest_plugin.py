@@ -110,7 +110,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @contextlib.contextmanager
 def _tracking_uri_kept() -> Iterator[None]:
     """MLflow's tracking URI as it was before the block, after it. mlflow.set_tracking_uri (train.py and
-    predict_tracking.py call it, as do tests and their fixtures) sets a module global, which outranks
+    gpu_job.batch_tracking call it, as do tests and their fixtures) sets a module global, which outranks
     MLFLOW_TRACKING_URI, and the variable itself "so that subprocess can inherit it"
     (mlflow/tracking/_tracking_service/utils.py): one module's server then took another module's runs and models."""
     before = os.environ.get("MLFLOW_TRACKING_URI")

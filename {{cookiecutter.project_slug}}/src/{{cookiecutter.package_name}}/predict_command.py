@@ -90,13 +90,15 @@ def _predict(args: argparse.Namespace, checked: Checked) -> int:
             if checked.registry is not None
             else Path(args.model)
         )
-        from . import predict, predict_tracking  # TensorFlow: see cli._train
+        from gpu_job import batch_tracking  # PyArrow, with the engine: not for --check
 
-        batch = predict_tracking.Batch(
+        from . import predict  # TensorFlow: see cli._train
+
+        batch = batch_tracking.Batch(
             args.input, args.output, args.device, checked.export, args.shard_size, args.batch_size
         )
         model = predict.load_model(path, checked.registry.label if checked.registry else None)
-        with predict_tracking.inference_run(
+        with batch_tracking.inference_run(
             checked.training_experiment, batch, model.version, checked.registry
         ) as run:
             summary = predict.run(
@@ -108,10 +110,10 @@ def _predict(args: argparse.Namespace, checked: Checked) -> int:
                 progress=None,
                 keys=checked.keys,
             )
-            predict_tracking.log_summary(summary)
+            batch_tracking.log_summary(summary)
     uri = tracking.tracking_uri()
     job_contract.append_job_summary(
-        predict_tracking.job_summary(uri, run.experiment_id, run.run_id, batch, model.version, summary)
+        batch_tracking.job_summary(uri, run.experiment_id, run.run_id, batch, model.version, summary)
     )
     print(
         f"{summary.predicted} of {summary.images} images predicted into {args.output} ({summary.shards} shards, "

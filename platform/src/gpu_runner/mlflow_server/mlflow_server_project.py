@@ -25,8 +25,8 @@ DEFAULT_REQUIREMENTS = Path("infra/mlflow-server-requirements.txt")
 PLATFORM_REQUIREMENTS = Path(__file__).with_name("server-requirements.txt")
 REGENERATE = "make mlflow-server-requirements"
 WRITES = f" (it writes {DEFAULT_REQUIREMENTS}, which up takes when --requirements is not given)"
-# predict.yml logs each batch prediction into `<tracking.experiment_name>-inference` (the package's
-# predict_tracking.INFERENCE_SUFFIX; a project's tests/runner/test_mlflow_server_project.py holds the two equal).
+# predict.yml logs each batch prediction into `<tracking.experiment_name>-inference` (gpu_job.batch_tracking's
+# INFERENCE_SUFFIX; the two packages never import each other: tests/job/test_batch_tracking.py holds them equal).
 INFERENCE_SUFFIX = "-inference"
 # The experiment promote logs the files it evaluated to, whose runs are the served versions' sources.
 PROMOTIONS_SUFFIX = " promotions"

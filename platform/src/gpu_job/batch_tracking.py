@@ -1,7 +1,10 @@
-"""The MLflow run of one batch prediction, in `<experiment>-inference`, linked to the model version it used.
+"""The MLflow run of a project's batch prediction, in `<experiment>-inference`, linked to the model version it used,
+and the job summary that says what it did.
 
 The run is opened before the first shard, so its id reaches the workflow (the GPU stop job logs the billed cost
-on it) even when the batch does not finish; the figures and the summary are logged when it does.
+on it) even when the batch does not finish; the figures and the summary are logged when it does. The job
+summary quotes input keys and skip reasons, which come from whoever wrote the input: every table cell is
+escaped so that a key cannot break or forge the table.
 """
 
 from __future__ import annotations
@@ -9,16 +12,37 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Protocol
 
 import mlflow
-from gpu_job import job_contract, tracking
-from gpu_job.batch_predict import Summary
 from mlflow.entities import RunInfo
 
-from .predict_model import RegistryModel
+from . import job_contract, tracking
+from .batch_predict import Summary
 
+# gpu_runner's mlflow_server_project.INFERENCE_SUFFIX makes this experiment on the team server (the two packages
+# never import each other: tests/job/test_batch_tracking.py holds them equal).
 INFERENCE_SUFFIX = "-inference"
 SKIPPED_SHOWN = 20  # keys listed in the job summary; the summary file and the Parquet rows hold them all
+
+
+class ServedVersion(Protocol):
+    """A registry version a batch used (the project's resolved `--model`), read-only."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def version(self) -> str: ...
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def alias(self) -> str | None: ...
+
+    @property
+    def uri(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -47,7 +71,7 @@ def experiment_name(training_experiment: str) -> str:
     return training_experiment + INFERENCE_SUFFIX
 
 
-def model_tags(model_version: str, registry: RegistryModel | None) -> dict[str, str]:
+def model_tags(model_version: str, registry: ServedVersion | None) -> dict[str, str]:
     """Tags that lead from the inference run to the model version and the run that trained it."""
     if registry is None:
         return {"model.version": model_version, "model.source": "local export"}
@@ -65,7 +89,7 @@ def model_tags(model_version: str, registry: RegistryModel | None) -> dict[str, 
 
 @contextmanager
 def inference_run(
-    training_experiment: str, batch: Batch, model_version: str, registry: RegistryModel | None
+    training_experiment: str, batch: Batch, model_version: str, registry: ServedVersion | None
 ) -> Iterator[RunInfo]:
     """An open run for the batch; its id goes to the step output the GPU stop job reads (mlflow-run-id)."""
     mlflow.set_tracking_uri(tracking.tracking_uri())
