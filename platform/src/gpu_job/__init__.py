@@ -41,7 +41,7 @@ library for what no team would edit:
   to report.
 
 TensorFlow is imported only inside gpu_preflight.TfBoundary's methods, so every module imports without it; the
-project's lock chooses TensorFlow (its cpu or gpu extra), and MLflow, which `tracking`, `registry` and `sweep`
-import. Never imports gpu_runner (the launch jobs' package), and gpu_runner never imports it: a CPU launch job
+project's lock chooses TensorFlow (its cpu or gpu extra), and MLflow, which `tracking`, `registry`, `sweep` and
+`batch_tracking` import. Never imports gpu_runner (the launch jobs' package), and gpu_runner never imports it: a CPU launch job
 loads none of this.
 """
