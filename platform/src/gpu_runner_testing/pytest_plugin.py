@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -147,11 +146,10 @@ def moto_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A moto server in its own process; every boto3 client in the tests talks to it through AWS_ENDPOINT_URL."""
     port = free_port()
     log = tmp_path_factory.mktemp("moto") / "moto.log"
-    # The moto of this interpreter's environment (the locked one), before whichever moto_server PATH finds first:
-    # another moto answers other offerings and quotas (a pyenv shim's did, run without the venv on PATH).
-    beside = shutil.which("moto_server", path=str(Path(sys.executable).parent))
-    server = beside or shutil.which("moto_server") or "moto_server"
-    process = start_process([server, "-H", "127.0.0.1", "-p", str(port)], {**os.environ}, log)
+    # The moto of this interpreter's environment (the locked one; a pyenv shim's moto_server on PATH answered other
+    # offerings), with conditional PutObject atomic as S3's (gpu_runner_testing/moto_server.py).
+    command = [sys.executable, "-m", "gpu_runner_testing.moto_server", "-H", "127.0.0.1", "-p", str(port)]
+    process = start_process(command, {**os.environ}, log)
     endpoint = f"http://127.0.0.1:{port}"
     try:
         wait_for_http(f"{endpoint}/moto-api/", process, log)
