@@ -54,7 +54,7 @@ class EpochWatch:
         trial: optuna.trial.Trial,
         metric: str,
         seconds: float,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float],
     ) -> None:
         self.trial, self.metric, self.seconds, self.clock = trial, metric, seconds, clock
         self.started = clock()

@@ -194,6 +194,7 @@ def train(cfg: ToyConfig, hooks: TrainHooks) -> Outcome:
     return Outcome(run.info.run_id, metrics)
 
 
-def project(base: ToyConfig, train_function=train) -> SweepProject:
+def project(base: ToyConfig) -> SweepProject:
+    """The toy project's side of a sweep over `base` (a test swaps the training with dataclasses.replace)."""
     champion = base.registry if base.registry.enabled else None
-    return SweepProject(base, RULES, base.tracking.experiment_name, champion, train_function)
+    return SweepProject(base, RULES, base.tracking.experiment_name, champion, train)
